@@ -1,0 +1,32 @@
+#include "common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fg_fail(FgError *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+void *fg_alloc_bytes(size_t n) {
+    size_t rounded = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) {
+        fprintf(stderr, "fgpipe: out of memory allocating %zu bytes\n", n);
+        abort();
+    }
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+float *fg_alloc_floats(size_t n) { return fg_alloc_bytes(n * sizeof(float)); }
+
+void fg_free(void *p) { free(p); }

@@ -1,0 +1,29 @@
+// Shared basics for the numerical core: error reporting and aligned buffers.
+#ifndef FGPIPE_COMMON_H
+#define FGPIPE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Errors are returned, never printed deep inside the core: a function that can fail takes a
+// FgError*, fills it with a message that names the cause, and returns a non-zero code.
+enum { FG_OK = 0, FG_ERR_INPUT = 2, FG_ERR_INTERNAL = 1 };
+
+typedef struct {
+    int code;
+    char msg[512];
+} FgError;
+
+// Sets err (if not NULL) and returns code, so callers can `return fg_fail(err, FG_ERR_INPUT, ...)`.
+int fg_fail(FgError *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// 64-byte aligned zeroed allocation (cache line / AVX-512 friendly); abort on out-of-memory,
+// because every caller would only report it and stop.
+float *fg_alloc_floats(size_t n);
+void *fg_alloc_bytes(size_t n);
+void fg_free(void *p);
+
+#define FG_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define FG_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

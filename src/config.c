@@ -1,0 +1,216 @@
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { KEY_INT, KEY_UINT32, KEY_REAL, KEY_STRING, KEY_CHOICE } KeyType;
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset, size;  // where in Config, and the size of string fields
+    double min, max;      // numeric range (inclusive)
+    const char *choices;  // KEY_CHOICE: "a|b|c", stored as the index
+    const char *help;
+} ConfigKey;
+
+#define NUM(T, field, lo, hi, help) {#field, T, offsetof(Config, field), 0, lo, hi, NULL, help}
+#define STR(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 0, 0, NULL, help}
+#define CHOICE(field, choices, help) {#field, KEY_CHOICE, offsetof(Config, field), 0, 0, 0, choices, help}
+
+// The choice strings list values in the order of their enums (Mode, OptimizerKind, LrSchedule).
+static const ConfigKey KEYS[] = {
+    STR(data_dir, "directory with the IDX files (train-*, t10k-*)"),
+    STR(model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10"),
+    STR(activation, "activation after each hidden linear layer: relu | gelu"),
+    CHOICE(mode, "bp|fg", "bp: backprop; fg: forward gradient (JVP along random tangents)"),
+    NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
+    NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
+    NUM(KEY_INT, micro_batches, 1, 1 << 16, "micro-batches per optimizer step"),
+    NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
+    NUM(KEY_INT, steps, 0, 1 << 30, "optimizer steps; 0 derives them from epochs"),
+    CHOICE(optimizer, "sgd|adam", "sgd (with momentum) or adam (AdamW with weight_decay)"),
+    NUM(KEY_REAL, lr, 0, 1e3, "peak learning rate"),
+    NUM(KEY_REAL, min_lr, 0, 1e3, "learning rate at the end of the cosine decay"),
+    NUM(KEY_INT, warmup_steps, 0, 1 << 30, "steps of linear warm-up from 0 to lr"),
+    CHOICE(lr_schedule, "constant|cosine", "learning rate after warm-up"),
+    NUM(KEY_REAL, momentum, 0, 1, "SGD momentum"),
+    NUM(KEY_REAL, beta1, 0, 1, "Adam first-moment decay"),
+    NUM(KEY_REAL, beta2, 0, 1, "Adam second-moment decay"),
+    NUM(KEY_REAL, eps, 0, 1, "Adam epsilon"),
+    NUM(KEY_REAL, weight_decay, 0, 1, "decoupled weight decay per unit of learning rate"),
+    NUM(KEY_UINT32, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
+    NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
+    NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
+};
+#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->data_dir, sizeof c->data_dir, "/usr/share/datasets/fashion-mnist");
+    snprintf(c->model, sizeof c->model, "784-1024-1024-1024-10");
+    snprintf(c->activation, sizeof c->activation, "relu");
+    c->mode = MODE_BP;
+    c->tangents = 1;
+    c->micro_batch = 32;
+    c->micro_batches = 4;
+    c->epochs = 1;
+    c->optimizer = OPT_ADAM;
+    c->lr = 1e-3;
+    c->lr_schedule = LR_COSINE;
+    c->momentum = 0.9;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->seed = 1;
+    c->print_every = 100;
+}
+
+static const ConfigKey *find_key(const char *name) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int choice_index(const char *choices, const char *value) {
+    size_t len = strlen(value);
+    int index = 0;
+    for (const char *s = choices; *s; index++) {
+        const char *bar = strchr(s, '|');
+        size_t n = bar ? (size_t)(bar - s) : strlen(s);
+        if (n == len && strncmp(s, value, n) == 0) return index;
+        s += n + (bar != NULL);
+    }
+    return -1;
+}
+
+static const char *choice_name(const char *choices, int index, char *buf, size_t size) {
+    const char *s = choices;
+    for (int i = 0; i < index && s; i++) s = strchr(s, '|'), s = s ? s + 1 : s;
+    if (!s) return "?";
+    const char *bar = strchr(s, '|');
+    snprintf(buf, size, "%.*s", (int)(bar ? (size_t)(bar - s) : strlen(s)), s);
+    return buf;
+}
+
+int config_set(Config *c, const char *key, const char *value, FgError *err) {
+    const ConfigKey *k = find_key(key);
+    if (!k) {
+        char known[1024] = "";
+        for (size_t i = 0; i < N_KEYS; i++) {
+            strncat(known, KEYS[i].name, sizeof known - strlen(known) - 2);
+            if (i + 1 < N_KEYS) strncat(known, " ", sizeof known - strlen(known) - 1);
+        }
+        return fg_fail(err, FG_ERR_INPUT, "unknown config key '%s' (known keys: %s)", key, known);
+    }
+    char *field = (char *)c + k->offset;
+    if (k->type == KEY_STRING) {
+        if (!*value || strlen(value) >= k->size)
+            return fg_fail(err, FG_ERR_INPUT, "%s: value must be 1 to %zu characters", key,
+                           k->size - 1);
+        snprintf(field, k->size, "%s", value);
+        return FG_OK;
+    }
+    if (k->type == KEY_CHOICE) {
+        int i = choice_index(k->choices, value);
+        if (i < 0)
+            return fg_fail(err, FG_ERR_INPUT, "%s: '%s' is not one of %s", key, value, k->choices);
+        *(int *)field = i;
+        return FG_OK;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || errno || !isfinite(v))
+        return fg_fail(err, FG_ERR_INPUT, "%s: '%s' is not a number", key, value);
+    if (k->type != KEY_REAL && v != floor(v))
+        return fg_fail(err, FG_ERR_INPUT, "%s: '%s' is not a whole number", key, value);
+    if (v < k->min || v > k->max)
+        return fg_fail(err, FG_ERR_INPUT, "%s: %s is outside [%g, %g]", key, value, k->min, k->max);
+    if (k->type == KEY_INT) *(int *)field = (int)v;
+    else if (k->type == KEY_UINT32) *(uint32_t *)field = (uint32_t)v;
+    else *(double *)field = v;
+    return FG_OK;
+}
+
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = 0;
+    return s;
+}
+
+int config_load(Config *c, const char *path, FgError *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "config %s: %s", path, strerror(errno));
+    char line[1024];
+    int lineno = 0, rc = FG_OK;
+    while (rc == FG_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = fg_fail(err, FG_ERR_INPUT, "config %s:%d: expected 'key = value', got '%s'", path,
+                         lineno, s);
+            break;
+        }
+        *eq = 0;
+        FgError e = {0};
+        rc = config_set(c, trim(s), trim(eq + 1), &e);
+        if (rc) fg_fail(err, rc, "config %s:%d: %s", path, lineno, e.msg);
+    }
+    fclose(f);
+    return rc;
+}
+
+int config_validate(const Config *c, FgError *err) {
+    if (c->steps == 0 && c->epochs == 0)
+        return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
+    if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
+        return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
+    return FG_OK;
+}
+
+void config_write(const Config *c, FILE *f) {
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const ConfigKey *k = &KEYS[i];
+        const char *field = (const char *)c + k->offset;
+        char buf[64];
+        fprintf(f, "%s = ", k->name);
+        switch (k->type) {
+        case KEY_STRING: fprintf(f, "%s\n", field); break;
+        case KEY_CHOICE: fprintf(f, "%s\n", choice_name(k->choices, *(const int *)field, buf, sizeof buf)); break;
+        case KEY_INT: fprintf(f, "%d\n", *(const int *)field); break;
+        case KEY_UINT32: fprintf(f, "%u\n", *(const uint32_t *)field); break;
+        case KEY_REAL: fprintf(f, "%.17g\n", *(const double *)field); break;
+        }
+    }
+}
+
+void config_write_help(FILE *f) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        fprintf(f, "  %-14s %s%s%s%s\n", KEYS[i].name, KEYS[i].help, KEYS[i].choices ? " [" : "",
+                KEYS[i].choices ? KEYS[i].choices : "", KEYS[i].choices ? "]" : "");
+}
+
+OptimizerConfig config_optimizer(const Config *c) {
+    OptimizerConfig o = {
+        .kind = (OptimizerKind)c->optimizer,
+        .lr = c->lr,
+        .min_lr = c->min_lr,
+        .warmup_steps = c->warmup_steps,
+        .schedule = (LrSchedule)c->lr_schedule,
+        .momentum = c->momentum,
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .weight_decay = c->weight_decay,
+    };
+    return o;
+}

@@ -1,0 +1,49 @@
+// Run configuration: a flat list of `key = value` lines, overridable with --set key=value.
+//
+// One table (config.c) describes every key: its type, accepted values and help text. Parsing,
+// validation, error messages and the dump of the resolved config all read that table.
+#ifndef FGPIPE_CONFIG_H
+#define FGPIPE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common.h"
+#include "optimizer.h"
+
+typedef enum { MODE_BP, MODE_FG } Mode;
+
+typedef struct {
+    char data_dir[256];    // IDX files (train-*, t10k-*)
+    char model[256];       // MLP widths "784-1024-10"
+    char activation[16];   // relu | gelu
+    int mode;              // Mode
+    int tangents;          // K tangents per micro-batch (fg)
+    int micro_batch;       // B samples per micro-batch
+    int micro_batches;     // N micro-batches per optimizer step
+    int epochs;            // used when steps == 0
+    int steps;             // optimizer steps; 0: derived from epochs
+    int optimizer;         // OptimizerKind
+    double lr, min_lr, momentum, beta1, beta2, eps, weight_decay;
+    int warmup_steps;
+    int lr_schedule;       // LrSchedule
+    uint32_t seed;
+    int print_every;       // progress lines when stderr is not a terminal
+    int eval_every;        // steps between test-set evaluations (0: only at the end)
+} Config;
+
+void config_defaults(Config *c);
+// Applies one key=value; errors name the key and the accepted values.
+int config_set(Config *c, const char *key, const char *value, FgError *err);
+// Reads `key = value` lines; '#' starts a comment. Errors name the file and line.
+int config_load(Config *c, const char *path, FgError *err);
+// Checks relations between keys (e.g. steps or epochs set).
+int config_validate(const Config *c, FgError *err);
+// Writes every key with its resolved value, in file syntax (loadable again).
+void config_write(const Config *c, FILE *f);
+// Writes the key reference (name, accepted values, help) for --help.
+void config_write_help(FILE *f);
+
+OptimizerConfig config_optimizer(const Config *c);
+
+#endif

@@ -1,0 +1,38 @@
+// Labelled image datasets from IDX files (the MNIST / Fashion-MNIST format), gzip or plain.
+#ifndef FGPIPE_DATA_H
+#define FGPIPE_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+typedef struct {
+    size_t count;      // number of samples
+    int features;      // pixels per sample (rows * cols)
+    int classes;       // 1 + largest label
+    float *x;          // [count, features], standardised: (pixel/255 - mean) / std
+    uint8_t *labels;   // [count]
+} Dataset;
+
+// Reads an images file (magic 0x00000803) and a labels file (magic 0x00000801); both may be
+// gzip-compressed (zlib's gzread reads plain files too). Errors name the file and the cause:
+// missing (with a hint to install Debian's dataset-fashion-mnist), wrong magic, truncated,
+// count mismatch between images and labels, label out of range.
+int dataset_load_idx(Dataset *ds, const char *images_path, const char *labels_path,
+                     FgError *err);
+
+// Loads "<dir>/<prefix>-images-idx3-ubyte.gz" and "<dir>/<prefix>-labels-idx1-ubyte.gz";
+// prefix is "train" or "t10k".
+int dataset_load_split(Dataset *ds, const char *dir, const char *prefix, FgError *err);
+
+void dataset_free(Dataset *ds);
+
+// A seeded permutation of 0..count-1 for one epoch: a pure function of (seed, epoch).
+void dataset_shuffle(size_t *order, size_t count, uint32_t seed, uint32_t epoch);
+
+// Copies rows order[first .. first+rows) into x [rows, features] and labels [rows].
+void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int rows, float *x,
+                    uint8_t *labels);
+
+#endif

@@ -1,0 +1,54 @@
+// Layers: every kind has the same three functions (forward, jvp, backward).
+//
+// Shapes: a micro-batch of B samples is a row-major matrix, one row per sample:
+//   x [B, in], y [B, out].
+// Forward-mode tangents travel as K extra blocks ("columns" of the JVP):
+//   xdot [K, B, in], ydot [K, B, out], pdot [K, param_count].
+// pdot == NULL holds the parameters fixed; xdot == NULL means a zero input tangent
+// (the first layer: the data has no tangent).
+// backward adds this micro-batch's parameter gradient into dp (+=) and writes the input
+// adjoint into dx (skipped when dx == NULL, e.g. for the first layer).
+#ifndef FGPIPE_LAYER_H
+#define FGPIPE_LAYER_H
+
+#include <stddef.h>
+
+typedef enum { LAYER_LINEAR, LAYER_RELU, LAYER_GELU, LAYER_KIND_COUNT } LayerKind;
+
+typedef struct {
+    LayerKind kind;
+    char name[16];        // "fc1", "relu1": names its tensors in logs and checkpoints
+    int index;            // global position in the model: keys its tangents
+    int in, out;          // features per sample
+    size_t param_offset;  // start of its parameters in the model's flat buffer
+    size_t param_count;
+} Layer;
+
+typedef struct {
+    const char *kind_name;
+    size_t (*param_count)(int in, int out);
+    void (*forward)(const Layer *L, const float *p, const float *x, float *y, int B);
+    void (*jvp)(const Layer *L, const float *p, const float *pdot, const float *x,
+                const float *xdot, float *y, float *ydot, int B, int K);
+    void (*backward)(const Layer *L, const float *p, const float *x, const float *dy, float *dx,
+                     float *dp, int B);
+} LayerOps;
+
+extern const LayerOps linear_ops, relu_ops, gelu_ops;
+
+static inline const LayerOps *layer_ops(const Layer *L) {
+    static const LayerOps *const table[LAYER_KIND_COUNT] = {&linear_ops, &relu_ops, &gelu_ops};
+    return table[L->kind];
+}
+
+// Softmax + cross-entropy over C classes, mean over the B rows of a micro-batch. Not a Layer:
+// it ends the model with a scalar.
+// loss_forward returns the mean loss; correct (may be NULL) counts argmax hits.
+float loss_forward(const float *logits, const unsigned char *labels, int B, int C, int *correct);
+// Also writes d[k] = directional derivative of the loss along tangent block k of zdot.
+float loss_jvp(const float *logits, const float *zdot, const unsigned char *labels, int B, int C,
+               int K, float *d);
+// dz = d(mean loss)/d(logits), [B, C].
+float loss_backward(const float *logits, const unsigned char *labels, int B, int C, float *dz);
+
+#endif

@@ -1,0 +1,95 @@
+// fgpipe command line: `fgpipe train --config FILE [--set key=value ...]`.
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "train.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: fgpipe train --config FILE [--set key=value ...] [--out DIR]\n"
+            "                    [--summary-json FILE]\n"
+            "\n"
+            "  --config FILE        key = value lines (launch/configs/fashion-mnist-mlp.conf)\n"
+            "  --set key=value      override one config key (repeatable)\n"
+            "  --out DIR            write config.txt (resolved config) and loss.csv there\n"
+            "  --summary-json FILE  write the run's result as one JSON object\n"
+            "\nconfig keys:\n");
+    config_write_help(f);
+}
+
+// Exit codes: 0 success, 2 bad usage or input (config, data files), 1 anything else.
+static int fail(const FgError *err) {
+    fprintf(stderr, "fgpipe: error: %s\n", err->msg);
+    return err->code ? err->code : 1;
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char *config_path = NULL, *out_dir = NULL, *summary = NULL;
+    const char *sets[256];
+    int n_sets = 0;
+    FgError err = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--config") == 0 && has_value) config_path = argv[++i];
+        else if (strcmp(a, "--out") == 0 && has_value) out_dir = argv[++i];
+        else if (strcmp(a, "--summary-json") == 0 && has_value) summary = argv[++i];
+        else if (strcmp(a, "--set") == 0 && has_value && n_sets < 256) sets[n_sets++] = argv[++i];
+        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fg_fail(&err, FG_ERR_INPUT, "unknown or incomplete argument '%s' (see fgpipe --help)", a);
+            return fail(&err);
+        }
+    }
+    if (!config_path) {
+        fg_fail(&err, FG_ERR_INPUT, "train needs --config FILE (see fgpipe --help)");
+        return fail(&err);
+    }
+    Config cfg;
+    config_defaults(&cfg);
+    if (config_load(&cfg, config_path, &err)) return fail(&err);
+    for (int i = 0; i < n_sets; i++) {
+        char kv[512];
+        snprintf(kv, sizeof kv, "%s", sets[i]);
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            fg_fail(&err, FG_ERR_INPUT, "--set '%s': expected key=value", sets[i]);
+            return fail(&err);
+        }
+        *eq = 0;
+        FgError e = {0};
+        if (config_set(&cfg, kv, eq + 1, &e)) {
+            fg_fail(&err, e.code, "--set %s: %s", sets[i], e.msg);
+            return fail(&err);
+        }
+    }
+    if (config_validate(&cfg, &err)) return fail(&err);
+
+    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), micro-batch %d x %d, optimizer %s lr %g, seed %u\n",
+            cfg.mode == MODE_FG ? "fg" : "bp",
+            cfg.mode == MODE_FG ? (cfg.tangents > 1 ? " (K>1)" : " (1 tangent)") : "",
+            cfg.model, cfg.activation, cfg.micro_batches, cfg.micro_batch,
+            cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
+    TrainResult res;
+    if (train_run(&cfg, out_dir, &res, &err)) return fail(&err);
+    printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
+           "%.0f samples/s, peak RSS %.0f MiB\n",
+           res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
+           res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    if (summary && train_write_summary(&cfg, &res, summary, &err)) return fail(&err);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+                      strcmp(argv[1], "help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    usage(stderr);
+    return 2;
+}

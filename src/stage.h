@@ -1,0 +1,58 @@
+// A stage: a contiguous run of layers [first, last) and the work buffers to run it.
+//
+// The same code runs the whole model on one rank (first = 0, last = n_layers) and one
+// pipeline stage per rank. Parameters and gradients passed in are the stage's own slice of
+// the model's flat buffers, starting at model_range_offset(model, first).
+#ifndef FGPIPE_STAGE_H
+#define FGPIPE_STAGE_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "tangent.h"
+
+typedef struct {
+    const Model *model;
+    int first, last;
+    size_t param_base;   // model_range_offset(model, first)
+    size_t param_count;  // parameters owned by the stage
+    int max_rows;        // largest micro-batch the buffers hold
+    int tangents;        // K (0: no forward-mode work)
+    float *act[2];       // ping-pong activations [max_rows, max_width]
+    float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
+    float *adj[2];       // ping-pong adjoints [max_rows, max_width]
+    float *pdot;         // tangents of one layer's parameters [K, largest layer]
+} Stage;
+
+int stage_init(Stage *st, const Model *m, int first, int last, int max_rows, int tangents,
+               FgError *err);
+void stage_free(Stage *st);
+
+// Floats one micro-batch needs to keep for stage_backward: every layer's input and the
+// stage's output.
+size_t stage_stash_floats(const Stage *st, int rows);
+
+// Op F: runs x [rows, in] through the stage. With `key` (step and micro-batch set), also
+// propagates the tangents: xdot [K, rows, in] (NULL: zero) plus the parameter tangents
+// v(key, layer, k), regenerated here. With `stash`, keeps what stage_backward needs.
+// *y and *ydot point into the stage's buffers (or the stash) until the next call.
+void stage_forward(Stage *st, const float *params, const TangentKey *key, const float *x,
+                   const float *xdot, int rows, float *stash, const float **y,
+                   const float **ydot);
+
+// Op B: from the output adjoint dy [rows, out] and the stash of stage_forward, adds the
+// parameter gradient into grad (+=) and writes the input adjoint into dx (NULL: skip).
+void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
+                    float *dx, float *grad, int rows);
+
+// grad += sum over micro-batches b < n_mb and tangents k < K of
+//         coeff[b*K + k] * v(key with microbatch = key.microbatch + b, k),
+// the forward-gradient estimate regenerated from the seed.
+void stage_add_tangents(const Stage *st, TangentKey key, int n_mb, const float *coeff,
+                        float *grad);
+
+// dots[b*K + k] = v(key with microbatch = key.microbatch + b, k) . x over the stage's
+// parameters: the stage's share of c . v_b for the control-variate estimator.
+void stage_tangent_dots(const Stage *st, TangentKey key, int n_mb, const float *x, double *dots);
+
+#endif

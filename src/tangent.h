@@ -1,0 +1,31 @@
+// Random tangents for forward gradients, regenerated on demand and never stored.
+//
+// A tangent element is a pure function of (seed, stream, step, micro-batch, layer, k, index):
+// any stage, on any backend, in any order, gets the same value. The key names the *global*
+// layer index, not the pipeline stage, so a model cut into M stages sees exactly the tangents
+// of the same model on one stage.
+#ifndef FGPIPE_TANGENT_H
+#define FGPIPE_TANGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { STREAM_TANGENT = 0, STREAM_INIT = 1, STREAM_SHUFFLE = 2 };
+
+typedef struct {
+    uint32_t seed;
+    uint32_t stream;      // STREAM_*: independent sequences from one seed
+    uint32_t step;        // optimizer step (iteration k)
+    uint32_t microbatch;  // micro-batch within the step (global across replicas)
+    uint32_t layer;       // global layer index
+    uint32_t k;           // which of the K tangents
+} TangentKey;
+
+// out[i] = v[first + i], i < n, with v ~ N(0, 1) elementwise.
+void tangent_fill(TangentKey key, size_t first, size_t n, float *out);
+// y[i] += alpha * v[first + i]
+void tangent_axpy(TangentKey key, size_t first, size_t n, float alpha, float *y);
+// sum_i x[i] * v[first + i], accumulated in double
+double tangent_dot(TangentKey key, size_t first, size_t n, const float *x);
+
+#endif
