@@ -1,5 +1,6 @@
 // Softmax + cross-entropy, mean over the micro-batch.
 #include <math.h>
+#include <stdlib.h>
 
 #include "layer.h"
 
@@ -27,7 +28,7 @@ static int argmax(const float *z, int C) {
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
 static float loss_walk(const float *z, const float *zdot, const unsigned char *labels, int B,
                        int C, int K, float *d, float *dz, int *correct) {
-    float prob[C];
+    float *prob = malloc((size_t)C * sizeof(float));  // heap: C may be large
     double loss = 0.0, dsum[K > 0 ? K : 1];
     int hits = 0;
     for (int k = 0; k < K; k++) dsum[k] = 0.0;
@@ -46,6 +47,7 @@ static float loss_walk(const float *z, const float *zdot, const unsigned char *l
         }
     }
     for (int k = 0; d && k < K; k++) d[k] = (float)(dsum[k] / B);
+    free(prob);
     if (correct) *correct = hits;
     return (float)(loss / B);
 }

@@ -42,9 +42,9 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
     int w[MODEL_MAX_LAYERS / 2 + 1], n = 0;
     const char *s = widths;
     while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0 || v > (1 << 24) || (*end && *end != '-'))
+        char *end = (char *)s;
+        long v = *s >= '0' && *s <= '9' ? strtol(s, &end, 10) : 0;  // digits only: no sign, space
+        if (v <= 0 || v > (1 << 24) || (*end && *end != '-') || (*end == '-' && !end[1]))
             return fg_fail(err, FG_ERR_INPUT,
                            "model: '%s' is not a list of positive widths like 784-1024-10", widths);
         if (n == MODEL_MAX_LAYERS / 2 + 1)

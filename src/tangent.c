@@ -5,25 +5,49 @@
 #include "common.h"
 #include "philox.h"
 
-// Element i comes from Philox block i/4, lane i%4; lanes (0,1) and (2,3) are Box-Muller
-// pairs. The counter carries the element block and the (layer, k, micro-batch, step)
-// coordinates; the key carries (seed, stream).
-static inline Philox4 block_counter(TangentKey key, uint32_t block) {
-    Philox4 c = {{block, (key.layer << 12) ^ key.k, key.microbatch, key.step}};
-    return c;
-}
+// Normals are made in batches of 256 from 64 Philox blocks, laid out so that every loop below
+// runs over contiguous arrays (and vectorises): element i of a tensor lives in batch i/256;
+// at position r = i%256 it is Box-Muller output r/64 of block 64*(i/256) + r%64, where
+// outputs 0,1 come from the block's words (0,1) and outputs 2,3 from words (2,3).
+// The counter carries the block number and (layer, k, micro-batch, step); the key carries
+// (seed, stream). A GPU kernel reproduces exactly this layout.
+#define BATCH 256
+#define BLOCKS (BATCH / 4)
 
-static inline void normals4(TangentKey key, uint32_t block, float z[4]) {
-    Philox4 r = philox4x32_10(block_counter(key, block), key.seed, key.stream);
-    fg_box_muller(r.v[0], r.v[1], &z[0], &z[1]);
-    fg_box_muller(r.v[2], r.v[3], &z[2], &z[3]);
+static void normals_batch(TangentKey key, size_t batch, float *restrict out) {
+    uint32_t c0[BLOCKS], c1[BLOCKS], c2[BLOCKS], c3[BLOCKS];
+    const uint32_t first_block = (uint32_t)(batch * BLOCKS), coords = (key.layer << 12) ^ key.k;
+    for (int i = 0; i < BLOCKS; i++) {
+        c0[i] = first_block + (uint32_t)i;
+        c1[i] = coords;
+        c2[i] = key.microbatch;
+        c3[i] = key.step;
+    }
+    uint32_t k0 = key.seed, k1 = key.stream;
+    for (int round = 0; round < 10; round++) {
+#pragma omp simd
+        for (int i = 0; i < BLOCKS; i++) {
+            uint64_t p0 = (uint64_t)PHILOX_M0 * c0[i], p1 = (uint64_t)PHILOX_M1 * c2[i];
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[i] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[i] ^ k1;
+            c0[i] = n0;
+            c1[i] = (uint32_t)p1;
+            c2[i] = n2;
+            c3[i] = (uint32_t)p0;
+        }
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+#pragma omp simd
+    for (int i = 0; i < BLOCKS; i++) {
+        fg_box_muller(c0[i], c1[i], &out[i], &out[BLOCKS + i]);
+        fg_box_muller(c2[i], c3[i], &out[2 * BLOCKS + i], &out[3 * BLOCKS + i]);
+    }
 }
 
 // The three entry points share one walker. The range is cut into fixed groups of
 // GROUP elements (one OpenMP task each, so the work split never depends on the thread
-// count), each group is generated in 4-wide blocks of CHUNK normals, and dot products are
-// summed per group, then across groups in order: bitwise reproducible on any thread count.
-#define CHUNK 256
+// count), and dot products are summed per group, then across groups in order: bitwise
+// reproducible on any number of threads.
 #define GROUP 65536
 
 typedef enum { OP_FILL, OP_AXPY, OP_DOT } TangentOp;
@@ -31,13 +55,12 @@ typedef enum { OP_FILL, OP_AXPY, OP_DOT } TangentOp;
 static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, TangentOp op,
                          float alpha, float *y, const float *x) {
     double sum = 0.0;
-    float v[CHUNK + 8];
-    for (size_t clo = lo; clo < hi; clo += CHUNK) {
-        size_t chi = FG_MIN(clo + CHUNK, hi);
-        size_t b0 = clo / 4, b1 = (chi + 3) / 4;
-        for (size_t b = b0; b < b1; b++) normals4(key, (uint32_t)b, &v[(b - b0) * 4]);
-        const float *vv = v + (clo - b0 * 4);
-        size_t len = chi - clo, off = clo - first;
+    float v[BATCH];
+    for (size_t blo = lo / BATCH * BATCH; blo < hi; blo += BATCH) {
+        normals_batch(key, blo / BATCH, v);
+        size_t a = FG_MAX(blo, lo), b = FG_MIN(blo + BATCH, hi);
+        const float *vv = v + (a - blo);
+        size_t len = b - a, off = a - first;
         if (op == OP_FILL) {
             for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
         } else if (op == OP_AXPY) {

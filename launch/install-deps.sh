@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages fgpipe needs; does nothing when all are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config        # C11 toolchain and build
+  zlib1g-dev libcmocka-dev                 # gzip IDX files, unit tests
+  libopenblas-dev libopenblas-openmp-dev   # GEMM (the OpenMP build shares our thread pool)
+  openmpi-bin libopenmpi-dev               # pipeline ranks
+  libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump
+  python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path
+  dataset-fashion-mnist                    # the default training data
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The command line refuses bad input with exit code 2 and a message naming the problem.
+# usage: cli_errors.sh FGPIPE CONFIG
+set -u
+fgpipe=$1 config=$2
+failures=0 passed=0
+
+expect() {  # expect CODE NEEDLE ARGS...
+  local code=$1 needle=$2; shift 2
+  local out rc
+  out=$("$fgpipe" "$@" 2>&1); rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: fgpipe $* -> exit $rc (want $code), output: $out (want '$needle')"
+    failures=$((failures + 1))
+  else
+    passed=$((passed + 1))
+  fi
+}
+
+expect 2 "unknown config key 'colour'" train --config "$config" --set colour=red
+expect 2 "mode: 'sideways' is not one of bp|fg" train --config "$config" --set mode=sideways
+expect 2 "lr: 'fast' is not a number" train --config "$config" --set lr=fast
+expect 2 "expected key=value" train --config "$config" --set lr
+expect 2 "No such file" train --config /nonexistent.conf
+expect 2 "needs --config" train
+expect 2 "unknown or incomplete argument '--bogus'" train --config "$config" --bogus
+expect 2 "model: '784-x-10' is not a list" train --config "$config" --set model=784-x-10 --set steps=1
+expect 2 "takes 100 features" train --config "$config" --set model=100-10 --set steps=1
+expect 2 "dataset-fashion-mnist" train --config "$config" --set data_dir=/nonexistent --set steps=1
+expect 2 "usage" bogus-command
+expect 0 "config keys" --help
+
+echo "cli_errors: $passed passed, $failures failed"
+[ "$failures" -eq 0 ]

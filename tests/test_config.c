@@ -1,0 +1,129 @@
+// Config parsing: every bad input is refused with a message that names the key and the cause.
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static void expect_error(Config *c, const char *key, const char *value, const char *needle) {
+    FgError err = {0};
+    assert_int_equal(config_set(c, key, value, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, needle)) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_set_values(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    FgError err = {0};
+    assert_int_equal(config_set(&c, "mode", "fg", &err), FG_OK);
+    assert_int_equal(c.mode, MODE_FG);
+    assert_int_equal(config_set(&c, "lr", "3e-4", &err), FG_OK);
+    assert_true(c.lr == 3e-4);
+    assert_int_equal(config_set(&c, "seed", "4294967295", &err), FG_OK);
+    assert_int_equal(c.seed, 4294967295u);
+    assert_int_equal(config_set(&c, "optimizer", "sgd", &err), FG_OK);
+    assert_int_equal(c.optimizer, OPT_SGD);
+}
+
+static void test_bad_values(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    expect_error(&c, "colour", "red", "unknown config key 'colour'");
+    expect_error(&c, "colour", "red", "micro_batch");  // lists the known keys
+    expect_error(&c, "mode", "sideways", "bp|fg");
+    expect_error(&c, "lr", "fast", "lr: 'fast' is not a number");
+    expect_error(&c, "lr", "1e-3x", "not a number");
+    expect_error(&c, "lr", "nan", "not a number");
+    expect_error(&c, "epochs", "1.5", "whole number");
+    expect_error(&c, "tangents", "0", "outside [1, 4096]");
+    expect_error(&c, "micro_batch", "-4", "outside");
+    expect_error(&c, "seed", "4294967296", "outside");
+    expect_error(&c, "model", "", "model");
+}
+
+static char *write_temp(const char *text) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/fgpipe-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+static void test_load_file(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    FgError err = {0};
+    char *path = write_temp("# comment\n\nmode = fg   # trailing comment\n  tangents=4\nlr = 0.01\n");
+    assert_int_equal(config_load(&c, path, &err), FG_OK);
+    assert_int_equal(c.mode, MODE_FG);
+    assert_int_equal(c.tangents, 4);
+    assert_true(c.lr == 0.01);
+    unlink(path);
+
+    // The resolved config written by config_write loads back to the same values.
+    char dump[] = "/tmp/fgpipe-dump-XXXXXX";
+    int fd = mkstemp(dump);
+    FILE *f = fdopen(fd, "w");
+    config_write(&c, f);
+    fclose(f);
+    Config d;
+    config_defaults(&d);
+    assert_int_equal(config_load(&d, dump, &err), FG_OK);
+    assert_memory_equal(&c, &d, sizeof c);
+    unlink(dump);
+}
+
+static void test_load_errors(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    FgError err = {0};
+    assert_int_equal(config_load(&c, "/nonexistent/x.conf", &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "/nonexistent/x.conf"));
+    assert_non_null(strstr(err.msg, "No such file"));
+
+    char *path = write_temp("mode = bp\nthis line has no equals sign\n");
+    assert_int_equal(config_load(&c, path, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, ":2:"));  // names the line
+    unlink(path);
+
+    path = write_temp("mode = bp\nepochs = many\n");
+    assert_int_equal(config_load(&c, path, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, ":2: epochs: 'many' is not a number"));
+    unlink(path);
+}
+
+static void test_validate(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    FgError err = {0};
+    assert_int_equal(config_validate(&c, &err), FG_OK);
+    c.steps = 0, c.epochs = 0;
+    assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "steps"));
+    config_defaults(&c);
+    c.min_lr = 1.0;
+    assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "min_lr"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_set_values), cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_validate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
