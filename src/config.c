@@ -42,6 +42,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_REAL, beta2, 0, 1, "Adam second-moment decay"),
     NUM(KEY_REAL, eps, 0, 1, "Adam epsilon"),
     NUM(KEY_REAL, weight_decay, 0, 1, "decoupled weight decay per unit of learning rate"),
+    NUM(KEY_REAL, clip_norm, 0, 1e30, "clip the gradient (estimate) to this L2 norm; 0: off"),
     NUM(KEY_UINT32, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
     NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
     NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
@@ -211,6 +212,7 @@ OptimizerConfig config_optimizer(const Config *c) {
         .beta2 = c->beta2,
         .eps = c->eps,
         .weight_decay = c->weight_decay,
+        .clip_norm = c->clip_norm,
     };
     return o;
 }

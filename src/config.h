@@ -24,7 +24,7 @@ typedef struct {
     int epochs;            // used when steps == 0
     int steps;             // optimizer steps; 0: derived from epochs
     int optimizer;         // OptimizerKind
-    double lr, min_lr, momentum, beta1, beta2, eps, weight_decay;
+    double lr, min_lr, momentum, beta1, beta2, eps, weight_decay, clip_norm;
     int warmup_steps;
     int lr_schedule;       // LrSchedule
     uint32_t seed;

@@ -12,15 +12,27 @@ double lr_at(const OptimizerConfig *c, long step, long total_steps) {
     return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * (t > 1.0 ? 1.0 : t)));
 }
 
+double squared_norm(const float *x, size_t n) {
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) if (n > 65536)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+float optimizer_clip_scale(const OptimizerConfig *c, double norm2) {
+    double norm = sqrt(norm2);
+    return c->clip_norm > 0 && norm > c->clip_norm ? (float)(c->clip_norm / norm) : 1.0f;
+}
+
 void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float *state, size_t n) {
+                    float g_scale, float *state, size_t n) {
     const float decay = (float)(1.0 - lr * c->weight_decay);
     if (c->kind == OPT_SGD) {
         const float mu = (float)c->momentum, a = (float)lr;
         float *vel = state;
 #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) {
-            vel[i] = mu * vel[i] + g[i];
+            vel[i] = mu * vel[i] + g_scale * g[i];
             params[i] = decay * params[i] - a * vel[i];
         }
         return;
@@ -33,8 +45,9 @@ void optimizer_step(const OptimizerConfig *c, long step, double lr, float *param
     float *m = state, *v = state + n;
 #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        float gi = g_scale * g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         params[i] = decay * params[i] - a * m[i] / (sqrtf(v[i]) + eps_hat);
     }
 }

@@ -15,6 +15,7 @@ typedef struct {
     double momentum;        // SGD
     double beta1, beta2, eps;  // Adam
     double weight_decay;    // decoupled (AdamW style), also applied by SGD
+    double clip_norm;       // > 0: scale the gradient down to this L2 norm when larger
 } OptimizerConfig;
 
 // Optimizer state: one or two buffers the size of the parameters (momentum; Adam's m and v).
@@ -22,9 +23,16 @@ int optimizer_state_buffers(OptimizerKind kind);
 
 double lr_at(const OptimizerConfig *c, long step, long total_steps);
 
+// The factor that brings a gradient of squared norm `norm2` down to clip_norm (1 if off or
+// already smaller). With pipeline stages, norm2 is the sum of the stages' parts.
+float optimizer_clip_scale(const OptimizerConfig *c, double norm2);
+
 // One update of n parameters with gradient g. step counts from 0 (Adam's bias correction);
 // state holds optimizer_state_buffers(kind) buffers of n floats each, back to back.
+// g_scale multiplies the gradient (the clip scale).
 void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float *state, size_t n);
+                    float g_scale, float *state, size_t n);
+
+double squared_norm(const float *x, size_t n);
 
 #endif

@@ -102,38 +102,33 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     }
 }
 
-void stage_add_tangents(const Stage *st, TangentKey key, int n_mb, const float *coeff,
-                        float *grad) {
+// Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
+// and either adds coeff * v into grad or accumulates v . x into dots.
+static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float *coeff,
+                         float *grad, const float *x, double *dots) {
     int K = st->tangents;
     uint32_t mb0 = key.microbatch;
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
+        size_t off = L->param_offset - st->param_base;
         if (!L->param_count) continue;
         key.layer = (uint32_t)l;
         for (int b = 0; b < n_mb; b++)
             for (int k = 0; k < K; k++) {
                 key.microbatch = mb0 + (uint32_t)b;
                 key.k = (uint32_t)k;
-                tangent_axpy(key, 0, L->param_count, coeff[b * K + k],
-                             grad + (L->param_offset - st->param_base));
+                if (grad) tangent_axpy(key, 0, L->param_count, coeff[b * K + k], grad + off);
+                else dots[b * K + k] += tangent_dot(key, 0, L->param_count, x + off);
             }
     }
 }
 
+void stage_add_tangents(const Stage *st, TangentKey key, int n_mb, const float *coeff,
+                        float *grad) {
+    tangent_pass(st, key, n_mb, coeff, grad, NULL, NULL);
+}
+
 void stage_tangent_dots(const Stage *st, TangentKey key, int n_mb, const float *x, double *dots) {
-    int K = st->tangents;
-    uint32_t mb0 = key.microbatch;
-    for (int i = 0; i < n_mb * K; i++) dots[i] = 0.0;
-    for (int l = st->first; l < st->last; l++) {
-        const Layer *L = &st->model->layers[l];
-        if (!L->param_count) continue;
-        key.layer = (uint32_t)l;
-        for (int b = 0; b < n_mb; b++)
-            for (int k = 0; k < K; k++) {
-                key.microbatch = mb0 + (uint32_t)b;
-                key.k = (uint32_t)k;
-                dots[b * K + k] += tangent_dot(key, 0, L->param_count,
-                                               x + (L->param_offset - st->param_base));
-            }
-    }
+    for (int i = 0; i < n_mb * st->tangents; i++) dots[i] = 0.0;
+    tangent_pass(st, key, n_mb, NULL, NULL, x, dots);
 }

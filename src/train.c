@@ -166,7 +166,8 @@ int train_run(const Config *c, const char *out_dir, TrainResult *res, FgError *e
         size_t sample0 = (size_t)(step % per_epoch) * batch;
         double loss = step_gradient(&t, c, step, sample0);
         double lr = lr_at(&oc, step, total);
-        optimizer_step(&oc, step, lr, t.params, t.grad, t.opt_state, t.model.n_params);
+        float clip = optimizer_clip_scale(&oc, oc.clip_norm > 0 ? squared_norm(t.grad, t.model.n_params) : 0.0);
+        optimizer_step(&oc, step, lr, t.params, t.grad, clip, t.opt_state, t.model.n_params);
         train_time += wall_seconds() - t0;
 
         recent[step % WINDOW] = loss;
