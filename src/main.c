@@ -68,11 +68,12 @@ static int cmd_train(int argc, char **argv) {
     }
     if (config_validate(&cfg, &err)) return fail(&err);
 
-    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), micro-batch %d x %d, optimizer %s lr %g, seed %u\n",
-            cfg.mode == MODE_FG ? "fg" : "bp",
-            cfg.mode == MODE_FG ? (cfg.tangents > 1 ? " (K>1)" : " (1 tangent)") : "",
-            cfg.model, cfg.activation, cfg.micro_batches, cfg.micro_batch,
-            cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
+    char tangents[32] = "";
+    if (cfg.mode == MODE_FG) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);
+    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
+            cfg.mode == MODE_FG ? "fg" : "bp", tangents, cfg.model, cfg.activation,
+            cfg.micro_batches, cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr,
+            cfg.seed);
     TrainResult res;
     if (train_run(&cfg, out_dir, &res, &err)) return fail(&err);
     printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
