@@ -1,8 +1,8 @@
 // Training throughput and memory of bp and fg on the default MLP, against OpenBLAS's own
 // sgemm on the same GEMM shapes. Prints one table. Usage: fgpipe-bench [CONFIG] [STEPS]
 //
-// Each training mode runs in its own child process (so peak RSS is that mode's own), through
-// the same train_run as `fgpipe train`, on the real data.
+// Each measurement runs in its own child process: peak RSS is then that mode's own, and the
+// parent never starts an OpenMP thread pool (libgomp's pool does not survive fork()).
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +83,24 @@ static double time_bp_gemms(const Model *m, int B, int reps, double *flops) {
     return t;
 }
 
+static double sgemm_gflops_in_child(const Model *m, int B) {
+    int fds[2];
+    double gflops = 0;
+    if (pipe(fds)) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        double flops, seconds = time_bp_gemms(m, B, 50, &flops);
+        gflops = flops / seconds / 1e9;
+        _exit(write(fds[1], &gflops, sizeof gflops) != sizeof gflops);
+    }
+    close(fds[1]);
+    if (read(fds[0], &gflops, sizeof gflops) != sizeof gflops) gflops = 0;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    return gflops;
+}
+
 int main(int argc, char **argv) {
     const char *config_path = argc > 1 ? argv[1] : "launch/configs/fashion-mnist-mlp.conf";
     int steps = argc > 2 ? atoi(argv[2]) : 200;
@@ -97,8 +115,11 @@ int main(int argc, char **argv) {
     printf("fgpipe bench: model %s (%zu params), micro-batch %d x %d, %d steps per mode\n\n",
            c.model, m.n_params, c.micro_batches, c.micro_batch, steps);
 
-    double gemm_flops, gemm_s = time_bp_gemms(&m, c.micro_batch, 50, &gemm_flops);
-    double gemm_gflops = gemm_flops / gemm_s / 1e9;
+    double gemm_gflops = sgemm_gflops_in_child(&m, c.micro_batch);
+    if (gemm_gflops <= 0) {
+        fprintf(stderr, "bench: sgemm timing failed\n");
+        return 1;
+    }
     // The counted FLOPs of a bp step: 6 x params x samples (forward 2, backward 4).
     double bp_flops_per_sample = 6.0 * (double)m.n_params;
 
