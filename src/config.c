@@ -26,7 +26,13 @@ static const ConfigKey KEYS[] = {
     STR(data_dir, "directory with the IDX files (train-*, t10k-*)"),
     STR(model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10"),
     STR(activation, "activation after each hidden linear layer: relu | gelu"),
-    CHOICE(mode, "bp|fg", "bp: backprop; fg: forward gradient (JVP along random tangents)"),
+    CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
+    CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
+    CHOICE(estimator, "auto|fg|cv", "fg+bp estimator: cv (control variate, the auto choice) or plain fg"),
+    NUM(KEY_INT, lag, 0, 1, "fg+bp: 0 uses this step's exact gradient, 1 the previous step's (fits more bubbles)"),
+    NUM(KEY_INT, select, -1, 1 << 16, "fg+bp: micro-batches backpropagated per step; -1: auto, as many as fit the bubbles"),
+    NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be a multiple of M"),
+    STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance by parameter count"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1 << 16, "micro-batches per optimizer step"),
@@ -55,6 +61,9 @@ void config_defaults(Config *c) {
     snprintf(c->model, sizeof c->model, "784-1024-1024-1024-10");
     snprintf(c->activation, sizeof c->activation, "relu");
     c->mode = MODE_BP;
+    c->select = -1;
+    c->stages = 1;
+    snprintf(c->boundaries, sizeof c->boundaries, "auto");
     c->tangents = 1;
     c->micro_batch = 32;
     c->micro_batches = 4;
@@ -173,6 +182,9 @@ int config_load(Config *c, const char *path, FgError *err) {
 int config_validate(const Config *c, FgError *err) {
     if (c->steps == 0 && c->epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
+    if (c->select > c->micro_batches)
+        return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
+                       c->micro_batches);
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

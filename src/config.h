@@ -11,13 +11,21 @@
 #include "common.h"
 #include "optimizer.h"
 
-typedef enum { MODE_BP, MODE_FG } Mode;
+typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
+typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
+typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV } EstimatorChoice;
 
 typedef struct {
     char data_dir[256];    // IDX files (train-*, t10k-*)
     char model[256];       // MLP widths "784-1024-10"
     char activation[16];   // relu | gelu
     int mode;              // Mode
+    int schedule;          // ScheduleKind (bp)
+    int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
+    int lag;               // fg+bp: 0 corrects with this step's exact gradient, 1 with the last
+    int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
+    int stages;            // M pipeline stages (one per rank)
+    char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     int tangents;          // K tangents per micro-batch (fg)
     int micro_batch;       // B samples per micro-batch
     int micro_batches;     // N micro-batches per optimizer step

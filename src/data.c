@@ -253,7 +253,7 @@ void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int ro
     size_t f = (size_t)ds->features;
     for (int r = 0; r < rows; r++) {
         size_t src = order[first + (size_t)r];
-        memcpy(x + (size_t)r * f, ds->x + src * f, f * sizeof(float));
-        labels[r] = ds->labels[src];
+        if (x) memcpy(x + (size_t)r * f, ds->x + src * f, f * sizeof(float));
+        if (labels) labels[r] = ds->labels[src];
     }
 }

@@ -73,16 +73,22 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
     return FG_OK;
 }
 
-void model_init_params(const Model *m, float *params, uint32_t seed) {
+void model_init_range(const Model *m, int first, int last, float *params, uint32_t seed) {
+    size_t base = model_range_offset(m, first);
     for (int t = 0; t < m->n_tensors; t++) {
         const TensorView *tv = &m->tensors[t];
-        float *p = params + tv->offset;
+        if (tv->layer < first || tv->layer >= last) continue;
+        float *p = params + (tv->offset - base);
         size_t n = (size_t)tv->rows * tv->cols;
         memset(p, 0, n * sizeof(float));
         if (tv->cols == 1) continue;  // biases start at zero
         TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = (uint32_t)tv->layer};
         tangent_axpy(key, 0, n, sqrtf(2.0f / (float)tv->cols), p);
     }
+}
+
+void model_init_params(const Model *m, float *params, uint32_t seed) {
+    model_init_range(m, 0, m->n_layers, params, seed);
 }
 
 size_t model_range_offset(const Model *m, int first) {

@@ -40,6 +40,8 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
 // Kaiming-normal weights (std sqrt(2/in)) and zero biases, drawn from the counter-based
 // generator with the seed, so initial weights do not depend on how the model is split.
 void model_init_params(const Model *m, float *params, uint32_t seed);
+// The same values for layers [first, last) only, into their slice (a pipeline stage's).
+void model_init_range(const Model *m, int first, int last, float *params, uint32_t seed);
 
 // Parameters owned by layers [first, last): where they start and how many.
 size_t model_range_offset(const Model *m, int first);

@@ -519,27 +519,47 @@ static void write_json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-int schedule_write_chrome_trace(const Schedule *S, FILE *f, const char *label, FgError *err) {
-    if (!S || !f) return fg_fail(err, FG_ERR_INPUT, "schedule trace: schedule or file is NULL");
-    if (!label) label = schedule_mode_name(S->mode);
+int schedule_write_chrome_traces(const Schedule *const *scheds, const char *const *labels, int n,
+                                 FILE *f, FgError *err) {
+    if (!scheds || !f || n < 1) return fg_fail(err, FG_ERR_INPUT, "schedule trace: nothing to write");
     fputs("{\"traceEvents\":[", f);
-    for (int i = 0; i < S->n_ops; i++) {
-        const ScheduledOp *o = &S->ops[i];
-        char name[32];
-        if (o->kind == OP_U) snprintf(name, sizeof name, "U");
-        else snprintf(name, sizeof name, "%c%d%s", o->kind == OP_F ? 'F' : 'B', o->microbatch,
-                      o->iteration_offset ? "'" : "");
-        fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":", i ? "," : "", name);
+    int first = 1;
+    for (int t = 0; t < n; t++) {
+        const Schedule *S = scheds[t];
+        const char *label = labels && labels[t] ? labels[t] : schedule_mode_name(S->mode);
+        // Metadata events name the process (one per timeline) and its tracks (one per stage).
+        fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":",
+                first ? "" : ",", t);
         write_json_string(f, label);
-        fprintf(f, ",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                   "\"args\":{\"stage\":%d,\"microbatch\":%d,\"iteration_offset\":%d}}",
-                o->stage, o->start * 1e6, (o->end - o->start) * 1e6, o->stage, o->microbatch,
-                o->iteration_offset);
+        fputs("}}", f);
+        first = 0;
+        for (int s = 0; s < S->M; s++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"name\":\"stage %d\"}}", t, s, s);
+        for (int i = 0; i < S->n_ops; i++) {
+            const ScheduledOp *o = &S->ops[i];
+            char name[32];
+            if (o->kind == OP_U) snprintf(name, sizeof name, "U");
+            else snprintf(name, sizeof name, "%c%d%s", o->kind == OP_F ? 'F' : 'B', o->microbatch,
+                          o->iteration_offset ? "'" : "");
+            fprintf(f, ",\n{\"name\":\"%s\",\"cat\":", name);
+            write_json_string(f, label);
+            fprintf(f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                       "\"args\":{\"stage\":%d,\"microbatch\":%d,\"iteration_offset\":%d}}",
+                    t, o->stage, o->start * 1e6, (o->end - o->start) * 1e6, o->stage, o->microbatch,
+                    o->iteration_offset);
+        }
     }
+    const Schedule *S = scheds[0];
     fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"label\":", f);
-    write_json_string(f, label);
+    write_json_string(f, labels && labels[0] ? labels[0] : schedule_mode_name(S->mode));
     fprintf(f, ",\"mode\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"n_sel\":%d,\"lag\":%d}}\n",
             schedule_mode_name(S->mode), S->M, S->N, S->n_sel, S->lag);
     if (ferror(f)) return fg_fail(err, FG_ERR_INTERNAL, "schedule trace: write failed");
     return FG_OK;
+}
+
+int schedule_write_chrome_trace(const Schedule *S, FILE *f, const char *label, FgError *err) {
+    if (!S) return fg_fail(err, FG_ERR_INPUT, "schedule trace: schedule or file is NULL");
+    return schedule_write_chrome_traces(&S, &label, 1, f, err);
 }

@@ -85,5 +85,8 @@ int schedule_check(const Schedule *s, const ScheduleSpec *spec, FgError *err);
 // op, pid 0, tid = stage, name "F3", "B3", "B3'" (lag-1 op) or "U", ts/dur in microseconds,
 // category = label.
 int schedule_write_chrome_trace(const Schedule *s, FILE *f, const char *label, FgError *err);
+// Several timelines in one file, timeline t as pid t named labels[t] (e.g. planned, measured).
+int schedule_write_chrome_traces(const Schedule *const *s, const char *const *labels, int n,
+                                 FILE *f, FgError *err);
 
 #endif

@@ -103,9 +103,10 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
 }
 
 // Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
-// and either adds coeff * v into grad or accumulates v . x into dots.
+// and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
+// n_mb*K per layer of the stage).
 static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float *coeff,
-                         float *grad, const float *x, double *dots) {
+                         float *grad, const float *x, double *dots, int per_layer) {
     int K = st->tangents;
     uint32_t mb0 = key.microbatch;
     for (int l = st->first; l < st->last; l++) {
@@ -118,17 +119,25 @@ static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float 
                 key.microbatch = mb0 + (uint32_t)b;
                 key.k = (uint32_t)k;
                 if (grad) tangent_axpy(key, 0, L->param_count, coeff[b * K + k], grad + off);
-                else dots[b * K + k] += tangent_dot(key, 0, L->param_count, x + off);
+                else dots[(per_layer ? (size_t)(l - st->first) * n_mb * K : 0) + b * K + k] +=
+                    tangent_dot(key, 0, L->param_count, x + off);
             }
     }
 }
 
 void stage_add_tangents(const Stage *st, TangentKey key, int n_mb, const float *coeff,
                         float *grad) {
-    tangent_pass(st, key, n_mb, coeff, grad, NULL, NULL);
+    tangent_pass(st, key, n_mb, coeff, grad, NULL, NULL, 0);
 }
 
 void stage_tangent_dots(const Stage *st, TangentKey key, int n_mb, const float *x, double *dots) {
     for (int i = 0; i < n_mb * st->tangents; i++) dots[i] = 0.0;
-    tangent_pass(st, key, n_mb, NULL, NULL, x, dots);
+    tangent_pass(st, key, n_mb, NULL, NULL, x, dots, 0);
+}
+
+void stage_tangent_dots_by_layer(const Stage *st, TangentKey key, int n_mb, const float *x,
+                                 double *dots) {
+    size_t n = (size_t)(st->last - st->first) * n_mb * st->tangents;
+    for (size_t i = 0; i < n; i++) dots[i] = 0.0;
+    tangent_pass(st, key, n_mb, NULL, NULL, x, dots, 1);
 }

@@ -54,5 +54,9 @@ void stage_add_tangents(const Stage *st, TangentKey key, int n_mb, const float *
 // dots[b*K + k] = v(key with microbatch = key.microbatch + b, k) . x over the stage's
 // parameters: the stage's share of c . v_b for the control-variate estimator.
 void stage_tangent_dots(const Stage *st, TangentKey key, int n_mb, const float *x, double *dots);
+// The same, one row of n_mb*K per layer of the stage (rows of layers without parameters stay
+// 0): summing rows in layer order gives the same bits however the model is cut into stages.
+void stage_tangent_dots_by_layer(const Stage *st, TangentKey key, int n_mb, const float *x,
+                                 double *dots);
 
 #endif

@@ -3,124 +3,22 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
-#include "estimator.h"
 #include "model.h"
-#include "optimizer.h"
+#include "pipeline.h"
 #include "progress.h"
-#include "stage.h"
 
 size_t peak_rss_bytes(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
-}
-
-typedef struct {
-    Model model;
-    Stage stage;
-    Dataset train, test;
-    float *params, *grad, *opt_state;
-    float *x, *dz, *stash, *d, *coeff;  // one micro-batch's input, loss adjoint, stash; fg scalars
-    uint8_t *labels;
-    size_t *order;
-} Trainer;
-
-static void trainer_free(Trainer *t) {
-    stage_free(&t->stage);
-    dataset_free(&t->train);
-    dataset_free(&t->test);
-    void *bufs[] = {t->params, t->grad, t->opt_state, t->x,     t->dz,
-                    t->stash,  t->d,    t->coeff,     t->labels, t->order};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);
-}
-
-static int trainer_init(Trainer *t, const Config *c, FgError *err) {
-    memset(t, 0, sizeof *t);
-    int rc;
-    if ((rc = model_build_mlp(&t->model, c->model, c->activation, err))) return rc;
-    if ((rc = dataset_load_split(&t->train, c->data_dir, "train", err))) return rc;
-    if ((rc = dataset_load_split(&t->test, c->data_dir, "t10k", err))) return rc;
-    const Model *m = &t->model;
-    if (t->train.features != m->in_features || t->train.classes > m->classes)
-        return fg_fail(err, FG_ERR_INPUT,
-                       "model: '%s' takes %d features and %d classes, but the data in %s has %d "
-                       "features and %d classes",
-                       c->model, m->in_features, m->classes, c->data_dir, t->train.features,
-                       t->train.classes);
-    size_t batch = (size_t)c->micro_batch * c->micro_batches;
-    if (batch > t->train.count)
-        return fg_fail(err, FG_ERR_INPUT,
-                       "micro_batch x micro_batches = %zu is more than the %zu training samples",
-                       batch, t->train.count);
-    int K = c->mode == MODE_FG ? c->tangents : 0;
-    if ((rc = stage_init(&t->stage, m, 0, m->n_layers, c->micro_batch, K, err))) return rc;
-    t->params = fg_alloc_floats(m->n_params);
-    t->grad = fg_alloc_floats(m->n_params);
-    t->opt_state = fg_alloc_floats(m->n_params * optimizer_state_buffers(c->optimizer));
-    t->x = fg_alloc_floats((size_t)c->micro_batch * m->in_features);
-    t->labels = fg_alloc_bytes((size_t)c->micro_batch);
-    t->dz = fg_alloc_floats((size_t)c->micro_batch * m->classes);
-    if (c->mode == MODE_BP) t->stash = fg_alloc_floats(stage_stash_floats(&t->stage, c->micro_batch));
-    t->d = fg_alloc_floats((size_t)c->micro_batches * FG_MAX(K, 1));
-    t->coeff = fg_alloc_floats((size_t)c->micro_batches * FG_MAX(K, 1));
-    t->order = fg_alloc_bytes(t->train.count * sizeof(size_t));
-    model_init_params(m, t->params, c->seed);
-    return FG_OK;
-}
-
-// Mean loss and accuracy over the test set, in micro-batch-sized chunks.
-static void evaluate(Trainer *t, double *loss, double *acc) {
-    const Dataset *ds = &t->test;
-    int rows = t->stage.max_rows, C = t->model.classes;
-    double total = 0.0;
-    long hits = 0;
-    for (size_t first = 0; first < ds->count; first += rows) {
-        int n = (int)FG_MIN((size_t)rows, ds->count - first);
-        const float *logits;
-        stage_forward(&t->stage, t->params, NULL, ds->x + first * ds->features, NULL, n, NULL,
-                      &logits, NULL);
-        int correct;
-        total += (double)loss_forward(logits, ds->labels + first, n, C, &correct) * n;
-        hits += correct;
-    }
-    *loss = total / (double)ds->count;
-    *acc = (double)hits / (double)ds->count;
-}
-
-// One optimizer step's gradient, left in t->grad; returns the mean micro-batch loss.
-static double step_gradient(Trainer *t, const Config *c, long step, size_t sample0) {
-    const Model *m = &t->model;
-    int B = c->micro_batch, N = c->micro_batches, K = t->stage.tangents, C = m->classes;
-    double loss = 0.0;
-    memset(t->grad, 0, m->n_params * sizeof(float));
-    TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
-    for (int b = 0; b < N; b++) {
-        dataset_gather(&t->train, t->order, sample0 + (size_t)b * B, B, t->x, t->labels);
-        const float *logits, *ldot;
-        if (c->mode == MODE_FG) {
-            key.microbatch = (uint32_t)b;
-            stage_forward(&t->stage, t->params, &key, t->x, NULL, B, NULL, &logits, &ldot);
-            loss += loss_jvp(logits, ldot, t->labels, B, C, K, t->d + b * K);
-        } else {
-            stage_forward(&t->stage, t->params, NULL, t->x, NULL, B, t->stash, &logits, NULL);
-            loss += loss_backward(logits, t->labels, B, C, t->dz);
-            for (int i = 0; i < B * C; i++) t->dz[i] /= (float)N;  // mean over micro-batches
-            stage_backward(&t->stage, t->params, t->stash, t->dz, NULL, t->grad, B);
-        }
-    }
-    if (c->mode == MODE_FG) {
-        Estimator est = {EST_FG, N, K};
-        float base;
-        estimator_coefficients(&est, t->d, NULL, t->coeff, &base);
-        key.microbatch = 0;
-        stage_add_tangents(&t->stage, key, N, t->coeff, t->grad);
-    }
-    return loss / N;
 }
 
 static FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
@@ -131,91 +29,190 @@ static FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
     return f;
 }
 
-int train_run(const Config *c, const char *out_dir, TrainResult *res, FgError *err) {
-    memset(res, 0, sizeof *res);
-    FILE *loss_csv = NULL;
-    if (out_dir) {
-        if (mkdir(out_dir, 0755) && errno != EEXIST)
-            return fg_fail(err, FG_ERR_INPUT, "--out %s: %s", out_dir, strerror(errno));
-        FILE *cf = open_in_dir(out_dir, "config.txt", err);
-        if (!cf) return FG_ERR_INPUT;
-        config_write(c, cf);
-        fclose(cf);
-        if (!(loss_csv = open_in_dir(out_dir, "loss.csv", err))) return FG_ERR_INPUT;
-        fprintf(loss_csv, "step,loss,lr\n");
+static void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
+    fprintf(stderr, "fgpipe: %d stage%s:", M, M > 1 ? "s" : "");
+    for (int s = 0; s < M; s++)
+        fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
+                m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
+    ScheduleStats st = schedule_stats(&p->sched);
+    fprintf(stderr, "\nfgpipe: timetable %s, %d of %d micro-batches backpropagated, planned bubble %.1f%%",
+            schedule_mode_name(p->sched.mode), p->n_sel, p->sched.N, 100 * st.bubble_fraction);
+    if (p->sched.mode == SCHED_FG_BP)
+        fprintf(stderr, ", %.1f%% of it used by B ops (lag %d)", 100 * st.bubble_used_by_b, p->sched.lag);
+    fputc('\n', stderr);
+}
+
+// Planned and measured timelines of one step: every stage contributes its measured ops, one
+// sum gathers them, stage 0 writes both as Chrome trace JSON (pid 0 planned, 1 measured).
+static int write_trace(Pipeline *p, const char *path, FgError *err) {
+    int n = p->sched.n_ops, rc;
+    int s = p->tr->stage, lo = p->sched.stage_first[s], hi = lo + p->sched.stage_count[s];
+    double *times = calloc((size_t)2 * n, sizeof(double));
+    memcpy(times + 2 * lo, p->measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
+    rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
+    if (!rc && s == 0) {
+        Schedule measured = p->sched;
+        measured.ops = malloc((size_t)n * sizeof(ScheduledOp));
+        memcpy(measured.ops, p->sched.ops, (size_t)n * sizeof(ScheduledOp));
+        for (int i = 0; i < n; i++) measured.ops[i].start = times[2 * i], measured.ops[i].end = times[2 * i + 1];
+        FILE *f = fopen(path, "w");
+        if (!f) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));
+        else {
+            const Schedule *both[2] = {&p->sched, &measured};
+            const char *labels[2] = {"planned", "measured"};
+            rc = schedule_write_chrome_traces(both, labels, 2, f, err);
+            if (fclose(f) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: write failed", path);
+        }
+        free(measured.ops);
     }
-    Trainer t;
-    int rc = trainer_init(&t, c, err);
-    if (rc) {
-        trainer_free(&t);
-        if (loss_csv) fclose(loss_csv);
-        return rc;
+    free(times);
+    return rc;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int save_params(const Pipeline *p, const char *path, FgError *err) {
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
+    size_t bytes = p->n * sizeof(float);
+    ssize_t put = pwrite(fd, p->params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
+    int rc = close(fd);
+    if (put != (ssize_t)bytes || rc)
+        return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
+    return FG_OK;
+}
+
+int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainResult *res,
+              FgError *err) {
+    const char *out_dir = outputs ? outputs->out_dir : NULL;
+    const char *trace_path = outputs ? outputs->trace_path : NULL;
+    memset(res, 0, sizeof *res);
+    int M = t->stages, reporter = t->stage == M - 1, rc;
+    Model m;
+    Dataset train = {0}, test = {0};
+    Pipeline p = {0};
+    FILE *loss_csv = NULL;
+    double *step_times = NULL;
+    if ((rc = model_build_mlp(&m, c->model, c->activation, err))) return rc;
+    if ((rc = partition_layers(&m, M, c->boundaries, res->layout, err))) return rc;
+    if ((rc = dataset_load_split(&train, c->data_dir, "train", err))) goto done;
+    if ((rc = dataset_load_split(&test, c->data_dir, "t10k", err))) goto done;
+    if (train.features != m.in_features || train.classes > m.classes) {
+        rc = fg_fail(err, FG_ERR_INPUT,
+                     "model: '%s' takes %d features and %d classes, but the data in %s has %d "
+                     "features and %d classes",
+                     c->model, m.in_features, m.classes, c->data_dir, train.features, train.classes);
+        goto done;
     }
     size_t batch = (size_t)c->micro_batch * c->micro_batches;
-    long per_epoch = (long)(t.train.count / batch);
+    if (batch > train.count) {
+        rc = fg_fail(err, FG_ERR_INPUT, "micro_batch x micro_batches = %zu is more than the %zu training samples",
+                     batch, train.count);
+        goto done;
+    }
+    if ((rc = pipeline_init(&p, c, &m, res->layout, t, &train, err))) goto done;
+    if (t->stage == 0) print_layout(&m, res->layout, M, &p);
+    if (out_dir && reporter) {
+        if (mkdir(out_dir, 0755) && errno != EEXIST) {
+            rc = fg_fail(err, FG_ERR_INPUT, "--out %s: %s", out_dir, strerror(errno));
+            goto done;
+        }
+        FILE *cf = open_in_dir(out_dir, "config.txt", err);
+        if (!cf) {
+            rc = FG_ERR_INPUT;
+            goto done;
+        }
+        config_write(c, cf);
+        fclose(cf);
+        if (!(loss_csv = open_in_dir(out_dir, "loss.csv", err))) {
+            rc = FG_ERR_INPUT;
+            goto done;
+        }
+        fprintf(loss_csv, "step,loss,lr\n");
+    }
+
+    long per_epoch = (long)(train.count / batch);
     long total = c->steps ? c->steps : (long)c->epochs * per_epoch;
+    size_t *order = fg_alloc_bytes(train.count * sizeof(size_t));
+    step_times = fg_alloc_bytes((size_t)total * sizeof(double));
     OptimizerConfig oc = config_optimizer(c);
     Progress prog;
     progress_init(&prog, stderr, total, c->print_every);
     enum { WINDOW = 20 };
     double recent[WINDOW], train_time = 0.0;
-    for (long step = 0; step < total; step++) {
-        double t0 = wall_seconds();
-        long epoch = step / per_epoch;
-        if (step % per_epoch == 0) dataset_shuffle(t.order, t.train.count, c->seed, (uint32_t)epoch);
-        size_t sample0 = (size_t)(step % per_epoch) * batch;
-        double loss = step_gradient(&t, c, step, sample0);
-        double lr = lr_at(&oc, step, total);
-        float clip = optimizer_clip_scale(&oc, oc.clip_norm > 0 ? squared_norm(t.grad, t.model.n_params) : 0.0);
-        optimizer_step(&oc, step, lr, t.params, t.grad, clip, t.opt_state, t.model.n_params);
-        train_time += wall_seconds() - t0;
-
-        recent[step % WINDOW] = loss;
-        if (step + 1 == FG_MIN(total, WINDOW)) {
+    for (long step = 0; step < total && !rc; step++) {
+        if (step % per_epoch == 0) dataset_shuffle(order, train.count, c->seed, (uint32_t)(step / per_epoch));
+        StepResult sr;
+        rc = pipeline_step(&p, step, total, order, (size_t)(step % per_epoch) * batch, &sr, err);
+        if (rc) break;
+        train_time += sr.seconds;
+        step_times[step] = sr.seconds;
+        recent[step % WINDOW] = sr.loss;
+        if (step + 1 == FG_MIN(total, WINDOW))
             for (int i = 0; i <= step; i++) res->first_loss += recent[i] / (double)(step + 1);
+        if (!isfinite(sr.loss)) {
+            rc = fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: lower lr (now %g)", sr.loss, step, c->lr);
+            break;
         }
-        if (loss_csv) fprintf(loss_csv, "%ld,%.6f,%.6g\n", step, loss, lr);
-        progress_step(&prog, step, loss, lr, (long)((step + 1) * batch));
-        if (!isfinite(loss)) {
-            progress_finish(&prog);
-            trainer_free(&t);
-            if (loss_csv) fclose(loss_csv);
-            return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: lower lr (now %g)", loss,
-                           step, c->lr);
-        }
+        double lr = lr_at(&oc, step, total);
+        if (loss_csv) fprintf(loss_csv, "%ld,%.6f,%.6g\n", step, sr.loss, lr);
+        if (reporter) progress_step(&prog, step, sr.loss, lr, (long)((step + 1) * batch));
         if (c->eval_every && (step + 1) % c->eval_every == 0 && step + 1 < total) {
             double tl, ta;
-            evaluate(&t, &tl, &ta);
-            fprintf(stderr, "%seval step %ld: test loss %.4f  test accuracy %.4f\n",
-                    prog.is_tty ? "\n" : "", step + 1, tl, ta);
+            if ((rc = pipeline_evaluate(&p, &test, &tl, &ta, err))) break;
+            if (reporter)
+                fprintf(stderr, "%seval step %ld: test loss %.4f  test accuracy %.4f\n",
+                        prog.is_tty ? "\n" : "", step + 1, tl, ta);
         }
     }
-    progress_finish(&prog);
+    fg_free(order);
+    if (reporter) progress_finish(&prog);
+    if (rc) goto done;
     long window = FG_MIN(total, WINDOW);
     for (long i = 0; i < window; i++) res->final_loss += recent[(total - 1 - i) % WINDOW] / window;
-    evaluate(&t, &res->test_loss, &res->test_acc);
+    if ((rc = pipeline_evaluate(&p, &test, &res->test_loss, &res->test_acc, err))) goto done;
+    if (trace_path && (rc = write_trace(&p, trace_path, err))) goto done;
+    if (outputs && outputs->params_path && (rc = save_params(&p, outputs->params_path, err))) goto done;
+    qsort(step_times, (size_t)total, sizeof(double), compare_doubles);
+    ScheduleStats st = schedule_stats(&p.sched);
     res->steps = total;
     res->train_seconds = train_time;
     res->samples_per_s = train_time > 0 ? (double)total * batch / train_time : 0.0;
-    res->n_params = t.model.n_params;
+    res->step_seconds = step_times[total / 2];
+    res->n_params = m.n_params;
+    res->stages = M;
+    res->n_sel = p.n_sel;
+    res->bubble_planned = st.bubble_fraction;
+    res->bubble_used_by_b = st.bubble_used_by_b;
     res->peak_rss_bytes = peak_rss_bytes();
-    trainer_free(&t);
+done:
+    fg_free(step_times);
     if (loss_csv) fclose(loss_csv);
-    return FG_OK;
+    pipeline_free(&p);
+    dataset_free(&train);
+    dataset_free(&test);
+    return rc;
 }
 
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
+    static const char *const modes[] = {"bp", "fg", "fg+bp"};
     FILE *f = fopen(path, "w");
     if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
+    fprintf(f, "{\"mode\": \"%s\", \"tangents\": %d, \"stages\": %d, \"layout\": [", modes[c->mode],
+            c->mode == MODE_BP ? 0 : c->tangents, r->stages);
+    for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
-            "{\"mode\": \"%s\", \"tangents\": %d, \"steps\": %ld, \"micro_batch\": %d, "
-            "\"micro_batches\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, "
-            "\"test_loss\": %.6f, \"test_acc\": %.4f, \"samples_per_s\": %.1f, "
-            "\"train_seconds\": %.3f, \"peak_rss_bytes\": %zu, \"seed\": %u}\n",
-            c->mode == MODE_FG ? "fg" : "bp", c->mode == MODE_FG ? c->tangents : 0, r->steps,
-            c->micro_batch, c->micro_batches, r->n_params, r->first_loss, r->final_loss,
-            r->test_loss, r->test_acc, r->samples_per_s, r->train_seconds, r->peak_rss_bytes,
-            c->seed);
+            "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"n_sel\": %d, "
+            "\"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
+            "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
+            "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
+            "\"peak_rss_bytes\": %zu, \"seed\": %u}\n",
+            r->steps, c->micro_batch, c->micro_batches, r->n_sel, r->n_params, r->first_loss,
+            r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
+            r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->peak_rss_bytes, c->seed);
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;
 }

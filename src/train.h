@@ -1,4 +1,5 @@
-// Single-rank training: the whole model as one stage, bp or fg, on an IDX dataset.
+// Training on one pipeline: every rank runs this with its own Transport (stage); the whole
+// model on one rank is the case of one stage.
 #ifndef FGPIPE_TRAIN_H
 #define FGPIPE_TRAIN_H
 
@@ -6,6 +7,8 @@
 
 #include "common.h"
 #include "config.h"
+#include "schedule.h"
+#include "transport.h"
 
 typedef struct {
     long steps;
@@ -14,12 +17,25 @@ typedef struct {
     double test_loss, test_acc;
     double samples_per_s;  // training samples / training wall time (evaluation excluded)
     double train_seconds;
-    size_t peak_rss_bytes;
+    double step_seconds;   // median wall time of a step on this stage
+    size_t peak_rss_bytes; // of this rank
     size_t n_params;
+    int stages, n_sel;
+    int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
+    double bubble_planned, bubble_used_by_b;  // of the timetable
 } TrainResult;
 
-// Runs the configured training. out_dir (may be NULL) receives config.txt and loss.csv.
-int train_run(const Config *cfg, const char *out_dir, TrainResult *res, FgError *err);
+// Where a run writes; each may be NULL.
+typedef struct {
+    const char *out_dir;      // config.txt, loss.csv (written by the last stage)
+    const char *trace_path;   // planned and measured timeline of the last step, Chrome trace JSON
+    const char *params_path;  // final parameters, raw float32 in the flat layout, every stage
+                              // writing its own range (for tests and tools)
+} TrainOutputs;
+
+// Runs the configured training as transport t's stage; progress comes from the last stage.
+int train_run(const Config *cfg, Transport *t, const TrainOutputs *outputs, TrainResult *res,
+              FgError *err);
 
 // Writes the result as one JSON object (the --summary-json format).
 int train_write_summary(const Config *cfg, const TrainResult *res, const char *path, FgError *err);

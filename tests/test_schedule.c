@@ -576,8 +576,9 @@ static int j_value(Json *j, const char *const *keys, unsigned *seen) {
     return 0;
 }
 
-// Parses {"traceEvents":[{...},...], ...}; returns the number of events, each of which must
-// have all of name, ph, pid, tid, ts, dur, or -1.
+// Parses {"traceEvents":[{...},...], ...}; returns the number of op events (those with all of
+// name, ph, pid, tid, ts, dur), or -1. Metadata events (names of processes and tracks) need
+// only name, ph and pid.
 static int parse_trace(const char *text) {
     static const char *const keys[] = {"name", "ph", "pid", "tid", "ts", "dur", NULL};
     Json j = {text};
@@ -596,8 +597,8 @@ static int parse_trace(const char *text) {
             for (n = 0;;) {
                 unsigned seen = 0;
                 j_ws(&j);
-                if (*j.p != '{' || j_object(&j, keys, &seen) || seen != 0x3fu) return -1;
-                n++;
+                if (*j.p != '{' || j_object(&j, keys, &seen) || (seen & 0x7u) != 0x7u) return -1;
+                n += seen == 0x3fu;
                 j_ws(&j);
                 if (*j.p == ']') break;
                 if (*j.p++ != ',') return -1;

@@ -20,7 +20,8 @@ static TrainResult run(const char *mode, const char *optimizer, const char *step
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         assert_int_equal(config_set(&c, sets[i][0], sets[i][1], &err), FG_OK);
     TrainResult r;
-    if (train_run(&c, NULL, &r, &err)) fail_msg("train_run: %s", err.msg);
+    Transport local = transport_local();
+    if (train_run(&c, &local, NULL, &r, &err)) fail_msg("train_run: %s", err.msg);
     printf("# %s: loss %.4f -> %.4f, test accuracy %.4f\n", mode, r.first_loss, r.final_loss,
            r.test_acc);
     return r;

@@ -1,4 +1,6 @@
 // fgpipe command line: `fgpipe train --config FILE [--set key=value ...]`.
+#include "cli.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -8,12 +10,16 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: fgpipe train --config FILE [--set key=value ...] [--out DIR]\n"
-            "                    [--summary-json FILE]\n"
+            "                    [--summary-json FILE] [--trace FILE]\n"
+            "       mpirun -np M fgpipe train ... --set stages=M   (one pipeline stage per rank)\n"
             "\n"
             "  --config FILE        key = value lines (launch/configs/fashion-mnist-mlp.conf)\n"
             "  --set key=value      override one config key (repeatable)\n"
             "  --out DIR            write config.txt (resolved config) and loss.csv there\n"
             "  --summary-json FILE  write the run's result as one JSON object\n"
+            "  --trace FILE         write the planned and measured timeline of the last step\n"
+            "                       (Chrome trace JSON: open in Perfetto or chrome://tracing)\n"
+            "  --save-params FILE   write the final parameters as raw float32 (flat layout)\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -24,8 +30,9 @@ static int fail(const FgError *err) {
     return err->code ? err->code : 1;
 }
 
-static int cmd_train(int argc, char **argv) {
-    const char *config_path = NULL, *out_dir = NULL, *summary = NULL;
+static int cmd_train(int argc, char **argv, TransportFactory make_transport, void *arg) {
+    const char *config_path = NULL, *summary = NULL;
+    TrainOutputs outputs = {0};
     const char *sets[256];
     int n_sets = 0;
     FgError err = {0};
@@ -33,8 +40,10 @@ static int cmd_train(int argc, char **argv) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
         if (strcmp(a, "--config") == 0 && has_value) config_path = argv[++i];
-        else if (strcmp(a, "--out") == 0 && has_value) out_dir = argv[++i];
+        else if (strcmp(a, "--out") == 0 && has_value) outputs.out_dir = argv[++i];
         else if (strcmp(a, "--summary-json") == 0 && has_value) summary = argv[++i];
+        else if (strcmp(a, "--trace") == 0 && has_value) outputs.trace_path = argv[++i];
+        else if (strcmp(a, "--save-params") == 0 && has_value) outputs.params_path = argv[++i];
         else if (strcmp(a, "--set") == 0 && has_value && n_sets < 256) sets[n_sets++] = argv[++i];
         else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
@@ -68,24 +77,32 @@ static int cmd_train(int argc, char **argv) {
     }
     if (config_validate(&cfg, &err)) return fail(&err);
 
-    char tangents[32] = "";
-    if (cfg.mode == MODE_FG) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);
-    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
-            cfg.mode == MODE_FG ? "fg" : "bp", tangents, cfg.model, cfg.activation,
-            cfg.micro_batches, cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr,
-            cfg.seed);
+    Transport t;
+    if (make_transport(arg, cfg.stages, &t, &err)) return fail(&err);
+    int reporter = t.stage == t.stages - 1;
+    if (t.stage == 0) {
+        static const char *const modes[] = {"bp", "fg", "fg+bp"};
+        char tangents[32] = "";
+        if (cfg.mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);
+        fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
+                modes[cfg.mode], tangents, cfg.model, cfg.activation, cfg.micro_batches,
+                cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
+    }
     TrainResult res;
-    if (train_run(&cfg, out_dir, &res, &err)) return fail(&err);
-    printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
-           "%.0f samples/s, peak RSS %.0f MiB\n",
-           res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-           res.samples_per_s, res.peak_rss_bytes / 1048576.0);
-    if (summary && train_write_summary(&cfg, &res, summary, &err)) return fail(&err);
+    if (train_run(&cfg, &t, &outputs, &res, &err)) return fail(&err);
+    if (reporter) {
+        printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
+               "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
+               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
+               res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+        fflush(stdout);
+        if (summary && train_write_summary(&cfg, &res, summary, &err)) return fail(&err);
+    }
     return 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+int fgpipe_cli(int argc, char **argv, TransportFactory make_transport, void *arg) {
+    if (argc >= 2 && strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2, make_transport, arg);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
                       strcmp(argv[1], "help") == 0)) {
         usage(stdout);

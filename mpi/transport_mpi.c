@@ -1,0 +1,99 @@
+#include "transport_mpi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Sends go out non-blocking from a ring of private copies, so the caller can reuse its buffer
+// at once and a stage runs ahead of its neighbour by up to RING messages.
+enum { RING = 16 };
+
+typedef struct {
+    MPI_Comm pipe;   // this replica's stages, rank = stage
+    MPI_Comm data;   // the same stage of every replica (data parallelism)
+    int world_rank, replica;
+    float *buf[RING];
+    size_t cap[RING];
+    MPI_Request req[RING];
+    int next;
+} MpiCtx;
+
+static int mpi_fail(FgError *err, const MpiCtx *c, int code, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return fg_fail(err, FG_ERR_INTERNAL, "rank %d: %s: %s", c->world_rank, what, msg);
+}
+
+static int mpi_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
+    MpiCtx *c = t->ctx;
+    int slot = c->next, rc;
+    c->next = (c->next + 1) % RING;
+    if ((rc = MPI_Wait(&c->req[slot], MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+        return mpi_fail(err, c, rc, "waiting for an earlier send");
+    if (c->cap[slot] < n) {
+        free(c->buf[slot]);
+        c->buf[slot] = malloc(n * sizeof(float));
+        c->cap[slot] = n;
+    }
+    memcpy(c->buf[slot], buf, n * sizeof(float));
+    if ((rc = MPI_Isend(c->buf[slot], (int)n, MPI_FLOAT, to, tag, c->pipe, &c->req[slot])) != MPI_SUCCESS)
+        return mpi_fail(err, c, rc, "send");
+    return FG_OK;
+}
+
+static int mpi_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
+    MpiCtx *c = t->ctx;
+    MPI_Status st;
+    int count, rc;
+    // Probe first: a message of the wrong size is named, not silently truncated.
+    if ((rc = MPI_Probe(from, tag, c->pipe, &st)) != MPI_SUCCESS) return mpi_fail(err, c, rc, "probe");
+    MPI_Get_count(&st, MPI_FLOAT, &count);
+    if ((size_t)count != n)
+        return fg_fail(err, FG_ERR_INTERNAL,
+                       "rank %d (stage %d): message from stage %d (tag %d) has %d floats, expected %zu",
+                       c->world_rank, t->stage, from, tag, count, n);
+    if ((rc = MPI_Recv(buf, (int)n, MPI_FLOAT, from, tag, c->pipe, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+        return mpi_fail(err, c, rc, "receive");
+    return FG_OK;
+}
+
+static int mpi_allreduce(Transport *t, double *buf, int n, FgError *err) {
+    MpiCtx *c = t->ctx;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->pipe);
+    return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "allreduce");
+}
+
+int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *err) {
+    int rank, size;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    if (size % stages)
+        return fg_fail(err, FG_ERR_INPUT, "stages: %d does not divide the %d MPI ranks", stages, size);
+    if (size / stages > 1)
+        return fg_fail(err, FG_ERR_INPUT,
+                       "%d ranks for %d stages means %d data-parallel replicas, which this version "
+                       "does not train yet: run with %d ranks",
+                       size, stages, size / stages, stages);
+    MpiCtx *c = calloc(1, sizeof *c);
+    c->world_rank = rank;
+    c->replica = rank / stages;
+    for (int i = 0; i < RING; i++) c->req[i] = MPI_REQUEST_NULL;
+    MPI_Comm_split(world, c->replica, rank % stages, &c->pipe);
+    MPI_Comm_split(world, rank % stages, c->replica, &c->data);
+    // Errors come back as codes so the message can name the rank; main then aborts the job.
+    MPI_Comm_set_errhandler(c->pipe, MPI_ERRORS_RETURN);
+    Transport t = {c, rank % stages, stages, mpi_send, mpi_recv, mpi_allreduce};
+    *out = t;
+    return FG_OK;
+}
+
+void transport_mpi_destroy(Transport *t) {
+    MpiCtx *c = t->ctx;
+    if (!c) return;
+    MPI_Waitall(RING, c->req, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < RING; i++) free(c->buf[i]);
+    MPI_Comm_free(&c->pipe);
+    MPI_Comm_free(&c->data);
+    free(c);
+    t->ctx = NULL;
+}

@@ -1,0 +1,374 @@
+#include "pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "estimator.h"
+#include "progress.h"
+
+// ---------------------------------------------------------------------------------------------
+// Partitioning
+
+int partition_layers(const Model *m, int M, const char *boundaries, int *first, FgError *err) {
+    int L = m->n_layers;
+    if (M > L)
+        return fg_fail(err, FG_ERR_INPUT, "stages: %d stages for a model of %d layers", M, L);
+    first[0] = 0;
+    first[M] = L;
+    if (strcmp(boundaries, "auto") != 0) {
+        const char *s = boundaries;
+        for (int i = 1; i < M; i++) {
+            char *end;
+            long v = strtol(s, &end, 10);
+            if (end == s || v <= first[i - 1] || v >= L || (*end && *end != ','))
+                return fg_fail(err, FG_ERR_INPUT,
+                               "boundaries: '%s' must list %d increasing layer indices in 1..%d "
+                               "(first layer of stages 1..%d)",
+                               boundaries, M - 1, L - 1, M - 1);
+            first[i] = (int)v;
+            s = *end ? end + 1 : end;
+        }
+        if (*s)
+            return fg_fail(err, FG_ERR_INPUT, "boundaries: '%s' has more than %d entries",
+                           boundaries, M - 1);
+        return FG_OK;
+    }
+    // Smallest possible largest stage, by dynamic programming over cut positions; a layer's
+    // cost is its parameter count plus one so that activation layers are not free.
+    double cost[MODEL_MAX_LAYERS + 1] = {0};
+    for (int l = 0; l < L; l++) cost[l + 1] = cost[l] + (double)m->layers[l].param_count + 1.0;
+    double best[SCHED_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
+    int cut[SCHED_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
+    for (int j = 0; j <= L; j++) best[1][j] = cost[j], cut[1][j] = 0;
+    // Stages start at linear layers only: an activation stays with the layer it follows.
+    for (int s = 2; s <= M; s++)
+        for (int j = s; j <= L; j++) {
+            best[s][j] = INFINITY;
+            for (int i = s - 1; i < j; i++) {
+                if (m->layers[i].kind != LAYER_LINEAR) continue;
+                double v = fmax(best[s - 1][i], cost[j] - cost[i]);
+                if (v < best[s][j]) best[s][j] = v, cut[s][j] = i;
+            }
+        }
+    if (!isfinite(best[M][L]))
+        return fg_fail(err, FG_ERR_INPUT, "stages: %d stages need %d linear layers to start at", M, M);
+    for (int s = M, j = L; s >= 1; s--) first[s - 1] = j = cut[s][j];
+    first[0] = 0;
+    return FG_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages: tags name the kind, the step's parity and the micro-batch, so a stage can never
+// take one micro-batch's data for another's.
+
+enum { TAG_FORWARD = 0, TAG_BACKWARD = 1, TAG_EVAL = 2 };
+
+static int tag_of(int kind, long step, int mb) { return (kind << 13) | (int)((step & 1) << 12) | mb; }
+
+static size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
+    return (size_t)rows * p->model->layers[layer].in * (1 + p->K);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stashes: a stage keeps one per micro-batch it will backpropagate, from F until B. Freed
+// buffers are reused, so memory grows with the number in flight, not with N.
+
+static float *stash_take(Pipeline *p) {
+    if (p->n_free_stash) return p->free_stash[--p->n_free_stash];
+    p->n_stash_alloc++;
+    return fg_alloc_floats(stage_stash_floats(&p->stage, p->cfg->micro_batch));
+}
+
+static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
+
+static int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
+
+// ---------------------------------------------------------------------------------------------
+// Ops
+
+static int op_forward(Pipeline *p, long step, int mb, const size_t *order, size_t sample0,
+                      double *loss_sum, FgError *err) {
+    const Config *c = p->cfg;
+    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches, rc;
+    const float *x, *xdot = NULL;
+    if (p->is_first) {
+        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->x_in, p->labels);
+        x = p->x_in;
+    } else {
+        size_t n = forward_msg_floats(p, p->stage.first, B);
+        if ((rc = p->tr->recv(p->tr, p->tr->stage - 1, tag_of(TAG_FORWARD, step, mb), p->msg_in, n, err)))
+            return rc;
+        x = p->msg_in;
+        if (p->K) xdot = p->msg_in + (size_t)B * p->model->layers[p->stage.first].in;
+    }
+    float *stash = NULL;
+    if (is_selected(p, mb)) p->stash[step & 1][mb] = stash = stash_take(p);
+    TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step,
+                      .microbatch = (uint32_t)mb};
+    const float *y, *ydot;
+    stage_forward(&p->stage, p->params, p->K ? &key : NULL, x, xdot, B, stash, &y, &ydot);
+
+    if (!p->is_last) {
+        int out_layer = p->stage.last;  // the next stage's first layer
+        size_t rows_out = (size_t)B * p->model->layers[out_layer].in;
+        memcpy(p->msg_out, y, rows_out * sizeof(float));
+        if (p->K) memcpy(p->msg_out + rows_out, ydot, rows_out * p->K * sizeof(float));
+        return p->tr->send(p->tr, p->tr->stage + 1, tag_of(TAG_FORWARD, step, mb), p->msg_out,
+                           forward_msg_floats(p, out_layer, B), err);
+    }
+    if (!p->is_first) dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->labels);
+    double loss;
+    if (p->K) {
+        float *d = p->coeff + (size_t)mb * p->K;  // scratch until the update
+        loss = loss_jvp(y, ydot, p->labels, B, C, p->K, d);
+        for (int k = 0; k < p->K; k++) p->scalars[1 + (size_t)mb * p->K + k] = d[k];
+    } else {
+        loss = loss_forward(y, p->labels, B, C, NULL);
+    }
+    if (is_selected(p, mb)) {
+        // bp averages over all N micro-batches; the exact gradient c over the n_sel selected.
+        float *dz = p->dz[step & 1] + (size_t)mb * B * C;
+        loss_backward(y, p->labels, B, C, dz);
+        float scale = 1.0f / (float)(c->mode == MODE_BP ? N : p->n_sel);
+        for (int i = 0; i < B * C; i++) dz[i] *= scale;
+    }
+    *loss_sum += loss;
+    return FG_OK;
+}
+
+// B op of micro-batch mb of step `step + offset` (offset -1: the previous step's, lag 1).
+static int op_backward(Pipeline *p, long step, int offset, int mb, FgError *err) {
+    int B = p->cfg->micro_batch, rc;
+    long of_step = step + offset;
+    const float *dy;
+    if (p->is_last) {
+        dy = p->dz[of_step & 1] + (size_t)mb * B * p->model->classes;
+    } else {
+        size_t n = (size_t)B * p->model->layers[p->stage.last - 1].out;
+        if ((rc = p->tr->recv(p->tr, p->tr->stage + 1, tag_of(TAG_BACKWARD, of_step, mb), p->msg_in, n, err)))
+            return rc;
+        dy = p->msg_in;
+    }
+    float *stash = p->stash[of_step & 1][mb];
+    float *target = p->cfg->mode == MODE_BP ? p->grad : p->exact;
+    // A lag-1 op differentiates at the weights its activations were computed with.
+    const float *params = offset ? p->prev_params : p->params;
+    float *dx = p->is_first ? NULL : p->msg_out;
+    stage_backward(&p->stage, params, stash, dy, dx, target, B);
+    stash_give(p, stash);
+    p->stash[of_step & 1][mb] = NULL;
+    if (p->is_first) return FG_OK;
+    size_t n = (size_t)B * p->model->layers[p->stage.first].in;
+    return p->tr->send(p->tr, p->tr->stage - 1, tag_of(TAG_BACKWARD, of_step, mb), p->msg_out, n, err);
+}
+
+// Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
+static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
+    for (int i = 0; i < width; i++) out[i] = 0.0;
+    for (int l = 0; l < n_layers; l++)
+        for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
+}
+
+// Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
+static int op_update(Pipeline *p, long step, long total, int have_exact, FgError *err) {
+    const Config *c = p->cfg;
+    const Model *m = p->model;
+    int N = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
+    int use_cv = K && have_exact && c->estimator != ESTIMATOR_FG;
+    double *layer_dots = p->scalars + 1 + NK;  // [L][NK]
+    TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
+    if (use_cv) {
+        memset(layer_dots, 0, (size_t)L * NK * sizeof(double));
+        stage_tangent_dots_by_layer(&p->stage, key, N, p->exact,
+                                    layer_dots + (size_t)p->stage.first * NK);
+    }
+    int n_scalars = 1 + NK + (use_cv ? L * NK : 0);
+    if ((rc = p->tr->allreduce_sum(p->tr, p->scalars, n_scalars, err))) return rc;
+
+    if (K) {
+        float *d = malloc((size_t)NK * sizeof(float));
+        double *cdots = use_cv ? malloc((size_t)NK * sizeof(double)) : NULL;
+        for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[1 + i];
+        if (use_cv) sum_layer_rows(layer_dots, L, NK, cdots);
+        Estimator est = {use_cv ? EST_CV : EST_FG, N, K};
+        float base;
+        estimator_coefficients(&est, d, cdots, p->coeff, &base);
+        // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
+        if (use_cv && c->lag == 0)
+            for (int i = 0; i < p->n_sel * K; i++) p->coeff[i] = 0.0f;
+        if (base != 0.0f) memcpy(p->grad, p->exact, p->n * sizeof(float));
+        else memset(p->grad, 0, p->n * sizeof(float));
+        stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
+        free(d);
+        free(cdots);
+    }
+    OptimizerConfig oc = config_optimizer(c);
+    float clip = 1.0f;
+    if (oc.clip_norm > 0) {
+        double *norms = calloc((size_t)L, sizeof(double)), total2 = 0.0;
+        for (int l = p->stage.first; l < p->stage.last; l++) {
+            const Layer *ly = &m->layers[l];
+            norms[l] = squared_norm(p->grad + (ly->param_offset - p->stage.param_base), ly->param_count);
+        }
+        rc = p->tr->allreduce_sum(p->tr, norms, L, err);
+        sum_layer_rows(norms, L, 1, &total2);
+        free(norms);
+        if (rc) return rc;
+        clip = optimizer_clip_scale(&oc, total2);
+    }
+    if (p->prev_params) memcpy(p->prev_params, p->params, p->n * sizeof(float));
+    optimizer_step(&oc, step, lr_at(&oc, step, total), p->params, p->grad, clip, p->opt_state, p->n);
+    return FG_OK;
+}
+
+int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
+                  StepResult *out, FgError *err) {
+    const Config *c = p->cfg;
+    int N = c->micro_batches, s = p->tr->stage, rc = FG_OK;
+    double t_start = wall_seconds(), loss_sum = 0.0;
+    memset(p->scalars, 0, (size_t)(1 + N * p->K) * sizeof(double));
+    if (c->mode == MODE_BP) memset(p->grad, 0, p->n * sizeof(float));
+    if (p->exact) memset(p->exact, 0, p->n * sizeof(float));
+    for (int i = p->sched.stage_first[s]; rc == FG_OK && i < p->sched.stage_first[s] + p->sched.stage_count[s]; i++) {
+        const ScheduledOp *op = &p->sched.ops[i];
+        double t0 = wall_seconds();
+        if (op->kind == OP_F) {
+            rc = op_forward(p, step, op->microbatch, order, sample0, &loss_sum, err);
+        } else if (op->kind == OP_B) {
+            if (step + op->iteration_offset < 0) continue;  // lag 1: nothing stashed before step 0
+            rc = op_backward(p, step, op->iteration_offset, op->microbatch, err);
+        } else {
+            // Every stage knows whether c exists this step without asking: the timetable is shared.
+            int have_exact = p->n_sel > 0 && step - p->cfg->lag >= 0;
+            p->scalars[0] = loss_sum;
+            rc = op_update(p, step, total, have_exact, err);
+        }
+        p->measured[2 * i] = t0 - t_start;
+        p->measured[2 * i + 1] = wall_seconds() - t_start;
+    }
+    out->loss = p->scalars[0] / N;
+    out->seconds = wall_seconds() - t_start;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Set-up
+
+static ScheduleMode schedule_mode(const Config *c) {
+    if (c->mode == MODE_BP) return c->schedule == SCHEDULE_1F1B ? SCHED_BP_1F1B : SCHED_BP_GPIPE;
+    return c->mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
+}
+
+// Seconds for one F and one B op of this stage (best of three), to plan the timetable.
+static void measure_costs(Pipeline *p, double *cost_f, double *cost_b) {
+    int B = p->cfg->micro_batch;
+    const Model *m = p->model;
+    size_t in = (size_t)B * m->layers[p->stage.first].in;
+    float *x = fg_alloc_floats(in * (1 + p->K));
+    float *stash = fg_alloc_floats(stage_stash_floats(&p->stage, B));
+    float *dy = fg_alloc_floats((size_t)B * m->max_width), *g = fg_alloc_floats(p->n);
+    TangentKey key = {.seed = p->cfg->seed, .stream = STREAM_TANGENT};
+    *cost_f = *cost_b = INFINITY;
+    for (int r = 0; r < 3; r++) {
+        const float *y, *ydot;
+        double t0 = wall_seconds();
+        stage_forward(&p->stage, p->params, p->K ? &key : NULL, x, p->is_first || !p->K ? NULL : x + in,
+                      B, stash, &y, &ydot);
+        double t1 = wall_seconds();
+        stage_backward(&p->stage, p->params, stash, dy, p->is_first ? NULL : x, g, B);
+        double t2 = wall_seconds();
+        *cost_f = fmin(*cost_f, t1 - t0);
+        *cost_b = fmin(*cost_b, t2 - t1);
+    }
+    fg_free(x), fg_free(stash), fg_free(dy), fg_free(g);
+}
+
+int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first, Transport *t,
+                  const Dataset *train, FgError *err) {
+    memset(p, 0, sizeof *p);
+    int s = t->stage, M = t->stages, N = c->micro_batches, B = c->micro_batch, rc;
+    p->cfg = c, p->model = m, p->tr = t, p->data = train;
+    p->is_first = s == 0, p->is_last = s == M - 1;
+    p->K = c->mode == MODE_BP ? 0 : c->tangents;
+    if (N > SCHED_MAX_MICROBATCHES)
+        return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
+    if ((rc = stage_init(&p->stage, m, first[s], first[s + 1], B, p->K, err))) return rc;
+    p->n = p->stage.param_count;
+    p->params = fg_alloc_floats(p->n);
+    p->grad = fg_alloc_floats(p->n);
+    p->opt_state = fg_alloc_floats(p->n * optimizer_state_buffers(c->optimizer));
+    model_init_range(m, first[s], first[s + 1], p->params, c->seed);
+    if (c->mode == MODE_FG_BP) p->exact = fg_alloc_floats(p->n);
+    if (c->mode == MODE_FG_BP && c->lag == 1) p->prev_params = fg_alloc_floats(p->n);
+    size_t msg = (size_t)B * m->max_width * (1 + p->K);
+    p->msg_in = fg_alloc_floats(msg);
+    p->msg_out = fg_alloc_floats(msg);
+    p->x_in = fg_alloc_floats((size_t)B * m->in_features);
+    p->labels = fg_alloc_bytes((size_t)B);
+    if (p->is_last && c->mode != MODE_FG)
+        for (int i = 0; i < 2; i++) p->dz[i] = fg_alloc_floats((size_t)N * B * m->classes);
+    p->free_stash = fg_alloc_bytes(2 * (size_t)(N + 1) * sizeof(float *));
+    p->scalars = fg_alloc_bytes((size_t)(1 + N * p->K * (1 + m->n_layers)) * sizeof(double));
+    p->coeff = fg_alloc_floats((size_t)N * (p->K ? p->K : 1));
+
+    // Plan: every stage measures its own ops, one sum gives everyone every stage's costs, and
+    // the deterministic builder turns identical inputs into identical timetables.
+    double *costs = calloc((size_t)3 * M, sizeof(double));
+    measure_costs(p, &costs[s], &costs[M + s]);
+    rc = t->allreduce_sum(t, costs, 2 * M, err);
+    if (!rc) {
+        ScheduleSpec spec = {M, N, schedule_mode(c), c->mode == MODE_FG_BP ? c->lag : 0,
+                             c->select, costs, costs + M, costs + 2 * M};
+        rc = schedule_build(&spec, &p->sched, err);
+    }
+    free(costs);
+    if (rc) return rc;
+    p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
+    p->measured = fg_alloc_bytes((size_t)2 * p->sched.n_ops * sizeof(double));
+    return FG_OK;
+}
+
+void pipeline_free(Pipeline *p) {
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) fg_free(p->stash[i][b]);
+    for (int i = 0; i < p->n_free_stash; i++) fg_free(p->free_stash[i]);
+    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->msg_in,
+                    p->msg_out, p->x_in, p->labels,   p->dz[0],   p->dz[1],       p->free_stash,
+                    p->scalars, p->coeff,    p->measured};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);
+    stage_free(&p->stage);
+    schedule_free(&p->sched);
+    memset(p, 0, sizeof *p);
+}
+
+int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
+    int rows = p->cfg->micro_batch, C = p->model->classes, rc = FG_OK;
+    double totals[2] = {0, 0};  // loss * rows, hits
+    size_t chunks = (ds->count + rows - 1) / rows;
+    for (size_t i = 0; rc == FG_OK && i < chunks; i++) {
+        int n = (int)FG_MIN((size_t)rows, ds->count - i * rows);
+        int tag = tag_of(TAG_EVAL, 0, (int)(i % 4096));
+        const float *x = ds->x + i * rows * ds->features, *y;
+        if (!p->is_first) {
+            x = p->msg_in;
+            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->msg_in,
+                             (size_t)n * p->model->layers[p->stage.first].in, err);
+            if (rc) break;
+        }
+        stage_forward(&p->stage, p->params, NULL, x, NULL, n, NULL, &y, NULL);
+        if (!p->is_last) {
+            rc = p->tr->send(p->tr, p->tr->stage + 1, tag, y,
+                             (size_t)n * p->model->layers[p->stage.last - 1].out, err);
+        } else {
+            int correct;
+            totals[0] += (double)loss_forward(y, ds->labels + i * rows, n, C, &correct) * n;
+            totals[1] += correct;
+        }
+    }
+    if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
+    *loss = totals[0] / (double)ds->count;
+    *acc = totals[1] / (double)ds->count;
+    return rc;
+}

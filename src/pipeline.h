@@ -1,0 +1,64 @@
+// One pipeline stage at run time: executes its part of the step's timetable (ops F, B, U),
+// exchanging activations, tangents and adjoints with its neighbours through a Transport.
+// With one stage and transport_local() this is the single-rank trainer; nothing else is.
+#ifndef FGPIPE_PIPELINE_H
+#define FGPIPE_PIPELINE_H
+
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "optimizer.h"
+#include "schedule.h"
+#include "stage.h"
+#include "transport.h"
+
+// Splits the model's layers into M contiguous stages: first[s] is stage s's first layer,
+// first[M] = n_layers. `boundaries` lists first[1..M-1] ("2,4,6"), or is "auto": balance the
+// parameter counts (the GEMM work) by minimising the largest stage.
+int partition_layers(const Model *m, int M, const char *boundaries, int *first, FgError *err);
+
+typedef struct {
+    double loss;        // mean loss of the step's micro-batches (valid on every stage)
+    double seconds;     // wall time of the step on this stage
+} StepResult;
+
+typedef struct {
+    const Config *cfg;
+    const Model *model;
+    Transport *tr;
+    const Dataset *data;      // training set: stage 0 reads inputs, the last stage labels
+    Stage stage;
+    Schedule sched;
+    int is_first, is_last;
+    int K;                    // tangents (0 in bp)
+    int n_sel;                // micro-batches backpropagated per step
+    size_t n;                 // parameters of this stage
+    float *params, *grad, *opt_state;
+    float *exact;             // fg+bp: the exact gradient c of the selected micro-batches
+    float *prev_params;       // lag 1: the weights the stashed activations were computed with
+    float *msg_in, *msg_out;  // one message: (h, hdot) forward or an adjoint backward
+    float *x_in;              // stage 0: one micro-batch of inputs
+    uint8_t *labels;          // last stage: one micro-batch of labels
+    float *dz[2];             // last stage: loss adjoints of selected micro-batches, per parity
+    float *stash[2][SCHED_MAX_MICROBATCHES];  // live stashes by (step parity, micro-batch)
+    float **free_stash;       // reusable stash buffers
+    int n_free_stash, n_stash_alloc;
+    double *scalars;          // loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
+    float *coeff;
+    double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+} Pipeline;
+
+// Builds the stage for transport t's stage, measures op costs in a warm-up and builds the
+// timetable (identical on every stage).
+int pipeline_init(Pipeline *p, const Config *cfg, const Model *m, const int *first, Transport *t,
+                  const Dataset *train, FgError *err);
+void pipeline_free(Pipeline *p);
+
+// One optimizer step on samples order[sample0 ..) of the epoch's order.
+int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order, size_t sample0,
+                  StepResult *out, FgError *err);
+
+// Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
+int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
+
+#endif
