@@ -172,7 +172,9 @@ static void sum_layer_rows(const double *rows, int n_layers, int width, double *
 }
 
 // Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
-static int op_update(Pipeline *p, long step, long total, int have_exact, FgError *err) {
+// *summed receives the time the allreduce returned: waiting for other stages is idle time.
+static int op_update(Pipeline *p, long step, long total, int have_exact, double *summed,
+                     FgError *err) {
     const Config *c = p->cfg;
     const Model *m = p->model;
     int N = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
@@ -186,6 +188,7 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, FgError
     }
     int n_scalars = 1 + NK + (use_cv ? L * NK : 0);
     if ((rc = p->tr->allreduce_sum(p->tr, p->scalars, n_scalars, err))) return rc;
+    *summed = wall_seconds();
 
     if (K) {
         float *d = malloc((size_t)NK * sizeof(float));
@@ -243,7 +246,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
             // Every stage knows whether c exists this step without asking: the timetable is shared.
             int have_exact = p->n_sel > 0 && step - p->cfg->lag >= 0;
             p->scalars[0] = loss_sum;
-            rc = op_update(p, step, total, have_exact, err);
+            rc = op_update(p, step, total, have_exact, &t0, err);
         }
         p->measured[2 * i] = t0 - t_start;
         p->measured[2 * i + 1] = wall_seconds() - t_start;

@@ -42,30 +42,36 @@ static void print_layout(const Model *m, const int *first, int M, const Pipeline
     fputc('\n', stderr);
 }
 
-// Planned and measured timelines of one step: every stage contributes its measured ops, one
-// sum gathers them, stage 0 writes both as Chrome trace JSON (pid 0 planned, 1 measured).
-static int write_trace(Pipeline *p, const char *path, FgError *err) {
-    int n = p->sched.n_ops, rc;
-    int s = p->tr->stage, lo = p->sched.stage_first[s], hi = lo + p->sched.stage_count[s];
+// The last step as it ran: every stage contributes the times of its own ops, one sum gathers
+// them, and every stage gets the timetable with measured times (free measured->ops).
+static int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
+    int n = p->sched.n_ops, s = p->tr->stage;
+    int lo = p->sched.stage_first[s], hi = lo + p->sched.stage_count[s];
     double *times = calloc((size_t)2 * n, sizeof(double));
     memcpy(times + 2 * lo, p->measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
-    rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
-    if (!rc && s == 0) {
-        Schedule measured = p->sched;
-        measured.ops = malloc((size_t)n * sizeof(ScheduledOp));
-        memcpy(measured.ops, p->sched.ops, (size_t)n * sizeof(ScheduledOp));
-        for (int i = 0; i < n; i++) measured.ops[i].start = times[2 * i], measured.ops[i].end = times[2 * i + 1];
-        FILE *f = fopen(path, "w");
-        if (!f) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));
-        else {
-            const Schedule *both[2] = {&p->sched, &measured};
-            const char *labels[2] = {"planned", "measured"};
-            rc = schedule_write_chrome_traces(both, labels, 2, f, err);
-            if (fclose(f) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: write failed", path);
-        }
-        free(measured.ops);
+    int rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
+    *measured = p->sched;
+    measured->ops = malloc((size_t)n * sizeof(ScheduledOp));
+    memcpy(measured->ops, p->sched.ops, (size_t)n * sizeof(ScheduledOp));
+    measured->makespan = 0;
+    for (int i = 0; i < n; i++) {
+        measured->ops[i].start = times[2 * i];
+        measured->ops[i].end = times[2 * i + 1];
+        measured->makespan = fmax(measured->makespan, times[2 * i + 1]);
     }
     free(times);
+    return rc;
+}
+
+// Planned (pid 0) and measured (pid 1) timelines as Chrome trace JSON.
+static int write_trace(const Schedule *planned, const Schedule *measured, const char *path,
+                       FgError *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));
+    const Schedule *both[2] = {planned, measured};
+    const char *labels[2] = {"planned", "measured"};
+    int rc = schedule_write_chrome_traces(both, labels, 2, f, err);
+    if (fclose(f) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: write failed", path);
     return rc;
 }
 
@@ -174,8 +180,20 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     long window = FG_MIN(total, WINDOW);
     for (long i = 0; i < window; i++) res->final_loss += recent[(total - 1 - i) % WINDOW] / window;
     if ((rc = pipeline_evaluate(&p, &test, &res->test_loss, &res->test_acc, err))) goto done;
-    if (trace_path && (rc = write_trace(&p, trace_path, err))) goto done;
+    Schedule measured;
+    rc = gather_measured(&p, &measured, err);
+    if (!rc && trace_path && t->stage == 0) rc = write_trace(&p.sched, &measured, trace_path, err);
+    ScheduleStats ms = schedule_stats(&measured);
+    free(measured.ops);
+    if (rc) goto done;
     if (outputs && outputs->params_path && (rc = save_params(&p, outputs->params_path, err))) goto done;
+    res->peak_rss_stage[t->stage] = (double)peak_rss_bytes();
+    res->stash_bytes_stage[t->stage] =
+        (double)p.n_stash_alloc * (double)stage_stash_floats(&p.stage, c->micro_batch) * sizeof(float);
+    if ((rc = t->allreduce_sum(t, res->peak_rss_stage, M, err))) goto done;
+    if ((rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err))) goto done;
+    res->bubble_measured = ms.bubble_fraction;
+    res->bubble_used_measured = ms.bubble_used_by_b;
     qsort(step_times, (size_t)total, sizeof(double), compare_doubles);
     ScheduleStats st = schedule_stats(&p.sched);
     res->steps = total;
@@ -209,10 +227,16 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             "\"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
             "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
-            "\"peak_rss_bytes\": %zu, \"seed\": %u}\n",
+            "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
+            "\"seed\": %u, \"peak_rss_stage\": [",
             r->steps, c->micro_batch, c->micro_batches, r->n_sel, r->n_params, r->first_loss,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
-            r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->peak_rss_bytes, c->seed);
+            r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
+            r->bubble_used_measured, r->peak_rss_bytes, c->seed);
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->peak_rss_stage[s]);
+    fprintf(f, "], \"stash_bytes_stage\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->stash_bytes_stage[s]);
+    fprintf(f, "]}\n");
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;
 }

@@ -19,10 +19,13 @@ typedef struct {
     double train_seconds;
     double step_seconds;   // median wall time of a step on this stage
     size_t peak_rss_bytes; // of this rank
+    double peak_rss_stage[SCHED_MAX_STAGES];  // bytes, every stage's
+    double stash_bytes_stage[SCHED_MAX_STAGES];  // activations kept for B ops, at most at once
     size_t n_params;
     int stages, n_sel;
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
-    double bubble_planned, bubble_used_by_b;  // of the timetable
+    double bubble_planned, bubble_used_by_b;    // of the timetable
+    double bubble_measured, bubble_used_measured;  // of the last step as it ran
 } TrainResult;
 
 // Where a run writes; each may be NULL.
