@@ -28,7 +28,7 @@ static const ConfigKey KEYS[] = {
     STR(activation, "activation after each hidden linear layer: relu | gelu"),
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
-    CHOICE(estimator, "auto|fg|cv", "fg+bp estimator: cv (control variate, the auto choice) or plain fg"),
+    CHOICE(estimator, "auto|fg|cv|guided", "fg+bp estimator: cv (control variate, the auto choice), plain fg, or guided (tangent 0 follows the last exact gradient)"),
     NUM(KEY_INT, lag, 0, 1, "fg+bp: 0 uses this step's exact gradient, 1 the previous step's (fits more bubbles)"),
     NUM(KEY_INT, select, -1, 1 << 16, "fg+bp: micro-batches backpropagated per step; -1: auto, as many as fit the bubbles"),
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be a multiple of M"),

@@ -13,7 +13,7 @@
 
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
-typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV } EstimatorChoice;
+typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED } EstimatorChoice;
 
 typedef struct {
     char data_dir[256];    // IDX files (train-*, t10k-*)

@@ -1,8 +1,9 @@
 // Gradient estimators of DESIGN.md section 4, reduced to scalars.
 //
-// Every estimator has the form  g = base * c + sum_{b,k} coeff[b*K+k] * v_{b,k}
-// where c is an exact gradient (from backprop on selected micro-batches), v_{b,k} are the
-// regenerated tangents and d_{b,k} = grad(loss_b) . v_{b,k} come from the forward pass.
+// Every estimator has the form  g = base * r + sum_{b,k} coeff[b*K+k] * v_{b,k}
+// where r is a reference vector (cv: the exact gradient c from backprop on selected
+// micro-batches; guided: the unit direction c/|c|), v_{b,k} are the regenerated tangents and
+// d_{b,k} = grad(loss_b) . v_{b,k} come from the forward pass.
 // Only these scalars cross pipeline stages; the d-sized sums happen locally on each stage.
 #ifndef FGPIPE_ESTIMATOR_H
 #define FGPIPE_ESTIMATOR_H
@@ -10,7 +11,10 @@
 typedef enum {
     EST_FG,      // g = (1/(N K)) sum d_{b,k} v_{b,k}
     EST_CV,      // g = c + (1/(N K)) sum (d_{b,k} - c.v_{b,k}) v_{b,k}   (control variate)
-    EST_GUIDED,  // one tangent per micro-batch is c/|c|; needs tangents built from c
+    EST_GUIDED,  // tangent k=0 of every micro-batch is u = c/|c| (from the previous step), so
+                 // d_{b,0} = grad(loss_b) . u exactly; the K-1 random tangents estimate the rest
+                 // of the gradient, projected off u:
+                 // g = (1/N) sum_b [d_{b,0} u + 1/(K-1) sum_{k>0} d_{b,k} (v_{b,k} - (u.v_{b,k}) u)]
 } EstimatorKind;
 
 typedef struct {
@@ -19,10 +23,10 @@ typedef struct {
     int tangents;       // K
 } Estimator;
 
-// Fills coeff[N*K] and *base from d[N*K] and, for EST_CV, cdots[N*K] = c . v_{b,k}
-// (NULL otherwise). Returns 0, or -1 for a kind this function cannot reduce to scalars
-// (EST_GUIDED changes the tangents themselves).
-int estimator_coefficients(const Estimator *e, const float *d, const double *cdots, float *coeff,
+// Fills coeff[N*K] and *base from d[N*K] and, for EST_CV and EST_GUIDED, rdots[N*K] = r . v_{b,k}
+// (NULL for EST_FG; entries k=0 are ignored by EST_GUIDED). Returns 0, or -1 when rdots is
+// missing.
+int estimator_coefficients(const Estimator *e, const float *d, const double *rdots, float *coeff,
                            float *base);
 
 #endif

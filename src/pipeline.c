@@ -171,6 +171,20 @@ static void sum_layer_rows(const double *rows, int n_layers, int width, double *
         for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
 }
 
+// |x|^2 over the whole model: per-layer parts summed in layer order on every stage.
+static int global_squared_norm(Pipeline *p, const float *x, double *out, FgError *err) {
+    const Model *m = p->model;
+    double *norms = calloc((size_t)m->n_layers, sizeof(double));
+    for (int l = p->stage.first; l < p->stage.last; l++) {
+        const Layer *ly = &m->layers[l];
+        norms[l] = squared_norm(x + (ly->param_offset - p->stage.param_base), ly->param_count);
+    }
+    int rc = p->tr->allreduce_sum(p->tr, norms, m->n_layers, err);
+    sum_layer_rows(norms, m->n_layers, 1, out);
+    free(norms);
+    return rc;
+}
+
 // Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
 // *summed receives the time the allreduce returned: waiting for other stages is idle time.
 static int op_update(Pipeline *p, long step, long total, int have_exact, double *summed,
@@ -178,51 +192,55 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     const Config *c = p->cfg;
     const Model *m = p->model;
     int N = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
-    int use_cv = K && have_exact && c->estimator != ESTIMATOR_FG;
-    double *layer_dots = p->scalars + 1 + NK;  // [L][NK]
+    // The reference vector r of the estimate: c itself (cv) or the unit direction of the last
+    // exact gradient, which tangent 0 followed in this step's F ops (guided).
+    int guided = K && c->estimator == ESTIMATOR_GUIDED && p->stage.guide;
+    int use_cv = K && have_exact && (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_AUTO);
+    const float *ref = use_cv ? p->exact : guided ? p->guide : NULL;
+    double *layer_dots = p->scalars + 1 + NK;  // [L][NK]: r . v_{b,k} per layer
     TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
-    if (use_cv) {
+    if (ref) {
         memset(layer_dots, 0, (size_t)L * NK * sizeof(double));
-        stage_tangent_dots_by_layer(&p->stage, key, N, p->exact,
-                                    layer_dots + (size_t)p->stage.first * NK);
+        stage_tangent_dots_by_layer(&p->stage, key, N, ref, layer_dots + (size_t)p->stage.first * NK);
     }
-    int n_scalars = 1 + NK + (use_cv ? L * NK : 0);
+    int n_scalars = 1 + NK + (ref ? L * NK : 0);
     if ((rc = p->tr->allreduce_sum(p->tr, p->scalars, n_scalars, err))) return rc;
     *summed = wall_seconds();
 
     if (K) {
         float *d = malloc((size_t)NK * sizeof(float));
-        double *cdots = use_cv ? malloc((size_t)NK * sizeof(double)) : NULL;
+        double *rdots = ref ? malloc((size_t)NK * sizeof(double)) : NULL;
         for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[1 + i];
-        if (use_cv) sum_layer_rows(layer_dots, L, NK, cdots);
-        Estimator est = {use_cv ? EST_CV : EST_FG, N, K};
+        if (ref) sum_layer_rows(layer_dots, L, NK, rdots);
+        Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
         float base;
-        estimator_coefficients(&est, d, cdots, p->coeff, &base);
+        estimator_coefficients(&est, d, rdots, p->coeff, &base);
         // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
         if (use_cv && c->lag == 0)
             for (int i = 0; i < p->n_sel * K; i++) p->coeff[i] = 0.0f;
-        if (base != 0.0f) memcpy(p->grad, p->exact, p->n * sizeof(float));
+        if (ref)
+            for (size_t i = 0; i < p->n; i++) p->grad[i] = base * ref[i];
         else memset(p->grad, 0, p->n * sizeof(float));
         stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
         free(d);
-        free(cdots);
+        free(rdots);
     }
     OptimizerConfig oc = config_optimizer(c);
     float clip = 1.0f;
     if (oc.clip_norm > 0) {
-        double *norms = calloc((size_t)L, sizeof(double)), total2 = 0.0;
-        for (int l = p->stage.first; l < p->stage.last; l++) {
-            const Layer *ly = &m->layers[l];
-            norms[l] = squared_norm(p->grad + (ly->param_offset - p->stage.param_base), ly->param_count);
-        }
-        rc = p->tr->allreduce_sum(p->tr, norms, L, err);
-        sum_layer_rows(norms, L, 1, &total2);
-        free(norms);
-        if (rc) return rc;
-        clip = optimizer_clip_scale(&oc, total2);
+        double norm2;
+        if ((rc = global_squared_norm(p, p->grad, &norm2, err))) return rc;
+        clip = optimizer_clip_scale(&oc, norm2);
     }
     if (p->prev_params) memcpy(p->prev_params, p->params, p->n * sizeof(float));
     optimizer_step(&oc, step, lr_at(&oc, step, total), p->params, p->grad, clip, p->opt_state, p->n);
+    if (p->guide && have_exact) {  // the next step's tangent 0: this step's c, normalised
+        double norm2;
+        if ((rc = global_squared_norm(p, p->exact, &norm2, err))) return rc;
+        float inv = norm2 > 0 ? (float)(1.0 / sqrt(norm2)) : 0.0f;
+        for (size_t i = 0; i < p->n; i++) p->guide[i] = inv * p->exact[i];
+        p->stage.guide = norm2 > 0 ? p->guide : NULL;
+    }
     return FG_OK;
 }
 
@@ -305,6 +323,7 @@ int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first
     model_init_range(m, first[s], first[s + 1], p->params, c->seed);
     if (c->mode == MODE_FG_BP) p->exact = fg_alloc_floats(p->n);
     if (c->mode == MODE_FG_BP && c->lag == 1) p->prev_params = fg_alloc_floats(p->n);
+    if (c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED) p->guide = fg_alloc_floats(p->n);
     size_t msg = (size_t)B * m->max_width * (1 + p->K);
     p->msg_in = fg_alloc_floats(msg);
     p->msg_out = fg_alloc_floats(msg);
@@ -337,7 +356,7 @@ void pipeline_free(Pipeline *p) {
     for (int i = 0; i < 2; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) fg_free(p->stash[i][b]);
     for (int i = 0; i < p->n_free_stash; i++) fg_free(p->free_stash[i]);
-    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->msg_in,
+    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->msg_in,
                     p->msg_out, p->x_in, p->labels,   p->dz[0],   p->dz[1],       p->free_stash,
                     p->scalars, p->coeff,    p->measured};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);

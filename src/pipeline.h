@@ -36,6 +36,7 @@ typedef struct {
     float *params, *grad, *opt_state;
     float *exact;             // fg+bp: the exact gradient c of the selected micro-batches
     float *prev_params;       // lag 1: the weights the stashed activations were computed with
+    float *guide;             // guided: c/|c| of the last step that had c
     float *msg_in, *msg_out;  // one message: (h, hdot) forward or an adjoint backward
     float *x_in;              // stage 0: one micro-batch of inputs
     uint8_t *labels;          // last stage: one micro-batch of labels

@@ -75,7 +75,9 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                 lk.layer = (uint32_t)l;
                 for (int k = 0; k < K; k++) {
                     lk.k = (uint32_t)k;
-                    tangent_fill(lk, 0, L->param_count, st->pdot + k * L->param_count);
+                    float *dst = st->pdot + k * L->param_count;
+                    if (k == 0 && st->guide) memcpy(dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
+                    else tangent_fill(lk, 0, L->param_count, dst);
                 }
                 pdot = st->pdot;
             }

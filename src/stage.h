@@ -22,6 +22,8 @@ typedef struct {
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
+    const float *guide;  // NULL, or a direction (the stage's slice) that replaces tangent k=0
+                         // (the guided estimator); set by the caller
 } Stage;
 
 int stage_init(Stage *st, const Model *m, int first, int last, int max_rows, int tangents,
