@@ -15,6 +15,7 @@ typedef struct {
     size_t cap[RING];
     MPI_Request req[RING];
     int next;
+    struct { MPI_Request req; size_t n; int from, tag; } posted[TRANSPORT_MAX_POSTED];
 } MpiCtx;
 
 static int mpi_fail(FgError *err, const MpiCtx *c, int code, const char *what) {
@@ -57,6 +58,38 @@ static int mpi_recv(Transport *t, int from, int tag, float *buf, size_t n, FgErr
     return FG_OK;
 }
 
+static int mpi_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+                         FgError *err) {
+    MpiCtx *c = t->ctx;
+    int h = 0, rc;
+    while (h < TRANSPORT_MAX_POSTED && c->posted[h].req != MPI_REQUEST_NULL) h++;
+    if (h == TRANSPORT_MAX_POSTED)
+        return fg_fail(err, FG_ERR_INTERNAL, "rank %d: more than %d receives posted", c->world_rank,
+                       TRANSPORT_MAX_POSTED);
+    if ((rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, from, tag, c->pipe, &c->posted[h].req)) != MPI_SUCCESS)
+        return mpi_fail(err, c, rc, "posting a receive");
+    c->posted[h].n = n, c->posted[h].from = from, c->posted[h].tag = tag;
+    *handle = h;
+    return FG_OK;
+}
+
+static int mpi_wait_recv(Transport *t, int h, FgError *err) {
+    MpiCtx *c = t->ctx;
+    MPI_Status st;
+    int count, rc = MPI_Wait(&c->posted[h].req, &st);
+    if (rc != MPI_SUCCESS || st.MPI_ERROR == MPI_ERR_TRUNCATE)
+        return fg_fail(err, FG_ERR_INTERNAL,
+                       "rank %d (stage %d): message from stage %d (tag %d) is longer than the "
+                       "%zu floats expected",
+                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, c->posted[h].n);
+    MPI_Get_count(&st, MPI_FLOAT, &count);
+    if ((size_t)count != c->posted[h].n)
+        return fg_fail(err, FG_ERR_INTERNAL,
+                       "rank %d (stage %d): message from stage %d (tag %d) has %d floats, expected %zu",
+                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, count, c->posted[h].n);
+    return FG_OK;
+}
+
 static int mpi_allreduce(Transport *t, double *buf, int n, FgError *err) {
     MpiCtx *c = t->ctx;
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->pipe);
@@ -78,11 +111,13 @@ int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *er
     c->world_rank = rank;
     c->replica = rank / stages;
     for (int i = 0; i < RING; i++) c->req[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < TRANSPORT_MAX_POSTED; i++) c->posted[i].req = MPI_REQUEST_NULL;
     MPI_Comm_split(world, c->replica, rank % stages, &c->pipe);
     MPI_Comm_split(world, rank % stages, c->replica, &c->data);
     // Errors come back as codes so the message can name the rank; main then aborts the job.
     MPI_Comm_set_errhandler(c->pipe, MPI_ERRORS_RETURN);
-    Transport t = {c, rank % stages, stages, mpi_send, mpi_recv, mpi_allreduce};
+    Transport t = {c,        rank % stages, stages,       mpi_send,
+                   mpi_recv, mpi_post_recv, mpi_wait_recv, mpi_allreduce};
     *out = t;
     return FG_OK;
 }

@@ -88,20 +88,17 @@ static int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
 // ---------------------------------------------------------------------------------------------
 // Ops
 
-static int op_forward(Pipeline *p, long step, int mb, const size_t *order, size_t sample0,
-                      double *loss_sum, FgError *err) {
+// Op F of micro-batch mb; `in` is the received (h, hdot) (NULL on stage 0: the data).
+static int op_forward(Pipeline *p, long step, int mb, const float *in, const size_t *order,
+                      size_t sample0, double *loss_sum, FgError *err) {
     const Config *c = p->cfg;
-    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches, rc;
-    const float *x, *xdot = NULL;
+    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches;
+    const float *x = in, *xdot = NULL;
     if (p->is_first) {
         dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->x_in, p->labels);
         x = p->x_in;
-    } else {
-        size_t n = forward_msg_floats(p, p->stage.first, B);
-        if ((rc = p->tr->recv(p->tr, p->tr->stage - 1, tag_of(TAG_FORWARD, step, mb), p->msg_in, n, err)))
-            return rc;
-        x = p->msg_in;
-        if (p->K) xdot = p->msg_in + (size_t)B * p->model->layers[p->stage.first].in;
+    } else if (p->K) {
+        xdot = in + (size_t)B * p->model->layers[p->stage.first].in;
     }
     float *stash = NULL;
     if (is_selected(p, mb)) p->stash[step & 1][mb] = stash = stash_take(p);
@@ -138,19 +135,12 @@ static int op_forward(Pipeline *p, long step, int mb, const size_t *order, size_
     return FG_OK;
 }
 
-// B op of micro-batch mb of step `step + offset` (offset -1: the previous step's, lag 1).
-static int op_backward(Pipeline *p, long step, int offset, int mb, FgError *err) {
-    int B = p->cfg->micro_batch, rc;
+// Op B of micro-batch mb of step `step + offset` (offset -1: the previous step's, lag 1);
+// `in` is the received output adjoint (NULL on the last stage: the loss gives it).
+static int op_backward(Pipeline *p, long step, int offset, int mb, const float *in, FgError *err) {
+    int B = p->cfg->micro_batch;
     long of_step = step + offset;
-    const float *dy;
-    if (p->is_last) {
-        dy = p->dz[of_step & 1] + (size_t)mb * B * p->model->classes;
-    } else {
-        size_t n = (size_t)B * p->model->layers[p->stage.last - 1].out;
-        if ((rc = p->tr->recv(p->tr, p->tr->stage + 1, tag_of(TAG_BACKWARD, of_step, mb), p->msg_in, n, err)))
-            return rc;
-        dy = p->msg_in;
-    }
+    const float *dy = p->is_last ? p->dz[of_step & 1] + (size_t)mb * B * p->model->classes : in;
     float *stash = p->stash[of_step & 1][mb];
     float *target = p->cfg->mode == MODE_BP ? p->grad : p->exact;
     // A lag-1 op differentiates at the weights its activations were computed with.
@@ -244,22 +234,69 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     return FG_OK;
 }
 
+// The message op i of this stage's timetable waits for, if any: its source, tag and size.
+static int op_receive(const Pipeline *p, long step, int i, int *from, int *tag, size_t *n) {
+    const ScheduledOp *op = &p->sched.ops[i];
+    int B = p->cfg->micro_batch;
+    if (op->kind == OP_F && !p->is_first) {
+        *from = p->tr->stage - 1;
+        *tag = tag_of(TAG_FORWARD, step, op->microbatch);
+        *n = forward_msg_floats(p, p->stage.first, B);
+        return 1;
+    }
+    long of_step = step + op->iteration_offset;
+    if (op->kind == OP_B && !p->is_last && of_step >= 0) {
+        *from = p->tr->stage + 1;
+        *tag = tag_of(TAG_BACKWARD, of_step, op->microbatch);
+        *n = (size_t)B * p->model->layers[p->stage.last - 1].out;
+        return 1;
+    }
+    return 0;
+}
+
+// Posts the receive of the first op after `after` that needs one, into msg_in[*slot];
+// returns its op index (or -1).
+static int post_next_receive(Pipeline *p, long step, int after, int slot, int *handle, FgError *err,
+                             int *rc) {
+    int s = p->tr->stage, end = p->sched.stage_first[s] + p->sched.stage_count[s], from, tag;
+    size_t n;
+    for (int j = after + 1; j < end; j++)
+        if (op_receive(p, step, j, &from, &tag, &n)) {
+            *rc = p->tr->post_recv(p->tr, from, tag, p->msg_in[slot], n, handle, err);
+            return j;
+        }
+    return -1;
+}
+
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err) {
     const Config *c = p->cfg;
     int N = c->micro_batches, s = p->tr->stage, rc = FG_OK;
+    int first = p->sched.stage_first[s], end = first + p->sched.stage_count[s];
     double t_start = wall_seconds(), loss_sum = 0.0;
     memset(p->scalars, 0, (size_t)(1 + N * p->K) * sizeof(double));
     if (c->mode == MODE_BP) memset(p->grad, 0, p->n * sizeof(float));
     if (p->exact) memset(p->exact, 0, p->n * sizeof(float));
-    for (int i = p->sched.stage_first[s]; rc == FG_OK && i < p->sched.stage_first[s] + p->sched.stage_count[s]; i++) {
+    // Double-buffered receives: while op i works on one buffer, the message of the next op
+    // that needs one is already posted into the other.
+    int slot = 0, handle = 0;
+    int posted = post_next_receive(p, step, first - 1, slot, &handle, err, &rc);
+    for (int i = first; rc == FG_OK && i < end; i++) {
         const ScheduledOp *op = &p->sched.ops[i];
         double t0 = wall_seconds();
+        const float *in = NULL;
+        if (posted == i) {
+            if ((rc = p->tr->wait_recv(p->tr, handle, err))) break;
+            in = p->msg_in[slot];
+            slot ^= 1;
+            posted = post_next_receive(p, step, i, slot, &handle, err, &rc);
+            if (rc) break;
+        }
         if (op->kind == OP_F) {
-            rc = op_forward(p, step, op->microbatch, order, sample0, &loss_sum, err);
+            rc = op_forward(p, step, op->microbatch, in, order, sample0, &loss_sum, err);
         } else if (op->kind == OP_B) {
             if (step + op->iteration_offset < 0) continue;  // lag 1: nothing stashed before step 0
-            rc = op_backward(p, step, op->iteration_offset, op->microbatch, err);
+            rc = op_backward(p, step, op->iteration_offset, op->microbatch, in, err);
         } else {
             // Every stage knows whether c exists this step without asking: the timetable is shared.
             int have_exact = p->n_sel > 0 && step - p->cfg->lag >= 0;
@@ -325,7 +362,8 @@ int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first
     if (c->mode == MODE_FG_BP && c->lag == 1) p->prev_params = fg_alloc_floats(p->n);
     if (c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED) p->guide = fg_alloc_floats(p->n);
     size_t msg = (size_t)B * m->max_width * (1 + p->K);
-    p->msg_in = fg_alloc_floats(msg);
+    p->msg_in[0] = fg_alloc_floats(msg);
+    p->msg_in[1] = fg_alloc_floats(msg);
     p->msg_out = fg_alloc_floats(msg);
     p->x_in = fg_alloc_floats((size_t)B * m->in_features);
     p->labels = fg_alloc_bytes((size_t)B);
@@ -356,7 +394,7 @@ void pipeline_free(Pipeline *p) {
     for (int i = 0; i < 2; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) fg_free(p->stash[i][b]);
     for (int i = 0; i < p->n_free_stash; i++) fg_free(p->free_stash[i]);
-    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->msg_in,
+    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->msg_in[0], p->msg_in[1],
                     p->msg_out, p->x_in, p->labels,   p->dz[0],   p->dz[1],       p->free_stash,
                     p->scalars, p->coeff,    p->measured};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);
@@ -374,8 +412,8 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
         int tag = tag_of(TAG_EVAL, 0, (int)(i % 4096));
         const float *x = ds->x + i * rows * ds->features, *y;
         if (!p->is_first) {
-            x = p->msg_in;
-            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->msg_in,
+            x = p->msg_in[0];
+            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->msg_in[0],
                              (size_t)n * p->model->layers[p->stage.first].in, err);
             if (rc) break;
         }

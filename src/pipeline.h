@@ -37,7 +37,8 @@ typedef struct {
     float *exact;             // fg+bp: the exact gradient c of the selected micro-batches
     float *prev_params;       // lag 1: the weights the stashed activations were computed with
     float *guide;             // guided: c/|c| of the last step that had c
-    float *msg_in, *msg_out;  // one message: (h, hdot) forward or an adjoint backward
+    float *msg_in[2];         // received messages, double-buffered: (h, hdot) or an adjoint
+    float *msg_out;           // the message being sent
     float *x_in;              // stage 0: one micro-batch of inputs
     uint8_t *labels;          // last stage: one micro-batch of labels
     float *dz[2];             // last stage: loss adjoints of selected micro-batches, per parity

@@ -8,6 +8,8 @@
 
 #include "common.h"
 
+enum { TRANSPORT_MAX_POSTED = 4 };
+
 typedef struct Transport Transport;
 struct Transport {
     void *ctx;
@@ -16,6 +18,11 @@ struct Transport {
     int (*send)(Transport *t, int to_stage, int tag, const float *buf, size_t n, FgError *err);
     // Receives exactly n floats sent with this tag; a message of another size is an error.
     int (*recv)(Transport *t, int from_stage, int tag, float *buf, size_t n, FgError *err);
+    // The same in two halves, so a receive can be posted before it is needed: buf must not be
+    // touched until wait_recv(handle) returns. At most TRANSPORT_MAX_POSTED at once.
+    int (*post_recv)(Transport *t, int from_stage, int tag, float *buf, size_t n, int *handle,
+                     FgError *err);
+    int (*wait_recv)(Transport *t, int handle, FgError *err);
     // buf[i] = sum over the stages of their buf[i], on every stage.
     int (*allreduce_sum)(Transport *t, double *buf, int n, FgError *err);
 };

@@ -12,12 +12,23 @@ static int local_recv(Transport *t, int from, int tag, float *buf, size_t n, FgE
                    "single-stage transport asked to receive from stage %d (tag %d)", from, tag);
 }
 
+static int local_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+                           FgError *err) {
+    (void)handle;
+    return local_recv(t, from, tag, buf, n, err);
+}
+
+static int local_wait_recv(Transport *t, int handle, FgError *err) {
+    (void)t;
+    return fg_fail(err, FG_ERR_INTERNAL, "single-stage transport has no receive %d to wait for", handle);
+}
+
 static int local_allreduce(Transport *t, double *buf, int n, FgError *err) {
     (void)t, (void)buf, (void)n, (void)err;
     return FG_OK;
 }
 
 Transport transport_local(void) {
-    Transport t = {NULL, 0, 1, local_send, local_recv, local_allreduce};
+    Transport t = {NULL, 0, 1, local_send, local_recv, local_post_recv, local_wait_recv, local_allreduce};
     return t;
 }
