@@ -76,12 +76,15 @@ static int mpi_post_recv(Transport *t, int from, int tag, float *buf, size_t n, 
 static int mpi_wait_recv(Transport *t, int h, FgError *err) {
     MpiCtx *c = t->ctx;
     MPI_Status st;
-    int count, rc = MPI_Wait(&c->posted[h].req, &st);
-    if (rc != MPI_SUCCESS || st.MPI_ERROR == MPI_ERR_TRUNCATE)
+    int count, cls, rc = MPI_Wait(&c->posted[h].req, &st);
+    if (rc != MPI_SUCCESS) {
+        MPI_Error_class(rc, &cls);
+        if (cls != MPI_ERR_TRUNCATE) return mpi_fail(err, c, rc, "receive");
         return fg_fail(err, FG_ERR_INTERNAL,
                        "rank %d (stage %d): message from stage %d (tag %d) is longer than the "
                        "%zu floats expected",
                        c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, c->posted[h].n);
+    }
     MPI_Get_count(&st, MPI_FLOAT, &count);
     if ((size_t)count != c->posted[h].n)
         return fg_fail(err, FG_ERR_INTERNAL,
