@@ -53,7 +53,7 @@ int partition_layers(const Model *m, int M, const char *boundaries, int *first, 
             }
         }
     if (!isfinite(best[M][L]))
-        return fg_fail(err, FG_ERR_INPUT, "stages: %d stages need %d linear layers to start at", M, M);
+        return fg_fail(err, FG_ERR_INPUT, "stages: %d stages, but a stage must start at a linear layer and the model has fewer (set boundaries explicitly or use fewer stages)", M);
     for (int s = M, j = L; s >= 1; s--) first[s - 1] = j = cut[s][j];
     first[0] = 0;
     return FG_OK;

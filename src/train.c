@@ -59,6 +59,8 @@ static int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
         measured->ops[i].end = times[2 * i + 1];
         measured->makespan = fmax(measured->makespan, times[2 * i + 1]);
     }
+    // As run there is no separate fg timetable: the bubble is all time not spent in F or U.
+    measured->fg_makespan = measured->makespan;
     free(times);
     return rc;
 }
@@ -137,7 +139,7 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
             rc = FG_ERR_INPUT;
             goto done;
         }
-        fprintf(loss_csv, "step,loss,lr\n");
+        fprintf(loss_csv, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
     }
 
     long per_epoch = (long)(train.count / batch);
@@ -164,7 +166,16 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
             break;
         }
         double lr = lr_at(&oc, step, total);
-        if (loss_csv) fprintf(loss_csv, "%ld,%.6f,%.6g\n", step, sr.loss, lr);
+        if (out_dir) {  // every stage takes part in gathering the step's measured timeline
+            Schedule measured;
+            rc = gather_measured(&p, &measured, err);
+            ScheduleStats ms = schedule_stats(&measured);
+            free(measured.ops);
+            if (rc) break;
+            if (loss_csv)
+                fprintf(loss_csv, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr.loss, lr, sr.seconds,
+                        ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
+        }
         if (reporter) progress_step(&prog, step, sr.loss, lr, (long)((step + 1) * batch));
         if (c->eval_every && (step + 1) % c->eval_every == 0 && step + 1 < total) {
             double tl, ta;
