@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump
   python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path
   dataset-fashion-mnist                    # the default training data
+  procps                                   # pgrep, for the killed-rank test
 )
 
 missing=()
