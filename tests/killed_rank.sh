@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A rank that dies mid-training ends the whole job: a 4-rank run is killed in one rank (world
+# rank 2, SIGKILL) once it is training, and mpirun must exit within 15 s of the kill, with a
+# non-zero status, naming the lost rank; nothing of the job may be left running.
+#
+# usage: killed_rank.sh FGPIPE CONFIG
+set -u
+if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
+fgpipe=$1 config=$2
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1
+victim_rank=2 deadline_s=15 startup_s=30
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-killed.XXXXXX") || exit 1
+# A tag in every rank's environment: finds this job's ranks and no one else's.
+tag="fgpipe-killed-rank-$$-$RANDOM"
+mpirun_pid=
+
+# The ranks of this job: processes whose environment carries the tag.
+job_pids() {
+  local pid
+  for pid in $(pgrep -f -- "$fgpipe"); do
+    { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "FGPIPE_TEST_TAG=$tag" && echo "$pid"
+  done
+}
+
+# Open MPI puts every rank in a process group of its own, so killing mpirun's group is not
+# enough: the job's session (id = mpirun's pid, from setsid) and the tagged ranks are ended too.
+end_job() {
+  [ -n "$mpirun_pid" ] || return 0
+  if kill -0 "$mpirun_pid" 2>/dev/null; then
+    kill -TERM "$mpirun_pid" 2>/dev/null  # mpirun takes its ranks down with it
+    for _ in $(seq 20); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  pkill -KILL -s "$mpirun_pid" 2>/dev/null
+  kill -KILL -- "-$mpirun_pid" 2>/dev/null
+  wait "$mpirun_pid" 2>/dev/null
+  mpirun_pid=
+}
+cleanup() {
+  end_job
+  local pid
+  for pid in $(job_pids); do kill -KILL "$pid" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+passed=0 failed=0
+check() {  # check LABEL CONDITION...
+  local label=$1; shift
+  if "$@"; then echo "PASS $label"; passed=$((passed + 1)); else echo "FAIL $label"; failed=$((failed + 1)); fi
+}
+finish() {
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+}
+
+# Its own session (and process group, id = its pid), so the cleanup can end all of it.
+setsid -w mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x FGPIPE_TEST_TAG="$tag" \
+  "$fgpipe" train --config "$config" --set model=784-64-32-16-10 --set stages=4 \
+  --set steps=100000 --set warmup_steps=0 --set print_every=1000000 \
+  --out "$dir/out" >"$dir/log" 2>&1 </dev/null &
+mpirun_pid=$!
+
+# Training: loss.csv (written by the last stage) has a few steps.
+training=false
+for _ in $(seq $((startup_s * 10))); do
+  if [ -f "$dir/out/loss.csv" ] && [ "$(wc -l <"$dir/out/loss.csv")" -gt 5 ]; then training=true; break; fi
+  kill -0 "$mpirun_pid" 2>/dev/null || break
+  sleep 0.1
+done
+check "4-rank job is training within ${startup_s} s" $training
+victim=
+for pid in $(job_pids); do
+  { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim_rank" && victim=$pid
+done
+check "found the process of rank $victim_rank (pid ${victim:-none})" [ -n "$victim" ]
+if ! $training || [ -z "$victim" ]; then
+  sed 's/^/#   /' "$dir/log" | tail -n 20
+  finish
+fi
+
+t0=$(date +%s.%N)
+kill -KILL "$victim"
+ended=false
+for _ in $(seq $(((deadline_s + 5) * 10))); do
+  kill -0 "$mpirun_pid" 2>/dev/null || { ended=true; break; }
+  sleep 0.1
+done
+t1=$(date +%s.%N)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+if $ended; then
+  wait "$mpirun_pid"; rc=$?
+  mpirun_pid=
+  echo "# mpirun exited ${secs} s after the kill, exit status $rc"
+else
+  rc=0
+  echo "# mpirun still running ${secs} s after the kill"
+fi
+check "mpirun exits within ${deadline_s} s of the kill (${secs} s)" \
+  awk -v s="$secs" -v d="$deadline_s" -v e="$ended" 'BEGIN { exit !(e == "true" && s < d) }'
+check "mpirun exit status is non-zero ($rc)" [ "$rc" -ne 0 ]
+check "output names the lost rank $victim_rank" \
+  grep -qE "process rank $victim_rank with PID [0-9]+ .*(exited on signal 9|Killed)" "$dir/log"
+grep -m1 -E "process rank $victim_rank" "$dir/log" | sed 's/^/#   /'
+$ended || end_job
+# The other ranks go with mpirun; give them a moment to be reaped.
+for _ in $(seq 20); do [ -z "$(job_pids)" ] && break; sleep 0.1; done
+left=$(job_pids | tr '\n' ' ')
+check "no rank left running${left:+ (pids $left)}" [ -z "$left" ]
+finish

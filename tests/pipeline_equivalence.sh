@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Pipeline equivalence: the same 20 training steps on M = 1, 2 and 4 pipeline stages (one MPI
+# rank per stage) give byte-identical losses and final parameters, in every mode.  And the
+# exact-gradient check: fg+bp that backpropagates every micro-batch (select = N) with the cv
+# estimator and lag 0 has all tangent coefficients 0, so its update is the exact gradient c
+# assembled by the B ops in the bubbles; on 4 stages it must equal single-rank bp with the
+# 1F1B order (the same per-stage B order 0..N-1, hence the same float accumulation order).
+#
+# usage: pipeline_equivalence.sh FGPIPE CONFIG
+#
+# loss.csv holds step,loss,lr followed by wall-clock columns (seconds, makespan, bubble,
+# bubble_used_by_b) that differ from run to run, so only its first three columns are compared;
+# the parameter files (--save-params, raw float32 of the whole model) are compared whole.
+set -u
+if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
+fgpipe=$1 config=$2
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-equiv.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+passed=0 failed=0
+steps=20
+base=(--set model=784-64-32-16-10 --set steps=$steps --set warmup_steps=0 --set micro_batches=4
+      --set print_every=1000000)
+sgd=(optimizer=sgd lr=0.0001)
+
+# run NAME M KEY=VALUE...: trains on M stages into $dir/NAME/ (loss.csv) and $dir/NAME.bin.
+run() {
+  local name=$1 M=$2; shift 2
+  local sets=() kv rc
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" \
+    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || echo "# $name: mpirun -np $M exited with $rc" >>"$dir/$name.problems"
+}
+
+# verdict LABEL PROBLEMS...: one PASS/FAIL line.
+verdict() {
+  local label=$1; shift
+  if [ $# -eq 0 ]; then
+    echo "PASS $label"; passed=$((passed + 1))
+  else
+    echo "FAIL $label: $*"; failed=$((failed + 1))
+  fi
+}
+
+# problems_of NAME: why run NAME cannot be compared (failed, or loss.csv incomplete).
+problems_of() {
+  local name=$1
+  [ -f "$dir/$name.problems" ] && { tail -n 1 "$dir/$name.problems" | sed 's/^# //'; sed 's/^/#   /' "$dir/$name.log" | tail -n 5 >&2; return; }
+  [ -f "$dir/$name.bin" ] || { echo "$name: no params file"; return; }
+  local lines
+  lines=$(wc -l <"$dir/$name/loss.csv" 2>/dev/null || echo 0)
+  [ "$lines" -eq $((steps + 1)) ] || echo "$name: loss.csv has $lines lines, want $((steps + 1))"
+}
+
+# same LABEL A B: runs A and B have identical step,loss,lr columns and identical params.
+same() {
+  local label=$1 a=$2 b=$3 why=()
+  local pa pb
+  pa=$(problems_of "$a"); pb=$(problems_of "$b")
+  [ -n "$pa" ] && why+=("$pa")
+  [ -n "$pb" ] && why+=("$pb")
+  if [ ${#why[@]} -eq 0 ]; then
+    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") ||
+      why+=("losses differ (first: $(diff <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") | grep -m1 '^>' | cut -c3-))")
+    cmp -s "$dir/$a.bin" "$dir/$b.bin" ||
+      why+=("params differ ($(cmp -l "$dir/$a.bin" "$dir/$b.bin" 2>/dev/null | wc -l) bytes of $(stat -c %s "$dir/$a.bin"))")
+  fi
+  verdict "$label" "${why[@]}"
+}
+
+cases=(
+  "bp-gpipe|mode=bp schedule=gpipe"
+  "bp-1f1b|mode=bp schedule=1f1b"
+  "fg|mode=fg ${sgd[*]}"
+  "fg-K3|mode=fg tangents=3 ${sgd[*]}"
+  "fgbp-cv-lag0-sel2|mode=fg+bp estimator=cv lag=0 select=2 ${sgd[*]}"
+  "fgbp-cv-lag1-sel2-K2|mode=fg+bp estimator=cv lag=1 select=2 tangents=2 ${sgd[*]}"
+  "fgbp-fg-sel1|mode=fg+bp estimator=fg select=1 ${sgd[*]}"
+  "fgbp-guided-lag1-K2|mode=fg+bp estimator=guided lag=1 select=2 tangents=2 ${sgd[*]}"
+)
+start=$SECONDS
+for c in "${cases[@]}"; do
+  name=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  for M in 1 2 4; do run "$name-M$M" "$M" "${sets[@]}"; done
+  same "$name: M=2 vs M=1" "$name-M1" "$name-M2"
+  same "$name: M=4 vs M=1" "$name-M1" "$name-M4"
+done
+
+# Exact gradient: fg+bp, cv, lag 0, every micro-batch backpropagated (select = N = 4), adam,
+# on 4 stages  ==  bp with the 1F1B order on one rank (bp-1f1b-M1 above: adam, lr 0.001).
+run exact-fgbp-M4 4 mode=fg+bp estimator=cv lag=0 select=4 optimizer=adam
+if grep -q "4 of 4 micro-batches backpropagated" "$dir/exact-fgbp-M4.log"; then
+  same "exact: fg+bp cv lag=0 select=N (M=4) vs bp-1f1b (M=1)" bp-1f1b-M1 exact-fgbp-M4
+else
+  verdict "exact: fg+bp cv lag=0 select=N (M=4) vs bp-1f1b (M=1)" \
+    "the run did not report 4 of 4 micro-batches backpropagated"
+fi
+
+echo "# $((SECONDS - start)) s"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
