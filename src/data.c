@@ -107,6 +107,7 @@ static int read_header(gzFile f, const char *path, uint32_t magic, int ndims, ui
 
 // Images file -> standardised floats, converted chunk by chunk so the raw bytes never need a
 // second full-size buffer. On success *x_out owns count*rows*cols floats.
+// x_out == NULL reads only the header (count and features).
 static int load_images(const char *path, float **x_out, size_t *count, int *features,
                        FgError *err) {
     gzFile f;
@@ -115,8 +116,10 @@ static int load_images(const char *path, float **x_out, size_t *count, int *feat
     uint32_t dims[3];
     size_t total = 0;
     rc = read_header(f, path, IDX_MAGIC_IMAGES, 3, dims, &total, err);
-    if (rc) {
+    if (rc || !x_out) {
         gzclose(f);
+        *count = dims[0];
+        *features = (int)(dims[1] * dims[2]);
         return rc;
     }
 
@@ -179,14 +182,14 @@ static int load_labels(const char *path, uint8_t **labels_out, size_t *count, Fg
     return FG_OK;
 }
 
-int dataset_load_idx(Dataset *ds, const char *images_path, const char *labels_path,
-                     FgError *err) {
+static int load_idx(Dataset *ds, const char *images_path, const char *labels_path, int pixels,
+                    FgError *err) {
     memset(ds, 0, sizeof *ds);
     float *x = NULL;
     uint8_t *labels = NULL;
-    size_t n_images, n_labels;
-    int features;
-    int rc = load_images(images_path, &x, &n_images, &features, err);
+    size_t n_images = 0, n_labels;
+    int features = 0;
+    int rc = load_images(images_path, pixels ? &x : NULL, &n_images, &features, err);
     if (rc) return rc;
     rc = load_labels(labels_path, &labels, &n_labels, err);
     if (rc) {
@@ -212,7 +215,12 @@ int dataset_load_idx(Dataset *ds, const char *images_path, const char *labels_pa
     return FG_OK;
 }
 
-int dataset_load_split(Dataset *ds, const char *dir, const char *prefix, FgError *err) {
+int dataset_load_idx(Dataset *ds, const char *images_path, const char *labels_path,
+                     FgError *err) {
+    return load_idx(ds, images_path, labels_path, 1, err);
+}
+
+static int load_split(Dataset *ds, const char *dir, const char *prefix, int pixels, FgError *err) {
     char images[4096], labels[4096];
     int ni = snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
     int nl = snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
@@ -221,7 +229,15 @@ int dataset_load_split(Dataset *ds, const char *dir, const char *prefix, FgError
         return fg_fail(err, FG_ERR_INPUT, "dataset path too long: dir %s, prefix %s", dir,
                        prefix);
     }
-    return dataset_load_idx(ds, images, labels, err);
+    return load_idx(ds, images, labels, pixels, err);
+}
+
+int dataset_load_split(Dataset *ds, const char *dir, const char *prefix, FgError *err) {
+    return load_split(ds, dir, prefix, 1, err);
+}
+
+int dataset_load_split_labels(Dataset *ds, const char *dir, const char *prefix, FgError *err) {
+    return load_split(ds, dir, prefix, 0, err);
 }
 
 void dataset_free(Dataset *ds) {

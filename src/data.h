@@ -26,6 +26,10 @@ int dataset_load_idx(Dataset *ds, const char *images_path, const char *labels_pa
 // prefix is "train" or "t10k".
 int dataset_load_split(Dataset *ds, const char *dir, const char *prefix, FgError *err);
 
+// The same without the pixels (x == NULL; count and features from the header): what a
+// pipeline stage that never reads the inputs needs.
+int dataset_load_split_labels(Dataset *ds, const char *dir, const char *prefix, FgError *err);
+
 void dataset_free(Dataset *ds);
 
 // A seeded permutation of 0..count-1 for one epoch: a pure function of (seed, epoch).

@@ -410,7 +410,7 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
     for (size_t i = 0; rc == FG_OK && i < chunks; i++) {
         int n = (int)FG_MIN((size_t)rows, ds->count - i * rows);
         int tag = tag_of(TAG_EVAL, 0, (int)(i % 4096));
-        const float *x = ds->x + i * rows * ds->features, *y;
+        const float *x = p->is_first ? ds->x + i * rows * ds->features : NULL, *y;
         if (!p->is_first) {
             x = p->msg_in[0];
             rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->msg_in[0],

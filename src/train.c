@@ -106,8 +106,11 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     double *step_times = NULL;
     if ((rc = model_build_mlp(&m, c->model, c->activation, err))) return rc;
     if ((rc = partition_layers(&m, M, c->boundaries, res->layout, err))) return rc;
-    if ((rc = dataset_load_split(&train, c->data_dir, "train", err))) goto done;
-    if ((rc = dataset_load_split(&test, c->data_dir, "t10k", err))) goto done;
+    // Only stage 0 reads the inputs; the others need the labels and the sizes.
+    int (*load)(Dataset *, const char *, const char *, FgError *) =
+        t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
+    if ((rc = load(&train, c->data_dir, "train", err))) goto done;
+    if ((rc = load(&test, c->data_dir, "t10k", err))) goto done;
     if (train.features != m.in_features || train.classes > m.classes) {
         rc = fg_fail(err, FG_ERR_INPUT,
                      "model: '%s' takes %d features and %d classes, but the data in %s has %d "
