@@ -3,20 +3,30 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "checkpoint_hdf5.h"
 #include "cli.h"
 #include "transport_mpi.h"
 
-static int make_transport(void *arg, int stages, Transport *out, FgError *err) {
+typedef struct {
+    Transport *transport;
+    CheckpointIO *checkpoints;
+} Made;
+
+static int make_transport(void *arg, int stages, Transport *out, CheckpointIO *io, FgError *err) {
+    Made *made = arg;
     int rc = transport_mpi_create(MPI_COMM_WORLD, stages, out, err);
-    if (!rc) *(Transport **)arg = out;
-    return rc;
+    if (rc) return rc;
+    *io = checkpoint_hdf5(transport_mpi_comm(out));
+    made->transport = out;
+    made->checkpoints = io;
+    return FG_OK;
 }
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    Transport *made = NULL;
+    Made made = {0};
     int rc = fgpipe_cli(argc, argv, make_transport, &made);
     if (rc && size > 1) {
         // The other ranks may be waiting for this one: end the whole job now.
@@ -24,7 +34,8 @@ int main(int argc, char **argv) {
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
-    if (made) transport_mpi_destroy(made);
+    if (made.checkpoints) checkpoint_hdf5_free(made.checkpoints);
+    if (made.transport) transport_mpi_destroy(made.transport);
     MPI_Finalize();
     return rc;
 }

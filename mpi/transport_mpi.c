@@ -135,3 +135,5 @@ void transport_mpi_destroy(Transport *t) {
     free(c);
     t->ctx = NULL;
 }
+
+MPI_Comm transport_mpi_comm(const Transport *t) { return ((const MpiCtx *)t->ctx)->pipe; }

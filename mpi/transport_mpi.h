@@ -11,5 +11,7 @@
 // replica r / M, so one pipeline's ranks are neighbours in rank order (and on a node).
 int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *err);
 void transport_mpi_destroy(Transport *t);
+// The communicator of this rank's pipeline (rank = stage), for collective I/O.
+MPI_Comm transport_mpi_comm(const Transport *t);
 
 #endif

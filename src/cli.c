@@ -1,8 +1,12 @@
 // fgpipe command line: `fgpipe train --config FILE [--set key=value ...]`.
 #include "cli.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
 
 #include "config.h"
 #include "train.h"
@@ -20,6 +24,12 @@ static void usage(FILE *f) {
             "  --trace FILE         write the planned and measured timeline of the last step\n"
             "                       (Chrome trace JSON: open in Perfetto or chrome://tracing)\n"
             "  --save-params FILE   write the final parameters as raw float32 (flat layout)\n"
+            "  --checkpoint FILE    write an HDF5 checkpoint at the end (default with --out:\n"
+            "                       DIR/checkpoint.h5); SIGTERM or SIGUSR1 write it at the next\n"
+            "                       step boundary and end the run with exit code 0\n"
+            "  --checkpoint-every S also every S steps\n"
+            "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
+            "                       number of stages\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -28,6 +38,13 @@ static void usage(FILE *f) {
 static int fail(const FgError *err) {
     fprintf(stderr, "fgpipe: error: %s\n", err->msg);
     return err->code ? err->code : 1;
+}
+
+// Set by SIGTERM / SIGUSR1 (Slurm's warning before the time limit); read at step boundaries.
+static volatile sig_atomic_t stop_requested;
+static void request_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
 }
 
 static int cmd_train(int argc, char **argv, TransportFactory make_transport, void *arg) {
@@ -44,6 +61,16 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
         else if (strcmp(a, "--summary-json") == 0 && has_value) summary = argv[++i];
         else if (strcmp(a, "--trace") == 0 && has_value) outputs.trace_path = argv[++i];
         else if (strcmp(a, "--save-params") == 0 && has_value) outputs.params_path = argv[++i];
+        else if (strcmp(a, "--checkpoint") == 0 && has_value) outputs.checkpoint_path = argv[++i];
+        else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
+        else if (strcmp(a, "--checkpoint-every") == 0 && has_value) {
+            char *end;
+            outputs.checkpoint_every = strtol(argv[++i], &end, 10);
+            if (*end || outputs.checkpoint_every <= 0) {
+                fg_fail(&err, FG_ERR_INPUT, "--checkpoint-every '%s': expected a positive step count", argv[i]);
+                return fail(&err);
+            }
+        }
         else if (strcmp(a, "--set") == 0 && has_value && n_sets < 256) sets[n_sets++] = argv[++i];
         else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
@@ -77,8 +104,30 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
     }
     if (config_validate(&cfg, &err)) return fail(&err);
 
+    // Checkpoint and resume paths: a directory means DIR/checkpoint.h5.
+    char ckpt[4096], resume[4096];
+    if (!outputs.checkpoint_path && outputs.out_dir) {
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", outputs.out_dir);
+        outputs.checkpoint_path = ckpt;
+    }
+    struct stat sb;
+    if (outputs.resume_path && !stat(outputs.resume_path, &sb) && S_ISDIR(sb.st_mode)) {
+        snprintf(resume, sizeof resume, "%s/checkpoint.h5", outputs.resume_path);
+        outputs.resume_path = resume;
+    }
     Transport t;
-    if (make_transport(arg, cfg.stages, &t, &err)) return fail(&err);
+    CheckpointIO io = {0};
+    if (make_transport(arg, cfg.stages, &t, &io, &err)) return fail(&err);
+    if (io.save) outputs.checkpoint_io = &io;
+    else if (outputs.resume_path || outputs.checkpoint_every) {
+        fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
+        return fail(&err);
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = request_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    outputs.stop_requested = &stop_requested;
     int reporter = t.stage == t.stages - 1;
     if (t.stage == 0) {
         static const char *const modes[] = {"bp", "fg", "fg+bp"};

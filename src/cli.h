@@ -3,9 +3,12 @@
 #ifndef FGPIPE_CLI_H
 #define FGPIPE_CLI_H
 
+#include "checkpoint.h"
 #include "transport.h"
 
-typedef int (*TransportFactory)(void *arg, int stages, Transport *out, FgError *err);
+// Makes this rank's Transport for `stages` stages, and its CheckpointIO (io->save NULL: none).
+typedef int (*TransportFactory)(void *arg, int stages, Transport *out, CheckpointIO *io,
+                                FgError *err);
 
 // Returns the process exit code: 0 success, 2 bad usage or input, 1 anything else.
 int fgpipe_cli(int argc, char **argv, TransportFactory make_transport, void *arg);

@@ -77,6 +77,58 @@ static int write_trace(const Schedule *planned, const Schedule *measured, const 
     return rc;
 }
 
+// The stage's share of a checkpoint: parameters, optimizer state, and the guide direction of
+// the guided estimator; everything else follows from the config, the seed and the step.
+static CheckpointState checkpoint_state(Pipeline *p, const Config *c, const int *layout,
+                                        const char *config_text) {
+    CheckpointState st = {.model = p->model, .first = p->stage.first, .last = p->stage.last,
+                          .param_base = p->stage.param_base, .seed = c->seed,
+                          .config_text = config_text, .stages = p->tr->stages, .layout = layout};
+    st.buffers[st.n_buffers++] = (CheckpointBuffer){"params", p->params};
+    if (c->optimizer == OPT_ADAM) {
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/m", p->opt_state};
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/v", p->opt_state + p->n};
+    } else {
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/velocity", p->opt_state};
+    }
+    if (p->guide) st.buffers[st.n_buffers++] = (CheckpointBuffer){"estimator/guide", p->guide};
+    return st;
+}
+
+static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int *layout,
+                  long total, long *first_step, FgError *err) {
+    CheckpointState st = checkpoint_state(p, c, layout, NULL);
+    int rc = o->checkpoint_io->load(o->checkpoint_io, &st, o->resume_path, err);
+    if (rc) return rc;
+    if (st.seed != c->seed)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
+                       o->resume_path, st.seed, c->seed);
+    if (st.step >= total)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
+                       o->resume_path, st.step, total);
+    for (size_t i = 0; p->guide && i < p->n; i++)
+        if (p->guide[i] != 0.0f) p->stage.guide = p->guide;
+    *first_step = st.step;
+    return FG_OK;
+}
+
+static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, const int *layout,
+                           long next_step, FgError *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    config_write(c, f);
+    fclose(f);
+    CheckpointState st = checkpoint_state(p, c, layout, text);
+    st.step = next_step;
+    int rc = o->checkpoint_io->save(o->checkpoint_io, &st, o->checkpoint_path, err);
+    free(text);
+    if (!rc && p->tr->stage == 0)
+        fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s\n", isatty(2) ? "\n" : "",
+                next_step, o->checkpoint_path);
+    return rc;
+}
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -154,16 +206,26 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     progress_init(&prog, stderr, total, c->print_every);
     enum { WINDOW = 20 };
     double recent[WINDOW], train_time = 0.0;
-    for (long step = 0; step < total && !rc; step++) {
-        if (step % per_epoch == 0) dataset_shuffle(order, train.count, c->seed, (uint32_t)(step / per_epoch));
+    long first_step = 0;
+    const TrainOutputs none = {0}, *o = outputs ? outputs : &none;
+    int checkpoints = o->checkpoint_io && o->checkpoint_path;
+    if (o->resume_path && (rc = resume(&p, c, o, res->layout, total, &first_step, err))) {
+        fg_free(order);
+        goto done;
+    }
+    res->first_step = first_step;
+    for (long step = first_step; step < total && !rc; step++) {
+        if (step % per_epoch == 0 || step == first_step)
+            dataset_shuffle(order, train.count, c->seed, (uint32_t)(step / per_epoch));
         StepResult sr;
         rc = pipeline_step(&p, step, total, order, (size_t)(step % per_epoch) * batch, &sr, err);
         if (rc) break;
         train_time += sr.seconds;
         step_times[step] = sr.seconds;
         recent[step % WINDOW] = sr.loss;
-        if (step + 1 == FG_MIN(total, WINDOW))
-            for (int i = 0; i <= step; i++) res->first_loss += recent[i] / (double)(step + 1);
+        long done_steps = step + 1 - first_step;
+        if (done_steps == FG_MIN(total - first_step, WINDOW))
+            for (long i = 0; i < done_steps; i++) res->first_loss += recent[(first_step + i) % WINDOW] / (double)done_steps;
         if (!isfinite(sr.loss)) {
             rc = fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: lower lr (now %g)", sr.loss, step, c->lr);
             break;
@@ -180,6 +242,20 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
                         ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
         }
         if (reporter) progress_step(&prog, step, sr.loss, lr, (long)((step + 1) * batch));
+        if (o->stop_requested) {  // a signal may reach only some ranks: stop when any saw one
+            double stop = *o->stop_requested ? 1.0 : 0.0;
+            if ((rc = t->allreduce_sum(t, &stop, 1, err))) break;
+            if (stop > 0) {
+                if (checkpoints && (rc = save_checkpoint(&p, c, o, res->layout, step + 1, err))) break;
+                if (reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", step + 1);
+                res->stopped = 1;
+                total = step + 1;
+                break;
+            }
+        }
+        if (checkpoints && o->checkpoint_every && (step + 1) % o->checkpoint_every == 0 &&
+            step + 1 < total && (rc = save_checkpoint(&p, c, o, res->layout, step + 1, err)))
+            break;
         if (c->eval_every && (step + 1) % c->eval_every == 0 && step + 1 < total) {
             double tl, ta;
             if ((rc = pipeline_evaluate(&p, &test, &tl, &ta, err))) break;
@@ -191,7 +267,8 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     fg_free(order);
     if (reporter) progress_finish(&prog);
     if (rc) goto done;
-    long window = FG_MIN(total, WINDOW);
+    if (checkpoints && !res->stopped && (rc = save_checkpoint(&p, c, o, res->layout, total, err))) goto done;
+    long window = FG_MIN(total - first_step, WINDOW);
     for (long i = 0; i < window; i++) res->final_loss += recent[(total - 1 - i) % WINDOW] / window;
     if ((rc = pipeline_evaluate(&p, &test, &res->test_loss, &res->test_acc, err))) goto done;
     Schedule measured;
@@ -208,12 +285,12 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     if ((rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err))) goto done;
     res->bubble_measured = ms.bubble_fraction;
     res->bubble_used_measured = ms.bubble_used_by_b;
-    qsort(step_times, (size_t)total, sizeof(double), compare_doubles);
+    qsort(step_times + first_step, (size_t)(total - first_step), sizeof(double), compare_doubles);
     ScheduleStats st = schedule_stats(&p.sched);
     res->steps = total;
     res->train_seconds = train_time;
-    res->samples_per_s = train_time > 0 ? (double)total * batch / train_time : 0.0;
-    res->step_seconds = step_times[total / 2];
+    res->samples_per_s = train_time > 0 ? (double)(total - first_step) * batch / train_time : 0.0;
+    res->step_seconds = step_times[first_step + (total - first_step) / 2];
     res->n_params = m.n_params;
     res->stages = M;
     res->n_sel = p.n_sel;

@@ -3,8 +3,10 @@
 #ifndef FGPIPE_TRAIN_H
 #define FGPIPE_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 
+#include "checkpoint.h"
 #include "common.h"
 #include "config.h"
 #include "schedule.h"
@@ -26,6 +28,8 @@ typedef struct {
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double bubble_measured, bubble_used_measured;  // of the last step as it ran
+    long first_step;       // 0, or where a resumed run started
+    int stopped;           // ended early on a stop request (after writing a checkpoint)
 } TrainResult;
 
 // Where a run writes; each may be NULL.
@@ -34,6 +38,12 @@ typedef struct {
     const char *trace_path;   // planned and measured timeline of the last step, Chrome trace JSON
     const char *params_path;  // final parameters, raw float32 in the flat layout, every stage
                               // writing its own range (for tests and tools)
+    CheckpointIO *checkpoint_io;       // NULL: no checkpoints
+    const char *checkpoint_path;       // written every checkpoint_every steps and at the end
+    long checkpoint_every;             // 0: only at the end (and on a stop request)
+    const char *resume_path;           // continue from this checkpoint
+    volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint at the next step
+                                            // boundary and return (every stage agrees first)
 } TrainOutputs;
 
 // Runs the configured training as transport t's stage; progress comes from the last stage.

@@ -1,0 +1,213 @@
+// File layout (format version 1):
+//   /<buffer>/<layer>/<tensor>   float32, [rows, cols] or [rows]; buffers: params, optimizer/...
+//   attributes of /: format_version, step (the next step to run), seed, stages, layout
+//                    (first layer of each stage, then n_layers), model, config (the resolved
+//                    config text)
+#include "checkpoint_hdf5.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    MPI_Comm comm;
+    int rank;
+} Ctx;
+
+static int set_attr_i64(hid_t obj, const char *name, long long v) {
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_LLONG, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_LLONG, &v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc < 0;
+}
+
+static int set_attr_ints(hid_t obj, const char *name, const int *v, int n) {
+    hsize_t dim = (hsize_t)n;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc < 0;
+}
+
+static int set_attr_str(hid_t obj, const char *name, const char *s) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(s) + 1);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, s);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(type);
+    return rc < 0;
+}
+
+static int get_attr_i64(hid_t obj, const char *name, long long *v) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    herr_t rc = H5Aread(a, H5T_NATIVE_LLONG, v);
+    H5Aclose(a);
+    return rc < 0 ? -1 : 0;
+}
+
+static void dataset_name(const CheckpointBuffer *b, const Model *m, const TensorView *tv, char *out,
+                         size_t size) {
+    const char *dot = strchr(tv->name, '.');
+    snprintf(out, size, "%s/%s/%s", b->name, m->layers[tv->layer].name, dot ? dot + 1 : tv->name);
+}
+
+static const char *shape_str(int rank, const hsize_t *dims, char *buf, size_t size) {
+    if (rank == 2) snprintf(buf, size, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+    else if (rank == 1) snprintf(buf, size, "[%llu]", (unsigned long long)dims[0]);
+    else snprintf(buf, size, "(rank %d)", rank);
+    return buf;
+}
+
+static int tensor_rank(const TensorView *tv, hsize_t dims[2]) {
+    dims[0] = (hsize_t)tv->rows;
+    dims[1] = (hsize_t)tv->cols;
+    return tv->cols == 1 ? 1 : 2;
+}
+
+// Every rank creates every dataset (HDF5 metadata operations are collective) and writes the
+// tensors of its own layers (independent I/O).
+static int write_file(const CheckpointState *st, hid_t f, FgError *err) {
+    const Model *m = st->model;
+    if (set_attr_i64(f, "format_version", CHECKPOINT_FORMAT_VERSION) ||
+        set_attr_i64(f, "step", st->step) || set_attr_i64(f, "seed", st->seed) ||
+        set_attr_i64(f, "stages", st->stages) ||
+        set_attr_ints(f, "layout", st->layout, st->stages + 1) ||
+        set_attr_str(f, "config", st->config_text ? st->config_text : ""))
+        return fg_fail(err, FG_ERR_INPUT, "writing the checkpoint's attributes failed");
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    int rc = FG_OK;
+    for (int b = 0; b < st->n_buffers && !rc; b++)
+        for (int t = 0; t < m->n_tensors && !rc; t++) {
+            const TensorView *tv = &m->tensors[t];
+            char name[256];
+            dataset_name(&st->buffers[b], m, tv, name, sizeof name);
+            hsize_t dims[2];
+            hid_t sp = H5Screate_simple(tensor_rank(tv, dims), dims, NULL);
+            hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+            if (d < 0) rc = fg_fail(err, FG_ERR_INPUT, "creating dataset %s failed", name);
+            else if (tv->layer >= st->first && tv->layer < st->last &&
+                     H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              st->buffers[b].data + (tv->offset - st->param_base)) < 0)
+                rc = fg_fail(err, FG_ERR_INPUT, "writing dataset %s failed", name);
+            if (d >= 0) H5Dclose(d);
+            H5Sclose(sp);
+        }
+    H5Pclose(lcpl);
+    return rc;
+}
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int h5_save(CheckpointIO *io, const CheckpointState *st, const char *path, FgError *err) {
+    Ctx *c = io->ctx;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_mpio(fapl, c->comm, MPI_INFO_NULL);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    int rc = f < 0 ? fg_fail(err, FG_ERR_INPUT, "cannot create checkpoint %s: %s", tmp,
+                             errno ? strerror(errno) : "HDF5 error")
+                   : write_file(st, f, err);
+    if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = fg_fail(err, FG_ERR_INPUT, "closing %s failed", tmp);
+    // All ranks agree on the outcome before rank 0 publishes the file.
+    int bad = rc != FG_OK, any_bad = 0;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, c->comm);
+    if (any_bad) {
+        if (c->rank == 0) unlink(tmp);
+        return rc ? rc : fg_fail(err, FG_ERR_INPUT, "checkpoint %s: another stage failed to write", path);
+    }
+    if (c->rank == 0) {
+        // Data on disk first, then the name: a crash at any point leaves the old file whole.
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        if (fsync_path(tmp) || rename(tmp, path) || fsync_path(dirname(dir)))
+            rc = fg_fail(err, FG_ERR_INPUT, "publishing checkpoint %s: %s", path, strerror(errno));
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, c->comm);
+    if (rc && c->rank != 0) fg_fail(err, rc, "checkpoint %s: rank 0 could not publish it", path);
+    return rc;
+}
+
+static int h5_load(CheckpointIO *io, CheckpointState *st, const char *path, FgError *err) {
+    (void)io;
+    const Model *m = st->model;
+    if (access(path, R_OK))
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s", path, strerror(errno));
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: not an HDF5 file, or truncated", path);
+    long long version = -1, step = -1, seed = -1;
+    int rc = FG_OK;
+    if (get_attr_i64(f, "format_version", &version) || version != CHECKPOINT_FORMAT_VERSION)
+        rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: format version %lld, this fgpipe reads %d",
+                     path, version, CHECKPOINT_FORMAT_VERSION);
+    else if (get_attr_i64(f, "step", &step) || get_attr_i64(f, "seed", &seed) || step < 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: missing or bad step/seed attributes", path);
+    for (int b = 0; b < st->n_buffers && !rc; b++)
+        for (int t = 0; t < m->n_tensors && !rc; t++) {
+            const TensorView *tv = &m->tensors[t];
+            if (tv->layer < st->first || tv->layer >= st->last) continue;
+            char name[256];
+            dataset_name(&st->buffers[b], m, tv, name, sizeof name);
+            if (H5Lexists(f, st->buffers[b].name, H5P_DEFAULT) <= 0 ||
+                H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {
+                rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s has no %s (this model has layer %s)",
+                             path, name, m->layers[tv->layer].name);
+                break;
+            }
+            hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+            hid_t sp = H5Dget_space(d);
+            hsize_t want[2], have[2] = {0, 0};
+            int want_rank = tensor_rank(tv, want), have_rank = H5Sget_simple_extent_dims(sp, have, NULL);
+            if (have_rank != want_rank || have[0] != want[0] || (want_rank == 2 && have[1] != want[1])) {
+                char hs[64], ws[64];
+                rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s has shape %s, the model wants %s",
+                             path, name, shape_str(have_rank, have, hs, sizeof hs),
+                             shape_str(want_rank, want, ws, sizeof ws));
+            }
+            else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                             st->buffers[b].data + (tv->offset - st->param_base)) < 0)
+                rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: reading %s failed (truncated file?)",
+                             path, name);
+            H5Sclose(sp);
+            H5Dclose(d);
+        }
+    H5Fclose(f);
+    if (!rc) st->step = step, st->seed = (uint32_t)seed;
+    return rc;
+}
+
+CheckpointIO checkpoint_hdf5(MPI_Comm comm) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);  // errors are reported by us, with context
+    Ctx *c = calloc(1, sizeof *c);
+    c->comm = comm;
+    MPI_Comm_rank(comm, &c->rank);
+    CheckpointIO io = {c, h5_save, h5_load};
+    return io;
+}
+
+void checkpoint_hdf5_free(CheckpointIO *io) {
+    free(io->ctx);
+    io->ctx = NULL;
+}
