@@ -121,11 +121,14 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     fclose(f);
     CheckpointState st = checkpoint_state(p, c, layout, text);
     st.step = next_step;
+    double t0 = wall_seconds();
     int rc = o->checkpoint_io->save(o->checkpoint_io, &st, o->checkpoint_path, err);
+    double seconds = wall_seconds() - t0;
     free(text);
+    double mib = (double)st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
     if (!rc && p->tr->stage == 0)
-        fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s\n", isatty(2) ? "\n" : "",
-                next_step, o->checkpoint_path);
+        fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
+                isatty(2) ? "\n" : "", next_step, o->checkpoint_path, mib, seconds, mib / seconds);
     return rc;
 }
 
