@@ -118,7 +118,7 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
-static int h5_save(CheckpointIO *io, const CheckpointState *st, const char *path, FgError *err) {
+static int h5_save(Storage *io, const CheckpointState *st, const char *path, FgError *err) {
     Ctx *c = io->ctx;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -149,7 +149,7 @@ static int h5_save(CheckpointIO *io, const CheckpointState *st, const char *path
     return rc;
 }
 
-static int h5_load(CheckpointIO *io, CheckpointState *st, const char *path, FgError *err) {
+static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *err) {
     (void)io;
     const Model *m = st->model;
     if (access(path, R_OK))
@@ -198,16 +198,16 @@ static int h5_load(CheckpointIO *io, CheckpointState *st, const char *path, FgEr
     return rc;
 }
 
-CheckpointIO checkpoint_hdf5(MPI_Comm comm) {
+Storage checkpoint_hdf5(MPI_Comm comm) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);  // errors are reported by us, with context
     Ctx *c = calloc(1, sizeof *c);
     c->comm = comm;
     MPI_Comm_rank(comm, &c->rank);
-    CheckpointIO io = {c, h5_save, h5_load};
+    Storage io = {c, h5_save, h5_load, log_hdf5_open};
     return io;
 }
 
-void checkpoint_hdf5_free(CheckpointIO *io) {
+void checkpoint_hdf5_free(Storage *io) {
     free(io->ctx);
     io->ctx = NULL;
 }

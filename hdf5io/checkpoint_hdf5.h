@@ -5,10 +5,13 @@
 
 #include <mpi.h>
 
-#include "checkpoint.h"
+#include "storage.h"
 
 // comm: the ranks of one pipeline (every stage takes part in each save).
-CheckpointIO checkpoint_hdf5(MPI_Comm comm);
-void checkpoint_hdf5_free(CheckpointIO *io);
+Storage checkpoint_hdf5(MPI_Comm comm);
+void checkpoint_hdf5_free(Storage *io);
+
+// The step log (hdf5io/log_hdf5.c): Storage.open_log.
+int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
 
 #endif

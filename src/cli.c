@@ -28,6 +28,9 @@ static void usage(FILE *f) {
             "                       DIR/checkpoint.h5); SIGTERM or SIGUSR1 write it at the next\n"
             "                       step boundary and end the run with exit code 0\n"
             "  --checkpoint-every S also every S steps\n"
+            "  --log FILE           per-step HDF5 log: loss, gradient norms and cosines to the\n"
+            "                       exact gradient, variance reduction, bubble use, op times\n"
+            "                       (docs/log.md; plots: tools/fgpipe-report)\n"
             "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
             "                       number of stages\n"
             "\nconfig keys:\n");
@@ -63,6 +66,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
         else if (strcmp(a, "--save-params") == 0 && has_value) outputs.params_path = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0 && has_value) outputs.checkpoint_path = argv[++i];
         else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
+        else if (strcmp(a, "--log") == 0 && has_value) outputs.log_path = argv[++i];
         else if (strcmp(a, "--checkpoint-every") == 0 && has_value) {
             char *end;
             outputs.checkpoint_every = strtol(argv[++i], &end, 10);
@@ -116,9 +120,9 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
         outputs.resume_path = resume;
     }
     Transport t;
-    CheckpointIO io = {0};
+    Storage io = {0};
     if (make_transport(arg, cfg.stages, &t, &io, &err)) return fail(&err);
-    if (io.save) outputs.checkpoint_io = &io;
+    if (io.save) outputs.storage = &io;
     else if (outputs.resume_path || outputs.checkpoint_every) {
         fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
         return fail(&err);

@@ -3,11 +3,11 @@
 #ifndef FGPIPE_CLI_H
 #define FGPIPE_CLI_H
 
-#include "checkpoint.h"
+#include "storage.h"
 #include "transport.h"
 
-// Makes this rank's Transport for `stages` stages, and its CheckpointIO (io->save NULL: none).
-typedef int (*TransportFactory)(void *arg, int stages, Transport *out, CheckpointIO *io,
+// Makes this rank's Transport for `stages` stages, and its Storage (io->save NULL: none).
+typedef int (*TransportFactory)(void *arg, int stages, Transport *out, Storage *io,
                                 FgError *err);
 
 // Returns the process exit code: 0 success, 2 bad usage or input, 1 anything else.

@@ -161,18 +161,61 @@ static void sum_layer_rows(const double *rows, int n_layers, int width, double *
         for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
 }
 
-// |x|^2 over the whole model: per-layer parts summed in layer order on every stage.
-static int global_squared_norm(Pipeline *p, const float *x, double *out, FgError *err) {
+// a . b over the whole model: per-layer parts summed in layer order on every stage.
+static int global_dot(Pipeline *p, const float *a, const float *b, double *out, FgError *err) {
     const Model *m = p->model;
     double *norms = calloc((size_t)m->n_layers, sizeof(double));
     for (int l = p->stage.first; l < p->stage.last; l++) {
         const Layer *ly = &m->layers[l];
-        norms[l] = squared_norm(x + (ly->param_offset - p->stage.param_base), ly->param_count);
+        size_t off = ly->param_offset - p->stage.param_base;
+        for (size_t i = 0; i < ly->param_count; i++) norms[l] += (double)a[off + i] * b[off + i];
     }
     int rc = p->tr->allreduce_sum(p->tr, norms, m->n_layers, err);
     sum_layer_rows(norms, m->n_layers, 1, out);
     free(norms);
     return rc;
+}
+
+static int global_squared_norm(Pipeline *p, const float *x, double *out, FgError *err) {
+    return global_dot(p, x, x, out, err);
+}
+
+// The log's view of one update (docs/log.md): |g|, |c|, cos(g, c), cos(plain fg, c), and the
+// variance reduction of cv estimated from scalars: E d^2 = |grad l_b|^2 and
+// E (d - c.v)^2 = |grad l_b - c|^2 for v ~ N(0, I).
+static int update_stats(Pipeline *p, long step, const float *d, const double *cdots, int have_c,
+                        FgError *err) {
+    StepResult *r = &p->stats;
+    int N = p->cfg->micro_batches, K = p->K, NK = N * K, rc;
+    double g2, c2, gc, f2, fc;
+    r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
+    if ((rc = global_squared_norm(p, p->grad, &g2, err))) return rc;
+    r->estimate_norm = sqrt(g2);
+    if (!have_c) return FG_OK;
+    if ((rc = global_squared_norm(p, p->exact, &c2, err)) || (rc = global_dot(p, p->grad, p->exact, &gc, err)))
+        return rc;
+    r->exact_norm = sqrt(c2);
+    r->cos_estimate_exact = gc / sqrt(g2 * c2);
+    if (K) {
+        float *coeff = malloc((size_t)NK * sizeof(float));
+        for (int i = 0; i < NK; i++) coeff[i] = d[i] / (float)NK;
+        memset(p->scratch, 0, p->n * sizeof(float));
+        TangentKey key = {.seed = p->cfg->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
+        stage_add_tangents(&p->stage, key, N, coeff, p->scratch);
+        free(coeff);
+        if ((rc = global_squared_norm(p, p->scratch, &f2, err)) || (rc = global_dot(p, p->scratch, p->exact, &fc, err)))
+            return rc;
+        r->cos_fg_exact = fc / sqrt(f2 * c2);
+    }
+    if (cdots) {
+        double plain = 0, corrected = 0;
+        for (int i = (p->cfg->lag == 0 ? p->n_sel * K : 0); i < NK; i++) {
+            plain += (double)d[i] * d[i];
+            corrected += ((double)d[i] - cdots[i]) * ((double)d[i] - cdots[i]);
+        }
+        if (corrected > 0) r->variance_reduction = plain / corrected;
+    }
+    return FG_OK;
 }
 
 // Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
@@ -212,8 +255,12 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
             for (size_t i = 0; i < p->n; i++) p->grad[i] = base * ref[i];
         else memset(p->grad, 0, p->n * sizeof(float));
         stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
+        if (p->want_stats) rc = update_stats(p, step, d, use_cv ? rdots : NULL, have_exact, err);
         free(d);
         free(rdots);
+        if (rc) return rc;
+    } else if (p->want_stats && (rc = update_stats(p, step, NULL, NULL, 0, err))) {
+        return rc;
     }
     OptimizerConfig oc = config_optimizer(c);
     float clip = 1.0f;
@@ -306,6 +353,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
         p->measured[2 * i] = t0 - t_start;
         p->measured[2 * i + 1] = wall_seconds() - t_start;
     }
+    *out = p->stats;
     out->loss = p->scalars[0] / N;
     out->seconds = wall_seconds() - t_start;
     return rc;
@@ -387,6 +435,8 @@ int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first
     if (rc) return rc;
     p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
     p->measured = fg_alloc_bytes((size_t)2 * p->sched.n_ops * sizeof(double));
+    p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
+    p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
     return FG_OK;
 }
 
@@ -394,7 +444,7 @@ void pipeline_free(Pipeline *p) {
     for (int i = 0; i < 2; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) fg_free(p->stash[i][b]);
     for (int i = 0; i < p->n_free_stash; i++) fg_free(p->free_stash[i]);
-    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->msg_in[0], p->msg_in[1],
+    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->scratch, p->msg_in[0], p->msg_in[1],
                     p->msg_out, p->x_in, p->labels,   p->dz[0],   p->dz[1],       p->free_stash,
                     p->scalars, p->coeff,    p->measured};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);

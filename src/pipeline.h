@@ -20,6 +20,8 @@ int partition_layers(const Model *m, int M, const char *boundaries, int *first, 
 typedef struct {
     double loss;        // mean loss of the step's micro-batches (valid on every stage)
     double seconds;     // wall time of the step on this stage
+    // With Pipeline.want_stats (docs/log.md; NaN where not defined this step):
+    double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
 } StepResult;
 
 typedef struct {
@@ -48,6 +50,10 @@ typedef struct {
     double *scalars;          // loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
     float *coeff;
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+    int want_stats;           // fill the StepResult statistics (costs allreduces and, with c,
+                              // one more tangent pass); the same on every stage
+    float *scratch;           // want_stats: the plain fg estimate
+    StepResult stats;         // of the last update
 } Pipeline;
 
 // Builds the stage for transport t's stage, measures op costs in a warm-up and builds the

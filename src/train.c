@@ -98,7 +98,7 @@ static CheckpointState checkpoint_state(Pipeline *p, const Config *c, const int 
 static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int *layout,
                   long total, long *first_step, FgError *err) {
     CheckpointState st = checkpoint_state(p, c, layout, NULL);
-    int rc = o->checkpoint_io->load(o->checkpoint_io, &st, o->resume_path, err);
+    int rc = o->storage->load(o->storage, &st, o->resume_path, err);
     if (rc) return rc;
     if (st.seed != c->seed)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
@@ -122,7 +122,7 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     CheckpointState st = checkpoint_state(p, c, layout, text);
     st.step = next_step;
     double t0 = wall_seconds();
-    int rc = o->checkpoint_io->save(o->checkpoint_io, &st, o->checkpoint_path, err);
+    int rc = o->storage->save(o->storage, &st, o->checkpoint_path, err);
     double seconds = wall_seconds() - t0;
     free(text);
     double mib = (double)st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
@@ -211,12 +211,35 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     double recent[WINDOW], train_time = 0.0;
     long first_step = 0;
     const TrainOutputs none = {0}, *o = outputs ? outputs : &none;
-    int checkpoints = o->checkpoint_io && o->checkpoint_path;
+    int checkpoints = o->storage && o->checkpoint_path;
     if (o->resume_path && (rc = resume(&p, c, o, res->layout, total, &first_step, err))) {
         fg_free(order);
         goto done;
     }
     res->first_step = first_step;
+    StepLog log = {0};
+    double *busy = calloc((size_t)3 * M, sizeof(double));
+    if (o->log_path) {
+        if (!o->storage) {
+            rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
+            goto done;
+        }
+        p.want_stats = 1;
+        p.scratch = fg_alloc_floats(p.n);
+        static const char *const modes[] = {"bp", "fg", "fg+bp"};
+        const char *est = c->mode == MODE_BP ? "bp" : c->mode == MODE_FG ? "fg"
+                        : c->estimator == ESTIMATOR_GUIDED ? "guided" : c->estimator == ESTIMATOR_FG ? "fg" : "cv";
+        LogInfo info = {modes[c->mode], est, NULL, M, c->micro_batches, p.K};
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&text, &len);
+        config_write(c, mf);
+        fclose(mf);
+        info.config_text = text;
+        if (reporter) rc = o->storage->open_log(o->storage, o->log_path, &info, &log, err);
+        free(text);
+        if (rc) goto done;
+    }
     for (long step = first_step; step < total && !rc; step++) {
         if (step % per_epoch == 0 || step == first_step)
             dataset_shuffle(order, train.count, c->seed, (uint32_t)(step / per_epoch));
@@ -234,15 +257,24 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
             break;
         }
         double lr = lr_at(&oc, step, total);
-        if (out_dir) {  // every stage takes part in gathering the step's measured timeline
+        if (out_dir || o->log_path) {  // every stage takes part in gathering the measured timeline
             Schedule measured;
             rc = gather_measured(&p, &measured, err);
             ScheduleStats ms = schedule_stats(&measured);
+            memset(busy, 0, (size_t)3 * M * sizeof(double));
+            for (int i = 0; i < measured.n_ops; i++) {
+                const ScheduledOp *op = &measured.ops[i];
+                busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_B ? 1 : 2)] += op->end - op->start;
+            }
             free(measured.ops);
             if (rc) break;
             if (loss_csv)
                 fprintf(loss_csv, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr.loss, lr, sr.seconds,
                         ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
+            StepRecord rec = {step, sr.loss, lr, sr.estimate_norm, sr.exact_norm, sr.cos_estimate_exact,
+                              sr.cos_fg_exact, sr.variance_reduction, sr.seconds, ms.makespan,
+                              ms.bubble_fraction, ms.bubble_used_by_b, busy};
+            if (log.ctx && (rc = log.append(&log, &rec, err))) break;
         }
         if (reporter) progress_step(&prog, step, sr.loss, lr, (long)((step + 1) * batch));
         if (o->stop_requested) {  // a signal may reach only some ranks: stop when any saw one
@@ -268,6 +300,11 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
         }
     }
     fg_free(order);
+    free(busy);
+    if (log.ctx) {
+        int rc2 = log.close(&log, err);
+        if (!rc) rc = rc2;
+    }
     if (reporter) progress_finish(&prog);
     if (rc) goto done;
     if (checkpoints && !res->stopped && (rc = save_checkpoint(&p, c, o, res->layout, total, err))) goto done;

@@ -6,7 +6,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "checkpoint.h"
+#include "storage.h"
 #include "common.h"
 #include "config.h"
 #include "schedule.h"
@@ -38,10 +38,11 @@ typedef struct {
     const char *trace_path;   // planned and measured timeline of the last step, Chrome trace JSON
     const char *params_path;  // final parameters, raw float32 in the flat layout, every stage
                               // writing its own range (for tests and tools)
-    CheckpointIO *checkpoint_io;       // NULL: no checkpoints
+    Storage *storage;       // NULL: no checkpoints
     const char *checkpoint_path;       // written every checkpoint_every steps and at the end
     long checkpoint_every;             // 0: only at the end (and on a stop request)
     const char *resume_path;           // continue from this checkpoint
+    const char *log_path;              // per-step log (docs/log.md), written by the last stage
     volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint at the next step
                                             // boundary and return (every stage agrees first)
 } TrainOutputs;

@@ -1,0 +1,76 @@
+// What the core stores: checkpoints (what they hold) and the per-step log (one record per
+// step), and the interface through which a storage backend (hdf5io/) writes and reads them.
+// The core names the tensors and quantities; the backend decides the file format.
+//
+// A stage contributes its own layers; tensors are addressed by name ("<buffer>/<layer>/<tensor>",
+// e.g. params/fc1/weight, optimizer/m/fc1/weight), so a checkpoint written by M stages loads on
+// any other number of stages.
+#ifndef FGPIPE_STORAGE_H
+#define FGPIPE_STORAGE_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "model.h"
+
+enum { CHECKPOINT_MAX_BUFFERS = 4, CHECKPOINT_FORMAT_VERSION = 1 };
+
+typedef struct {
+    const char *name;  // "params", "optimizer/m", ...
+    float *data;       // the stage's slice, in the model's flat layout from param_base
+} CheckpointBuffer;
+
+typedef struct {
+    const Model *model;
+    int first, last;           // this stage's layers
+    size_t param_base;         // model_range_offset(model, first)
+    int n_buffers;
+    CheckpointBuffer buffers[CHECKPOINT_MAX_BUFFERS];
+    long step;                 // the next step to run
+    uint32_t seed;
+    const char *config_text;   // the resolved config (save only)
+    int stages;                // the writer's layout (save only)
+    const int *layout;         // [stages + 1]
+} CheckpointState;
+
+// One step of the log (docs/log.md); NaN where a quantity does not exist that step.
+typedef struct {
+    long step;
+    double loss, lr;
+    double estimate_norm;       // |g| used for the update, before clipping
+    double exact_norm;          // |c| from the bubble B ops
+    double cos_estimate_exact;  // cos(g, c)
+    double cos_fg_exact;        // cos(plain fg estimate, c)
+    double variance_reduction;  // sum d^2 / sum (d - c.v)^2 over the estimated micro-batches
+    double step_seconds, makespan, bubble, bubble_used_by_b;
+    const double *busy_seconds;  // [stages][3]: F, B, U seconds of each stage
+} StepRecord;
+
+typedef struct {
+    const char *mode, *estimator, *config_text;
+    int stages, micro_batches, tangents;
+} LogInfo;
+
+typedef struct StepLog StepLog;
+struct StepLog {
+    void *ctx;
+    int (*append)(StepLog *log, const StepRecord *r, FgError *err);
+    int (*close)(StepLog *log, FgError *err);  // flushes; the log stays readable after a crash
+                                               // up to its last flush
+};
+
+typedef struct Storage Storage;
+struct Storage {
+    void *ctx;
+    // Collective over the pipeline's stages: every stage writes its layers. Atomic: the file at
+    // path is replaced only once the new one is complete.
+    int (*save)(Storage *io, const CheckpointState *st, const char *path, FgError *err);
+    // Every stage reads its layers' tensors by name; *step and *seed come back in st. A file that
+    // does not match (missing tensor, wrong shape, other format version, not a checkpoint) is
+    // refused with FG_ERR_INPUT and a message naming the difference.
+    int (*load)(Storage *io, CheckpointState *st, const char *path, FgError *err);
+    // Creates the step log at path (called on one rank: the last stage).
+    int (*open_log)(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
+};
+
+#endif
