@@ -9,16 +9,16 @@
 
 typedef struct {
     Transport *transport;
-    CheckpointIO *checkpoints;
+    Storage *storage;
 } Made;
 
-static int make_transport(void *arg, int stages, Transport *out, CheckpointIO *io, FgError *err) {
+static int make_transport(void *arg, int stages, Transport *out, Storage *io, FgError *err) {
     Made *made = arg;
     int rc = transport_mpi_create(MPI_COMM_WORLD, stages, out, err);
     if (rc) return rc;
     *io = checkpoint_hdf5(transport_mpi_comm(out));
     made->transport = out;
-    made->checkpoints = io;
+    made->storage = io;
     return FG_OK;
 }
 
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
-    if (made.checkpoints) checkpoint_hdf5_free(made.checkpoints);
+    if (made.storage) checkpoint_hdf5_free(made.storage);
     if (made.transport) transport_mpi_destroy(made.transport);
     MPI_Finalize();
     return rc;
