@@ -46,9 +46,12 @@ for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv lag=0 selec
     train "$M" "$dir/$name-resumed$M" "${sets[@]}" -- --resume "$dir/$name-stopped" >"$dir/$name-resumed$M.log" 2>&1
     why=
     cmp -s "$dir/$name-straight.bin" "$dir/$name-resumed$M.bin" || why="weights differ"
+    # The optimizer state too, as written in the final checkpoints (h5diff compares values).
+    h5diff -q "$dir/$name-straight/checkpoint.h5" "$dir/$name-resumed$M/checkpoint.h5" /optimizer /optimizer \
+      || why="$why optimizer state differs"
     cmp -s <(cut -d, -f1-3 "$dir/$name-straight/loss.csv" | tail -n +$((step + 2))) \
            <(cut -d, -f1-3 "$dir/$name-resumed$M/loss.csv" | tail -n +2) || why="$why losses differ"
-    verdict "$name: stopped on 4 stages, resumed on $M = uninterrupted (bitwise)" "$why"
+    verdict "$name: stopped on 4 stages, resumed on $M = uninterrupted (weights, optimizer state, losses bitwise)" "$why"
   done
 done
 
