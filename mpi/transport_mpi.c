@@ -1,20 +1,22 @@
 #include "transport_mpi.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Sends go out non-blocking from a ring of private copies, so the caller can reuse its buffer
-// at once and a stage runs ahead of its neighbour by up to RING messages.
-enum { RING = 16 };
+// Sends go out non-blocking from private copies, so the caller can reuse its buffer at once.
+// A send never waits for its receiver (which may itself be waiting for this rank): a copy is
+// reused once its send has completed, and more copies are made when all are in flight.
+enum { MAX_SLOTS = 4096 };
 
 typedef struct {
     MPI_Comm pipe;   // this replica's stages, rank = stage
     MPI_Comm data;   // the same stage of every replica (data parallelism)
     int world_rank, replica;
-    float *buf[RING];
-    size_t cap[RING];
-    MPI_Request req[RING];
-    int next;
+    float **buf;
+    size_t *cap;
+    MPI_Request *req;
+    int n_slots;
     struct { MPI_Request req; size_t n; int from, tag; } posted[TRANSPORT_MAX_POSTED];
 } MpiCtx;
 
@@ -27,13 +29,26 @@ static int mpi_fail(FgError *err, const MpiCtx *c, int code, const char *what) {
 
 static int mpi_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
     MpiCtx *c = t->ctx;
-    int slot = c->next, rc;
-    c->next = (c->next + 1) % RING;
-    if ((rc = MPI_Wait(&c->req[slot], MPI_STATUS_IGNORE)) != MPI_SUCCESS)
-        return mpi_fail(err, c, rc, "waiting for an earlier send");
+    int slot = -1, done, rc;
+    for (int i = 0; i < c->n_slots && slot < 0; i++) {
+        if ((rc = MPI_Test(&c->req[i], &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail(err, c, rc, "completing an earlier send");
+        if (done) slot = i;
+    }
+    if (slot < 0) {
+        if (c->n_slots == MAX_SLOTS)
+            return fg_fail(err, FG_ERR_INTERNAL, "rank %d: %d sends in flight", c->world_rank, MAX_SLOTS);
+        slot = c->n_slots++;
+        c->buf = realloc(c->buf, c->n_slots * sizeof *c->buf);
+        c->cap = realloc(c->cap, c->n_slots * sizeof *c->cap);
+        c->req = realloc(c->req, c->n_slots * sizeof *c->req);
+        if (!c->buf || !c->cap || !c->req) return fg_fail(err, FG_ERR_INTERNAL, "out of memory");
+        c->buf[slot] = NULL, c->cap[slot] = 0, c->req[slot] = MPI_REQUEST_NULL;
+    }
+    if (n > INT_MAX) return fg_fail(err, FG_ERR_INPUT, "a message of %zu floats is too large for MPI", n);
     if (c->cap[slot] < n) {
-        free(c->buf[slot]);
-        c->buf[slot] = malloc(n * sizeof(float));
+        fg_free(c->buf[slot]);
+        c->buf[slot] = fg_alloc_floats(n);
         c->cap[slot] = n;
     }
     memcpy(c->buf[slot], buf, n * sizeof(float));
@@ -113,7 +128,6 @@ int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *er
     MpiCtx *c = calloc(1, sizeof *c);
     c->world_rank = rank;
     c->replica = rank / stages;
-    for (int i = 0; i < RING; i++) c->req[i] = MPI_REQUEST_NULL;
     for (int i = 0; i < TRANSPORT_MAX_POSTED; i++) c->posted[i].req = MPI_REQUEST_NULL;
     MPI_Comm_split(world, c->replica, rank % stages, &c->pipe);
     MPI_Comm_split(world, rank % stages, c->replica, &c->data);
@@ -128,8 +142,9 @@ int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *er
 void transport_mpi_destroy(Transport *t) {
     MpiCtx *c = t->ctx;
     if (!c) return;
-    MPI_Waitall(RING, c->req, MPI_STATUSES_IGNORE);
-    for (int i = 0; i < RING; i++) free(c->buf[i]);
+    MPI_Waitall(c->n_slots, c->req, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < c->n_slots; i++) fg_free(c->buf[i]);
+    free(c->buf), free(c->cap), free(c->req);
     MPI_Comm_free(&c->pipe);
     MPI_Comm_free(&c->data);
     free(c);

@@ -281,6 +281,12 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     return FG_OK;
 }
 
+// Whether op runs in this step: a lag-1 B op needs the stash of the step before, which does
+// not exist in the first step of a run (or of a resumed run).
+static int op_runs(const Pipeline *p, long step, const ScheduledOp *op) {
+    return step + op->iteration_offset >= p->first_step;
+}
+
 // The message op i of this stage's timetable waits for, if any: its source, tag and size.
 static int op_receive(const Pipeline *p, long step, int i, int *from, int *tag, size_t *n) {
     const ScheduledOp *op = &p->sched.ops[i];
@@ -292,7 +298,7 @@ static int op_receive(const Pipeline *p, long step, int i, int *from, int *tag, 
         return 1;
     }
     long of_step = step + op->iteration_offset;
-    if (op->kind == OP_B && !p->is_last && of_step >= 0) {
+    if (op->kind == OP_B && !p->is_last && op_runs(p, step, op)) {
         *from = p->tr->stage + 1;
         *tag = tag_of(TAG_BACKWARD, of_step, op->microbatch);
         *n = (size_t)B * p->model->layers[p->stage.last - 1].out;
@@ -342,11 +348,11 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
         if (op->kind == OP_F) {
             rc = op_forward(p, step, op->microbatch, in, order, sample0, &loss_sum, err);
         } else if (op->kind == OP_B) {
-            if (step + op->iteration_offset < 0) continue;  // lag 1: nothing stashed before step 0
+            if (!op_runs(p, step, op)) continue;
             rc = op_backward(p, step, op->iteration_offset, op->microbatch, in, err);
         } else {
             // Every stage knows whether c exists this step without asking: the timetable is shared.
-            int have_exact = p->n_sel > 0 && step - p->cfg->lag >= 0;
+            int have_exact = p->n_sel > 0 && step - p->cfg->lag >= p->first_step;
             p->scalars[0] = loss_sum;
             rc = op_update(p, step, total, have_exact, &t0, err);
         }

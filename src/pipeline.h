@@ -50,6 +50,7 @@ typedef struct {
     double *scalars;          // loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
     float *coeff;
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+    long first_step;          // the run's first step (a resumed run's is > 0)
     int want_stats;           // fill the StepResult statistics (costs allreduces and, with c,
                               // one more tangent pass); the same on every stage
     float *scratch;           // want_stats: the plain fg estimate

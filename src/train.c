@@ -106,9 +106,14 @@ static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int
     if (st.step >= total)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
                        o->resume_path, st.step, total);
-    for (size_t i = 0; p->guide && i < p->n; i++)
-        if (p->guide[i] != 0.0f) p->stage.guide = p->guide;
-    *first_step = st.step;
+    // The guide exists when any stage has a non-zero part: decide together, or the stages
+    // would disagree about the estimator.
+    if (p->guide) {
+        double norm2 = squared_norm(p->guide, p->n);
+        if ((rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err))) return rc;
+        p->stage.guide = norm2 > 0 ? p->guide : NULL;
+    }
+    *first_step = p->first_step = st.step;
     return FG_OK;
 }
 
@@ -141,7 +146,9 @@ static int save_params(const Pipeline *p, const char *path, FgError *err) {
     int fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     size_t bytes = p->n * sizeof(float);
-    ssize_t put = pwrite(fd, p->params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
+    // Every stage sets the same final size, so no old tail survives and no write is cut.
+    ssize_t put = ftruncate(fd, (off_t)(p->model->n_params * sizeof(float))) ? -1
+                : pwrite(fd, p->params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
     int rc = close(fd);
     if (put != (ssize_t)bytes || rc)
         return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
@@ -166,11 +173,13 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
     if ((rc = load(&train, c->data_dir, "train", err))) goto done;
     if ((rc = load(&test, c->data_dir, "t10k", err))) goto done;
-    if (train.features != m.in_features || train.classes > m.classes) {
+    if (train.features != m.in_features || train.classes > m.classes ||
+        test.features != m.in_features || test.classes > m.classes) {
         rc = fg_fail(err, FG_ERR_INPUT,
                      "model: '%s' takes %d features and %d classes, but the data in %s has %d "
-                     "features and %d classes",
-                     c->model, m.in_features, m.classes, c->data_dir, train.features, train.classes);
+                     "features and %d classes (test set: %d and %d)",
+                     c->model, m.in_features, m.classes, c->data_dir, train.features, train.classes,
+                     test.features, test.classes);
         goto done;
     }
     size_t batch = (size_t)c->micro_batch * c->micro_batches;
@@ -203,7 +212,8 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     long per_epoch = (long)(train.count / batch);
     long total = c->steps ? c->steps : (long)c->epochs * per_epoch;
     size_t *order = fg_alloc_bytes(train.count * sizeof(size_t));
-    step_times = fg_alloc_bytes((size_t)total * sizeof(double));
+    enum { TIMES = 4096 };  // the median step time is taken over the last TIMES steps
+    step_times = fg_alloc_bytes(TIMES * sizeof(double));
     OptimizerConfig oc = config_optimizer(c);
     Progress prog;
     progress_init(&prog, stderr, total, c->print_every);
@@ -220,11 +230,8 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     StepLog log = {0};
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
-        if (!o->storage) {
-            rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
-            goto done;
-        }
-        p.want_stats = 1;
+        if (!o->storage) rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
+        p.want_stats = !rc;
         p.scratch = fg_alloc_floats(p.n);
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         const char *est = c->mode == MODE_BP ? "bp" : c->mode == MODE_FG ? "fg"
@@ -236,9 +243,8 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
         config_write(c, mf);
         fclose(mf);
         info.config_text = text;
-        if (reporter) rc = o->storage->open_log(o->storage, o->log_path, &info, &log, err);
+        if (reporter && !rc) rc = o->storage->open_log(o->storage, o->log_path, &info, &log, err);
         free(text);
-        if (rc) goto done;
     }
     for (long step = first_step; step < total && !rc; step++) {
         if (step % per_epoch == 0 || step == first_step)
@@ -247,7 +253,7 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
         rc = pipeline_step(&p, step, total, order, (size_t)(step % per_epoch) * batch, &sr, err);
         if (rc) break;
         train_time += sr.seconds;
-        step_times[step] = sr.seconds;
+        step_times[(step - first_step) % TIMES] = sr.seconds;
         recent[step % WINDOW] = sr.loss;
         long done_steps = step + 1 - first_step;
         if (done_steps == FG_MIN(total - first_step, WINDOW))
@@ -325,12 +331,13 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     if ((rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err))) goto done;
     res->bubble_measured = ms.bubble_fraction;
     res->bubble_used_measured = ms.bubble_used_by_b;
-    qsort(step_times + first_step, (size_t)(total - first_step), sizeof(double), compare_doubles);
+    size_t n_times = (size_t)FG_MIN(total - first_step, (long)TIMES);
+    qsort(step_times, n_times, sizeof(double), compare_doubles);
     ScheduleStats st = schedule_stats(&p.sched);
     res->steps = total;
     res->train_seconds = train_time;
     res->samples_per_s = train_time > 0 ? (double)(total - first_step) * batch / train_time : 0.0;
-    res->step_seconds = step_times[first_step + (total - first_step) / 2];
+    res->step_seconds = step_times[n_times / 2];
     res->n_params = m.n_params;
     res->stages = M;
     res->n_sel = p.n_sel;
