@@ -24,10 +24,10 @@ if "$fgpipe" train --help 2>&1 | grep -q -- --log; then
       --set model=784-64-32-16-10 --set steps=30 --set stages=2 --set mode="$mode" --set select=2 \
       --set optimizer=sgd --set lr=0.0001 --log "$dir/$name.h5" "$@" >"$dir/$name.log" 2>&1
   }
-  train run fg+bp --trace "$dir/trace.json"
-  verdict "fg+bp training with --log and --trace" "$([ $? -eq 0 ] || tail -n 3 "$dir/run.log")"
-  train fg fg
-  verdict "fg training with --log" "$([ $? -eq 0 ] || tail -n 3 "$dir/fg.log")"
+  train run fg+bp --trace "$dir/trace.json"; rc=$?
+  verdict "fg+bp training with --log and --trace" "$([ "$rc" -eq 0 ] || tail -n 3 "$dir/run.log")"
+  train fg fg; rc=$?
+  verdict "fg training with --log" "$([ "$rc" -eq 0 ] || tail -n 3 "$dir/fg.log")"
 else
   echo "# $fgpipe has no --log: synthetic logs"
   out=$("$py" - "$dir" <<'PY' 2>&1
