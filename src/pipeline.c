@@ -219,8 +219,9 @@ static int update_stats(Pipeline *p, long step, const float *d, const double *cd
 }
 
 // Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
-// *summed receives the time the allreduce returned: waiting for other stages is idle time.
-static int op_update(Pipeline *p, long step, long total, int have_exact, double *summed,
+// *waited receives the seconds spent in the allreduce waiting for the other stages: idle time,
+// not work, in the measured timeline.
+static int op_update(Pipeline *p, long step, long total, int have_exact, double *waited,
                      FgError *err) {
     const Config *c = p->cfg;
     const Model *m = p->model;
@@ -237,8 +238,9 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
         stage_tangent_dots_by_layer(&p->stage, key, N, ref, layer_dots + (size_t)p->stage.first * NK);
     }
     int n_scalars = 1 + NK + (ref ? L * NK : 0);
+    double t_sum = wall_seconds();
     if ((rc = p->tr->allreduce_sum(p->tr, p->scalars, n_scalars, err))) return rc;
-    *summed = wall_seconds();
+    *waited = wall_seconds() - t_sum;
 
     if (K) {
         float *d = malloc((size_t)NK * sizeof(float));
@@ -336,7 +338,6 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     int posted = post_next_receive(p, step, first - 1, slot, &handle, err, &rc);
     for (int i = first; rc == FG_OK && i < end; i++) {
         const ScheduledOp *op = &p->sched.ops[i];
-        double t0 = wall_seconds();
         const float *in = NULL;
         if (posted == i) {
             if ((rc = p->tr->wait_recv(p->tr, handle, err))) break;
@@ -345,6 +346,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
             posted = post_next_receive(p, step, i, slot, &handle, err, &rc);
             if (rc) break;
         }
+        double t0 = wall_seconds();  // waiting for the message above counts as idle
         if (op->kind == OP_F) {
             rc = op_forward(p, step, op->microbatch, in, order, sample0, &loss_sum, err);
         } else if (op->kind == OP_B) {
@@ -354,7 +356,9 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
             // Every stage knows whether c exists this step without asking: the timetable is shared.
             int have_exact = p->n_sel > 0 && step - p->cfg->lag >= p->first_step;
             p->scalars[0] = loss_sum;
-            rc = op_update(p, step, total, have_exact, &t0, err);
+            double waited = 0.0;
+            rc = op_update(p, step, total, have_exact, &waited, err);
+            t0 += waited;  // drawn after its wait, with the duration of its work
         }
         p->measured[2 * i] = t0 - t_start;
         p->measured[2 * i + 1] = wall_seconds() - t_start;
