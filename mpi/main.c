@@ -12,7 +12,9 @@ typedef struct {
     Storage *storage;
 } Made;
 
-static int make_transport(void *arg, int stages, Transport *out, Storage *io, FgError *err) {
+static int make_transport(void *arg, int stages, const Backend *be, Transport *out, Storage *io,
+                          FgError *err) {
+    (void)be;  // MPI carries host memory; the CLI stages a device backend's messages
     Made *made = arg;
     int rc = transport_mpi_create(MPI_COMM_WORLD, stages, out, err);
     if (rc) return rc;
@@ -27,7 +29,7 @@ int main(int argc, char **argv) {
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     Made made = {0};
-    int rc = fgpipe_cli(argc, argv, make_transport, &made);
+    int rc = fgpipe_cli(argc, argv, make_transport, NULL, &made);
     if (rc && size > 1) {
         // The other ranks may be waiting for this one: end the whole job now.
         fflush(stdout);

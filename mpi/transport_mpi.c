@@ -133,8 +133,9 @@ int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *er
     MPI_Comm_split(world, rank % stages, c->replica, &c->data);
     // Errors come back as codes so the message can name the rank; main then aborts the job.
     MPI_Comm_set_errhandler(c->pipe, MPI_ERRORS_RETURN);
-    Transport t = {c,        rank % stages, stages,       mpi_send,
-                   mpi_recv, mpi_post_recv, mpi_wait_recv, mpi_allreduce};
+    Transport t = {.ctx = c, .stage = rank % stages, .stages = stages, .send = mpi_send,
+                   .recv = mpi_recv, .post_recv = mpi_post_recv, .wait_recv = mpi_wait_recv,
+                   .allreduce_sum = mpi_allreduce};
     *out = t;
     return FG_OK;
 }

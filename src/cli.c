@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "train.h"
+#include "transport_staged.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -31,6 +32,7 @@ static void usage(FILE *f) {
             "  --log FILE           per-step HDF5 log: loss, gradient norms and cosines to the\n"
             "                       exact gradient, variance reduction, bubble use, op times\n"
             "                       (docs/log.md; plots: tools/fgpipe-report)\n"
+            "  --device cpu|cuda    where the stages compute (the config key device)\n"
             "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
             "                       number of stages\n"
             "\nconfig keys:\n");
@@ -50,8 +52,9 @@ static void request_stop(int sig) {
     stop_requested = 1;
 }
 
-static int cmd_train(int argc, char **argv, TransportFactory make_transport, void *arg) {
-    const char *config_path = NULL, *summary = NULL;
+static int cmd_train(int argc, char **argv, TransportFactory make_transport,
+                     BackendFactory make_backend, void *arg) {
+    const char *config_path = NULL, *summary = NULL, *device = NULL;
     TrainOutputs outputs = {0};
     const char *sets[256];
     int n_sets = 0;
@@ -67,6 +70,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
         else if (strcmp(a, "--checkpoint") == 0 && has_value) outputs.checkpoint_path = argv[++i];
         else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
         else if (strcmp(a, "--log") == 0 && has_value) outputs.log_path = argv[++i];
+        else if (strcmp(a, "--device") == 0 && has_value) device = argv[++i];
         else if (strcmp(a, "--checkpoint-every") == 0 && has_value) {
             char *end;
             outputs.checkpoint_every = strtol(argv[++i], &end, 10);
@@ -106,6 +110,11 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
             return fail(&err);
         }
     }
+    FgError e = {0};
+    if (device && config_set(&cfg, "device", device, &e)) {
+        fg_fail(&err, e.code, "--device %s: %s", device, e.msg);
+        return fail(&err);
+    }
     if (config_validate(&cfg, &err)) return fail(&err);
 
     // Checkpoint and resume paths: a directory means DIR/checkpoint.h5.
@@ -119,9 +128,20 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
         snprintf(resume, sizeof resume, "%s/checkpoint.h5", outputs.resume_path);
         outputs.resume_path = resume;
     }
-    Transport t;
+    const Backend *be = &backend_cpu;
+    if (cfg.device != DEVICE_CPU) {
+        if (!make_backend) {
+            fg_fail(&err, FG_ERR_INPUT, "device = cuda, but this fgpipe was built without CUDA "
+                    "(nvcc was not found when it was configured)");
+            return fail(&err);
+        }
+        if (make_backend(arg, (DeviceKind)cfg.device, &be, &err)) return fail(&err);
+    }
+    Transport t, host_transport;
     Storage io = {0};
-    if (make_transport(arg, cfg.stages, &t, &io, &err)) return fail(&err);
+    if (make_transport(arg, cfg.stages, be, &t, &io, &err)) return fail(&err);
+    int staged = be->on_device && !t.device_memory;
+    if (staged) host_transport = t, t = transport_staged(host_transport, be);
     if (io.save) outputs.storage = &io;
     else if (outputs.resume_path || outputs.checkpoint_every) {
         fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
@@ -142,7 +162,9 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
                 cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
     }
     TrainResult res;
-    if (train_run(&cfg, &t, &outputs, &res, &err)) return fail(&err);
+    int rc = train_run(&cfg, be, &t, &outputs, &res, &err);
+    if (staged) transport_staged_free(&t);
+    if (rc) return fail(&err);
     if (reporter) {
         printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
                "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
@@ -154,8 +176,10 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport, voi
     return 0;
 }
 
-int fgpipe_cli(int argc, char **argv, TransportFactory make_transport, void *arg) {
-    if (argc >= 2 && strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2, make_transport, arg);
+int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,
+               BackendFactory make_backend, void *arg) {
+    if (argc >= 2 && strcmp(argv[1], "train") == 0)
+        return cmd_train(argc - 2, argv + 2, make_transport, make_backend, arg);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
                       strcmp(argv[1], "help") == 0)) {
         usage(stdout);

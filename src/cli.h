@@ -3,14 +3,23 @@
 #ifndef FGPIPE_CLI_H
 #define FGPIPE_CLI_H
 
+#include "backend.h"
+#include "config.h"
 #include "storage.h"
 #include "transport.h"
 
+// Makes this rank's compute backend for a device other than the CPU (the config's `device`).
+typedef int (*BackendFactory)(void *arg, DeviceKind device, const Backend **out, FgError *err);
+
 // Makes this rank's Transport for `stages` stages, and its Storage (io->save NULL: none).
-typedef int (*TransportFactory)(void *arg, int stages, Transport *out, Storage *io,
-                                FgError *err);
+// A transport that carries `be`'s device buffers itself sets device_memory; otherwise the
+// CLI stages its messages through host memory.
+typedef int (*TransportFactory)(void *arg, int stages, const Backend *be, Transport *out,
+                                Storage *io, FgError *err);
 
 // Returns the process exit code: 0 success, 2 bad usage or input, 1 anything else.
-int fgpipe_cli(int argc, char **argv, TransportFactory make_transport, void *arg);
+// make_backend may be NULL: a CPU-only build.
+int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,
+               BackendFactory make_backend, void *arg);
 
 #endif

@@ -32,6 +32,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, lag, 0, 1, "fg+bp: 0 uses this step's exact gradient, 1 the previous step's (fits more bubbles)"),
     NUM(KEY_INT, select, -1, 1024, "fg+bp: micro-batches backpropagated per step; -1: auto, as many as fit the bubbles"),
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be a multiple of M"),
+    CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance by parameter count"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),

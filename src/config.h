@@ -14,6 +14,7 @@
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
 typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED } EstimatorChoice;
+typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 
 typedef struct {
     char data_dir[256];    // IDX files (train-*, t10k-*)
@@ -25,6 +26,7 @@ typedef struct {
     int lag;               // fg+bp: 0 corrects with this step's exact gradient, 1 with the last
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     int stages;            // M pipeline stages (one per rank)
+    int device;            // DeviceKind: where each stage computes
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     int tangents;          // K tangents per micro-batch (fg)
     int micro_batch;       // B samples per micro-batch

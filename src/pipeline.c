@@ -78,7 +78,7 @@ static size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
 static float *stash_take(Pipeline *p) {
     if (p->n_free_stash) return p->free_stash[--p->n_free_stash];
     p->n_stash_alloc++;
-    return fg_alloc_floats(stage_stash_floats(&p->stage, p->cfg->micro_batch));
+    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->micro_batch));
 }
 
 static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
@@ -92,10 +92,12 @@ static int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
 static int op_forward(Pipeline *p, long step, int mb, const float *in, const size_t *order,
                       size_t sample0, double *loss_sum, FgError *err) {
     const Config *c = p->cfg;
+    const Backend *be = p->be;
     int B = c->micro_batch, C = p->model->classes, N = c->micro_batches;
     const float *x = in, *xdot = NULL;
     if (p->is_first) {
-        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->x_in, p->labels);
+        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, p->host_labels);
+        be->upload(be, p->x_in, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
         x = p->x_in;
     } else if (p->K) {
         xdot = in + (size_t)B * p->model->layers[p->stage.first].in;
@@ -110,26 +112,26 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
     if (!p->is_last) {
         int out_layer = p->stage.last;  // the next stage's first layer
         size_t rows_out = (size_t)B * p->model->layers[out_layer].in;
-        memcpy(p->msg_out, y, rows_out * sizeof(float));
-        if (p->K) memcpy(p->msg_out + rows_out, ydot, rows_out * p->K * sizeof(float));
+        be->copy(be, p->msg_out, y, rows_out * sizeof(float));
+        if (p->K) be->copy(be, p->msg_out + rows_out, ydot, rows_out * p->K * sizeof(float));
         return p->tr->send(p->tr, p->tr->stage + 1, tag_of(TAG_FORWARD, step, mb), p->msg_out,
                            forward_msg_floats(p, out_layer, B), err);
     }
-    if (!p->is_first) dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->labels);
+    if (!p->is_first) dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
+    be->upload(be, p->labels, p->host_labels, (size_t)B);
     double loss;
     if (p->K) {
         float *d = p->coeff + (size_t)mb * p->K;  // scratch until the update
-        loss = loss_jvp(y, ydot, p->labels, B, C, p->K, d);
+        loss = be->loss_jvp(be, y, ydot, p->labels, B, C, p->K, d);
         for (int k = 0; k < p->K; k++) p->scalars[1 + (size_t)mb * p->K + k] = d[k];
     } else {
-        loss = loss_forward(y, p->labels, B, C, NULL);
+        loss = be->loss_forward(be, y, p->labels, B, C, NULL);
     }
     if (is_selected(p, mb)) {
         // bp averages over all N micro-batches; the exact gradient c over the n_sel selected.
         float *dz = p->dz[step & 1] + (size_t)mb * B * C;
-        loss_backward(y, p->labels, B, C, dz);
-        float scale = 1.0f / (float)(c->mode == MODE_BP ? N : p->n_sel);
-        for (int i = 0; i < B * C; i++) dz[i] *= scale;
+        be->loss_backward(be, y, p->labels, B, C, dz);
+        be->scale(be, dz, 1.0f / (float)(c->mode == MODE_BP ? N : p->n_sel), dz, (size_t)B * C);
     }
     *loss_sum += loss;
     return FG_OK;
@@ -168,7 +170,7 @@ static int global_dot(Pipeline *p, const float *a, const float *b, double *out, 
     for (int l = p->stage.first; l < p->stage.last; l++) {
         const Layer *ly = &m->layers[l];
         size_t off = ly->param_offset - p->stage.param_base;
-        for (size_t i = 0; i < ly->param_count; i++) norms[l] += (double)a[off + i] * b[off + i];
+        if (ly->param_count) norms[l] = p->be->dot(p->be, a + off, b + off, ly->param_count);
     }
     int rc = p->tr->allreduce_sum(p->tr, norms, m->n_layers, err);
     sum_layer_rows(norms, m->n_layers, 1, out);
@@ -199,7 +201,7 @@ static int update_stats(Pipeline *p, long step, const float *d, const double *cd
     if (K) {
         float *coeff = malloc((size_t)NK * sizeof(float));
         for (int i = 0; i < NK; i++) coeff[i] = d[i] / (float)NK;
-        memset(p->scratch, 0, p->n * sizeof(float));
+        p->be->zero(p->be, p->scratch, p->n * sizeof(float));
         TangentKey key = {.seed = p->cfg->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
         stage_add_tangents(&p->stage, key, N, coeff, p->scratch);
         free(coeff);
@@ -225,6 +227,7 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
                      FgError *err) {
     const Config *c = p->cfg;
     const Model *m = p->model;
+    const Backend *be = p->be;
     int N = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
     // The reference vector r of the estimate: c itself (cv) or the unit direction of the last
     // exact gradient, which tangent 0 followed in this step's F ops (guided).
@@ -253,9 +256,8 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
         // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
         if (use_cv && c->lag == 0)
             for (int i = 0; i < p->n_sel * K; i++) p->coeff[i] = 0.0f;
-        if (ref)
-            for (size_t i = 0; i < p->n; i++) p->grad[i] = base * ref[i];
-        else memset(p->grad, 0, p->n * sizeof(float));
+        if (ref) be->scale(be, p->grad, base, ref, p->n);
+        else be->zero(be, p->grad, p->n * sizeof(float));
         stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
         if (p->want_stats) rc = update_stats(p, step, d, use_cv ? rdots : NULL, have_exact, err);
         free(d);
@@ -271,13 +273,14 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
         if ((rc = global_squared_norm(p, p->grad, &norm2, err))) return rc;
         clip = optimizer_clip_scale(&oc, norm2);
     }
-    if (p->prev_params) memcpy(p->prev_params, p->params, p->n * sizeof(float));
-    optimizer_step(&oc, step, lr_at(&oc, step, total), p->params, p->grad, clip, p->opt_state, p->n);
+    if (p->prev_params) be->copy(be, p->prev_params, p->params, p->n * sizeof(float));
+    be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), p->params, p->grad, clip,
+                       p->opt_state, p->n);
     if (p->guide && have_exact) {  // the next step's tangent 0: this step's c, normalised
         double norm2;
         if ((rc = global_squared_norm(p, p->exact, &norm2, err))) return rc;
         float inv = norm2 > 0 ? (float)(1.0 / sqrt(norm2)) : 0.0f;
-        for (size_t i = 0; i < p->n; i++) p->guide[i] = inv * p->exact[i];
+        be->scale(be, p->guide, inv, p->exact, p->n);
         p->stage.guide = norm2 > 0 ? p->guide : NULL;
     }
     return FG_OK;
@@ -330,8 +333,8 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     int first = p->sched.stage_first[s], end = first + p->sched.stage_count[s];
     double t_start = wall_seconds(), loss_sum = 0.0;
     memset(p->scalars, 0, (size_t)(1 + N * p->K) * sizeof(double));
-    if (c->mode == MODE_BP) memset(p->grad, 0, p->n * sizeof(float));
-    if (p->exact) memset(p->exact, 0, p->n * sizeof(float));
+    if (c->mode == MODE_BP) p->be->zero(p->be, p->grad, p->n * sizeof(float));
+    if (p->exact) p->be->zero(p->be, p->exact, p->n * sizeof(float));
     // Double-buffered receives: while op i works on one buffer, the message of the next op
     // that needs one is already posted into the other.
     int slot = 0, handle = 0;
@@ -360,6 +363,9 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
             rc = op_update(p, step, total, have_exact, &waited, err);
             t0 += waited;  // drawn after its wait, with the duration of its work
         }
+        // A device queues the op's work: it ends when the device is done (and any fault in
+        // it is reported here, at the op that caused it).
+        if (!rc) rc = p->be->sync(p->be, err);
         p->measured[2 * i] = t0 - t_start;
         p->measured[2 * i + 1] = wall_seconds() - t_start;
     }
@@ -378,13 +384,15 @@ static ScheduleMode schedule_mode(const Config *c) {
 }
 
 // Seconds for one F and one B op of this stage (best of three), to plan the timetable.
-static void measure_costs(Pipeline *p, double *cost_f, double *cost_b) {
+static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *err) {
     int B = p->cfg->micro_batch;
     const Model *m = p->model;
+    const Backend *be = p->be;
     size_t in = (size_t)B * m->layers[p->stage.first].in;
-    float *x = fg_alloc_floats(in * (1 + p->K));
-    float *stash = fg_alloc_floats(stage_stash_floats(&p->stage, B));
-    float *dy = fg_alloc_floats((size_t)B * m->max_width), *g = fg_alloc_floats(p->n);
+    float *x = backend_alloc_floats(be, in * (1 + p->K));
+    float *stash = backend_alloc_floats(be, stage_stash_floats(&p->stage, B));
+    float *dy = backend_alloc_floats(be, (size_t)B * m->max_width);
+    float *g = backend_alloc_floats(be, p->n);
     TangentKey key = {.seed = p->cfg->seed, .stream = STREAM_TANGENT};
     *cost_f = *cost_b = INFINITY;
     for (int r = 0; r < 3; r++) {
@@ -392,41 +400,57 @@ static void measure_costs(Pipeline *p, double *cost_f, double *cost_b) {
         double t0 = wall_seconds();
         stage_forward(&p->stage, p->params, p->K ? &key : NULL, x, p->is_first || !p->K ? NULL : x + in,
                       B, stash, &y, &ydot);
+        int rc = be->sync(be, err);
         double t1 = wall_seconds();
         stage_backward(&p->stage, p->params, stash, dy, p->is_first ? NULL : x, g, B);
+        if (rc || (rc = be->sync(be, err))) return rc;
         double t2 = wall_seconds();
         *cost_f = fmin(*cost_f, t1 - t0);
         *cost_b = fmin(*cost_b, t2 - t1);
     }
-    fg_free(x), fg_free(stash), fg_free(dy), fg_free(g);
+    be->free(be, x), be->free(be, stash), be->free(be, dy), be->free(be, g);
+    return FG_OK;
 }
 
-int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first, Transport *t,
-                  const Dataset *train, FgError *err) {
+int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
+                  const int *first, Transport *t, const Dataset *train, FgError *err) {
     memset(p, 0, sizeof *p);
     int s = t->stage, M = t->stages, N = c->micro_batches, B = c->micro_batch, rc;
-    p->cfg = c, p->model = m, p->tr = t, p->data = train;
+    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train;
     p->is_first = s == 0, p->is_last = s == M - 1;
     p->K = c->mode == MODE_BP ? 0 : c->tangents;
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
-    if ((rc = stage_init(&p->stage, m, first[s], first[s + 1], B, p->K, err))) return rc;
+    if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
     p->n = p->stage.param_count;
-    p->params = fg_alloc_floats(p->n);
-    p->grad = fg_alloc_floats(p->n);
-    p->opt_state = fg_alloc_floats(p->n * optimizer_state_buffers(c->optimizer));
-    model_init_range(m, first[s], first[s + 1], p->params, c->seed);
-    if (c->mode == MODE_FG_BP) p->exact = fg_alloc_floats(p->n);
-    if (c->mode == MODE_FG_BP && c->lag == 1) p->prev_params = fg_alloc_floats(p->n);
-    if (c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED) p->guide = fg_alloc_floats(p->n);
+    size_t n_state = p->n * optimizer_state_buffers(c->optimizer);
+    p->params = backend_alloc_floats(be, p->n);
+    p->grad = backend_alloc_floats(be, p->n);
+    p->opt_state = backend_alloc_floats(be, n_state);
+    if (c->mode == MODE_FG_BP) p->exact = backend_alloc_floats(be, p->n);
+    if (c->mode == MODE_FG_BP && c->lag == 1) p->prev_params = backend_alloc_floats(be, p->n);
+    if (c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED) p->guide = backend_alloc_floats(be, p->n);
+    // Checkpoints and --save-params read host memory: the buffers themselves on the CPU,
+    // copies on a device (pipeline_state_to_host).
+    p->host = (HostState){p->params, p->opt_state, p->guide};
+    if (be->on_device) {
+        p->host.params = fg_alloc_floats(p->n);
+        p->host.opt_state = fg_alloc_floats(n_state);
+        if (p->guide) p->host.guide = fg_alloc_floats(p->n);
+    }
+    model_init_range(m, first[s], first[s + 1], p->host.params, c->seed);
+    be->upload(be, p->params, p->host.params, p->n * sizeof(float));
     size_t msg = (size_t)B * m->max_width * (1 + p->K);
-    p->msg_in[0] = fg_alloc_floats(msg);
-    p->msg_in[1] = fg_alloc_floats(msg);
-    p->msg_out = fg_alloc_floats(msg);
-    p->x_in = fg_alloc_floats((size_t)B * m->in_features);
-    p->labels = fg_alloc_bytes((size_t)B);
+    p->msg_in[0] = backend_alloc_floats(be, msg);
+    p->msg_in[1] = backend_alloc_floats(be, msg);
+    p->msg_out = backend_alloc_floats(be, msg);
+    size_t x_floats = (size_t)B * FG_MAX(m->in_features, m->max_width);  // also evaluation's
+    p->x_in = backend_alloc_floats(be, x_floats);
+    p->labels = be->alloc(be, (size_t)B);
+    p->host_x = fg_alloc_floats(x_floats);
+    p->host_labels = fg_alloc_bytes((size_t)B);
     if (p->is_last && c->mode != MODE_FG)
-        for (int i = 0; i < 2; i++) p->dz[i] = fg_alloc_floats((size_t)N * B * m->classes);
+        for (int i = 0; i < 2; i++) p->dz[i] = backend_alloc_floats(be, (size_t)N * B * m->classes);
     p->free_stash = fg_alloc_bytes(2 * (size_t)(N + 1) * sizeof(float *));
     p->scalars = fg_alloc_bytes((size_t)(1 + N * p->K * (1 + m->n_layers)) * sizeof(double));
     p->coeff = fg_alloc_floats((size_t)N * (p->K ? p->K : 1));
@@ -434,8 +458,8 @@ int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first
     // Plan: every stage measures its own ops, one sum gives everyone every stage's costs, and
     // the deterministic builder turns identical inputs into identical timetables.
     double *costs = calloc((size_t)3 * M, sizeof(double));
-    measure_costs(p, &costs[s], &costs[M + s]);
-    rc = t->allreduce_sum(t, costs, 2 * M, err);
+    rc = measure_costs(p, &costs[s], &costs[M + s], err);
+    if (!rc) rc = t->allreduce_sum(t, costs, 2 * M, err);
     if (!rc) {
         ScheduleSpec spec = {M, N, schedule_mode(c), c->mode == MODE_FG_BP ? c->lag : 0,
                              c->select, costs, costs + M, costs + 2 * M};
@@ -451,29 +475,60 @@ int pipeline_init(Pipeline *p, const Config *c, const Model *m, const int *first
 }
 
 void pipeline_free(Pipeline *p) {
+    const Backend *be = p->be;
+    if (!be) return;
     for (int i = 0; i < 2; i++)
-        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) fg_free(p->stash[i][b]);
-    for (int i = 0; i < p->n_free_stash; i++) fg_free(p->free_stash[i]);
-    void *bufs[] = {p->params, p->grad,     p->opt_state, p->exact,   p->prev_params, p->guide, p->scratch, p->msg_in[0], p->msg_in[1],
-                    p->msg_out, p->x_in, p->labels,   p->dz[0],   p->dz[1],       p->free_stash,
-                    p->scalars, p->coeff,    p->measured};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);
+        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) be->free(be, p->stash[i][b]);
+    for (int i = 0; i < p->n_free_stash; i++) be->free(be, p->free_stash[i]);
+    void *on_backend[] = {p->params, p->grad, p->opt_state, p->exact, p->prev_params, p->guide,
+                          p->scratch, p->msg_in[0], p->msg_in[1], p->msg_out, p->x_in,
+                          p->labels, p->dz[0], p->dz[1]};
+    for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
+    if (be->on_device) {
+        fg_free(p->host.params);
+        fg_free(p->host.opt_state);
+        fg_free(p->host.guide);
+    }
+    void *on_host[] = {p->host_x, p->host_labels, p->free_stash, p->scalars, p->coeff, p->measured};
+    for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     stage_free(&p->stage);
     schedule_free(&p->sched);
     memset(p, 0, sizeof *p);
 }
 
+int pipeline_state_to_host(Pipeline *p, FgError *err) {
+    const Backend *be = p->be;
+    if (!be->on_device) return FG_OK;
+    be->download(be, p->host.params, p->params, p->n * sizeof(float));
+    be->download(be, p->host.opt_state, p->opt_state,
+                 p->n * optimizer_state_buffers(p->cfg->optimizer) * sizeof(float));
+    if (p->guide) be->download(be, p->host.guide, p->guide, p->n * sizeof(float));
+    return be->sync(be, err);
+}
+
+int pipeline_state_from_host(Pipeline *p, FgError *err) {
+    const Backend *be = p->be;
+    if (!be->on_device) return FG_OK;
+    be->upload(be, p->params, p->host.params, p->n * sizeof(float));
+    be->upload(be, p->opt_state, p->host.opt_state,
+               p->n * optimizer_state_buffers(p->cfg->optimizer) * sizeof(float));
+    if (p->guide) be->upload(be, p->guide, p->host.guide, p->n * sizeof(float));
+    return be->sync(be, err);
+}
+
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
+    const Backend *be = p->be;
     int rows = p->cfg->micro_batch, C = p->model->classes, rc = FG_OK;
     double totals[2] = {0, 0};  // loss * rows, hits
     size_t chunks = (ds->count + rows - 1) / rows;
     for (size_t i = 0; rc == FG_OK && i < chunks; i++) {
         int n = (int)FG_MIN((size_t)rows, ds->count - i * rows);
         int tag = tag_of(TAG_EVAL, 0, (int)(i % 4096));
-        const float *x = p->is_first ? ds->x + i * rows * ds->features : NULL, *y;
-        if (!p->is_first) {
-            x = p->msg_in[0];
-            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->msg_in[0],
+        const float *x = p->x_in, *y;
+        if (p->is_first) {
+            be->upload(be, p->x_in, ds->x + i * rows * ds->features, (size_t)n * ds->features * sizeof(float));
+        } else {
+            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->x_in,
                              (size_t)n * p->model->layers[p->stage.first].in, err);
             if (rc) break;
         }
@@ -483,9 +538,11 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
                              (size_t)n * p->model->layers[p->stage.last - 1].out, err);
         } else {
             int correct;
-            totals[0] += (double)loss_forward(y, ds->labels + i * rows, n, C, &correct) * n;
+            be->upload(be, p->labels, ds->labels + i * rows, (size_t)n);
+            totals[0] += (double)be->loss_forward(be, y, p->labels, n, C, &correct) * n;
             totals[1] += correct;
         }
+        if (!rc) rc = be->sync(be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
     *loss = totals[0] / (double)ds->count;

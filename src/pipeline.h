@@ -24,7 +24,13 @@ typedef struct {
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
 } StepResult;
 
+// A stage's state as host memory, for checkpoints (the buffers themselves on the CPU).
 typedef struct {
+    float *params, *opt_state, *guide;
+} HostState;
+
+typedef struct {
+    const Backend *be;        // every float buffer below is its memory unless marked host
     const Config *cfg;
     const Model *model;
     Transport *tr;
@@ -43,12 +49,15 @@ typedef struct {
     float *msg_out;           // the message being sent
     float *x_in;              // stage 0: one micro-batch of inputs
     uint8_t *labels;          // last stage: one micro-batch of labels
+    float *host_x;            // host: x_in as gathered from the dataset
+    uint8_t *host_labels;     // host: labels as gathered
+    HostState host;           // see pipeline_state_to_host
     float *dz[2];             // last stage: loss adjoints of selected micro-batches, per parity
     float *stash[2][SCHED_MAX_MICROBATCHES];  // live stashes by (step parity, micro-batch)
     float **free_stash;       // reusable stash buffers
     int n_free_stash, n_stash_alloc;
-    double *scalars;          // loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
-    float *coeff;
+    double *scalars;          // host: loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
+    float *coeff;             // host
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     long first_step;          // the run's first step (a resumed run's is > 0)
     int want_stats;           // fill the StepResult statistics (costs allreduces and, with c,
@@ -59,9 +68,14 @@ typedef struct {
 
 // Builds the stage for transport t's stage, measures op costs in a warm-up and builds the
 // timetable (identical on every stage).
-int pipeline_init(Pipeline *p, const Config *cfg, const Model *m, const int *first, Transport *t,
-                  const Dataset *train, FgError *err);
+int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
+                  const int *first, Transport *t, const Dataset *train, FgError *err);
 void pipeline_free(Pipeline *p);
+
+// Copies params, optimizer state and guide between the backend and p->host (no-ops on the CPU,
+// where p->host points at the buffers): before a checkpoint is written, after one is read.
+int pipeline_state_to_host(Pipeline *p, FgError *err);
+int pipeline_state_from_host(Pipeline *p, FgError *err);
 
 // One optimizer step on samples order[sample0 ..) of the epoch's order.
 int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order, size_t sample0,

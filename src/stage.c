@@ -2,9 +2,10 @@
 
 #include <string.h>
 
-int stage_init(Stage *st, const Model *m, int first, int last, int max_rows, int tangents,
-               FgError *err) {
+int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
+               int tangents, FgError *err) {
     memset(st, 0, sizeof *st);
+    st->be = be;
     if (first < 0 || last > m->n_layers || first >= last)
         return fg_fail(err, FG_ERR_INPUT, "stage: layers [%d, %d) are not a range of the %d layers",
                        first, last, m->n_layers);
@@ -19,21 +20,23 @@ int stage_init(Stage *st, const Model *m, int first, int last, int max_rows, int
     size_t largest = 0;
     for (int l = first; l < last; l++) largest = FG_MAX(largest, m->layers[l].param_count);
     for (int i = 0; i < 2; i++) {
-        st->act[i] = fg_alloc_floats(plane);
-        st->adj[i] = fg_alloc_floats(plane);
-        if (tangents) st->tan[i] = fg_alloc_floats((size_t)tangents * plane);
+        st->act[i] = backend_alloc_floats(be, plane);
+        st->adj[i] = backend_alloc_floats(be, plane);
+        if (tangents) st->tan[i] = backend_alloc_floats(be, (size_t)tangents * plane);
     }
-    if (tangents) st->pdot = fg_alloc_floats((size_t)tangents * largest);
+    if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * largest);
     return FG_OK;
 }
 
 void stage_free(Stage *st) {
+    const Backend *be = st->be;
+    if (!be) return;
     for (int i = 0; i < 2; i++) {
-        fg_free(st->act[i]);
-        fg_free(st->adj[i]);
-        fg_free(st->tan[i]);
+        be->free(be, st->act[i]);
+        be->free(be, st->adj[i]);
+        be->free(be, st->tan[i]);
     }
-    fg_free(st->pdot);
+    be->free(be, st->pdot);
     memset(st, 0, sizeof *st);
 }
 
@@ -56,14 +59,14 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot) {
     const Model *m = st->model;
+    const Backend *be = st->be;
     int K = st->tangents;
     if (stash) {
-        memcpy(stash, x, (size_t)rows * m->layers[st->first].in * sizeof(float));
+        be->copy(be, stash, x, (size_t)rows * m->layers[st->first].in * sizeof(float));
         x = stash;
     }
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &m->layers[l];
-        const LayerOps *ops = layer_ops(L);
         const float *p = layer_params(st, params, L);
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
@@ -76,15 +79,16 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                 for (int k = 0; k < K; k++) {
                     lk.k = (uint32_t)k;
                     float *dst = st->pdot + k * L->param_count;
-                    if (k == 0 && st->guide) memcpy(dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
-                    else tangent_fill(lk, 0, L->param_count, dst);
+                    if (k == 0 && st->guide)
+                        be->copy(be, dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
+                    else be->tangent_fill(be, lk, L->param_count, dst);
                 }
                 pdot = st->pdot;
             }
-            ops->jvp(L, p, pdot, x, xdot, out, st->tan[slot], rows, K);
+            be->jvp(be, L, p, pdot, x, xdot, out, st->tan[slot], rows, K);
             xdot = st->tan[slot];
         } else {
-            ops->forward(L, p, x, out, rows);
+            be->forward(be, L, p, x, out, rows);
         }
         x = out;
     }
@@ -98,7 +102,7 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];
-        layer_ops(L)->backward(L, layer_params(st, params, L), stash + stash_offset(st, l, rows),
+        st->be->backward(st->be, L, layer_params(st, params, L), stash + stash_offset(st, l, rows),
                                dy, dx_l, grad + (L->param_offset - st->param_base), rows);
         dy = dx_l;
     }
@@ -107,23 +111,21 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
 // Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
 // and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
 // n_mb*K per layer of the stage).
+// Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
+// and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
+// n_mb*K per layer of the stage).
 static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float *coeff,
                          float *grad, const float *x, double *dots, int per_layer) {
+    const Backend *be = st->be;
     int K = st->tangents;
-    uint32_t mb0 = key.microbatch;
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
         size_t off = L->param_offset - st->param_base;
         if (!L->param_count) continue;
         key.layer = (uint32_t)l;
-        for (int b = 0; b < n_mb; b++)
-            for (int k = 0; k < K; k++) {
-                key.microbatch = mb0 + (uint32_t)b;
-                key.k = (uint32_t)k;
-                if (grad) tangent_axpy(key, 0, L->param_count, coeff[b * K + k], grad + off);
-                else dots[(per_layer ? (size_t)(l - st->first) * n_mb * K : 0) + b * K + k] +=
-                    tangent_dot(key, 0, L->param_count, x + off);
-            }
+        if (grad) be->tangent_axpy(be, key, n_mb, K, coeff, L->param_count, grad + off);
+        else be->tangent_dot(be, key, n_mb, K, L->param_count, x + off,
+                             dots + (per_layer ? (size_t)(l - st->first) * n_mb * K : 0));
     }
 }
 

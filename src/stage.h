@@ -8,10 +8,13 @@
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "model.h"
 #include "tangent.h"
 
+// All buffers (parameters, activations, stashes, gradients) are the backend's memory.
 typedef struct {
+    const Backend *be;
     const Model *model;
     int first, last;
     size_t param_base;   // model_range_offset(model, first)
@@ -26,8 +29,8 @@ typedef struct {
                          // (the guided estimator); set by the caller
 } Stage;
 
-int stage_init(Stage *st, const Model *m, int first, int last, int max_rows, int tangents,
-               FgError *err);
+int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
+               int tangents, FgError *err);
 void stage_free(Stage *st);
 
 // Floats one micro-batch needs to keep for stage_backward: every layer's input and the

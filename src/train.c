@@ -84,14 +84,15 @@ static CheckpointState checkpoint_state(Pipeline *p, const Config *c, const int 
     CheckpointState st = {.model = p->model, .first = p->stage.first, .last = p->stage.last,
                           .param_base = p->stage.param_base, .seed = c->seed,
                           .config_text = config_text, .stages = p->tr->stages, .layout = layout};
-    st.buffers[st.n_buffers++] = (CheckpointBuffer){"params", p->params};
+    const HostState *h = &p->host;
+    st.buffers[st.n_buffers++] = (CheckpointBuffer){"params", h->params};
     if (c->optimizer == OPT_ADAM) {
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/m", p->opt_state};
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/v", p->opt_state + p->n};
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/m", h->opt_state};
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/v", h->opt_state + p->n};
     } else {
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/velocity", p->opt_state};
+        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/velocity", h->opt_state};
     }
-    if (p->guide) st.buffers[st.n_buffers++] = (CheckpointBuffer){"estimator/guide", p->guide};
+    if (p->guide) st.buffers[st.n_buffers++] = (CheckpointBuffer){"estimator/guide", h->guide};
     return st;
 }
 
@@ -99,7 +100,7 @@ static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int
                   long total, long *first_step, FgError *err) {
     CheckpointState st = checkpoint_state(p, c, layout, NULL);
     int rc = o->storage->load(o->storage, &st, o->resume_path, err);
-    if (rc) return rc;
+    if (rc || (rc = pipeline_state_from_host(p, err))) return rc;
     if (st.seed != c->seed)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
                        o->resume_path, st.seed, c->seed);
@@ -109,7 +110,7 @@ static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int
     // The guide exists when any stage has a non-zero part: decide together, or the stages
     // would disagree about the estimator.
     if (p->guide) {
-        double norm2 = squared_norm(p->guide, p->n);
+        double norm2 = squared_norm(p->host.guide, p->n);
         if ((rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err))) return rc;
         p->stage.guide = norm2 > 0 ? p->guide : NULL;
     }
@@ -127,7 +128,8 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     CheckpointState st = checkpoint_state(p, c, layout, text);
     st.step = next_step;
     double t0 = wall_seconds();
-    int rc = o->storage->save(o->storage, &st, o->checkpoint_path, err);
+    int rc = pipeline_state_to_host(p, err);
+    if (!rc) rc = o->storage->save(o->storage, &st, o->checkpoint_path, err);
     double seconds = wall_seconds() - t0;
     free(text);
     double mib = (double)st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
@@ -142,20 +144,22 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int save_params(const Pipeline *p, const char *path, FgError *err) {
+static int save_params(Pipeline *p, const char *path, FgError *err) {
+    int rc = pipeline_state_to_host(p, err);
+    if (rc) return rc;
     int fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     size_t bytes = p->n * sizeof(float);
     // Every stage sets the same final size, so no old tail survives and no write is cut.
     ssize_t put = ftruncate(fd, (off_t)(p->model->n_params * sizeof(float))) ? -1
-                : pwrite(fd, p->params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
-    int rc = close(fd);
+                : pwrite(fd, p->host.params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
+    rc = close(fd);
     if (put != (ssize_t)bytes || rc)
         return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
     return FG_OK;
 }
 
-int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainResult *res,
+int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutputs *outputs, TrainResult *res,
               FgError *err) {
     const char *out_dir = outputs ? outputs->out_dir : NULL;
     const char *trace_path = outputs ? outputs->trace_path : NULL;
@@ -188,7 +192,7 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
                      batch, train.count);
         goto done;
     }
-    if ((rc = pipeline_init(&p, c, &m, res->layout, t, &train, err))) goto done;
+    if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, err))) goto done;
     if (t->stage == 0) print_layout(&m, res->layout, M, &p);
     if (out_dir && reporter) {
         if (mkdir(out_dir, 0755) && errno != EEXIST) {
@@ -232,7 +236,7 @@ int train_run(const Config *c, Transport *t, const TrainOutputs *outputs, TrainR
     if (o->log_path) {
         if (!o->storage) rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
         p.want_stats = !rc;
-        p.scratch = fg_alloc_floats(p.n);
+        p.scratch = backend_alloc_floats(be, p.n);
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         const char *est = c->mode == MODE_BP ? "bp" : c->mode == MODE_FG ? "fg"
                         : c->estimator == ESTIMATOR_GUIDED ? "guided" : c->estimator == ESTIMATOR_FG ? "fg" : "cv";

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "storage.h"
+#include "backend.h"
 #include "common.h"
 #include "config.h"
 #include "schedule.h"
@@ -48,7 +49,7 @@ typedef struct {
 } TrainOutputs;
 
 // Runs the configured training as transport t's stage; progress comes from the last stage.
-int train_run(const Config *cfg, Transport *t, const TrainOutputs *outputs, TrainResult *res,
+int train_run(const Config *cfg, const Backend *be, Transport *t, const TrainOutputs *outputs, TrainResult *res,
               FgError *err);
 
 // Writes the result as one JSON object (the --summary-json format).

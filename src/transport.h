@@ -14,6 +14,7 @@ typedef struct Transport Transport;
 struct Transport {
     void *ctx;
     int stage, stages;  // this rank's stage and the pipeline length M
+    int device_memory;  // 1: send/recv buffers are a device backend's memory (NCCL, staged)
     // Sends n floats to another stage. buf may be reused as soon as the call returns.
     int (*send)(Transport *t, int to_stage, int tag, const float *buf, size_t n, FgError *err);
     // Receives exactly n floats sent with this tag; a message of another size is an error.

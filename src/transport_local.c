@@ -29,6 +29,9 @@ static int local_allreduce(Transport *t, double *buf, int n, FgError *err) {
 }
 
 Transport transport_local(void) {
-    Transport t = {NULL, 0, 1, local_send, local_recv, local_post_recv, local_wait_recv, local_allreduce};
+    // Never sends, so it carries any backend's buffers.
+    Transport t = {.stage = 0, .stages = 1, .device_memory = 1, .send = local_send,
+                   .recv = local_recv, .post_recv = local_post_recv, .wait_recv = local_wait_recv,
+                   .allreduce_sum = local_allreduce};
     return t;
 }

@@ -78,7 +78,7 @@ typedef struct {
 // Backprop gradient of micro-batch b's mean loss at params, into grad (overwritten).
 static void gradient_at(const Batch *p, const float *params, int b, float *grad) {
     Stage st;
-    assert_int_equal(stage_init(&st, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
     float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS)), dz[ROWS * C];
     const float *y;
     stage_forward(&st, params, NULL, p->x[b], NULL, ROWS, stash, &y, NULL);
@@ -160,7 +160,7 @@ static Draws draw(const Batch *p, Spec s) {
     const size_t dim = p->dim;
     const int K = s.K;
     Stage st;
-    assert_int_equal(stage_init(&st, &p->m, 0, p->m.n_layers, ROWS, K, NULL), FG_OK);
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, K, NULL), FG_OK);
     Estimator e = {s.kind, N, K};
     float *est = fg_alloc_floats(dim);
     double *sum = calloc(dim, sizeof(double)), s1 = 0.0, s2 = 0.0;
@@ -396,7 +396,7 @@ static void test_guided(void **state) {
     double nu = sqrt(dot(u, u, dim));
     for (size_t i = 0; i < dim; i++) u[i] = (float)(u[i] / nu);
     Stage st;
-    assert_int_equal(stage_init(&st, &p.m, 0, p.m.n_layers, ROWS, K, NULL), FG_OK);
+    assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, p.m.n_layers, ROWS, K, NULL), FG_OK);
     st.guide = u;
     Estimator e = {EST_GUIDED, N, K};
     double *sum = calloc(dim, sizeof(double)), var = 0.0, udots[N * K];

@@ -81,7 +81,7 @@ static float net_loss(const Net *n, Stage *st, const float *params) {
 // The backprop gradient of the mean loss, into grad (overwritten).
 static void net_gradient(const Net *n, float *grad) {
     Stage st;
-    assert_int_equal(stage_init(&st, &n->m, 0, n->m.n_layers, ROWS, 0, NULL), FG_OK);
+    assert_int_equal(stage_init(&st, &backend_cpu, &n->m, 0, n->m.n_layers, ROWS, 0, NULL), FG_OK);
     float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS));
     float dz[ROWS * 3];
     const float *y;
@@ -110,7 +110,7 @@ static const char *const ACTIVATIONS[] = {"relu", "gelu"};
 // pre-activation across zero. Check that this data keeps them clear of it.
 static void assert_relu_inputs_clear_of_kink(const Net *n, float margin) {
     Stage st;
-    assert_int_equal(stage_init(&st, &n->m, 0, n->m.n_layers, ROWS, 0, NULL), FG_OK);
+    assert_int_equal(stage_init(&st, &backend_cpu, &n->m, 0, n->m.n_layers, ROWS, 0, NULL), FG_OK);
     float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS));
     const float *y;
     stage_forward(&st, n->params, NULL, n->x, NULL, ROWS, stash, &y, NULL);
@@ -141,7 +141,7 @@ static void test_backprop_matches_finite_differences(void **state) {
         float *g = fg_alloc_floats(dim), *fd = fg_alloc_floats(dim);
         net_gradient(&n, g);
         Stage st;
-        assert_int_equal(stage_init(&st, &n.m, 0, n.m.n_layers, ROWS, 0, NULL), FG_OK);
+        assert_int_equal(stage_init(&st, &backend_cpu, &n.m, 0, n.m.n_layers, ROWS, 0, NULL), FG_OK);
         for (size_t i = 0; i < dim; i++) {
             float keep = n.params[i];
             n.params[i] = keep + eps;
@@ -173,7 +173,7 @@ static void test_forward_gradient_is_unbiased(void **state) {
         net_gradient(&n, g);
         double ng = norm(g, dim);
         Stage st;
-        assert_int_equal(stage_init(&st, &n.m, 0, n.m.n_layers, ROWS, 1, NULL), FG_OK);
+        assert_int_equal(stage_init(&st, &backend_cpu, &n.m, 0, n.m.n_layers, ROWS, 1, NULL), FG_OK);
         for (uint32_t t = 0; t < T; t++) {
             float d;
             net_directional(&n, &st, t, &d);
@@ -236,8 +236,8 @@ static void test_batched_tangents_match_single(void **state) {
         Net n;
         net_make(&n, ACTIVATIONS[a]);
         Stage st3, st1;
-        assert_int_equal(stage_init(&st3, &n.m, 0, n.m.n_layers, ROWS, 3, NULL), FG_OK);
-        assert_int_equal(stage_init(&st1, &n.m, 0, n.m.n_layers, ROWS, 1, NULL), FG_OK);
+        assert_int_equal(stage_init(&st3, &backend_cpu, &n.m, 0, n.m.n_layers, ROWS, 3, NULL), FG_OK);
+        assert_int_equal(stage_init(&st1, &backend_cpu, &n.m, 0, n.m.n_layers, ROWS, 1, NULL), FG_OK);
         for (uint32_t step = 0; step < 5; step++) {
             float d3[3], d1;
             float l3 = net_directional(&n, &st3, step, d3);
@@ -275,7 +275,7 @@ static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step,
     TangentKey key = key_at(step);
     const float *x = n->x, *xdot = NULL, *y = NULL, *ydot = NULL;
     for (int s = 0; s < n_stages; s++) {
-        assert_int_equal(stage_init(&st[s], &n->m, cuts[s], cuts[s + 1], ROWS, K, NULL), FG_OK);
+        assert_int_equal(stage_init(&st[s], &backend_cpu, &n->m, cuts[s], cuts[s + 1], ROWS, K, NULL), FG_OK);
         stash[s] = fg_alloc_floats(stage_stash_floats(&st[s], ROWS));
         stage_forward(&st[s], n->params + st[s].param_base, &key, x, xdot, ROWS, stash[s], &y,
                       &ydot);
@@ -315,9 +315,9 @@ static void test_stage_split_is_exact(void **state) {
             // The tangent sums of the estimators, stage by stage into the stage's own slice.
             enum { NMB = 2, K = 2 };
             Stage all, s0, s1;
-            assert_int_equal(stage_init(&all, &n.m, 0, L, ROWS, K, NULL), FG_OK);
-            assert_int_equal(stage_init(&s0, &n.m, 0, cut, ROWS, K, NULL), FG_OK);
-            assert_int_equal(stage_init(&s1, &n.m, cut, L, ROWS, K, NULL), FG_OK);
+            assert_int_equal(stage_init(&all, &backend_cpu, &n.m, 0, L, ROWS, K, NULL), FG_OK);
+            assert_int_equal(stage_init(&s0, &backend_cpu, &n.m, 0, cut, ROWS, K, NULL), FG_OK);
+            assert_int_equal(stage_init(&s1, &backend_cpu, &n.m, cut, L, ROWS, K, NULL), FG_OK);
             assert_true(s0.param_count + s1.param_count == dim);
             assert_true(s1.param_base == s0.param_count);
             const float coeff[NMB * K] = {0.5f, -1.25f, 2.0f, 0.125f};
@@ -356,7 +356,7 @@ static void test_stage_split_is_exact(void **state) {
         }
         // The forward-mode d of the whole pass is the gradient's dot with the same tangent.
         Stage all;
-        assert_int_equal(stage_init(&all, &n.m, 0, L, ROWS, 2, NULL), FG_OK);
+        assert_int_equal(stage_init(&all, &backend_cpu, &n.m, 0, L, ROWS, 2, NULL), FG_OK);
         double gv[2];
         stage_tangent_dots(&all, key_at(3), 1, whole.grad, gv);
         for (int k = 0; k < 2; k++) assert_true(fabs(whole.d[k] - gv[k]) <= 1e-4 * fabs(gv[k]) + 1e-6);

@@ -1,0 +1,81 @@
+// Where a stage's numbers live and what computes on them: the CPU (backend_cpu.c, the
+// reference, OpenBLAS) or a GPU (cuda/backend_cuda.cu: cuBLAS and own kernels).
+//
+// Stage and pipeline touch their buffers only through these functions. Buffers from alloc()
+// belong to the backend (device memory on a GPU) and reach the host only through download();
+// host-side results (losses, directional derivatives, dot products) come back as return
+// values or through explicit host arrays. The shapes are those of layer.h and tangent.h.
+// Calls may be queued (a GPU stream); sync() waits for them and reports a failure among them.
+#ifndef FGPIPE_BACKEND_H
+#define FGPIPE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "layer.h"
+#include "optimizer.h"
+#include "tangent.h"
+
+typedef struct Backend Backend;
+struct Backend {
+    const char *name;  // "cpu", "cuda"
+    int on_device;     // 1: buffers are not host memory
+    void *ctx;
+
+    // Memory. alloc returns zeroed memory and aborts when out of memory, like fg_alloc_*.
+    void *(*alloc)(const Backend *be, size_t bytes);
+    void (*free)(const Backend *be, void *buf);
+    void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(const Backend *be, void *dst, size_t bytes);
+
+    // Vectors: y = a x (y may be x); a . b accumulated in double.
+    void (*scale)(const Backend *be, float *y, float a, const float *x, size_t n);
+    double (*dot)(const Backend *be, const float *a, const float *b, size_t n);
+
+    // Layers: the LayerOps of layer.h, on this backend's memory.
+    void (*forward)(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
+                    int B);
+    void (*jvp)(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                const float *x, const float *xdot, float *y, float *ydot, int B, int K);
+    void (*backward)(const Backend *be, const Layer *L, const float *p, const float *x,
+                     const float *dy, float *dx, float *dp, int B);
+
+    // Softmax cross-entropy (layer.h): logits, zdot, dz and labels in backend memory; the
+    // loss, d [K] and *correct on the host.
+    float (*loss_forward)(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                          int C, int *correct);
+    float (*loss_jvp)(const Backend *be, const float *logits, const float *zdot,
+                      const uint8_t *labels, int B, int C, int K, float *d);
+    float (*loss_backward)(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                           int C, float *dz);
+
+    // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
+    // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].
+    void (*tangent_fill)(const Backend *be, TangentKey key, size_t n, float *out);
+    // y += sum over (b, k) of coeff[b*K + k] v_{b,k}
+    void (*tangent_axpy)(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
+                         size_t n, float *y);
+    // dots[b*K + k] += v_{b,k} . x
+    void (*tangent_dot)(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
+                        const float *x, double *dots);
+
+    // optimizer.h's optimizer_step on this backend's memory.
+    void (*optimizer_step)(const Backend *be, const OptimizerConfig *c, long step, double lr,
+                           float *params, const float *g, float g_scale, float *state,
+                           size_t n);
+
+    // Waits for queued work; FG_OK, or an error naming what failed.
+    int (*sync)(const Backend *be, FgError *err);
+};
+
+// The CPU backend: host memory, the functions of layer.h, tangent.h and optimizer.h.
+extern const Backend backend_cpu;
+
+static inline float *backend_alloc_floats(const Backend *be, size_t n) {
+    return be->alloc(be, n * sizeof(float));
+}
+
+#endif

@@ -1,0 +1,139 @@
+// The CPU backend: host memory and the reference implementations (layer.h, tangent.h,
+// optimizer.h). Every other backend is tested against this one.
+#include <string.h>
+
+#include "backend.h"
+
+static void *cpu_alloc(const Backend *be, size_t bytes) {
+    (void)be;
+    return fg_alloc_bytes(bytes);
+}
+
+static void cpu_free(const Backend *be, void *buf) {
+    (void)be;
+    fg_free(buf);
+}
+
+static void cpu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(const Backend *be, void *dst, size_t bytes) {
+    (void)be;
+    memset(dst, 0, bytes);
+}
+
+static void cpu_scale(const Backend *be, float *y, float a, const float *x, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) y[i] = a * x[i];
+}
+
+// Sequential on purpose: the same bits on any thread count (the logged norms).
+static double cpu_dot(const Backend *be, const float *a, const float *b, size_t n) {
+    (void)be;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static void cpu_forward(const Backend *be, const Layer *L, const float *p, const float *x,
+                        float *y, int B) {
+    (void)be;
+    layer_ops(L)->forward(L, p, x, y, B);
+}
+
+static void cpu_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                    const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
+    (void)be;
+    layer_ops(L)->jvp(L, p, pdot, x, xdot, y, ydot, B, K);
+}
+
+static void cpu_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                         const float *dy, float *dx, float *dp, int B) {
+    (void)be;
+    layer_ops(L)->backward(L, p, x, dy, dx, dp, B);
+}
+
+static float cpu_loss_forward(const Backend *be, const float *logits, const uint8_t *labels,
+                              int B, int C, int *correct) {
+    (void)be;
+    return loss_forward(logits, labels, B, C, correct);
+}
+
+static float cpu_loss_jvp(const Backend *be, const float *logits, const float *zdot,
+                          const uint8_t *labels, int B, int C, int K, float *d) {
+    (void)be;
+    return loss_jvp(logits, zdot, labels, B, C, K, d);
+}
+
+static float cpu_loss_backward(const Backend *be, const float *logits, const uint8_t *labels,
+                               int B, int C, float *dz) {
+    (void)be;
+    return loss_backward(logits, labels, B, C, dz);
+}
+
+static void cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out) {
+    (void)be;
+    tangent_fill(key, 0, n, out);
+}
+
+static void cpu_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K,
+                             const float *coeff, size_t n, float *y) {
+    (void)be;
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < n_mb; b++)
+        for (int k = 0; k < K; k++) {
+            key.microbatch = mb0 + (uint32_t)b;
+            key.k = (uint32_t)k;
+            tangent_axpy(key, 0, n, coeff[b * K + k], y);
+        }
+}
+
+static void cpu_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
+                            const float *x, double *dots) {
+    (void)be;
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < n_mb; b++)
+        for (int k = 0; k < K; k++) {
+            key.microbatch = mb0 + (uint32_t)b;
+            key.k = (uint32_t)k;
+            dots[b * K + k] += tangent_dot(key, 0, n, x);
+        }
+}
+
+static void cpu_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
+                               float *params, const float *g, float g_scale, float *state,
+                               size_t n) {
+    (void)be;
+    optimizer_step(c, step, lr, params, g, g_scale, state, n);
+}
+
+static int cpu_sync(const Backend *be, FgError *err) {
+    (void)be, (void)err;
+    return FG_OK;
+}
+
+const Backend backend_cpu = {
+    .name = "cpu",
+    .on_device = 0,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .scale = cpu_scale,
+    .dot = cpu_dot,
+    .forward = cpu_forward,
+    .jvp = cpu_jvp,
+    .backward = cpu_backward,
+    .loss_forward = cpu_loss_forward,
+    .loss_jvp = cpu_loss_jvp,
+    .loss_backward = cpu_loss_backward,
+    .tangent_fill = cpu_tangent_fill,
+    .tangent_axpy = cpu_tangent_axpy,
+    .tangent_dot = cpu_tangent_dot,
+    .optimizer_step = cpu_optimizer_step,
+    .sync = cpu_sync,
+};

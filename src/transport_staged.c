@@ -1,0 +1,93 @@
+// A host-memory Transport (MPI) carrying messages of a device backend: sends download into a
+// host buffer, receives land in host buffers and are uploaded when waited for. Used when no
+// device-to-device transport exists between two stages (e.g. both stages on one GPU, where
+// NCCL cannot connect them).
+#include <stdlib.h>
+
+#include "transport_staged.h"
+
+typedef struct {
+    Transport inner;
+    const Backend *be;
+    float *send_buf;
+    size_t send_cap;
+    struct {
+        float *host, *device;
+        size_t n, cap;
+        int inner_handle;
+    } recv[TRANSPORT_MAX_POSTED + 1];
+} Staged;
+
+static float *ensure(float **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        fg_free(*buf);
+        *buf = fg_alloc_floats(n);
+        *cap = n;
+    }
+    return *buf;
+}
+
+static int staged_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
+    Staged *s = t->ctx;
+    float *host = ensure(&s->send_buf, &s->send_cap, n);
+    s->be->download(s->be, host, buf, n * sizeof(float));
+    int rc = s->be->sync(s->be, err);
+    return rc ? rc : s->inner.send(&s->inner, to, tag, host, n, err);
+}
+
+static int staged_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+                            FgError *err) {
+    Staged *s = t->ctx;
+    int h = 0;
+    while (h < TRANSPORT_MAX_POSTED && s->recv[h].device) h++;
+    if (h == TRANSPORT_MAX_POSTED)
+        return fg_fail(err, FG_ERR_INTERNAL, "staged transport: more than %d receives posted",
+                       TRANSPORT_MAX_POSTED);
+    float *host = ensure(&s->recv[h].host, &s->recv[h].cap, n);
+    int rc = s->inner.post_recv(&s->inner, from, tag, host, n, &s->recv[h].inner_handle, err);
+    if (rc) return rc;
+    s->recv[h].device = buf;
+    s->recv[h].n = n;
+    *handle = h;
+    return FG_OK;
+}
+
+static int staged_wait_recv(Transport *t, int h, FgError *err) {
+    Staged *s = t->ctx;
+    int rc = s->inner.wait_recv(&s->inner, s->recv[h].inner_handle, err);
+    if (!rc) s->be->upload(s->be, s->recv[h].device, s->recv[h].host, s->recv[h].n * sizeof(float));
+    s->recv[h].device = NULL;
+    return rc;
+}
+
+static int staged_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
+    int h = 0, rc = staged_post_recv(t, from, tag, buf, n, &h, err);
+    return rc ? rc : staged_wait_recv(t, h, err);
+}
+
+static int staged_allreduce(Transport *t, double *buf, int n, FgError *err) {
+    Staged *s = t->ctx;
+    return s->inner.allreduce_sum(&s->inner, buf, n, err);
+}
+
+Transport transport_staged(Transport inner, const Backend *be) {
+    Staged *s = calloc(1, sizeof *s);
+    s->inner = inner;
+    s->be = be;
+    Transport t = inner;
+    t.ctx = s;
+    t.send = staged_send;
+    t.recv = staged_recv;
+    t.post_recv = staged_post_recv;
+    t.wait_recv = staged_wait_recv;
+    t.allreduce_sum = staged_allreduce;
+    t.device_memory = 1;
+    return t;
+}
+
+void transport_staged_free(Transport *t) {
+    Staged *s = t->ctx;
+    fg_free(s->send_buf);
+    for (int h = 0; h <= TRANSPORT_MAX_POSTED; h++) fg_free(s->recv[h].host);
+    free(s);
+}
