@@ -6,11 +6,32 @@
 #include "checkpoint_hdf5.h"
 #include "cli.h"
 #include "transport_mpi.h"
+#ifdef FGPIPE_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 typedef struct {
     Transport *transport;
     Storage *storage;
+    Backend backend;  // a GPU backend, when the config asks for one
 } Made;
+
+#ifdef FGPIPE_HAVE_CUDA
+// Each rank takes the GPU of its index among the ranks on its node (modulo the GPUs there:
+// several stages may share one GPU).
+static int make_backend(void *arg, DeviceKind device, const Backend **out, FgError *err) {
+    Made *made = arg;
+    (void)device;  // DEVICE_CUDA is the only one besides the CPU
+    MPI_Comm node;
+    int local, count = backend_cuda_device_count();
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    int rc = backend_cuda_create(count ? local % count : 0, &made->backend, err);
+    if (!rc) *out = &made->backend;
+    return rc;
+}
+#endif
 
 static int make_transport(void *arg, int stages, const Backend *be, Transport *out, Storage *io,
                           FgError *err) {
@@ -24,12 +45,18 @@ static int make_transport(void *arg, int stages, const Backend *be, Transport *o
     return FG_OK;
 }
 
+#ifdef FGPIPE_HAVE_CUDA
+#define MAKE_BACKEND make_backend
+#else
+#define MAKE_BACKEND NULL
+#endif
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     Made made = {0};
-    int rc = fgpipe_cli(argc, argv, make_transport, NULL, &made);
+    int rc = fgpipe_cli(argc, argv, make_transport, MAKE_BACKEND, &made);
     if (rc && size > 1) {
         // The other ranks may be waiting for this one: end the whole job now.
         fflush(stdout);
@@ -38,6 +65,9 @@ int main(int argc, char **argv) {
     }
     if (made.storage) checkpoint_hdf5_free(made.storage);
     if (made.transport) transport_mpi_destroy(made.transport);
+#ifdef FGPIPE_HAVE_CUDA
+    if (made.backend.ctx) backend_cuda_destroy(&made.backend);
+#endif
     MPI_Finalize();
     return rc;
 }

@@ -75,7 +75,7 @@ struct Backend {
 extern const Backend backend_cpu;
 
 static inline float *backend_alloc_floats(const Backend *be, size_t n) {
-    return be->alloc(be, n * sizeof(float));
+    return (float *)be->alloc(be, n * sizeof(float));
 }
 
 #endif

@@ -137,11 +137,14 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         }
         if (make_backend(arg, (DeviceKind)cfg.device, &be, &err)) return fail(&err);
     }
-    Transport t, host_transport;
+    // `made` stays the factory's (main owns and destroys it); t is what the stages talk through.
+    Transport made, staged_transport, *t = &made;
     Storage io = {0};
-    if (make_transport(arg, cfg.stages, be, &t, &io, &err)) return fail(&err);
-    int staged = be->on_device && !t.device_memory;
-    if (staged) host_transport = t, t = transport_staged(host_transport, be);
+    if (make_transport(arg, cfg.stages, be, &made, &io, &err)) return fail(&err);
+    if (be->on_device && !made.device_memory) {
+        staged_transport = transport_staged(made, be);
+        t = &staged_transport;
+    }
     if (io.save) outputs.storage = &io;
     else if (outputs.resume_path || outputs.checkpoint_every) {
         fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
@@ -152,8 +155,8 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     outputs.stop_requested = &stop_requested;
-    int reporter = t.stage == t.stages - 1;
-    if (t.stage == 0) {
+    int reporter = t->stage == t->stages - 1;
+    if (t->stage == 0) {
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         char tangents[32] = "";
         if (cfg.mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);
@@ -162,8 +165,8 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
                 cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
     }
     TrainResult res;
-    int rc = train_run(&cfg, be, &t, &outputs, &res, &err);
-    if (staged) transport_staged_free(&t);
+    int rc = train_run(&cfg, be, t, &outputs, &res, &err);
+    if (t == &staged_transport) transport_staged_free(t);
     if (rc) return fail(&err);
     if (reporter) {
         printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "

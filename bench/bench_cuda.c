@@ -1,0 +1,166 @@
+// GPU benchmark of the CUDA backend. Prints two tables:
+//  1. GEMM TFLOP/s of the linear layers' forward shapes through the backend (cublasSgemm, FP32)
+//     against the best of cuBLASLt's heuristic algorithms for the same shape (FP32 compute).
+//  2. Training samples/s of one stage holding the whole model, bp and fg (K = 1), for the
+//     default MLP and a wide one (4 x 8192), on the GPU and, for the default MLP, on the CPU.
+// usage: fgpipe-bench-cuda [ROWS]   (rows per micro-batch, default 256)
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend_cuda.h"
+#include "model.h"
+#include "progress.h"
+#include "stage.h"
+
+static double gemm_best_lt(int rows, int in, int out, const float *W, const float *x, float *y) {
+    cublasLtHandle_t lt;
+    cublasLtCreate(&lt);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayout_t A, B, C;  // row-major data seen column-major, as in layers_cuda.cu
+    cublasLtMatrixLayoutCreate(&A, CUDA_R_32F, in, out, in);
+    cublasLtMatrixLayoutCreate(&B, CUDA_R_32F, in, rows, in);
+    cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, out, rows, out);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    size_t ws_bytes = (size_t)64 << 20;
+    void *ws;
+    cudaMalloc(&ws, ws_bytes);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes);
+    cublasLtMatmulHeuristicResult_t res[16];
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, op, A, B, C, C, pref, 16, res, &found);
+    const float one = 1.0f, zero = 0.0f;
+    double best = INFINITY;
+    for (int a = 0; a < found; a++) {
+        int reps = 20;
+        for (int r = 0; r < 2; r++)  // warm-up
+            cublasLtMatmul(lt, op, &one, W, A, x, B, &zero, y, C, y, C, &res[a].algo, ws, ws_bytes, 0);
+        cudaDeviceSynchronize();
+        double t0 = wall_seconds();
+        for (int r = 0; r < reps; r++)
+            cublasLtMatmul(lt, op, &one, W, A, x, B, &zero, y, C, y, C, &res[a].algo, ws, ws_bytes, 0);
+        cudaDeviceSynchronize();
+        best = fmin(best, (wall_seconds() - t0) / reps);
+    }
+    cudaFree(ws);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(A), cublasLtMatrixLayoutDestroy(B), cublasLtMatrixLayoutDestroy(C);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(lt);
+    return best;
+}
+
+// Seconds per forward GEMM (+ bias) of a linear layer through the backend.
+static double gemm_backend(const Backend *be, const Layer *L, const float *p, const float *x,
+                           float *y, int rows) {
+    int reps = 20;
+    for (int r = 0; r < 2; r++) be->forward(be, L, p, x, y, rows);
+    be->sync(be, NULL);
+    double t0 = wall_seconds();
+    for (int r = 0; r < reps; r++) be->forward(be, L, p, x, y, rows);
+    be->sync(be, NULL);
+    return (wall_seconds() - t0) / reps;
+}
+
+static void gemm_table(const Backend *gpu, const char *model, int rows) {
+    Model m;
+    FgError err = {0};
+    if (model_build_mlp(&m, model, "relu", &err)) return;
+    for (int l = 0; l < m.n_layers; l++) {
+        const Layer *L = &m.layers[l];
+        if (L->kind != LAYER_LINEAR) continue;
+        float *p = backend_alloc_floats(gpu, L->param_count);
+        float *x = backend_alloc_floats(gpu, (size_t)rows * L->in), *y = backend_alloc_floats(gpu, (size_t)rows * L->out);
+        double flop = 2.0 * rows * L->in * L->out;
+        double ours = gemm_backend(gpu, L, p, x, y, rows), best = gemm_best_lt(rows, L->in, L->out, p, x, y);
+        printf("| %-26s | %5d x %5d x %5d | %8.1f | %8.1f | %5.2f |\n", model, rows, L->in, L->out,
+               flop / ours / 1e12, flop / best / 1e12, best / ours);
+        gpu->free(gpu, p), gpu->free(gpu, x), gpu->free(gpu, y);
+    }
+}
+
+// Samples/s of training steps of one stage holding the whole model (one micro-batch of
+// `rows` per step): bp = forward with stash, loss gradient, backward, Adam; fg = forward with
+// one tangent, loss jvp, the estimate regenerated from the seed, Adam.
+static double samples_per_s(const Backend *be, const char *model, int rows, int fg, double budget_s) {
+    Model m;
+    FgError err = {0};
+    if (model_build_mlp(&m, model, "relu", &err)) return NAN;
+    Stage st;
+    if (stage_init(&st, be, &m, 0, m.n_layers, rows, fg ? 1 : 0, &err)) return NAN;
+    size_t n = m.n_params;
+    float *host = fg_alloc_floats(n);
+    model_init_params(&m, host, 1);
+    float *p = backend_alloc_floats(be, n), *g = backend_alloc_floats(be, n), *state = backend_alloc_floats(be, 2 * n);
+    be->upload(be, p, host, n * sizeof(float));
+    float *x = backend_alloc_floats(be, (size_t)rows * m.in_features), *dz = backend_alloc_floats(be, (size_t)rows * m.classes);
+    float *stash = fg ? NULL : backend_alloc_floats(be, stage_stash_floats(&st, rows));
+    uint8_t *labels = be->alloc(be, (size_t)rows);
+    OptimizerConfig oc = {.kind = OPT_ADAM, .lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    int steps = 0;
+    double t0 = 0;
+    for (;; steps++) {
+        if (steps == 2) be->sync(be, NULL), t0 = wall_seconds();  // two warm-up steps
+        if (steps > 2 && wall_seconds() - t0 > budget_s) break;
+        const float *y, *ydot;
+        if (fg) {
+            TangentKey key = {.seed = 1, .stream = STREAM_TANGENT, .step = (uint32_t)steps};
+            float d, coeff;
+            stage_forward(&st, p, &key, x, NULL, rows, NULL, &y, &ydot);
+            be->loss_jvp(be, y, ydot, labels, rows, m.classes, 1, &d);
+            coeff = d;
+            be->zero(be, g, n * sizeof(float));
+            stage_add_tangents(&st, key, 1, &coeff, g);
+        } else {
+            stage_forward(&st, p, NULL, x, NULL, rows, stash, &y, NULL);
+            be->loss_backward(be, y, labels, rows, m.classes, dz);
+            be->zero(be, g, n * sizeof(float));
+            stage_backward(&st, p, stash, dz, NULL, g, rows);
+        }
+        be->optimizer_step(be, &oc, steps, oc.lr, p, g, 1.0f, state, n);
+    }
+    be->sync(be, NULL);
+    double rate = (double)(steps - 2) * rows / (wall_seconds() - t0);
+    void *bufs[] = {p, g, state, x, dz, stash, labels};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    fg_free(host);
+    stage_free(&st);
+    return rate;
+}
+
+int main(int argc, char **argv) {
+    int rows = argc > 1 ? atoi(argv[1]) : 256;
+    if (backend_cuda_device_count() == 0) {
+        fprintf(stderr, "fgpipe-bench-cuda: no CUDA GPU visible; nothing to measure\n");
+        return 77;
+    }
+    Backend gpu;
+    FgError err = {0};
+    if (backend_cuda_create(0, &gpu, &err)) {
+        fprintf(stderr, "fgpipe-bench-cuda: %s\n", err.msg);
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    const char *models[] = {"784-1024-1024-1024-10", "784-8192-8192-8192-8192-10"};
+    printf("fgpipe CUDA bench on %s, %d rows per micro-batch, FP32\n\n", prop.name, rows);
+    printf("| model                      | rows x in x out       | ours TF/s | cuBLASLt best TF/s | ours / best |\n");
+    printf("|---|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++) gemm_table(&gpu, models[i], rows);
+    printf("\n| model                      | device | bp samples/s | fg samples/s |\n|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++)
+        printf("| %-26s | cuda   | %12.0f | %12.0f |\n", models[i], samples_per_s(&gpu, models[i], rows, 0, 2.0),
+               samples_per_s(&gpu, models[i], rows, 1, 2.0));
+    printf("| %-26s | cpu    | %12.0f | %12.0f |\n", models[0], samples_per_s(&backend_cpu, models[0], rows, 0, 3.0),
+           samples_per_s(&backend_cpu, models[0], rows, 1, 3.0));
+    if (gpu.sync(&gpu, &err)) fprintf(stderr, "fgpipe-bench-cuda: %s\n", err.msg);
+    backend_cuda_destroy(&gpu);
+    return 0;
+}

@@ -1,0 +1,168 @@
+// The CUDA backend: one stream per stage, memory, error reporting, and the Backend table.
+// Kernels live in layers_cuda.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda.h"
+#include "cuda_internal.h"
+
+void cuda_note(const Backend *be, const char *what, const char *why) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->error[0]) snprintf(c->error, sizeof c->error, "GPU %d: %s: %s", c->device, what, why);
+}
+
+static void *cu_alloc(const Backend *be, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        // Like fg_alloc_*: every caller would only report it and stop.
+        fprintf(stderr, "fgpipe: error: GPU %d: out of memory allocating %zu bytes (%s)\n",
+                cuda_ctx(be)->device, bytes, cudaGetErrorString(e));
+        abort();
+    }
+    cuda_check(be, cudaMemsetAsync(p, 0, bytes, cuda_ctx(be)->stream), "zeroing new memory");
+    return p;
+}
+
+static void cu_free(const Backend *be, void *p) {
+    if (p) cuda_check(be, cudaFree(p), "cudaFree");
+}
+
+// Pageable host memory: the call returns once the source has been read.
+static void cu_upload(const Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_ctx(be)->stream),
+               "copy to the GPU");
+}
+
+// The host reads dst right after: wait for it.
+static void cu_download(const Backend *be, void *dst, const void *src, size_t bytes) {
+    cudaStream_t s = cuda_ctx(be)->stream;
+    cuda_check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "copy from the GPU");
+    cuda_check(be, cudaStreamSynchronize(s), "copy from the GPU");
+}
+
+static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    if (dst == src) return;
+    cuda_check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_ctx(be)->stream),
+               "copy on the GPU");
+}
+
+static void cu_zero(const Backend *be, void *dst, size_t bytes) {
+    cuda_check(be, cudaMemsetAsync(dst, 0, bytes, cuda_ctx(be)->stream), "cudaMemsetAsync");
+}
+
+static int cu_sync(const Backend *be, FgError *err) {
+    CudaCtx *c = cuda_ctx(be);
+    cuda_check(be, cudaStreamSynchronize(c->stream), "a queued GPU operation");
+    if (!c->error[0]) return FG_OK;
+    fg_fail(err, FG_ERR_INTERNAL, "%s", c->error);
+    c->error[0] = 0;
+    return FG_ERR_INTERNAL;
+}
+
+double *cuda_partials(const Backend *be, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    if (n > c->partial_cap) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(c->partial);
+        cudaFreeHost(c->host_partial);
+        c->partial_cap = n < 4096 ? 4096 : n;
+        cuda_check(be, cudaMalloc(&c->partial, c->partial_cap * sizeof(double)), "cudaMalloc");
+        cuda_check(be, cudaMallocHost(&c->host_partial, c->partial_cap * sizeof(double)), "cudaMallocHost");
+    }
+    return c->partial;
+}
+
+const double *cuda_download_partials(const Backend *be, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    cuda_check(be, cudaMemcpyAsync(c->host_partial, c->partial, n * sizeof(double),
+                                   cudaMemcpyDeviceToHost, c->stream), "copy of partial sums");
+    cuda_check(be, cudaStreamSynchronize(c->stream), "a reduction");
+    return c->host_partial;
+}
+
+const float *cuda_upload_coeff(const Backend *be, const float *host, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    if (n > c->coeff_cap) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(c->coeff);
+        c->coeff_cap = n < 1024 ? 1024 : n;
+        cuda_check(be, cudaMalloc(&c->coeff, c->coeff_cap * sizeof(float)), "cudaMalloc");
+    }
+    cu_upload(be, c->coeff, host, n * sizeof(float));
+    return c->coeff;
+}
+
+extern "C" int backend_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear it: no driver or no device is an answer, not a failure
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
+    int count = backend_cuda_device_count();
+    if (count == 0) return fg_fail(err, FG_ERR_INPUT, "device = cuda, but no CUDA GPU is visible to this process");
+    if (device < 0 || device >= count)
+        return fg_fail(err, FG_ERR_INPUT, "device = cuda: GPU %d asked for, %d visible", device, count);
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return fg_fail(err, FG_ERR_INTERNAL, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+    CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
+    c->device = device;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        free(c);
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
+    }
+    cublasStatus_t s = cublasCreate(&c->blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasCreate: %s", device, cublasGetStatusString(s));
+    }
+    cublasSetStream(c->blas, c->stream);
+    // FP32 GEMMs stay FP32 (no TF32): the CPU reference is FP32 and tests compare against it.
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    Backend b;
+    memset(&b, 0, sizeof b);
+    b.name = "cuda";
+    b.on_device = 1;
+    b.ctx = c;
+    b.alloc = cu_alloc;
+    b.free = cu_free;
+    b.upload = cu_upload;
+    b.download = cu_download;
+    b.copy = cu_copy;
+    b.zero = cu_zero;
+    b.scale = cuda_scale;
+    b.dot = cuda_dot;
+    b.forward = cuda_forward;
+    b.jvp = cuda_jvp;
+    b.backward = cuda_backward;
+    b.loss_forward = cuda_loss_forward;
+    b.loss_jvp = cuda_loss_jvp;
+    b.loss_backward = cuda_loss_backward;
+    b.tangent_fill = cuda_tangent_fill;
+    b.tangent_axpy = cuda_tangent_axpy;
+    b.tangent_dot = cuda_tangent_dot;
+    b.optimizer_step = cuda_optimizer_step;
+    b.sync = cu_sync;
+    *out = b;
+    return FG_OK;
+}
+
+extern "C" void backend_cuda_destroy(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c) return;
+    cudaStreamSynchronize(c->stream);
+    cudaFree(c->partial);
+    cudaFreeHost(c->host_partial);
+    cudaFree(c->coeff);
+    cublasDestroy(c->blas);
+    cudaStreamDestroy(c->stream);
+    free(c);
+    be->ctx = NULL;
+}

@@ -1,0 +1,21 @@
+// The CUDA backend (cuBLAS for the GEMMs, own kernels for the rest) behind src/backend.h.
+#ifndef FGPIPE_BACKEND_CUDA_H
+#define FGPIPE_BACKEND_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h"
+
+// GPUs this process can use (0 when there is no driver or no device).
+int backend_cuda_device_count(void);
+// Makes a backend on GPU `device` (0 .. count-1).
+int backend_cuda_create(int device, Backend *out, FgError *err);
+void backend_cuda_destroy(Backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

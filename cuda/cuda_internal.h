@@ -1,0 +1,79 @@
+// Shared by the CUDA backend's files: the context behind Backend.ctx, error recording, and
+// the kernels' entry points that backend_cuda.cu puts into the Backend table.
+#ifndef FGPIPE_CUDA_INTERNAL_H
+#define FGPIPE_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+typedef struct {
+    int device;
+    cudaStream_t stream;      // all compute of the stage, in order
+    cublasHandle_t blas;
+    double *partial;          // reductions: per-block partial sums, summed on the host
+    double *host_partial;     // pinned mirror of partial
+    size_t partial_cap;       // doubles
+    float *coeff;             // tangent coefficients [n_mb * K] on the device
+    size_t coeff_cap;
+    char error[256];          // the first failure since the last sync, "" when none
+} CudaCtx;
+
+static inline CudaCtx *cuda_ctx(const Backend *be) { return (CudaCtx *)be->ctx; }
+
+// Records the first failure (the op it happened in and CUDA's words for it); sync reports it.
+void cuda_note(const Backend *be, const char *what, const char *why);
+static inline void cuda_check(const Backend *be, cudaError_t e, const char *what) {
+    if (e != cudaSuccess) cuda_note(be, what, cudaGetErrorString(e));
+}
+static inline void cublas_check(const Backend *be, cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS) cuda_note(be, what, cublasGetStatusString(s));
+}
+// After a kernel launch: a bad launch configuration shows up here, a fault at the next sync.
+static inline void launch_check(const Backend *be, const char *what) {
+    cuda_check(be, cudaGetLastError(), what);
+}
+
+// Grid for n items of `threads` per block, capped (kernels loop over the rest).
+static inline unsigned grid_for(size_t n, unsigned threads, unsigned cap) {
+    size_t g = (n + threads - 1) / threads;
+    return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
+}
+
+// A device buffer of at least n doubles for partial sums, and the pinned host mirror.
+double *cuda_partials(const Backend *be, size_t n);
+// Copies the first n partials to the host (waits for the stream) and returns them.
+const double *cuda_download_partials(const Backend *be, size_t n);
+// Copies n host floats into a device scratch buffer (stream-ordered) and returns it.
+const float *cuda_upload_coeff(const Backend *be, const float *host, size_t n);
+
+// layers_cuda.cu
+void cuda_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
+                  int B);
+void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+              const float *x, const float *xdot, float *y, float *ydot, int B, int K);
+void cuda_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                   const float *dy, float *dx, float *dp, int B);
+// loss_cuda.cu
+float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                        int C, int *correct);
+float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
+                    const uint8_t *labels, int B, int C, int K, float *d);
+float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                         int C, float *dz);
+// tangent_cuda.cu
+void cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out);
+void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
+                       size_t n, float *y);
+void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
+                      const float *x, double *dots);
+// vector_cuda.cu
+void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
+double cuda_dot(const Backend *be, const float *a, const float *b, size_t n);
+void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
+                         float *params, const float *g, float g_scale, float *state, size_t n);
+
+#endif

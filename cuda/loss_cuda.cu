@@ -1,0 +1,64 @@
+// Softmax cross-entropy on the GPU: one thread per row writes its loss, hit and directional
+// derivatives (and dz); the host sums the rows in order, as loss.c does.
+#include "cuda_internal.h"
+
+// Per row r: out[r] = loss_r, out[B + r] = hit_r, out[2B + k*B + r] = (p_r - e_label) . zdot_k,r;
+// dz (when not NULL) = (p - e_label) / B.
+__global__ void loss_rows_kernel(const float *z, const float *zdot, const uint8_t *labels, int B,
+                                 int C, int K, double *out, float *dz) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= B) return;
+    const float *zr = z + (size_t)r * C;
+    int label = labels[r], best = 0;
+    float zmax = zr[0];
+    for (int j = 1; j < C; j++) {
+        zmax = zr[j] > zmax ? zr[j] : zmax;
+        best = zr[j] > zr[best] ? j : best;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < C; j++) sum += expf(zr[j] - zmax);
+    float inv = (float)(1.0 / sum);
+    out[r] = log(sum) - (double)(zr[label] - zmax);
+    out[B + r] = best == label;
+    for (int k = 0; k < K; k++) {
+        const float *zd = zdot + ((size_t)k * B + r) * C;
+        double s = 0.0;
+        for (int j = 0; j < C; j++) s += (double)(expf(zr[j] - zmax) * inv - (j == label)) * zd[j];
+        out[2 * B + (size_t)k * B + r] = s;
+    }
+    if (dz)
+        for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = (expf(zr[j] - zmax) * inv - (j == label)) / B;
+}
+
+static float loss_rows(const Backend *be, const float *z, const float *zdot, const uint8_t *labels,
+                       int B, int C, int K, float *d, float *dz, int *correct) {
+    double *rows = cuda_partials(be, (size_t)(2 + K) * B);
+    loss_rows_kernel<<<(B + 127) / 128, 128, 0, cuda_ctx(be)->stream>>>(z, zdot, labels, B, C, K, rows, dz);
+    launch_check(be, "loss");
+    const double *h = cuda_download_partials(be, (size_t)(2 + K) * B);
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < B; r++) loss += h[r], hits += h[B + r] != 0.0;
+    for (int k = 0; k < K; k++) {
+        double s = 0.0;
+        for (int r = 0; r < B; r++) s += h[2 * B + (size_t)k * B + r];
+        d[k] = (float)(s / B);
+    }
+    if (correct) *correct = hits;
+    return (float)(loss / B);
+}
+
+float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                        int C, int *correct) {
+    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, correct);
+}
+
+float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
+                    const uint8_t *labels, int B, int C, int K, float *d) {
+    return loss_rows(be, logits, zdot, labels, B, C, K, d, NULL, NULL);
+}
+
+float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+                         int C, float *dz) {
+    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, dz, NULL);
+}

@@ -1,0 +1,121 @@
+// Tangents on the GPU, bit-identical to tangent.c: one thread per Philox block of 4 normals,
+// which land at positions j, 64+j, 128+j, 192+j of their batch of 256 (tangent.c's layout).
+// Needs nvcc --fmad=false so that Box-Muller rounds as on the CPU.
+#include "cuda_internal.h"
+
+extern "C" {
+#include "philox.h"
+}
+
+enum { BATCH = 256, BLOCKS = BATCH / 4 };
+
+// The 4 normals of Philox block `blk` (block j of batch blk / 64) for key (with mb, k set).
+__device__ static inline void normals4(TangentKey key, size_t blk, float v[4]) {
+    Philox4 c = {{(uint32_t)blk, (key.layer << 12) ^ key.k, key.microbatch, key.step}};
+    Philox4 w = philox4x32_10(c, key.seed, key.stream);
+    fg_box_muller(w.v[0], w.v[1], &v[0], &v[1]);
+    fg_box_muller(w.v[2], w.v[3], &v[2], &v[3]);
+}
+
+// Element index of output q of Philox block blk.
+__device__ static inline size_t element_of(size_t blk, int q) {
+    return blk / BLOCKS * BATCH + (size_t)q * BLOCKS + blk % BLOCKS;
+}
+
+__global__ void tangent_fill_kernel(TangentKey key, size_t n, float *out) {
+    size_t n_blk = (n + BATCH - 1) / BATCH * BLOCKS;
+    for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < n_blk; blk += (size_t)gridDim.x * blockDim.x) {
+        float v[4];
+        normals4(key, blk, v);
+        for (int q = 0; q < 4; q++) {
+            size_t i = element_of(blk, q);
+            if (i < n) out[i] = v[q];
+        }
+    }
+}
+
+// y += coeff[b*K + k] v_{b,k}, (b, k) in order: the same float rounding sequence as the CPU.
+__global__ void tangent_axpy_kernel(TangentKey key, int n_mb, int K, const float *coeff, size_t n,
+                                    float *y) {
+    size_t n_blk = (n + BATCH - 1) / BATCH * BLOCKS;
+    uint32_t mb0 = key.microbatch;
+    for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < n_blk; blk += (size_t)gridDim.x * blockDim.x) {
+        float acc[4];
+        for (int q = 0; q < 4; q++) {
+            size_t i = element_of(blk, q);
+            acc[q] = i < n ? y[i] : 0.0f;
+        }
+        for (int b = 0; b < n_mb; b++)
+            for (int k = 0; k < K; k++) {
+                key.microbatch = mb0 + (uint32_t)b;
+                key.k = (uint32_t)k;
+                float v[4], a = coeff[b * K + k];
+                normals4(key, blk, v);
+                for (int q = 0; q < 4; q++) acc[q] += a * v[q];
+            }
+        for (int q = 0; q < 4; q++) {
+            size_t i = element_of(blk, q);
+            if (i < n) y[i] = acc[q];
+        }
+    }
+}
+
+enum { DOT_THREADS = 256, DOT_GRID = 256 };
+
+// partial[blockIdx.x * NK + bk] = this block's share of v_{b,k} . x (fixed grid: the same
+// sums every run).
+__global__ void tangent_dot_kernel(TangentKey key, int n_mb, int K, size_t n, const float *x,
+                                   double *partial) {
+    __shared__ double red[DOT_THREADS];
+    size_t n_blk = (n + BATCH - 1) / BATCH * BLOCKS;
+    uint32_t mb0 = key.microbatch;
+    for (int bk = 0; bk < n_mb * K; bk++) {
+        key.microbatch = mb0 + (uint32_t)(bk / K);
+        key.k = (uint32_t)(bk % K);
+        double s = 0.0;
+        for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < n_blk; blk += (size_t)gridDim.x * blockDim.x) {
+            float v[4];
+            normals4(key, blk, v);
+            for (int q = 0; q < 4; q++) {
+                size_t i = element_of(blk, q);
+                if (i < n) s += (double)x[i] * v[q];
+            }
+        }
+        red[threadIdx.x] = s;
+        __syncthreads();
+        for (int w = DOT_THREADS / 2; w > 0; w /= 2) {
+            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) partial[(size_t)blockIdx.x * n_mb * K + bk] = red[0];
+        __syncthreads();
+    }
+}
+
+static unsigned philox_grid(size_t n, unsigned cap) {
+    return grid_for((n + BATCH - 1) / BATCH * BLOCKS, 256, cap);
+}
+
+void cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out) {
+    tangent_fill_kernel<<<philox_grid(n, 65535), 256, 0, cuda_ctx(be)->stream>>>(key, n, out);
+    launch_check(be, "tangent fill");
+}
+
+void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
+                       size_t n, float *y) {
+    const float *c = cuda_upload_coeff(be, coeff, (size_t)n_mb * K);
+    tangent_axpy_kernel<<<philox_grid(n, 65535), 256, 0, cuda_ctx(be)->stream>>>(key, n_mb, K, c, n, y);
+    launch_check(be, "tangent axpy");
+}
+
+void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
+                      const float *x, double *dots) {
+    int NK = n_mb * K;
+    unsigned grid = philox_grid(n, DOT_GRID);
+    double *partial = cuda_partials(be, (size_t)grid * NK);
+    tangent_dot_kernel<<<grid, DOT_THREADS, 0, cuda_ctx(be)->stream>>>(key, n_mb, K, n, x, partial);
+    launch_check(be, "tangent dot");
+    const double *h = cuda_download_partials(be, (size_t)grid * NK);
+    for (unsigned g = 0; g < grid; g++)
+        for (int bk = 0; bk < NK; bk++) dots[bk] += h[(size_t)g * NK + bk];
+}

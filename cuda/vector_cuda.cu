@@ -1,0 +1,79 @@
+// Vector kernels of the CUDA backend: scale, dot (fixed grid, partial sums added on the host in
+// order: the same bits every run) and the optimizer step (optimizer.c's formulas).
+#include <math.h>
+
+#include "cuda_internal.h"
+
+#define GRID_LOOP(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void scale_kernel(float *y, float a, const float *x, size_t n) {
+    GRID_LOOP(i, n) y[i] = a * x[i];
+}
+
+void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n) {
+    scale_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, a, x, n);
+    launch_check(be, "scale");
+}
+
+enum { DOT_THREADS = 256, DOT_GRID = 512 };
+
+__global__ void dot_kernel(const float *a, const float *b, size_t n, double *partial) {
+    __shared__ double red[DOT_THREADS];
+    double s = 0.0;
+    GRID_LOOP(i, n) s += (double)a[i] * b[i];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = DOT_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = red[0];
+}
+
+double cuda_dot(const Backend *be, const float *a, const float *b, size_t n) {
+    unsigned grid = grid_for(n, DOT_THREADS, DOT_GRID);
+    double *partial = cuda_partials(be, grid);
+    dot_kernel<<<grid, DOT_THREADS, 0, cuda_ctx(be)->stream>>>(a, b, n, partial);
+    launch_check(be, "dot");
+    const double *h = cuda_download_partials(be, grid);
+    double s = 0.0;
+    for (unsigned g = 0; g < grid; g++) s += h[g];
+    return s;
+}
+
+__global__ void sgd_kernel(float *params, const float *g, float g_scale, float *vel, size_t n,
+                           float mu, float a, float decay) {
+    GRID_LOOP(i, n) {
+        vel[i] = mu * vel[i] + g_scale * g[i];
+        params[i] = decay * params[i] - a * vel[i];
+    }
+}
+
+__global__ void adam_kernel(float *params, const float *g, float g_scale, float *m, float *v,
+                            size_t n, float b1, float b2, float a, float eps_hat, float decay) {
+    GRID_LOOP(i, n) {
+        float gi = g_scale * g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        params[i] = decay * params[i] - a * m[i] / (sqrtf(v[i]) + eps_hat);
+    }
+}
+
+void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
+                         float *params, const float *g, float g_scale, float *state, size_t n) {
+    cudaStream_t s = cuda_ctx(be)->stream;
+    unsigned grid = grid_for(n, 256, 65535);
+    const float decay = (float)(1.0 - lr * c->weight_decay);
+    if (c->kind == OPT_SGD) {
+        sgd_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, n, (float)c->momentum, (float)lr, decay);
+    } else {
+        // Bias corrections folded into the step size, as in optimizer.c.
+        const double t = (double)step + 1;
+        const float a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
+        const float eps_hat = (float)(c->eps * sqrt(1.0 - pow(c->beta2, t)));
+        adam_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, state + n, n, (float)c->beta1,
+                                         (float)c->beta2, a, eps_hat, decay);
+    }
+    launch_check(be, "optimizer step");
+}

@@ -1,0 +1,282 @@
+// The CUDA backend against the CPU reference: every backend op on the same inputs, then whole
+// models (bp gradients and fg directional derivatives with the same tangents).
+// Tolerances: tangents bit-identical (counter-based generator, no FMA contraction); GEMM-based
+// results within 1e-4 relative to the largest magnitude (FP32 sums in another order); scalars
+// summed in double within 1e-6. Without a GPU it exits 77, which ctest reports as skipped.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "model.h"
+#include "stage.h"
+
+static Backend gpu;
+static const Backend *cpu = &backend_cpu;
+
+static float uniform(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(*s >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+static float *random_floats(size_t n, uint64_t seed) {
+    float *v = fg_alloc_floats(n);
+    for (size_t i = 0; i < n; i++) v[i] = uniform(&seed);
+    return v;
+}
+
+// A device copy of host floats.
+static float *on_gpu(const float *host, size_t n) {
+    float *d = backend_alloc_floats(&gpu, n);
+    gpu.upload(&gpu, d, host, n * sizeof(float));
+    return d;
+}
+
+// Host copy of device floats (the caller frees it).
+static float *from_gpu(const float *dev, size_t n) {
+    float *h = fg_alloc_floats(n);
+    gpu.download(&gpu, h, dev, n * sizeof(float));
+    FgError err = {0};
+    if (gpu.sync(&gpu, &err)) fail_msg("GPU: %s", err.msg);
+    return h;
+}
+
+// max |got - want| / max(1, max |want|)
+static double rel_error(const float *got, const float *want, size_t n) {
+    double worst = 0.0, scale = 1.0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+    return worst / scale;
+}
+
+static void assert_close(const float *dev, const float *want, size_t n, double tol, const char *what) {
+    float *got = from_gpu(dev, n);
+    double e = rel_error(got, want, n);
+    fg_free(got);
+    if (!(e <= tol)) fail_msg("%s: GPU differs from CPU by %.3g (relative), tolerance %.1g", what, e, tol);
+}
+
+static void test_tangents_bit_identical(void **state) {
+    (void)state;
+    size_t sizes[] = {1, 255, 256, 1000, 65536 + 77, 300000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        TangentKey key = {.seed = 7 + (uint32_t)s, .stream = STREAM_TANGENT, .step = 3,
+                          .microbatch = 2, .layer = 5, .k = 1};
+        float *want = fg_alloc_floats(n), *dev = backend_alloc_floats(&gpu, n);
+        cpu->tangent_fill(cpu, key, n, want);
+        gpu.tangent_fill(&gpu, key, n, dev);
+        float *got = from_gpu(dev, n);
+        if (memcmp(got, want, n * sizeof(float)) != 0) fail_msg("tangent_fill: n = %zu not bit-identical", n);
+
+        // axpy over (b, k) in the same order: the same float roundings.
+        int n_mb = 3, K = 2;
+        float coeff[6] = {0.5f, -1.25f, 2.0f, 0.1f, -0.3f, 1.0f};
+        float *y = random_floats(n, 11 + s), *ydev = on_gpu(y, n);
+        cpu->tangent_axpy(cpu, key, n_mb, K, coeff, n, y);
+        gpu.tangent_axpy(&gpu, key, n_mb, K, coeff, n, ydev);
+        assert_close(ydev, y, n, 1e-6, "tangent_axpy");
+
+        double dc[6] = {0}, dg[6] = {0};
+        cpu->tangent_dot(cpu, key, n_mb, K, n, y, dc);
+        gpu.tangent_dot(&gpu, key, n_mb, K, n, ydev, dg);
+        for (int i = 0; i < n_mb * K; i++)
+            if (fabs(dg[i] - dc[i]) > 1e-9 * (1.0 + fabs(dc[i])))
+                fail_msg("tangent_dot[%d], n = %zu: GPU %.17g, CPU %.17g", i, n, dg[i], dc[i]);
+        fg_free(want), fg_free(got), fg_free(y);
+        gpu.free(&gpu, dev), gpu.free(&gpu, ydev);
+    }
+}
+
+static void test_vectors_and_optimizers(void **state) {
+    (void)state;
+    size_t n = 100003;
+    float *a = random_floats(n, 1), *b = random_floats(n, 2);
+    float *da = on_gpu(a, n), *db = on_gpu(b, n);
+    double want = cpu->dot(cpu, a, b, n), got = gpu.dot(&gpu, da, db, n);
+    if (fabs(got - want) > 1e-9 * fabs(want)) fail_msg("dot: GPU %.17g, CPU %.17g", got, want);
+    cpu->scale(cpu, b, -0.75f, a, n);
+    gpu.scale(&gpu, db, -0.75f, da, n);
+    assert_close(db, b, n, 0, "scale");
+    for (int kind = OPT_SGD; kind <= OPT_ADAM; kind++) {
+        OptimizerConfig oc = {.kind = kind, .lr = 1e-2, .momentum = 0.9, .beta1 = 0.9,
+                              .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+        size_t ns = n * optimizer_state_buffers(kind);
+        float *p = random_floats(n, 3), *st = random_floats(ns, 4);
+        for (size_t i = 0; i < ns; i++) st[i] = fabsf(st[i]);  // Adam's v is >= 0
+        float *dp = on_gpu(p, n), *dst = on_gpu(st, ns);
+        for (long step = 0; step < 3; step++) {
+            cpu->optimizer_step(cpu, &oc, step, oc.lr, p, a, 0.5f, st, n);
+            gpu.optimizer_step(&gpu, &oc, step, oc.lr, dp, da, 0.5f, dst, n);
+        }
+        assert_close(dp, p, n, 1e-6, kind == OPT_SGD ? "sgd params" : "adam params");
+        assert_close(dst, st, ns, 1e-6, kind == OPT_SGD ? "sgd state" : "adam state");
+        fg_free(p), fg_free(st), gpu.free(&gpu, dp), gpu.free(&gpu, dst);
+    }
+    fg_free(a), fg_free(b), gpu.free(&gpu, da), gpu.free(&gpu, db);
+}
+
+// Every layer kind and shape: forward, jvp (with and without input and parameter tangents),
+// backward (with and without dx), on both backends from the same inputs.
+static void check_layer(LayerKind kind, int in, int out, int B, int K) {
+    Layer L = {.kind = kind, .in = in, .out = kind == LAYER_LINEAR ? out : in};
+    L.param_count = layer_ops(&L)->param_count(L.in, L.out);
+    size_t np = L.param_count ? L.param_count : 1, nx = (size_t)B * L.in, ny = (size_t)B * L.out;
+    float *p = random_floats(np, 10), *pdot = random_floats(np * K, 11), *x = random_floats(nx, 12);
+    float *xdot = random_floats(nx * K, 13), *dy = random_floats(ny, 14);
+    float *y = fg_alloc_floats(ny), *ydot = fg_alloc_floats(ny * K), *dx = fg_alloc_floats(nx);
+    float *dpar = random_floats(np, 15);
+    float *g_p = on_gpu(p, np), *g_pdot = on_gpu(pdot, np * K), *g_x = on_gpu(x, nx);
+    float *g_xdot = on_gpu(xdot, nx * K), *g_dy = on_gpu(dy, ny), *g_dpar = on_gpu(dpar, np);
+    float *g_y = backend_alloc_floats(&gpu, ny), *g_ydot = backend_alloc_floats(&gpu, ny * K);
+    float *g_dx = backend_alloc_floats(&gpu, nx);
+    char what[96];
+    const double tol = 1e-4;
+
+    cpu->forward(cpu, &L, p, x, y, B);
+    gpu.forward(&gpu, &L, g_p, g_x, g_y, B);
+    snprintf(what, sizeof what, "%s %dx%d B=%d forward", layer_ops(&L)->kind_name, in, out, B);
+    assert_close(g_y, y, ny, tol, what);
+    for (int variant = 0; variant < 3; variant++) {  // both tangents, no xdot, no pdot
+        const float *xd = variant == 1 ? NULL : xdot, *pd = variant == 2 ? NULL : pdot;
+        cpu->jvp(cpu, &L, p, L.param_count ? pd : NULL, x, xd, y, ydot, B, K);
+        gpu.jvp(&gpu, &L, g_p, L.param_count && pd ? g_pdot : NULL, g_x, xd ? g_xdot : NULL, g_y,
+                g_ydot, B, K);
+        snprintf(what, sizeof what, "%s %dx%d B=%d K=%d jvp variant %d", layer_ops(&L)->kind_name,
+                 in, out, B, K, variant);
+        assert_close(g_ydot, ydot, ny * K, tol, what);
+        assert_close(g_y, y, ny, tol, what);
+    }
+    cpu->backward(cpu, &L, p, x, dy, dx, dpar, B);
+    gpu.backward(&gpu, &L, g_p, g_x, g_dy, g_dx, g_dpar, B);
+    snprintf(what, sizeof what, "%s %dx%d B=%d backward", layer_ops(&L)->kind_name, in, out, B);
+    assert_close(g_dx, dx, nx, tol, what);
+    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
+    cpu->backward(cpu, &L, p, x, dy, NULL, dpar, B);  // dx skipped: only dp accumulates
+    gpu.backward(&gpu, &L, g_p, g_x, g_dy, NULL, g_dpar, B);
+    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
+
+    float *host[] = {p, pdot, x, xdot, dy, y, ydot, dx, dpar};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) fg_free(host[i]);
+    float *dev[] = {g_p, g_pdot, g_x, g_xdot, g_dy, g_dpar, g_y, g_ydot, g_dx};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
+}
+
+static void test_layers(void **state) {
+    (void)state;
+    int shapes[][4] = {{1, 1, 1, 1}, {7, 5, 3, 2}, {784, 256, 32, 4}, {1024, 1024, 64, 2}, {33, 10, 1, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = 0; kind < LAYER_KIND_COUNT; kind++)
+            check_layer((LayerKind)kind, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
+}
+
+static void test_loss(void **state) {
+    (void)state;
+    int B = 37, C = 10, K = 3;
+    float *z = random_floats((size_t)B * C, 5), *zdot = random_floats((size_t)K * B * C, 6);
+    for (int i = 0; i < B * C; i++) z[i] *= 5.0f;
+    uint8_t labels[37];
+    for (int r = 0; r < B; r++) labels[r] = (uint8_t)((r * 7) % C);
+    float *dz = fg_alloc_floats((size_t)B * C), d[3], gd[3];
+    float *g_z = on_gpu(z, (size_t)B * C), *g_zdot = on_gpu(zdot, (size_t)K * B * C);
+    float *g_dz = backend_alloc_floats(&gpu, (size_t)B * C);
+    uint8_t *g_labels = gpu.alloc(&gpu, (size_t)B);
+    gpu.upload(&gpu, g_labels, labels, (size_t)B);
+    int hits, ghits;
+    float want = cpu->loss_forward(cpu, z, labels, B, C, &hits);
+    float got = gpu.loss_forward(&gpu, g_z, g_labels, B, C, &ghits);
+    assert_true(fabsf(got - want) <= 1e-6f * fmaxf(1.0f, want));
+    assert_int_equal(ghits, hits);
+    cpu->loss_jvp(cpu, z, zdot, labels, B, C, K, d);
+    gpu.loss_jvp(&gpu, g_z, g_zdot, g_labels, B, C, K, gd);
+    for (int k = 0; k < K; k++)
+        if (fabsf(gd[k] - d[k]) > 1e-5f * fmaxf(1.0f, fabsf(d[k]))) fail_msg("loss_jvp d[%d]: GPU %g, CPU %g", k, gd[k], d[k]);
+    cpu->loss_backward(cpu, z, labels, B, C, dz);
+    gpu.loss_backward(&gpu, g_z, g_labels, B, C, g_dz);
+    assert_close(g_dz, dz, (size_t)B * C, 1e-6, "loss_backward");
+    fg_free(z), fg_free(zdot), fg_free(dz);
+    gpu.free(&gpu, g_z), gpu.free(&gpu, g_zdot), gpu.free(&gpu, g_dz), gpu.free(&gpu, g_labels);
+}
+
+// Whole model, one stage per backend: the bp gradient of one micro-batch and the fg
+// directional derivatives d_k along the same regenerated tangents.
+static void test_whole_model(void **state) {
+    (void)state;
+    const char *acts[] = {"relu", "gelu"};
+    for (int a = 0; a < 2; a++) {
+        Model m;
+        FgError err = {0};
+        assert_int_equal(model_build_mlp(&m, "784-256-128-10", acts[a], &err), FG_OK);
+        int B = 16, K = 4;
+        float *params = fg_alloc_floats(m.n_params);
+        model_init_params(&m, params, 1);
+        float *x = random_floats((size_t)B * 784, 7);
+        uint8_t labels[16];
+        for (int r = 0; r < B; r++) labels[r] = (uint8_t)(r % 10);
+        const Backend *bes[2] = {cpu, &gpu};
+        float *grads[2], d[2][4], loss[2];
+        for (int i = 0; i < 2; i++) {
+            const Backend *be = bes[i];
+            Stage st;
+            assert_int_equal(stage_init(&st, be, &m, 0, m.n_layers, B, K, &err), FG_OK);
+            float *p = backend_alloc_floats(be, m.n_params), *xd = backend_alloc_floats(be, (size_t)B * 784);
+            float *g = backend_alloc_floats(be, m.n_params), *stash = backend_alloc_floats(be, stage_stash_floats(&st, B));
+            float *dz = backend_alloc_floats(be, (size_t)B * 10);
+            uint8_t *lab = be->alloc(be, (size_t)B);
+            be->upload(be, p, params, m.n_params * sizeof(float));
+            be->upload(be, xd, x, (size_t)B * 784 * sizeof(float));
+            be->upload(be, lab, labels, (size_t)B);
+            const float *y, *ydot;
+            stage_forward(&st, p, NULL, xd, NULL, B, stash, &y, NULL);
+            loss[i] = be->loss_backward(be, y, lab, B, 10, dz);
+            stage_backward(&st, p, stash, dz, NULL, g, B);
+            TangentKey key = {.seed = 5, .stream = STREAM_TANGENT, .step = 2, .microbatch = 1};
+            stage_forward(&st, p, &key, xd, NULL, B, NULL, &y, &ydot);
+            be->loss_jvp(be, y, ydot, lab, B, 10, K, d[i]);
+            grads[i] = fg_alloc_floats(m.n_params);
+            be->download(be, grads[i], g, m.n_params * sizeof(float));
+            assert_int_equal(be->sync(be, &err), FG_OK);
+            be->free(be, p), be->free(be, xd), be->free(be, g), be->free(be, stash), be->free(be, dz), be->free(be, lab);
+            stage_free(&st);
+        }
+        double e = rel_error(grads[1], grads[0], m.n_params);
+        if (e > 1e-4) fail_msg("%s model: bp gradient differs by %.3g", acts[a], e);
+        assert_true(fabsf(loss[1] - loss[0]) <= 1e-5f * loss[0]);
+        for (int k = 0; k < K; k++)
+            if (fabsf(d[1][k] - d[0][k]) > 1e-4f * fmaxf(1.0f, fabsf(d[0][k])))
+                fail_msg("%s model: fg d[%d] GPU %g CPU %g", acts[a], k, d[1][k], d[0][k]);
+        fg_free(grads[0]), fg_free(grads[1]), fg_free(params), fg_free(x);
+    }
+}
+
+int main(void) {
+    int n = backend_cuda_device_count();
+    if (n == 0) {
+        fprintf(stderr, "test_cuda: SKIPPED: no CUDA GPU visible (the CUDA code was compiled; "
+                        "run the gpu-labelled tests on a machine with a GPU)\n");
+        return 77;
+    }
+    FgError err = {0};
+    if (backend_cuda_create(0, &gpu, &err)) {
+        fprintf(stderr, "test_cuda: %s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tangents_bit_identical),
+        cmocka_unit_test(test_vectors_and_optimizers),
+        cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_loss),
+        cmocka_unit_test(test_whole_model),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    backend_cuda_destroy(&gpu);
+    return failed;
+}
