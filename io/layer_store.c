@@ -1,0 +1,521 @@
+// Layer store: layout, version stamps and recovery (layer_store.h). The I/O itself is
+// direct_io.c; HDF5 is only touched in create and open.
+#include "layer_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "direct_io.h"
+
+enum { ALIGN_SLOT = 1 << 20, HDR_BYTES = DIO_ALIGN, KIND_LAYER = 0, KIND_AUX = 1 };
+
+// One stamp per (layer, slot) and per aux slot, each in its own DIO_ALIGN record so that
+// writing it is a single sector-aligned write. crc covers the bytes before it: a torn or
+// garbage record reads as "no version".
+typedef struct {
+    char magic[8];  // "FGSTORE1"
+    uint32_t kind, index, slot, n_bufs;
+    uint64_t count;
+    int64_t version;
+    uint32_t crc;
+} Stamp;
+
+struct LayerStore {
+    StoreFormat format;
+    int n, n_bufs;
+    StoreLayer layers[MODEL_MAX_LAYERS];
+    size_t aux_bytes;
+    uint64_t hdr_off, aux_off[2], slot_off[MODEL_MAX_LAYERS][2], file_bytes;
+    long ver[MODEL_MAX_LAYERS][2], aux_ver[2];  // stamp of each slot, -1: none or invalid
+    int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
+    DioFile f;
+    DioPool *pool;
+    unsigned char *rec;  // DIO_ALIGN scratch for one stamp
+    unsigned char *aux_buf;
+    char data_path[1024], index_path[1024];
+};
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static size_t stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
+static int record_of(int kind, int index, int slot, int n) {
+    return kind == KIND_AUX ? 2 * n + slot : 2 * index + slot;
+}
+
+int layer_store_n_layers(const LayerStore *s) { return s->n; }
+const StoreLayer *layer_store_layer(const LayerStore *s, int i) { return &s->layers[i]; }
+int layer_store_n_bufs(const LayerStore *s) { return s->n_bufs; }
+size_t layer_store_aux_bytes(const LayerStore *s) { return s->aux_bytes; }
+size_t layer_store_buf_stride(const LayerStore *s, int i) { return stride(s, i); }
+size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)s->n_bufs * stride(s, i); }
+uint64_t layer_store_file_bytes(const LayerStore *s) { return s->file_bytes; }
+const char *layer_store_note(const LayerStore *s) { return s->f.note; }
+
+size_t layer_store_max_slot_bytes(const LayerStore *s) {
+    size_t m = 0;
+    for (int i = 0; i < s->n; i++) m = FG_MAX(m, layer_store_slot_bytes(s, i));
+    return m;
+}
+
+int layer_store_find(const LayerStore *s, int layer) {
+    for (int i = 0; i < s->n; i++)
+        if (s->layers[i].layer == layer) return i;
+    return -1;
+}
+
+long layer_store_layer_version(const LayerStore *s, int i) {
+    return s->cur[i] < 0 ? -1 : s->ver[i][s->cur[i]];
+}
+
+long layer_store_version(const LayerStore *s) {
+    long c = -1;
+    for (int i = 0; i < s->n; i++) {
+        long v = layer_store_layer_version(s, i);
+        if (v < 0) return -1;
+        c = (i == 0 || v < c) ? v : c;
+    }
+    return c;
+}
+
+int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer *out) {
+    int n = 0;
+    for (int l = first; l < last; l++) {
+        if (!m->layers[l].param_count) continue;
+        memset(&out[n], 0, sizeof out[n]);
+        snprintf(out[n].name, sizeof out[n].name, "%s", m->layers[l].name);
+        out[n].layer = l;
+        out[n].count = m->layers[l].param_count;
+        n++;
+    }
+    return n;
+}
+
+static void paths(LayerStore *s, const char *dir, const char *name) {
+    if (s->format == STORE_HDF5) {
+        snprintf(s->data_path, sizeof s->data_path, "%s/%s.h5", dir, name);
+        snprintf(s->index_path, sizeof s->index_path, "%s", s->data_path);
+    } else {
+        snprintf(s->data_path, sizeof s->data_path, "%s/%s.raw", dir, name);
+        snprintf(s->index_path, sizeof s->index_path, "%s/%s.idx.h5", dir, name);
+    }
+}
+
+static void apply_io_options(LayerStore *s, const StoreOptions *opt) {
+    int threads = opt && opt->io_threads > 0 ? opt->io_threads : 4;
+    size_t chunk = opt && opt->chunk_bytes ? opt->chunk_bytes : (size_t)1 << 20;
+    s->pool = dio_pool_new(threads, chunk);
+    s->rec = dio_alloc(HDR_BYTES);
+    s->aux_buf = s->aux_bytes ? dio_alloc(s->aux_bytes) : NULL;
+}
+
+void layer_store_close(LayerStore *s) {
+    if (!s) return;
+    dio_close(&s->f);
+    dio_pool_free(s->pool);
+    fg_free(s->rec);
+    fg_free(s->aux_buf);
+    free(s);
+}
+
+// ---- the index: the same attributes and datasets in NAME.h5 (format a) or NAME.idx.h5 (b) ----
+
+static int attr_i64(hid_t obj, const char *name, long long *v, int write) {
+    if (write) {
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(obj, name, H5T_NATIVE_LLONG, sp, H5P_DEFAULT, H5P_DEFAULT);
+        herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_LLONG, v);
+        if (a >= 0) H5Aclose(a);
+        H5Sclose(sp);
+        return rc < 0;
+    }
+    if (H5Aexists(obj, name) <= 0) return 1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    herr_t rc = H5Aread(a, H5T_NATIVE_LLONG, v);
+    H5Aclose(a);
+    return rc < 0;
+}
+
+static int dataset_io(hid_t f, const char *name, hid_t type, hsize_t n, void *data, int write) {
+    hid_t d;
+    if (write) {
+        hid_t sp = H5Screate_simple(1, &n, NULL);
+        d = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Sclose(sp);
+        if (d < 0) return 1;
+        herr_t rc = H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+        H5Dclose(d);
+        return rc < 0;
+    }
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0) return 1;
+    d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hssize_t have = H5Sget_simple_extent_npoints(sp);
+    H5Sclose(sp);
+    herr_t rc = have == (hssize_t)n ? H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : -1;
+    H5Dclose(d);
+    return rc < 0;
+}
+
+// Writes (write = 1) or reads the layout: format version, format, n_bufs, aux bytes, the layers
+// and, for the raw format, the offsets.
+static int index_io(LayerStore *s, hid_t f, int write) {
+    long long v[5] = {STORE_FORMAT_VERSION, s->format, s->n_bufs, (long long)s->aux_bytes, s->n};
+    const char *names[5] = {"store_format_version", "format", "n_bufs", "aux_bytes", "n_layers"};
+    for (int i = 0; i < 5; i++)
+        if (attr_i64(f, names[i], &v[i], write)) return 1;
+    if (!write) {
+        if (v[0] != STORE_FORMAT_VERSION || v[1] != s->format || v[2] < 1 || v[2] > STORE_MAX_BUFS ||
+            v[3] < 0 || v[4] < 1 || v[4] > MODEL_MAX_LAYERS)
+            return 1;
+        s->n_bufs = (int)v[2], s->aux_bytes = (size_t)v[3], s->n = (int)v[4];
+    }
+    int layer[MODEL_MAX_LAYERS];
+    unsigned long long count[MODEL_MAX_LAYERS], off[2 * MODEL_MAX_LAYERS + 3];
+    char name[MODEL_MAX_LAYERS][16];
+    for (int i = 0; write && i < s->n; i++) {
+        layer[i] = s->layers[i].layer, count[i] = s->layers[i].count;
+        memcpy(name[i], s->layers[i].name, 16);
+        off[2 * i] = s->slot_off[i][0], off[2 * i + 1] = s->slot_off[i][1];
+    }
+    if (write) off[2 * s->n] = s->aux_off[0], off[2 * s->n + 1] = s->aux_off[1], off[2 * s->n + 2] = s->hdr_off;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, 16);
+    int bad = dataset_io(f, "index_layer", H5T_NATIVE_INT, (hsize_t)s->n, layer, write) ||
+              dataset_io(f, "index_count", H5T_NATIVE_ULLONG, (hsize_t)s->n, count, write) ||
+              dataset_io(f, "index_name", str, (hsize_t)s->n, name, write) ||
+              (s->format == STORE_RAW &&
+               dataset_io(f, "index_offset", H5T_NATIVE_ULLONG, (hsize_t)(2 * s->n + 3), off, write));
+    H5Tclose(str);
+    if (bad || write) return bad;
+    for (int i = 0; i < s->n; i++) {
+        s->layers[i].layer = layer[i], s->layers[i].count = (size_t)count[i];
+        memcpy(s->layers[i].name, name[i], 15);
+        s->layers[i].name[15] = 0;
+        if (s->format == STORE_RAW) s->slot_off[i][0] = off[2 * i], s->slot_off[i][1] = off[2 * i + 1];
+    }
+    if (s->format == STORE_RAW) s->aux_off[0] = off[2 * s->n], s->aux_off[1] = off[2 * s->n + 1], s->hdr_off = off[2 * s->n + 2];
+    return 0;
+}
+
+// Format (a): one contiguous, early-allocated, 1 MiB-aligned dataset per region; create = 1
+// makes them, otherwise opens them; either way the offsets come from H5Dget_offset.
+static int h5_region(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims,
+                     int create, uint64_t *off) {
+    hid_t d;
+    if (create) {
+        hid_t sp = H5Screate_simple(rank, dims, NULL);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+        H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);  // the address exists before any write
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);    // no pass of fill values over GBs
+        H5Pset_create_intermediate_group(lcpl, 1);
+        d = H5Dcreate2(f, name, type, sp, lcpl, dcpl, H5P_DEFAULT);
+        H5Pclose(dcpl), H5Pclose(lcpl), H5Sclose(sp);
+    } else {
+        d = H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    }
+    if (d < 0) return 1;
+    haddr_t a = H5Dget_offset(d);
+    H5Dclose(d);
+    if (a == HADDR_UNDEF || a % DIO_ALIGN) return 1;
+    *off = (uint64_t)a;
+    return 0;
+}
+
+static int h5_regions(LayerStore *s, hid_t f, int create) {
+    hsize_t hdr = (hsize_t)n_records(s) * HDR_BYTES, aux = dio_round_up(s->aux_bytes);
+    if (h5_region(f, "headers", H5T_NATIVE_UCHAR, 1, &hdr, create, &s->hdr_off)) return 1;
+    for (int k = 0; k < 2 && s->aux_bytes; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "aux%d", k);
+        if (h5_region(f, name, H5T_NATIVE_UCHAR, 1, &aux, create, &s->aux_off[k])) return 1;
+    }
+    for (int i = 0; i < s->n; i++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "slot%d/%s", k, s->layers[i].name);
+            hsize_t dims[2] = {(hsize_t)s->n_bufs, stride(s, i) / sizeof(float)};
+            if (h5_region(f, name, H5T_NATIVE_FLOAT, 2, dims, create, &s->slot_off[i][k])) return 1;
+        }
+    return 0;
+}
+
+static void raw_layout(LayerStore *s) {
+    uint64_t at = align_up((uint64_t)n_records(s) * HDR_BYTES, ALIGN_SLOT);
+    s->hdr_off = 0;
+    for (int k = 0; k < 2 && s->aux_bytes; k++)
+        s->aux_off[k] = at, at = align_up(at + dio_round_up(s->aux_bytes), ALIGN_SLOT);
+    for (int i = 0; i < s->n; i++)
+        for (int k = 0; k < 2; k++)
+            s->slot_off[i][k] = at, at = align_up(at + layer_store_slot_bytes(s, i), ALIGN_SLOT);
+    s->file_bytes = at;
+}
+
+static uint64_t regions_end(const LayerStore *s) {
+    uint64_t end = s->hdr_off + (uint64_t)n_records(s) * HDR_BYTES;
+    for (int k = 0; k < 2 && s->aux_bytes; k++) end = FG_MAX(end, s->aux_off[k] + dio_round_up(s->aux_bytes));
+    for (int i = 0; i < s->n; i++)
+        for (int k = 0; k < 2; k++) end = FG_MAX(end, s->slot_off[i][k] + layer_store_slot_bytes(s, i));
+    return end;
+}
+
+static int write_index_file(LayerStore *s, FgError *err) {
+    hid_t fcpl = H5P_DEFAULT, fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (s->format == STORE_HDF5) H5Pset_alignment(fapl, DIO_ALIGN, ALIGN_SLOT);
+    hid_t f = H5Fcreate(s->index_path, H5F_ACC_TRUNC, fcpl, fapl);
+    H5Pclose(fapl);
+    if (f < 0)
+        return fg_fail(err, FG_ERR_INPUT, "cannot create %s: %s", s->index_path,
+                       errno ? strerror(errno) : "HDF5 error");
+    int bad = index_io(s, f, 1) || (s->format == STORE_HDF5 && h5_regions(s, f, 1));
+    if (H5Fclose(f) < 0) bad = 1;
+    if (bad)
+        return fg_fail(err, FG_ERR_INPUT, "writing the store layout to %s failed: %s", s->index_path,
+                       errno ? strerror(errno) : "HDF5 error");
+    return FG_OK;
+}
+
+static void stamp_encode(unsigned char *rec, int kind, int index, int slot, const LayerStore *s,
+                         long version) {
+    Stamp st;
+    memset(&st, 0, sizeof st);
+    memcpy(st.magic, "FGSTORE1", 8);
+    st.kind = (uint32_t)kind, st.index = (uint32_t)index, st.slot = (uint32_t)slot;
+    st.n_bufs = (uint32_t)s->n_bufs;
+    st.count = kind == KIND_LAYER ? s->layers[index].count : s->aux_bytes;
+    st.version = version;
+    st.crc = (uint32_t)crc32(0L, (const Bytef *)&st, offsetof(Stamp, crc));
+    memset(rec, 0, HDR_BYTES);
+    memcpy(rec, &st, sizeof st);
+}
+
+// The version a record vouches for, or -1 if it is empty, torn or not this slot's.
+static long stamp_decode(const unsigned char *rec, int kind, int index, int slot, const LayerStore *s) {
+    Stamp st;
+    memcpy(&st, rec, sizeof st);
+    if (memcmp(st.magic, "FGSTORE1", 8) || st.crc != (uint32_t)crc32(0L, (const Bytef *)&st, offsetof(Stamp, crc)))
+        return -1;
+    uint64_t count = kind == KIND_LAYER ? s->layers[index].count : s->aux_bytes;
+    if (st.kind != (uint32_t)kind || st.index != (uint32_t)index || st.slot != (uint32_t)slot ||
+        st.n_bufs != (uint32_t)s->n_bufs || st.count != count || st.version < 0)
+        return -1;
+    return (long)st.version;
+}
+
+int layer_store_create(LayerStore **out, const char *dir, const char *name, int n_layers,
+                       const StoreLayer *layers, const StoreOptions *opt, FgError *err) {
+    *out = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);  // errors are reported by us, with context
+    if (n_layers < 1 || n_layers > MODEL_MAX_LAYERS || !opt || opt->n_bufs < 1 || opt->n_bufs > STORE_MAX_BUFS)
+        return fg_fail(err, FG_ERR_INPUT, "layer store %s/%s: %d layers and %d buffers per layer "
+                       "(1..%d and 1..%d)", dir, name, n_layers, opt ? opt->n_bufs : 0,
+                       MODEL_MAX_LAYERS, STORE_MAX_BUFS);
+    struct stat sb;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+        return fg_fail(err, FG_ERR_INPUT, "weights dir %s: %s", dir, errno ? strerror(errno) : "not a directory");
+    if (access(dir, W_OK | X_OK))
+        return fg_fail(err, FG_ERR_INPUT, "weights dir %s is not writable: %s", dir, strerror(errno));
+    LayerStore *s = calloc(1, sizeof *s);
+    s->format = opt->format, s->n = n_layers, s->n_bufs = opt->n_bufs, s->aux_bytes = opt->aux_bytes;
+    memcpy(s->layers, layers, (size_t)n_layers * sizeof *layers);
+    s->f.fd = -1;
+    for (int i = 0; i < n_layers; i++) s->cur[i] = -1, s->ver[i][0] = s->ver[i][1] = -1;
+    s->aux_cur = -1, s->aux_ver[0] = s->aux_ver[1] = -1;
+    paths(s, dir, name);
+    apply_io_options(s, opt);
+    unlink(s->data_path);  // a new store: never reuse the blocks (or stamps) of an old one
+    if (s->format == STORE_RAW) raw_layout(s);
+    int rc = write_index_file(s, err);
+    if (!rc) rc = dio_open(&s->f, s->data_path, O_CREAT, err);
+    if (!rc) {
+        s->file_bytes = FG_MAX(s->file_bytes, regions_end(s));
+        // Blocks reserved now: a disk too small fails here, with the size, not mid-run.
+        int e = opt->preallocate ? posix_fallocate(s->f.fd, 0, (off_t)s->file_bytes)
+                                 : ftruncate(s->f.fd, (off_t)s->file_bytes) ? errno : 0;
+        if (e)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: reserving %.3f GB failed: %s",
+                         s->data_path, (double)s->file_bytes / 1e9, strerror(e));
+    }
+    if (!rc) {  // no stamp yet: every slot empty
+        unsigned char *zero = dio_alloc((size_t)n_records(s) * HDR_BYTES);
+        rc = dio_write(s->pool, &s->f, zero, (size_t)n_records(s) * HDR_BYTES, s->hdr_off, err);
+        fg_free(zero);
+        if (!rc) rc = dio_sync(&s->f, err);
+    }
+    if (rc) {  // no half-made store left behind to be mistaken for one
+        unlink(s->data_path);
+        unlink(s->index_path);
+        layer_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return FG_OK;
+}
+
+int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
+                     FgError *err) {
+    *out = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    LayerStore *s = calloc(1, sizeof *s);
+    s->f.fd = -1;
+    // The format is whichever files exist.
+    s->format = STORE_HDF5;
+    paths(s, dir, name);
+    if (access(s->data_path, F_OK)) {
+        s->format = STORE_RAW;
+        paths(s, dir, name);
+        if (access(s->data_path, F_OK) || access(s->index_path, F_OK)) {
+            int e = errno;
+            free(s);
+            return fg_fail(err, FG_ERR_INPUT, "no layer store %s/%s.h5 (or %s.raw + %s.idx.h5): %s",
+                           dir, name, name, name, strerror(e));
+        }
+    }
+    int rc = FG_OK;
+    hid_t f = H5Fopen(s->index_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: not an HDF5 file, or truncated", s->index_path);
+    else if (index_io(s, f, 0) || (s->format == STORE_HDF5 && h5_regions(s, f, 0)))
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: missing or bad layout (not a store of "
+                     "format version %d?)", s->index_path, STORE_FORMAT_VERSION);
+    if (f >= 0) H5Fclose(f);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    StoreOptions o = opt ? *opt : (StoreOptions){0};
+    apply_io_options(s, &o);
+    rc = dio_open(&s->f, s->data_path, 0, err);
+    struct stat sb;
+    s->file_bytes = regions_end(s);
+    if (!rc && (fstat(s->f.fd, &sb) || (uint64_t)sb.st_size < s->file_bytes))
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: %lld bytes, the layout needs %llu (truncated?)",
+                     s->data_path, (long long)sb.st_size, (unsigned long long)s->file_bytes);
+    size_t hdr_bytes = (size_t)n_records(s) * HDR_BYTES;
+    unsigned char *hdr = dio_alloc(hdr_bytes);
+    if (!rc) rc = dio_read(s->pool, &s->f, hdr, hdr_bytes, s->hdr_off, err);
+    // Recovery: C = the oldest layer's newest version; every layer must hold C in some slot
+    // (the write rule guarantees it); slots newer than C belong to an unfinished step.
+    long c = -1;
+    for (int i = 0; i < s->n && !rc; i++) {
+        long newest = -1;
+        for (int k = 0; k < 2; k++) {
+            s->ver[i][k] = stamp_decode(hdr + (size_t)record_of(KIND_LAYER, i, k, s->n) * HDR_BYTES, KIND_LAYER, i, k, s);
+            newest = FG_MAX(newest, s->ver[i][k]);
+        }
+        if (newest < 0)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has no complete version "
+                         "(creation interrupted?)", s->data_path, s->layers[i].name);
+        c = (i == 0 || newest < c) ? newest : c;
+    }
+    for (int k = 0; k < 2 && s->aux_bytes && !rc; k++)
+        s->aux_ver[k] = stamp_decode(hdr + (size_t)record_of(KIND_AUX, 0, k, s->n) * HDR_BYTES, KIND_AUX, 0, k, s);
+    fg_free(hdr);
+    for (int i = 0; i < s->n && !rc; i++) {
+        s->cur[i] = s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
+        if (s->cur[i] < 0)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
+                         "not the store's consistent version %ld (corrupt store)", s->data_path,
+                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c);
+        else s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
+    }
+    if (!rc && s->aux_bytes) {
+        s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;
+        if (s->aux_cur < 0)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: no auxiliary record of version %ld "
+                         "(corrupt store)", s->data_path, c);
+        else s->aux_ver[1 - s->aux_cur] = -1;
+    }
+    if (rc) {
+        layer_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return FG_OK;
+}
+
+int layer_store_read(LayerStore *s, int i, void *buf, FgError *err) {
+    if (s->cur[i] < 0)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
+                       s->data_path, s->layers[i].name);
+    return dio_read(s->pool, &s->f, buf, layer_store_slot_bytes(s, i), s->slot_off[i][s->cur[i]], err);
+}
+
+int layer_store_read_aux(LayerStore *s, void *data, FgError *err) {
+    if (!s->aux_bytes || s->aux_cur < 0)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: no auxiliary record", s->data_path);
+    int rc = dio_read(s->pool, &s->f, s->aux_buf, dio_round_up(s->aux_bytes), s->aux_off[s->aux_cur], err);
+    if (!rc) memcpy(data, s->aux_buf, s->aux_bytes);
+    return rc;
+}
+
+// The write rule of the header comment; on success *slot is the slot to overwrite.
+static int check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
+    long have = kind == KIND_AUX ? (s->aux_cur < 0 ? -1 : s->aux_ver[s->aux_cur]) : layer_store_layer_version(s, i);
+    const char *what = kind == KIND_AUX ? "the auxiliary record" : s->layers[i].name;
+    if (version != have + 1)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s, which "
+                       "has version %ld", s->data_path, version, what, have);
+    for (int j = 0; j < s->n && version > 0; j++)
+        if (layer_store_layer_version(s, j) < version - 1)
+            return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s before "
+                           "layer %s has version %ld", s->data_path, version, what,
+                           s->layers[j].name, version - 1);
+    if (kind == KIND_LAYER && s->aux_bytes && (s->aux_cur < 0 || s->aux_ver[s->aux_cur] < version))
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s before "
+                       "the auxiliary record of that version", s->data_path, version, what);
+    return FG_OK;
+}
+
+// Data, fdatasync, stamp, fdatasync: the stamp never vouches for data not yet on the device,
+// and the next write (which may overwrite the other slot of some layer) starts only once this
+// stamp is durable.
+static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
+                      size_t bytes, uint64_t off, FgError *err) {
+    int rc = dio_write(s->pool, &s->f, buf, bytes, off, err);
+    if (!rc) rc = dio_sync(&s->f, err);
+    if (!rc) {
+        stamp_encode(s->rec, kind, i, slot, s, version);
+        uint64_t at = s->hdr_off + (uint64_t)record_of(kind, i, slot, s->n) * HDR_BYTES;
+        rc = dio_write(s->pool, &s->f, s->rec, HDR_BYTES, at, err);
+    }
+    if (!rc) rc = dio_sync(&s->f, err);
+    return rc;
+}
+
+int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
+    int rc = check_write(s, KIND_LAYER, i, version, err);
+    if (rc) return rc;
+    int slot = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
+    s->ver[i][slot] = -1;  // its old contents are gone from here on, whatever happens
+    rc = write_slot(s, KIND_LAYER, i, slot, version, buf, layer_store_slot_bytes(s, i),
+                    s->slot_off[i][slot], err);
+    if (rc) return rc;
+    s->ver[i][slot] = version;
+    s->cur[i] = slot;
+    return FG_OK;
+}
+
+int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err) {
+    if (!s->aux_bytes)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: created without an auxiliary record", s->data_path);
+    int rc = check_write(s, KIND_AUX, 0, version, err);
+    if (rc) return rc;
+    int slot = s->aux_cur < 0 ? 0 : 1 - s->aux_cur;
+    s->aux_ver[slot] = -1;
+    memset(s->aux_buf, 0, dio_round_up(s->aux_bytes));
+    memcpy(s->aux_buf, data, s->aux_bytes);
+    rc = write_slot(s, KIND_AUX, 0, slot, version, s->aux_buf, dio_round_up(s->aux_bytes),
+                    s->aux_off[slot], err);
+    if (rc) return rc;
+    s->aux_ver[slot] = version;
+    s->aux_cur = slot;
+    return FG_OK;
+}

@@ -1,0 +1,94 @@
+// A stage's layers on local flash: for every layer with parameters, its parameters and
+// optimizer state (Adam m and v, or SGD's momentum), in two slots per layer.
+//
+// Consistency (docs/out-of-core.md): each slot carries a version stamp (the number of updates
+// its contents have received). Version V of a layer is written into the slot that does not
+// hold V-1, data first, then (after fdatasync) its stamp. A writer may only write version V
+// once every layer has V-1, so at any moment every layer holds the store's consistent version
+// C = min over layers of the newest stamp, and a crash at any point reopens as the state after
+// a whole step. An optional auxiliary blob per version (e.g. the scalars of a pending forward-
+// gradient update) is double-buffered the same way.
+//
+// Two file formats with the same I/O path (both read and written with O_DIRECT at offsets
+// fixed at creation, no HDF5 call after open):
+//   STORE_HDF5: DIR/NAME.h5, one contiguous early-allocated dataset per layer and slot,
+//               /slot<s>/<layer> float32 [n_bufs, padded count], aligned to 1 MiB
+//               (H5Pset_alignment); offsets from H5Dget_offset. Readable with h5py.
+//   STORE_RAW:  DIR/NAME.raw (headers and slots at 1 MiB-aligned offsets) plus DIR/NAME.idx.h5,
+//               a small HDF5 index holding the layout.
+// Not thread-safe: one thread (the streamer's I/O thread) uses a store at a time.
+#ifndef FGPIPE_LAYER_STORE_H
+#define FGPIPE_LAYER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "model.h"
+
+typedef enum { STORE_HDF5 = 0, STORE_RAW = 1 } StoreFormat;
+
+enum { STORE_MAX_BUFS = 3, STORE_FORMAT_VERSION = 1 };
+
+typedef struct {
+    char name[16];  // the model's layer name ("fc1")
+    int layer;      // global layer index
+    size_t count;   // parameters (floats per buffer)
+} StoreLayer;
+
+typedef struct {
+    StoreFormat format;
+    int n_bufs;          // 1 (params) + optimizer state buffers
+    size_t aux_bytes;    // per-version auxiliary blob (0: none)
+    int io_threads;      // helper threads for chunked I/O (1: none)
+    size_t chunk_bytes;  // chunk of one helper request (default 1 MiB)
+    int preallocate;     // reserve the file's blocks at creation (fallocate): a full disk fails
+                         // at creation, not in the middle of a run
+} StoreOptions;
+
+typedef struct LayerStore LayerStore;
+
+// Creates DIR/NAME.* for the layers (replacing an old store of that name). No version is
+// written yet: write version 0 of every layer (layer_store_write) before the store can be
+// opened. Fails with the path and cause (unwritable dir, disk full).
+int layer_store_create(LayerStore **out, const char *dir, const char *name, int n_layers,
+                       const StoreLayer *layers, const StoreOptions *opt, FgError *err);
+// The store's layers for a stage [first, last) of the model: layers without parameters skipped.
+int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer *out);
+
+// Opens an existing store and recovers its consistent version. io_threads and chunk_bytes come
+// from opt (NULL: defaults); the rest from the files.
+int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
+                     FgError *err);
+void layer_store_close(LayerStore *s);
+
+int layer_store_n_layers(const LayerStore *s);
+const StoreLayer *layer_store_layer(const LayerStore *s, int i);
+int layer_store_find(const LayerStore *s, int layer);  // index of a global layer, -1 if absent
+int layer_store_n_bufs(const LayerStore *s);
+size_t layer_store_aux_bytes(const LayerStore *s);
+// Bytes of one layer in memory and in a slot: n_bufs buffers, each count floats padded to
+// DIO_ALIGN; buffer b starts at b * layer_store_buf_stride(s, i).
+size_t layer_store_slot_bytes(const LayerStore *s, int i);
+size_t layer_store_buf_stride(const LayerStore *s, int i);
+size_t layer_store_max_slot_bytes(const LayerStore *s);
+uint64_t layer_store_file_bytes(const LayerStore *s);
+// Version of layer i now (the newest written), and the consistent version of the store (the
+// oldest layer's; -1 while version 0 is incomplete).
+long layer_store_layer_version(const LayerStore *s, int i);
+long layer_store_version(const LayerStore *s);
+// "" or why the store is not using O_DIRECT.
+const char *layer_store_note(const LayerStore *s);
+
+// Reads layer i's current version into buf (DIO_ALIGN-aligned, layer_store_slot_bytes).
+int layer_store_read(LayerStore *s, int i, void *buf, FgError *err);
+// Writes buf as version `version` of layer i: version must be the layer's current + 1 (or 0 on a
+// new store), and every other layer must already have version - 1. On failure the layer keeps
+// its current version.
+int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err);
+// The auxiliary blob: write it for version V before the first layer of V (same rule); read
+// returns the blob of the consistent version.
+int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err);
+int layer_store_read_aux(LayerStore *s, void *data, FgError *err);
+
+#endif
