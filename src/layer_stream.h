@@ -1,0 +1,57 @@
+// Streaming a stage's layers through a few host buffers (out-of-core stages, DESIGN.md section 6).
+//
+// A stage whose parameters and optimizer state do not fit its memory budget keeps them in a
+// store on local flash and holds only `slots` layers in memory. The stream reads layers ahead
+// and writes updated layers back on its own I/O thread, so compute overlaps the disk. Shaped for
+// layer-major waves: for l in the stage's layers: prefetch(l+1); acquire(l); run every
+// micro-batch of the wave through l; release(l, dirty).
+//
+// A layer's memory is its store slot: n_bufs buffers (params, then optimizer state: Adam m, v)
+// of `count` floats each, host memory aligned for direct I/O. Versions count the updates a
+// layer has received; releasing a layer dirty writes it back as version + 1, and a crash at any
+// moment leaves a store that reopens at the state after some whole step (all layers at one
+// version). The implementation (io/layer_stream_store.c) is the only part that knows files.
+#ifndef FGPIPE_LAYER_STREAM_H
+#define FGPIPE_LAYER_STREAM_H
+
+#include <stddef.h>
+
+#include "common.h"
+
+typedef struct {
+    int layer;          // global layer index
+    size_t count;       // floats per buffer
+    int n_bufs;         // params + optimizer state buffers
+    float *buf[3];      // buf[0]: params, buf[1], buf[2]: optimizer state
+    long version;       // updates applied so far
+} LayerView;
+
+typedef struct LayerStream LayerStream;
+struct LayerStream {
+    void *ctx;
+    int n_slots;            // layers resident at most
+    size_t slot_bytes;      // bytes of one slot (the largest layer's)
+    long version;           // the store's consistent version when the stream was opened
+    char note[384];         // "" or why I/O goes through the page cache (no O_DIRECT)
+
+    // Starts reading layer ahead of its use if a slot is free (never blocks, never evicts a
+    // layer that is pinned or read ahead but not yet acquired).
+    int (*prefetch)(LayerStream *s, int layer, FgError *err);
+    // Waits until layer is in memory (and any write-back of its slot is done) and pins it.
+    // Acquiring a resident layer again (bp's backward pass) reads nothing.
+    int (*acquire)(LayerStream *s, int layer, LayerView *view, FgError *err);
+    // Unpins; dirty: the contents become version + 1 and are written back asynchronously.
+    int (*release)(LayerStream *s, int layer, int dirty, FgError *err);
+    // The auxiliary record of a version (e.g. the scalars of the pending forward-gradient
+    // update), written before the first layer of that version; read_aux returns the one of
+    // the version the stream opened at.
+    int (*write_aux)(LayerStream *s, long version, const void *data, FgError *err);
+    int (*read_aux)(LayerStream *s, void *data, FgError *err);
+    // Waits for every queued read and write-back; returns the first I/O error, if any. After
+    // an error every call fails with it; the store keeps its last consistent version.
+    int (*flush)(LayerStream *s, FgError *err);
+    // Flushes, stops the I/O thread, frees the slots and closes the store.
+    int (*close)(LayerStream *s, FgError *err);
+};
+
+#endif
