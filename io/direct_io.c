@@ -18,11 +18,11 @@ int dio_open(DioFile *f, const char *path, int flags, FgError *err) {
     }
     if (errno != EINVAL)
         return fg_fail(err, FG_ERR_INPUT, "cannot open %s: %s", path, strerror(errno));
-    // tmpfs and a few network filesystems refuse O_DIRECT: same data, through the page cache.
+    // ramfs, older tmpfs and some network filesystems refuse O_DIRECT: same data, through the page cache.
     f->fd = open(path, flags | O_RDWR | O_CLOEXEC, 0644);
     if (f->fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot open %s: %s", path, strerror(errno));
     snprintf(f->note, sizeof f->note,
-             "%s: the filesystem refuses O_DIRECT (EINVAL; tmpfs?): using buffered I/O, "
+             "%s: the filesystem refuses O_DIRECT (EINVAL: ramfs, tmpfs before Linux 6.6, some network filesystems): using buffered I/O, "
              "written pages are dropped from the page cache after each sync", path);
     return FG_OK;
 }

@@ -35,6 +35,7 @@ struct LayerStore {
     uint64_t hdr_off, aux_off[2], slot_off[MODEL_MAX_LAYERS][2], file_bytes;
     long ver[MODEL_MAX_LAYERS][2], aux_ver[2];  // stamp of each slot, -1: none or invalid
     int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
+    int discarded;                               // slots of an unfinished step found at open
     DioFile f;
     DioPool *pool;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
@@ -57,6 +58,7 @@ size_t layer_store_buf_stride(const LayerStore *s, int i) { return stride(s, i);
 size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)s->n_bufs * stride(s, i); }
 uint64_t layer_store_file_bytes(const LayerStore *s) { return s->file_bytes; }
 const char *layer_store_note(const LayerStore *s) { return s->f.note; }
+int layer_store_discarded(const LayerStore *s) { return s->discarded; }
 
 size_t layer_store_max_slot_bytes(const LayerStore *s) {
     size_t m = 0;
@@ -424,7 +426,10 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, const 
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
                          "not the store's consistent version %ld (corrupt store)", s->data_path,
                          s->layers[i].name, s->ver[i][0], s->ver[i][1], c);
-        else s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
+        else {
+            s->discarded += s->ver[i][1 - s->cur[i]] > c;
+            s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
+        }
     }
     if (!rc && s->aux_bytes) {
         s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;

@@ -77,6 +77,8 @@ uint64_t layer_store_file_bytes(const LayerStore *s);
 // oldest layer's; -1 while version 0 is incomplete).
 long layer_store_layer_version(const LayerStore *s, int i);
 long layer_store_version(const LayerStore *s);
+// Layers whose newer version, from a step that did not finish, open dropped.
+int layer_store_discarded(const LayerStore *s);
 // "" or why the store is not using O_DIRECT.
 const char *layer_store_note(const LayerStore *s);
 

@@ -23,8 +23,10 @@ typedef struct {
     unsigned char *mem;
 } Slot;
 
+// A request carries its layer: by the time it runs, its slot may already be assigned to the
+// next layer (a read queued behind this write-back).
 typedef struct {
-    int kind, slot;
+    int kind, slot, idx;
     long version;
 } Req;
 
@@ -60,10 +62,10 @@ static void *io_thread(void *arg) {
         long version = r.version;
         if (!skip) {
             if (r.kind == REQ_READ) {
-                rc = layer_store_read(c->store, sl->idx, sl->mem, &e);
-                version = layer_store_layer_version(c->store, sl->idx);
+                rc = layer_store_read(c->store, r.idx, sl->mem, &e);
+                version = layer_store_layer_version(c->store, r.idx);
             } else if (r.kind == REQ_WRITE) {
-                rc = layer_store_write(c->store, sl->idx, r.version, sl->mem, &e);
+                rc = layer_store_write(c->store, r.idx, r.version, sl->mem, &e);
             } else {
                 rc = layer_store_write_aux(c->store, r.version, c->aux_out, &e);
             }
@@ -83,14 +85,14 @@ static void *io_thread(void *arg) {
     return NULL;
 }
 
-static void enqueue(Ctx *c, int kind, int slot, long version) {
+static void enqueue(Ctx *c, int kind, int slot, int idx, long version) {
     // A slot rarely has more than a write-back then a read queued; the ring has room for 8 per
     // slot and is checked anyway, because overrunning it would corrupt silently.
     if (c->qlen == c->qcap) {
         fprintf(stderr, "fgpipe: layer stream request queue overflow\n");
         abort();
     }
-    c->q[(c->qhead + c->qlen) % c->qcap] = (Req){kind, slot, version};
+    c->q[(c->qhead + c->qlen) % c->qcap] = (Req){kind, slot, idx, version};
     c->qlen++;
     if (kind != REQ_AUX) c->slots[slot].busy++;
     pthread_cond_signal(&c->req_cv);
@@ -122,7 +124,7 @@ static int start_read(Ctx *c, int layer, int idx, int allow_ahead) {
     if (v < 0) return -1;
     Slot *sl = &c->slots[v];
     sl->layer = layer, sl->idx = idx, sl->ahead = 0, sl->last_use = ++c->tick;
-    enqueue(c, REQ_READ, v, 0);
+    enqueue(c, REQ_READ, v, idx, 0);
     return v;
 }
 
@@ -191,7 +193,7 @@ static int ls_release(LayerStream *s, int layer, int dirty, FgError *err) {
             if (sl->pins)
                 rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d released dirty while "
                              "still pinned %d more times", layer, sl->pins);
-            else enqueue(c, REQ_WRITE, v, ++sl->version);
+            else enqueue(c, REQ_WRITE, v, sl->idx, ++sl->version);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -209,7 +211,7 @@ static int ls_write_aux(LayerStream *s, long version, const void *data, FgError 
     else {
         memcpy(c->aux_out, data, n);
         c->aux_busy = 1;
-        enqueue(c, REQ_AUX, -1, version);
+        enqueue(c, REQ_AUX, -1, -1, version);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;

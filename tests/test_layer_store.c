@@ -1,0 +1,550 @@
+// Layer store and layer stream (io/): round trips, crash consistency, memory, errors.
+//
+//   test_layer_store          everything that needs no privileges (runs in a few seconds)
+//   test_layer_store mounts   disk full (a loop-mounted 32 MiB ext4) and a filesystem without
+//                             O_DIRECT (ramfs); exits 77 (skipped) when mounting is not allowed
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hdf5.h>
+
+#include "direct_io.h"
+#include "layer_store.h"
+#include "layer_stream_store.h"
+
+// ---- helpers ----
+
+// Bits of element i of buffer b of store layer idx at a version: every (layer, buffer, version)
+// distinct, so a slot from the wrong version or layer cannot pass for the right one.
+static uint32_t pattern(int idx, int b, size_t i, long version) {
+    uint64_t x = ((uint64_t)idx * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b << 40) ^ ((uint64_t)version << 48) ^ i;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+static void fill(float *const *buf, int n_bufs, size_t count, int idx, long version) {
+    for (int b = 0; b < n_bufs; b++) {
+        uint32_t *u = (uint32_t *)buf[b];
+        for (size_t i = 0; i < count; i++) u[i] = pattern(idx, b, i, version);
+    }
+}
+
+// Index of the first element that differs from the pattern, or -1.
+static long check(float *const *buf, int n_bufs, size_t count, int idx, long version) {
+    for (int b = 0; b < n_bufs; b++) {
+        const uint32_t *u = (const uint32_t *)buf[b];
+        for (size_t i = 0; i < count; i++)
+            if (u[i] != pattern(idx, b, i, version)) return (long)i;
+    }
+    return -1;
+}
+
+static void slot_views(const LayerStore *s, int i, unsigned char *mem, float **buf) {
+    for (int b = 0; b < layer_store_n_bufs(s); b++) buf[b] = (float *)(mem + (size_t)b * layer_store_buf_stride(s, i));
+}
+
+static char g_dir[1024];  // per-test scratch dir on the real disk (O_DIRECT path)
+
+static void make_dir(char *out, size_t size, const char *parent) {
+    snprintf(out, size, "%s/store-XXXXXX", parent);
+    if (!mkdtemp(out)) fail_msg("mkdtemp %s: %s", out, strerror(errno));
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static int setup_dir(void **state) {
+    (void)state;
+    make_dir(g_dir, sizeof g_dir, ".");
+    return 0;
+}
+
+static int teardown_dir(void **state) {
+    (void)state;
+    remove_dir(g_dir);
+    return 0;
+}
+
+static StoreOptions opts(StoreFormat f, size_t aux) {
+    return (StoreOptions){.format = f, .n_bufs = 3, .aux_bytes = aux, .io_threads = 4,
+                          .chunk_bytes = 1 << 20, .preallocate = 1};
+}
+
+// Creates a store of n layers of count[i] floats and writes version 0 (aux 0 = the version).
+static LayerStore *make_store(const char *dir, const char *name, int n, const size_t *count,
+                              const StoreOptions *o) {
+    StoreLayer layers[MODEL_MAX_LAYERS];
+    for (int i = 0; i < n; i++) {
+        memset(&layers[i], 0, sizeof layers[i]);
+        snprintf(layers[i].name, sizeof layers[i].name, "fc%d", i + 1);
+        layers[i].layer = 2 * i;  // linear layers with activations between them
+        layers[i].count = count[i];
+    }
+    LayerStore *s;
+    FgError err = {0};
+    if (layer_store_create(&s, dir, name, n, layers, o, &err)) fail_msg("%s", err.msg);
+    long v0 = 0;
+    if (o->aux_bytes && layer_store_write_aux(s, 0, &v0, &err)) fail_msg("%s", err.msg);
+    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
+    for (int i = 0; i < n; i++) {
+        float *buf[3];
+        slot_views(s, i, mem, buf);
+        fill(buf, o->n_bufs, count[i], i, 0);
+        if (layer_store_write(s, i, 0, mem, &err)) fail_msg("%s", err.msg);
+    }
+    fg_free(mem);
+    return s;
+}
+
+// Reads every layer of an open store and checks it holds `version` bit for bit.
+static void expect_version(LayerStore *s, long version) {
+    assert_int_equal(layer_store_version(s), version);
+    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
+    FgError err = {0};
+    for (int i = 0; i < layer_store_n_layers(s); i++) {
+        assert_int_equal(layer_store_layer_version(s, i), version);
+        if (layer_store_read(s, i, mem, &err)) fail_msg("%s", err.msg);
+        float *buf[3];
+        slot_views(s, i, mem, buf);
+        long bad = check(buf, layer_store_n_bufs(s), layer_store_layer(s, i)->count, i, version);
+        if (bad >= 0) fail_msg("layer %d differs from version %ld at element %ld", i, version, bad);
+    }
+    if (layer_store_aux_bytes(s)) {
+        long aux = -1;
+        if (layer_store_read_aux(s, &aux, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(aux, version);
+    }
+    fg_free(mem);
+}
+
+// One step through the stream in layer-major order: every layer read, checked at version - 1,
+// rewritten with the pattern of `version`, released dirty. Returns the first error.
+static int stream_step(LayerStream *ls, const LayerStore *meta, int n, long version, FgError *err) {
+    int rc = ls->write_aux(ls, version, &version, err);
+    for (int i = 0; i < n && !rc; i++) {
+        int layer = 2 * i;
+        if (i + 1 < n && (rc = ls->prefetch(ls, layer + 2, err))) break;
+        LayerView v;
+        if ((rc = ls->acquire(ls, layer, &v, err))) break;
+        if (v.version != version - 1 || check(v.buf, v.n_bufs, v.count, i, version - 1) >= 0) {
+            rc = fg_fail(err, FG_ERR_INTERNAL, "layer %d: version %ld, expected %ld", layer, v.version, version - 1);
+            break;
+        }
+        fill(v.buf, v.n_bufs, v.count, i, version);
+        rc = ls->release(ls, layer, 1, err);
+    }
+    (void)meta;
+    return rc;
+}
+
+static LayerStream open_stream(const char *dir, const char *name, int slots) {
+    LayerStore *s;
+    FgError err = {0};
+    if (layer_store_open(&s, dir, name, NULL, &err)) fail_msg("%s", err.msg);
+    LayerStream ls;
+    if (layer_stream_store_open(&ls, s, slots, &err)) fail_msg("%s", err.msg);
+    return ls;
+}
+
+// ---- tests ----
+
+// params, m and v bit for bit through create, write, close and open, in both formats; odd
+// sizes (the last block of a layer is partial), and versions 0 -> 2.
+static void roundtrip(StoreFormat format) {
+    const size_t count[3] = {1000, 7, 70001};
+    StoreOptions o = opts(format, sizeof(long));
+    LayerStore *s = make_store(g_dir, "stage0", 3, count, &o);
+    expect_version(s, 0);
+    layer_store_close(s);
+    FgError err = {0};
+    for (long v = 1; v <= 2; v++) {
+        LayerStream ls = open_stream(g_dir, "stage0", 2);
+        assert_int_equal(ls.version, v - 1);
+        if (stream_step(&ls, NULL, 3, v, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
+    }
+    if (layer_store_open(&s, g_dir, "stage0", NULL, &err)) fail_msg("%s", err.msg);
+    expect_version(s, 2);
+    layer_store_close(s);
+}
+
+static void test_roundtrip_hdf5(void **state) {
+    (void)state;
+    roundtrip(STORE_HDF5);
+    // Format (a) is a real HDF5 file: the slot datasets hold the data and sit on 1 MiB bounds.
+    char path[1100];
+    snprintf(path, sizeof path, "%s/stage0.h5", g_dir);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    int found = 0;
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "slot%d/fc2", k);
+        hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+        assert_true(d >= 0);
+        assert_int_equal(H5Dget_offset(d) % (1 << 20), 0);
+        float buf[3][1024];
+        assert_true(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+        float *views[3] = {buf[0], buf[1], buf[2]};
+        found += check(views, 3, 7, 1, 2) < 0;  // version 2 is in one of the two slots
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    assert_int_equal(found, 1);
+}
+
+static void test_roundtrip_raw(void **state) {
+    (void)state;
+    roundtrip(STORE_RAW);
+}
+
+// Reacquiring a resident layer (bp's backward pass) and releasing clean: nothing is written,
+// and a dirty release after a clean one writes exactly one new version.
+static void test_stream_reacquire(void **state) {
+    (void)state;
+    const size_t count[4] = {5000, 5000, 5000, 5000};
+    StoreOptions o = opts(STORE_HDF5, 0);
+    layer_store_close(make_store(g_dir, "s", 4, count, &o));
+    LayerStream ls = open_stream(g_dir, "s", 2);
+    FgError err = {0};
+    LayerView a, b;
+    assert_int_equal(ls.acquire(&ls, 2, &a, &err), 0);
+    assert_int_equal(ls.release(&ls, 2, 0, &err), 0);
+    assert_int_equal(ls.acquire(&ls, 2, &b, &err), 0);
+    assert_ptr_equal(a.buf[0], b.buf[0]);  // same slot, not read again
+    fill(b.buf, b.n_bufs, b.count, 1, 1);
+    assert_int_equal(ls.release(&ls, 2, 1, &err), 0);
+    // Releasing what is not acquired, and acquiring a layer the stage does not own, are refused.
+    assert_int_not_equal(ls.release(&ls, 2, 0, &err), 0);
+    assert_non_null(strstr(err.msg, "not acquired"));
+    assert_int_not_equal(ls.acquire(&ls, 1, &a, &err), 0);
+    assert_non_null(strstr(err.msg, "not in the store"));
+    assert_int_equal(ls.close(&ls, &err), 0);
+    LayerStore *s;
+    if (layer_store_open(&s, g_dir, "s", NULL, &err)) fail_msg("%s", err.msg);
+    // A step is whole only when every layer has it: the lone version 1 of fc2 is dropped.
+    assert_int_equal(layer_store_version(s), 0);
+    assert_int_equal(layer_store_layer_version(s, 1), 0);
+    assert_int_equal(layer_store_discarded(s), 1);
+    layer_store_close(s);
+}
+
+// SIGKILL a writer child at assorted moments of its write-backs, then reopen: every layer holds
+// the same version, bit for bit that version's contents, and the next run continues from it.
+static void test_crash_consistency(void **state) {
+    (void)state;
+    enum { N = 6 };
+    size_t count[N];
+    for (int i = 0; i < N; i++) count[i] = 200000 + 1111 * (size_t)i;  // ~2.4 MiB per layer
+    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    layer_store_close(make_store(g_dir, "crash", N, count, &o));
+    long prev = 0;
+    int torn = 0;
+    const int delays_ms[] = {0, 4, 9, 15, 23, 31, 47, 70};
+    for (size_t r = 0; r < sizeof delays_ms / sizeof *delays_ms; r++) {
+        int fds[2];
+        assert_int_equal(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            LayerStream ls = open_stream(g_dir, "crash", 2);
+            FgError err = {0};
+            char go = 1;  // the clock starts when the writer starts writing
+            if (write(fds[1], &go, 1) != 1) _exit(4);
+            for (long v = ls.version + 1;; v++)
+                if (stream_step(&ls, NULL, N, v, &err)) {
+                    fprintf(stderr, "writer: %s\n", err.msg);
+                    _exit(3);
+                }
+        }
+        close(fds[1]);
+        char go = 0;
+        assert_int_equal(read(fds[0], &go, 1), 1);
+        close(fds[0]);
+        struct timespec ts = {0, delays_ms[r] * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        assert_true(WIFSIGNALED(status));  // killed while writing, not failed on its own
+        LayerStore *s;
+        FgError err = {0};
+        if (layer_store_open(&s, g_dir, "crash", NULL, &err)) fail_msg("round %zu: %s", r, err.msg);
+        long c = layer_store_version(s);
+        assert_true(c >= prev);
+        expect_version(s, c);
+        printf("  kill %2d ms into writing: consistent at version %ld, %d layers of version "
+               "%ld dropped\n", delays_ms[r], c, layer_store_discarded(s), c + 1);
+        torn += layer_store_discarded(s) > 0;
+        prev = c;
+        layer_store_close(s);
+    }
+    assert_true(prev >= 1);  // the writers did get through whole steps
+    assert_true(torn >= 1);  // and some kills did land in the middle of a step
+}
+
+// Peak RSS of a streaming pass over a store 8x the slot budget, measured for a child process
+// (wait4's rusage): at most its RSS before opening + the slots + a fixed 6 MiB (I/O threads'
+// stacks, HDF5's state at open, the stamp buffers).
+static void test_stream_rss(void **state) {
+    (void)state;
+    enum { N = 16 };
+    size_t count[N];
+    for (int i = 0; i < N; i++) count[i] = 256 * 1024;  // 1 MiB per buffer, 3 MiB per layer
+    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    layer_store_close(make_store(g_dir, "rss", N, count, &o));
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0, resident = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld %ld", &pages, &resident) != 2) _exit(4);
+        fclose(f);
+        long base_kib = resident * (sysconf(_SC_PAGESIZE) / 1024);
+        LayerStream ls = open_stream(g_dir, "rss", 2);
+        FgError err = {0};
+        if (stream_step(&ls, NULL, N, 1, &err) || ls.close(&ls, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            _exit(3);
+        }
+        if (write(fds[1], &base_kib, sizeof base_kib) != sizeof base_kib) _exit(5);
+        _exit(0);
+    }
+    close(fds[1]);
+    int status;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    long base_kib = 0;
+    assert_int_equal(read(fds[0], &base_kib, sizeof base_kib), sizeof base_kib);
+    close(fds[0]);
+    long budget_kib = 2 * 3 * 1024, store_kib = N * 3 * 1024, overhead_kib = 6 * 1024;
+    printf("  store %ld MiB, slots %ld MiB: peak RSS %ld MiB = %ld MiB before + %.1f MiB\n",
+           store_kib / 1024, budget_kib / 1024, ru.ru_maxrss / 1024, base_kib / 1024,
+           (ru.ru_maxrss - base_kib) / 1024.0);
+    assert_true(ru.ru_maxrss <= base_kib + budget_kib + overhead_kib);
+}
+
+// As root the permission bits do not stop us, so the attempt runs as nobody in a child.
+static void test_unwritable_dir(void **state) {
+    (void)state;
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/readonly", g_dir);
+    assert_int_equal(chmod(g_dir, 0755), 0);  // nobody may reach it, but not write in it
+    assert_int_equal(mkdir(dir, 0555), 0);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(4);
+        StoreLayer l = {"fc1", 0, 100};
+        StoreOptions o = opts(STORE_HDF5, 0);
+        LayerStore *s;
+        FgError err = {0};
+        int rc = layer_store_create(&s, dir, "stage0", 1, &l, &o, &err);
+        if (write(fds[1], err.msg, sizeof err.msg) != sizeof err.msg) _exit(5);
+        _exit(rc ? 1 : 0);
+    }
+    close(fds[1]);
+    char msg[512] = "";
+    int status;
+    waitpid(pid, &status, 0);
+    assert_int_equal(read(fds[0], msg, sizeof msg), sizeof msg);
+    close(fds[0]);
+    printf("  %s\n", msg);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    assert_non_null(strstr(msg, dir));
+    assert_non_null(strstr(msg, "not writable: Permission denied"));
+}
+
+// Missing, truncated and corrupted stores are refused with the file and the cause.
+static void test_bad_stores(void **state) {
+    (void)state;
+    LayerStore *s;
+    FgError err = {0};
+    assert_int_not_equal(layer_store_open(&s, g_dir, "nothing", NULL, &err), 0);
+    assert_non_null(strstr(err.msg, "no layer store"));
+    const size_t count[2] = {3000, 3000};
+    StoreOptions o = opts(STORE_RAW, 0);
+    layer_store_close(make_store(g_dir, "bad", 2, count, &o));
+    char raw[1100];
+    snprintf(raw, sizeof raw, "%s/bad.raw", g_dir);
+    // A stamp overwritten with garbage: that layer has no version left.
+    int fd = open(raw, O_WRONLY);
+    char junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    assert_int_equal(pwrite(fd, junk, sizeof junk, 2 * DIO_ALIGN), sizeof junk);  // layer 1, slot 0
+    close(fd);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, raw));
+    assert_non_null(strstr(err.msg, "no complete version"));
+    // Truncated.
+    assert_int_equal(truncate(raw, 1 << 20), 0);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "truncated"));
+    // An index that is not HDF5.
+    char idx[1100];
+    snprintf(idx, sizeof idx, "%s/bad.idx.h5", g_dir);
+    FILE *f = fopen(idx, "w");
+    fputs("not hdf5", f);
+    fclose(f);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    assert_non_null(strstr(err.msg, "not an HDF5 file"));
+}
+
+// Writes out of order are refused: a version may only be written once all layers have the one
+// before (else a crash could leave no whole step behind).
+static void test_write_order(void **state) {
+    (void)state;
+    const size_t count[2] = {100, 100};
+    StoreOptions o = opts(STORE_HDF5, 0);
+    LayerStore *s = make_store(g_dir, "order", 2, count, &o);
+    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
+    FgError err = {0};
+    assert_int_equal(layer_store_write(s, 0, 1, mem, &err), 0);
+    assert_int_not_equal(layer_store_write(s, 0, 2, mem, &err), 0);
+    assert_non_null(strstr(err.msg, "before layer fc2 has version 1"));
+    assert_int_not_equal(layer_store_write(s, 1, 3, mem, &err), 0);
+    fg_free(mem);
+    layer_store_close(s);
+}
+
+// ---- with mounts (root): disk full, no O_DIRECT ----
+
+static char g_mnt[1024], g_img[1100];
+
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+// Too big for the disk: creation fails (blocks are reserved up front), naming file and cause,
+// and leaves nothing behind. Disk filling up mid-run (a store made without reservation): the
+// write-back fails with ENOSPC, the store stays at the last whole step, and once space is back
+// the run continues from it.
+static void test_disk_full(void **state) {
+    (void)state;
+    FgError err = {0};
+    StoreLayer big[4];
+    for (int i = 0; i < 4; i++) big[i] = (StoreLayer){.layer = 2 * i, .count = 1 << 20};
+    for (int i = 0; i < 4; i++) snprintf(big[i].name, sizeof big[i].name, "fc%d", i + 1);
+    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    LayerStore *s;
+    assert_int_not_equal(layer_store_create(&s, g_mnt, "big", 4, big, &o, &err), 0);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, g_mnt));
+    assert_non_null(strstr(err.msg, "No space left on device"));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/big.h5", g_mnt);
+    assert_int_not_equal(access(path, F_OK), 0);
+
+    const size_t count[4] = {1 << 17, 1 << 17, 1 << 17, 1 << 17};  // 1.5 MiB per layer
+    o.preallocate = 0;
+    layer_store_close(make_store(g_mnt, "small", 4, count, &o));
+    sh("dd if=/dev/zero of=%s/filler bs=1M 2>/dev/null; sync", g_mnt);  // stops at ENOSPC
+    LayerStream ls = open_stream(g_mnt, "small", 2);
+    int rc = stream_step(&ls, NULL, 4, 1, &err);
+    if (!rc) rc = ls.flush(&ls, &err);
+    assert_int_not_equal(rc, 0);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "small.h5"));
+    assert_non_null(strstr(err.msg, "No space left on device"));
+    assert_int_not_equal(ls.close(&ls, &err), 0);
+    if (layer_store_open(&s, g_mnt, "small", NULL, &err)) fail_msg("%s", err.msg);
+    expect_version(s, 0);
+    layer_store_close(s);
+    sh("rm -f %s/filler", g_mnt);
+    ls = open_stream(g_mnt, "small", 2);
+    if (stream_step(&ls, NULL, 4, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_mnt, "small", NULL, &err)) fail_msg("%s", err.msg);
+    expect_version(s, 1);
+    layer_store_close(s);
+}
+
+// ramfs refuses O_DIRECT (EINVAL): the store says so and works through the page cache.
+static void test_no_odirect(void **state) {
+    (void)state;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s-ramfs", g_mnt);
+    if (mkdir(dir, 0755) || sh("mount -t ramfs ramfs %s 2>/dev/null", dir)) {
+        rmdir(dir);
+        skip();
+    }
+    const size_t count[2] = {1000, 2000};
+    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    LayerStore *s = make_store(dir, "r", 2, count, &o);
+    printf("  %s\n", layer_store_note(s));
+    assert_non_null(strstr(layer_store_note(s), "O_DIRECT"));
+    layer_store_close(s);
+    LayerStream ls = open_stream(dir, "r", 2);
+    assert_non_null(strstr(ls.note, "buffered"));
+    FgError err = {0};
+    if (stream_step(&ls, NULL, 2, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, dir, "r", NULL, &err)) fail_msg("%s", err.msg);
+    expect_version(s, 1);
+    layer_store_close(s);
+    sh("umount %s", dir);
+    rmdir(dir);
+}
+
+static int run_mount_tests(void) {
+    char cwd[900];
+    if (!getcwd(cwd, sizeof cwd)) return 1;
+    snprintf(g_mnt, sizeof g_mnt, "%s/mnt-XXXXXX", cwd);
+    if (!mkdtemp(g_mnt)) return 1;
+    snprintf(g_img, sizeof g_img, "%s.img", g_mnt);
+    if (sh("truncate -s 32M %s && mkfs.ext4 -q -F -b 4096 %s >/dev/null 2>&1 && "
+           "mount -o loop %s %s 2>/dev/null", g_img, g_img, g_img, g_mnt)) {
+        fprintf(stderr, "SKIP: cannot make and loop-mount a 32 MiB ext4 here (needs root and "
+                        "loop devices): disk-full and no-O_DIRECT tests not run\n");
+        rmdir(g_mnt);
+        unlink(g_img);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_no_odirect),
+    };
+    int rc = cmocka_run_group_tests_name("layer_store_mounts", tests, NULL, NULL);
+    sh("umount %s", g_mnt);
+    rmdir(g_mnt);
+    unlink(g_img);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "mounts")) return run_mount_tests();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_roundtrip_hdf5, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_roundtrip_raw, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stream_reacquire, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_write_order, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bad_stores, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_unwritable_dir, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_crash_consistency, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stream_rss, setup_dir, teardown_dir),
+    };
+    return cmocka_run_group_tests_name("layer_store", tests, NULL, NULL);
+}
