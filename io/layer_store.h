@@ -40,7 +40,8 @@ typedef struct {
     StoreFormat format;
     int n_bufs;          // 1 (params) + optimizer state buffers
     size_t aux_bytes;    // per-version auxiliary blob (0: none)
-    int io_threads;      // helper threads for chunked I/O (1: none)
+    int io_threads;      // threads for chunked I/O (0 or 1: one request per layer, the default:
+                         // 4 threads of 1 MiB chunks measured no faster, docs/out-of-core.md)
     size_t chunk_bytes;  // chunk of one helper request (default 1 MiB)
     int preallocate;     // reserve the file's blocks at creation (fallocate): a full disk fails
                          // at creation, not in the middle of a run
