@@ -267,6 +267,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         goto done;
     }
     res->first_step = first_step;
+    if (o->resume_path && t->stage == 0 && t->replica == 0)
+        fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", o->resume_path, first_step);
     StepLog log = {0};
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
