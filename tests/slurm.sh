@@ -8,10 +8,12 @@
 #     `#SBATCH --signal=B:USR1@120` sends): it must write a checkpoint, be requeued, and the
 #     requeued run must resume from that checkpoint and finish; its final weights must equal,
 #     bit for bit, those of the same run without interruption (mpirun, no Slurm).
+#  3. launch/slurm/fgpipe-gpu.sbatch on 4 stand-in GPUs (gres): every task gets its own GPU in
+#     CUDA_VISIBLE_DEVICES, and the run completes (on the CPU: fgpipe has no CUDA backend yet).
 #
 # Slurm delays a requeued job by ~120 s (EligibleTime); the test moves its start to now with
-# `scontrol update StartTime=now` instead of waiting. Every daemon started here is stopped at
-# the end. Without the Slurm packages (launch/install-deps.sh installs them) or without root
+# `scontrol update StartTime=now` (2 s after the requeue) instead of waiting. Every daemon
+# started here is stopped at the end. Without the Slurm packages (launch/install-deps.sh installs them) or without root
 # (slurmd must run as root) the test is skipped, with the reason, exit code 77.
 #
 # usage: slurm.sh FGPIPE CONFIG
@@ -59,7 +61,7 @@ cleanup() {
   for p in $(pgrep -f slurmstepd); do
     grep -qF "$dir" "/proc/$p/cmdline" "/proc/$p/environ" 2>/dev/null && kill -KILL "$p"
   done
-  rm -rf "$dir"
+  [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -125,9 +127,14 @@ MpiDefault=pmix
 ReturnToService=2
 JobRequeue=1
 MailProg=/bin/true
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
+GresTypes=gpu
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+# Four stand-in GPUs (links to /dev/null: Slurm wants character devices): enough for Slurm to
+# hand one to each task of fgpipe-gpu.sbatch in CUDA_VISIBLE_DEVICES; nothing opens them.
+mkdir -p "$dir/gpu" && for g in 0 1 2 3; do ln -s /dev/null "$dir/gpu/nvidia$g"; done
+echo "NodeName=localhost Name=gpu File=$dir/gpu/nvidia[0-3]" >"$dir/gres.conf"
 slurmctld -D -f "$SLURM_CONF" >"$dir/slurmctld.out" 2>&1 &
 pids+=($!)
 slurmd -D -f "$SLURM_CONF" -N localhost >"$dir/slurmd.out" 2>&1 &
@@ -209,9 +216,11 @@ grep -q "fgpipe: stopped by a signal after step $at" "$dir/job2.out"
 verdict "job 2 wrote a checkpoint at step ${at:-?} and stopped there" "$([ $? -eq 0 ] && [ -n "$at" ] || echo "no checkpoint-and-stop lines")"
 grep -q "requeueing job $j2" "$dir/job2.out"
 verdict "the batch script requeued the job itself" "$([ $? -eq 0 ] || echo "no 'requeueing job' line")"
-# Slurm's requeue delay lets the old run's step daemons finish on the node; skipping it, wait
-# for that here (node idle again) so the new run does not race the old one's cleanup.
+# Slurm's requeue delay also covers the old run's cleanup: slurmd refuses a batch launch whose
+# credential is not newer, in whole seconds, than the revocation of the killed run's ("Job
+# credential revoked"). So: node idle again, and 2 s past the requeue.
 for _ in $(seq 150); do [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && break; sleep 0.2; done
+sleep 2
 scontrol update jobid="$j2" StartTime=now
 st=$(wait_state "$j2" 180 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL)
 ec=$(job_field "$j2" ExitCode)
@@ -230,4 +239,22 @@ timeout 300 mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$f
 cmp -s "$dir/job2.bin" "$dir/straight.bin"
 verdict "stopped, requeued and resumed weights equal the uninterrupted run's, bitwise" \
   "$([ $? -eq 0 ] || echo "differ ($(cmp "$dir/job2.bin" "$dir/straight.bin" 2>&1 | head -n 1))")"
+
+# --- 3: fgpipe-gpu.sbatch: one rank per (stand-in) GPU --------------------------------------------
+printf '#!/bin/sh\necho "task ${SLURM_PROCID:-?} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}" >&2\nexec "%s" "$@"\n' \
+  "$fgpipe" >"$dir/show-gpu"
+chmod +x "$dir/show-gpu"
+j3=$(FGPIPE=$dir/show-gpu FGPIPE_OUT=$dir/job3 sbatch --parsable --ntasks-per-node=4 --cpus-per-task=1 \
+     --time=10 -o "$dir/job3.out" "$root/launch/slurm/fgpipe-gpu.sbatch" "$config" "${small[@]}" \
+     --set steps=10 2>"$dir/sbatch3.err")
+[ -n "$j3" ] && jobs+=("$j3")
+st=$([ -n "$j3" ] && wait_state "$j3" 120 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL)
+ec=$([ -n "$j3" ] && job_field "$j3" ExitCode)
+verdict "fgpipe-gpu.sbatch job COMPLETED with exit code 0:0 (${st:-not submitted}, $ec)" \
+  "$([ "$st" = COMPLETED ] && [ "$ec" = 0:0 ] && grep -q "result: 10 steps" "$dir/job3.out" ||
+     echo "state $st, exit $ec; $(cat "$dir/sbatch3.err" 2>/dev/null)")"
+gpus=$(sed -n 's/^task \([0-9]\) CUDA_VISIBLE_DEVICES=\(.*\)/\1:\2/p' "$dir/job3.out" 2>/dev/null | sort | tr '\n' ' ')
+distinct=$(sed -n 's/^task [0-9] CUDA_VISIBLE_DEVICES=//p' "$dir/job3.out" 2>/dev/null | grep -x '[0-9]' | sort -u | wc -l)
+verdict "each of the 4 tasks sees one GPU of its own ($gpus)" "$([ "$distinct" -eq 4 ] || echo "$distinct distinct single GPUs")"
+[ "$failed" -eq 0 ] || show "$dir/job3.out"
 finish
