@@ -10,11 +10,14 @@
 #     bit for bit, those of the same run without interruption (mpirun, no Slurm).
 #  3. launch/slurm/fgpipe-gpu.sbatch on 4 stand-in GPUs (gres): every task gets its own GPU in
 #     CUDA_VISIBLE_DEVICES, and the run completes (on the CPU: fgpipe has no CUDA backend yet).
+#  4. A job with --time=1 gets the warning from its own `#SBATCH --signal=B:USR1@120` line, sent
+#     by Slurm at the time limit, and checkpoints and requeues itself (then it is cancelled).
 #
 # Slurm delays a requeued job by ~120 s (EligibleTime); the test moves its start to now with
 # `scontrol update StartTime=now` (2 s after the requeue) instead of waiting. Every daemon
-# started here is stopped at the end. Without the Slurm packages (launch/install-deps.sh installs them) or without root
-# (slurmd must run as root) the test is skipped, with the reason, exit code 77.
+# started here is stopped at the end. Without the Slurm packages (launch/install-deps.sh
+# installs them) or without root (slurmd must run as root) the test is skipped, with the
+# reason, exit code 77.
 #
 # usage: slurm.sh FGPIPE CONFIG
 set -u
@@ -257,4 +260,16 @@ gpus=$(sed -n 's/^task \([0-9]\) CUDA_VISIBLE_DEVICES=\(.*\)/\1:\2/p' "$dir/job3
 distinct=$(sed -n 's/^task [0-9] CUDA_VISIBLE_DEVICES=//p' "$dir/job3.out" 2>/dev/null | grep -x '[0-9]' | sort -u | wc -l)
 verdict "each of the 4 tasks sees one GPU of its own ($gpus)" "$([ "$distinct" -eq 4 ] || echo "$distinct distinct single GPUs")"
 [ "$failed" -eq 0 ] || show "$dir/job3.out"
+# --- 4: the script's own `#SBATCH --signal=B:USR1@120`, sent by Slurm at a real time limit ---------
+# With --time=1 the warning is due at once; slurmctld sends it at its next time-limit check.
+j4=$(FGPIPE_OUT=$dir/job4 sbatch --parsable --ntasks-per-node=4 --time=1 -o "$dir/job4.out" \
+     "$root/launch/slurm/fgpipe-cpu.sbatch" "$config" "${small[@]}" --set steps=1000000 2>"$dir/sbatch4.err")
+[ -n "$j4" ] && jobs+=("$j4")
+t4=$SECONDS
+warned=false
+for _ in $(seq 900); do grep -q "requeueing job $j4" "$dir/job4.out" 2>/dev/null && { warned=true; break; }; sleep 0.1; done
+verdict "at the time limit Slurm sent the warning, the job checkpointed and requeued itself ($((SECONDS - t4)) s)" \
+  "$($warned && grep -q "fgpipe: stopped by a signal after step" "$dir/job4.out" || echo "no warning within 90 s")"
+[ -n "$j4" ] && scancel "$j4"
+$warned || show "$dir/job4.out"
 finish
