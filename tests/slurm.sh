@@ -9,7 +9,7 @@
 #     requeued run must resume from that checkpoint and finish; its final weights must equal,
 #     bit for bit, those of the same run without interruption (mpirun, no Slurm).
 #  3. launch/slurm/fgpipe-gpu.sbatch on 4 stand-in GPUs (gres): every task gets its own GPU in
-#     CUDA_VISIBLE_DEVICES, and the run completes (on the CPU: fgpipe has no CUDA backend yet).
+#     CUDA_VISIBLE_DEVICES, and the run completes (FGPIPE_DEVICE=cpu: the GPUs are not real).
 #  4. A job with --time=1 gets the warning from its own `#SBATCH --signal=B:USR1@120` line, sent
 #     by Slurm at the time limit, and checkpoints and requeues itself (then it is cancelled).
 #
@@ -247,7 +247,7 @@ verdict "stopped, requeued and resumed weights equal the uninterrupted run's, bi
 printf '#!/bin/sh\necho "task ${SLURM_PROCID:-?} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}" >&2\nexec "%s" "$@"\n' \
   "$fgpipe" >"$dir/show-gpu"
 chmod +x "$dir/show-gpu"
-j3=$(FGPIPE=$dir/show-gpu FGPIPE_OUT=$dir/job3 sbatch --parsable --ntasks-per-node=4 --cpus-per-task=1 \
+j3=$(FGPIPE=$dir/show-gpu FGPIPE_OUT=$dir/job3 FGPIPE_DEVICE=cpu sbatch --parsable --ntasks-per-node=4 --cpus-per-task=1 \
      --time=10 -o "$dir/job3.out" "$root/launch/slurm/fgpipe-gpu.sbatch" "$config" "${small[@]}" \
      --set steps=10 2>"$dir/sbatch3.err")
 [ -n "$j3" ] && jobs+=("$j3")
