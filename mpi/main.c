@@ -53,6 +53,7 @@ static int make_transport(void *arg, int stages, int replicas, const Backend *be
 #endif
 
 int main(int argc, char **argv) {
+    fgpipe_catch_stop_signals();
     MPI_Init(&argc, &argv);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -54,6 +54,13 @@ static void request_stop(int sig) {
     stop_requested = 1;
 }
 
+void fgpipe_catch_stop_signals(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = request_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
 static int cmd_train(int argc, char **argv, TransportFactory make_transport,
                      BackendFactory make_backend, void *arg) {
     const char *config_path = NULL, *summary = NULL, *device = NULL;
@@ -152,10 +159,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
         return fail(&err);
     }
-    struct sigaction sa = {0};
-    sa.sa_handler = request_stop;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    fgpipe_catch_stop_signals();  // again: MPI start-up may have set its own
     outputs.stop_requested = &stop_requested;
     // Replica 0's last stage reports, its first stage describes the run.
     int reporter = t->stage == t->stages - 1 && t->replica == 0;

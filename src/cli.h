@@ -17,6 +17,11 @@ typedef int (*BackendFactory)(void *arg, DeviceKind device, const Backend **out,
 typedef int (*TransportFactory)(void *arg, int stages, int replicas, const Backend *be,
                                 Transport *out, Storage *io, FgError *err);
 
+// From now on SIGTERM and SIGUSR1 ask a training run to checkpoint and stop at its next step
+// boundary instead of killing the process. main calls it first thing: a warning that arrives
+// while MPI starts (Slurm's, at a job's very start) must not kill the rank.
+void fgpipe_catch_stop_signals(void);
+
 // Returns the process exit code: 0 success, 2 bad usage or input, 1 anything else.
 // make_backend may be NULL: a CPU-only build.
 int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,

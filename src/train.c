@@ -329,7 +329,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         if (o->stop_requested) {  // a signal may reach only some ranks: stop when any saw one
             double stop = *o->stop_requested ? 1.0 : 0.0;
             if ((rc = t->allreduce_sum_world(t, &stop, 1, err))) break;
-            if (stop > 0) {
+            // In the last step a stop is just the end: the run is complete, not stopped.
+            if (stop > 0 && step + 1 < total) {
                 if (checkpoints && (rc = save_checkpoint(&p, c, o, res->layout, step + 1, err))) break;
                 if (reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", step + 1);
                 res->stopped = 1;

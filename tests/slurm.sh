@@ -11,7 +11,9 @@
 #  3. launch/slurm/fgpipe-gpu.sbatch on 4 stand-in GPUs (gres): every task gets its own GPU in
 #     CUDA_VISIBLE_DEVICES, and the run completes (FGPIPE_DEVICE=cpu: the GPUs are not real).
 #  4. A job with --time=1 gets the warning from its own `#SBATCH --signal=B:USR1@120` line, sent
-#     by Slurm at the time limit, and checkpoints and requeues itself (then it is cancelled).
+#     by Slurm at the time limit, which is due at once: the script holds it until the ranks
+#     have started (FGPIPE_WARN_DELAY), then the job checkpoints and requeues itself (and is
+#     cancelled).
 #
 # Slurm delays a requeued job by ~120 s (EligibleTime); the test moves its start to now with
 # `scontrol update StartTime=now` (2 s after the requeue) instead of waiting. Every daemon
@@ -196,7 +198,8 @@ verdict "job 1 wrote its checkpoint and weights" \
 
 # --- 2: warned, checkpointed, requeued, resumed --------------------------------------------------
 steps=600
-j2=$(submit job2 --set steps=$steps --save-params "$dir/job2.bin" 2>"$dir/sbatch2.err")
+# (FGPIPE_WARN_DELAY=0: the warning comes once fgpipe is training; job 4 has one at the start.)
+j2=$(FGPIPE_WARN_DELAY=0 submit job2 --set steps=$steps --save-params "$dir/job2.bin" 2>"$dir/sbatch2.err")
 [ -n "$j2" ] && jobs+=("$j2")
 verdict "second job submitted (job ${j2:-none})" "$([ -n "$j2" ] || cat "$dir/sbatch2.err")"
 [ -n "$j2" ] || finish
