@@ -11,6 +11,8 @@ packages=(
   python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path
   dataset-fashion-mnist                    # the default training data
   procps                                   # pgrep, for the killed-rank test
+  slurmctld slurmd slurm-client munge      # launch/slurm/ scripts, tested on a real Slurm
+  iproute2 util-linux                      # ip netns, unshare: the two-host test
 )
 
 missing=()

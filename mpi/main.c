@@ -33,12 +33,13 @@ static int make_backend(void *arg, DeviceKind device, const Backend **out, FgErr
 }
 #endif
 
-static int make_transport(void *arg, int stages, const Backend *be, Transport *out, Storage *io,
-                          FgError *err) {
+static int make_transport(void *arg, int stages, int replicas, const Backend *be, Transport *out,
+                          Storage *io, FgError *err) {
     (void)be;  // MPI carries host memory; the CLI stages a device backend's messages
     Made *made = arg;
-    int rc = transport_mpi_create(MPI_COMM_WORLD, stages, out, err);
+    int rc = transport_mpi_create(MPI_COMM_WORLD, stages, replicas, out, err);
     if (rc) return rc;
+    // Collective over one pipeline: replica 0's stages write the checkpoints.
     *io = checkpoint_hdf5(transport_mpi_comm(out));
     made->transport = out;
     made->storage = io;
@@ -52,6 +53,7 @@ static int make_transport(void *arg, int stages, const Backend *be, Transport *o
 #endif
 
 int main(int argc, char **argv) {
+    fgpipe_catch_stop_signals();
     MPI_Init(&argc, &argv);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -11,7 +11,9 @@ enum { MAX_SLOTS = 4096 };
 
 typedef struct {
     MPI_Comm pipe;   // this replica's stages, rank = stage
-    MPI_Comm data;   // the same stage of every replica (data parallelism)
+    MPI_Comm data;   // the same stage of every replica (data parallelism), rank = replica
+    MPI_Comm grid;   // every rank of the grid
+    MPI_Request replica_sum;  // the gradient sum over `data` in flight, or MPI_REQUEST_NULL
     int world_rank, replica;
     float **buf;
     size_t *cap;
@@ -114,28 +116,54 @@ static int mpi_allreduce(Transport *t, double *buf, int n, FgError *err) {
     return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "allreduce");
 }
 
-int transport_mpi_create(MPI_Comm world, int stages, Transport *out, FgError *err) {
+static int mpi_allreduce_world(Transport *t, double *buf, int n, FgError *err) {
+    MpiCtx *c = t->ctx;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->grid);
+    return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "allreduce over the grid");
+}
+
+static int mpi_start_replica_sum(Transport *t, float *buf, size_t n, FgError *err) {
+    MpiCtx *c = t->ctx;
+    if (c->replica_sum != MPI_REQUEST_NULL)
+        return fg_fail(err, FG_ERR_INTERNAL, "rank %d: a replica sum is already in flight", c->world_rank);
+    if (n > INT_MAX) return fg_fail(err, FG_ERR_INPUT, "a sum of %zu floats is too large for MPI", n);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->data, &c->replica_sum);
+    return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "starting the sum over replicas");
+}
+
+static int mpi_wait_replica_sum(Transport *t, FgError *err) {
+    MpiCtx *c = t->ctx;
+    int rc = MPI_Wait(&c->replica_sum, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "sum over replicas");
+}
+
+int transport_mpi_create(MPI_Comm world, int stages, int replicas, Transport *out, FgError *err) {
     int rank, size;
     MPI_Comm_rank(world, &rank);
     MPI_Comm_size(world, &size);
-    if (size % stages)
-        return fg_fail(err, FG_ERR_INPUT, "stages: %d does not divide the %d MPI ranks", stages, size);
-    if (size / stages > 1)
+    if (size != stages * replicas)
         return fg_fail(err, FG_ERR_INPUT,
-                       "%d ranks for %d stages means %d data-parallel replicas, which this version "
-                       "does not train yet: run with %d ranks",
-                       size, stages, size / stages, stages);
+                       "%d MPI ranks, but stages x replicas = %d x %d needs %d: start %d ranks, or "
+                       "set stages and replicas so that their product is %d",
+                       size, stages, replicas, stages * replicas, stages * replicas, size);
     MpiCtx *c = calloc(1, sizeof *c);
     c->world_rank = rank;
     c->replica = rank / stages;
+    c->replica_sum = MPI_REQUEST_NULL;
     for (int i = 0; i < TRANSPORT_MAX_POSTED; i++) c->posted[i].req = MPI_REQUEST_NULL;
     MPI_Comm_split(world, c->replica, rank % stages, &c->pipe);
     MPI_Comm_split(world, rank % stages, c->replica, &c->data);
+    MPI_Comm_dup(world, &c->grid);
     // Errors come back as codes so the message can name the rank; main then aborts the job.
     MPI_Comm_set_errhandler(c->pipe, MPI_ERRORS_RETURN);
-    Transport t = {.ctx = c, .stage = rank % stages, .stages = stages, .send = mpi_send,
-                   .recv = mpi_recv, .post_recv = mpi_post_recv, .wait_recv = mpi_wait_recv,
-                   .allreduce_sum = mpi_allreduce};
+    MPI_Comm_set_errhandler(c->data, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(c->grid, MPI_ERRORS_RETURN);
+    Transport t = {.ctx = c, .stage = rank % stages, .stages = stages, .replica = c->replica,
+                   .replicas = replicas, .send = mpi_send, .recv = mpi_recv,
+                   .post_recv = mpi_post_recv, .wait_recv = mpi_wait_recv,
+                   .allreduce_sum = mpi_allreduce, .allreduce_sum_world = mpi_allreduce_world,
+                   .start_replica_sum = mpi_start_replica_sum,
+                   .wait_replica_sum = mpi_wait_replica_sum};
     *out = t;
     return FG_OK;
 }
@@ -144,10 +172,12 @@ void transport_mpi_destroy(Transport *t) {
     MpiCtx *c = t->ctx;
     if (!c) return;
     MPI_Waitall(c->n_slots, c->req, MPI_STATUSES_IGNORE);
+    MPI_Wait(&c->replica_sum, MPI_STATUS_IGNORE);
     for (int i = 0; i < c->n_slots; i++) fg_free(c->buf[i]);
     free(c->buf), free(c->cap), free(c->req);
     MPI_Comm_free(&c->pipe);
     MPI_Comm_free(&c->data);
+    MPI_Comm_free(&c->grid);
     free(c);
     t->ctx = NULL;
 }

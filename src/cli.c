@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "usage: fgpipe train --config FILE [--set key=value ...] [--out DIR]\n"
             "                    [--summary-json FILE] [--trace FILE]\n"
             "       mpirun -np M fgpipe train ... --set stages=M   (one pipeline stage per rank)\n"
+            "       mpirun -np M*R fgpipe train ... --set stages=M --set replicas=R\n"
+            "                                       (R data-parallel pipelines; launch/fgpipe-run)\n"
             "\n"
             "  --config FILE        key = value lines (launch/configs/fashion-mnist-mlp.conf)\n"
             "  --set key=value      override one config key (repeatable)\n"
@@ -50,6 +52,13 @@ static volatile sig_atomic_t stop_requested;
 static void request_stop(int sig) {
     (void)sig;
     stop_requested = 1;
+}
+
+void fgpipe_catch_stop_signals(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = request_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 static int cmd_train(int argc, char **argv, TransportFactory make_transport,
@@ -140,7 +149,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
     // `made` stays the factory's (main owns and destroys it); t is what the stages talk through.
     Transport made, staged_transport, *t = &made;
     Storage io = {0};
-    if (make_transport(arg, cfg.stages, be, &made, &io, &err)) return fail(&err);
+    if (make_transport(arg, cfg.stages, cfg.replicas, be, &made, &io, &err)) return fail(&err);
     if (be->on_device && !made.device_memory) {
         staged_transport = transport_staged(made, be);
         t = &staged_transport;
@@ -150,13 +159,11 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
         return fail(&err);
     }
-    struct sigaction sa = {0};
-    sa.sa_handler = request_stop;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    fgpipe_catch_stop_signals();  // again: MPI start-up may have set its own
     outputs.stop_requested = &stop_requested;
-    int reporter = t->stage == t->stages - 1;
-    if (t->stage == 0) {
+    // Replica 0's last stage reports, its first stage describes the run.
+    int reporter = t->stage == t->stages - 1 && t->replica == 0;
+    if (t->stage == 0 && t->replica == 0) {
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         char tangents[32] = "";
         if (cfg.mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);

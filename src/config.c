@@ -31,7 +31,8 @@ static const ConfigKey KEYS[] = {
     CHOICE(estimator, "auto|fg|cv|guided", "fg+bp estimator: cv (control variate, the auto choice), plain fg, or guided (tangent 0 follows the last exact gradient)"),
     NUM(KEY_INT, lag, 0, 1, "fg+bp: 0 uses this step's exact gradient, 1 the previous step's (fits more bubbles)"),
     NUM(KEY_INT, select, -1, 1024, "fg+bp: micro-batches backpropagated per step; -1: auto, as many as fit the bubbles"),
-    NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be a multiple of M"),
+    NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
+    NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance by parameter count"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
@@ -64,6 +65,7 @@ void config_defaults(Config *c) {
     c->mode = MODE_BP;
     c->select = -1;
     c->stages = 1;
+    c->replicas = 1;
     snprintf(c->boundaries, sizeof c->boundaries, "auto");
     c->tangents = 1;
     c->micro_batch = 32;

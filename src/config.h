@@ -26,6 +26,7 @@ typedef struct {
     int lag;               // fg+bp: 0 corrects with this step's exact gradient, 1 with the last
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     int stages;            // M pipeline stages (one per rank)
+    int replicas;          // R data-parallel replicas of the pipeline (stages x replicas ranks)
     int device;            // DeviceKind: where each stage computes
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     int tangents;          // K tangents per micro-batch (fg)

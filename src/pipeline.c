@@ -86,6 +86,28 @@ static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++]
 static int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
 
 // ---------------------------------------------------------------------------------------------
+// Replicas: replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the
+// tangents and the place of its scalars, so R replicas of N micro-batches compute what one
+// pipeline of R*N micro-batches computes.
+
+static int global_microbatch(const Pipeline *p, int mb) {
+    return p->tr->replica * p->cfg->micro_batches + mb;
+}
+
+static int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
+
+// Whether global micro-batch g enters the estimate through its exact gradient (cv, lag 0:
+// it is inside c) instead of its forward gradient.
+static int inside_exact(const Pipeline *p, int g) {
+    return p->cfg->lag == 0 && g % p->cfg->micro_batches < p->n_sel;
+}
+
+// The buffer B ops add into: the gradient (bp) or the exact gradient c (fg+bp).
+static float *backward_target(const Pipeline *p) {
+    return p->cfg->mode == MODE_BP ? p->grad : p->exact;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Ops
 
 // Op F of micro-batch mb; `in` is the received (h, hdot) (NULL on stage 0: the data).
@@ -105,7 +127,7 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
     float *stash = NULL;
     if (is_selected(p, mb)) p->stash[step & 1][mb] = stash = stash_take(p);
     TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step,
-                      .microbatch = (uint32_t)mb};
+                      .microbatch = (uint32_t)global_microbatch(p, mb)};
     const float *y, *ydot;
     stage_forward(&p->stage, p->params, p->K ? &key : NULL, x, xdot, B, stash, &y, &ydot);
 
@@ -123,15 +145,17 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
     if (p->K) {
         float *d = p->coeff + (size_t)mb * p->K;  // scratch until the update
         loss = be->loss_jvp(be, y, ydot, p->labels, B, C, p->K, d);
-        for (int k = 0; k < p->K; k++) p->scalars[1 + (size_t)mb * p->K + k] = d[k];
+        for (int k = 0; k < p->K; k++) p->scalars[1 + (size_t)global_microbatch(p, mb) * p->K + k] = d[k];
     } else {
         loss = be->loss_forward(be, y, p->labels, B, C, NULL);
     }
     if (is_selected(p, mb)) {
-        // bp averages over all N micro-batches; the exact gradient c over the n_sel selected.
+        // bp averages over all N micro-batches; the exact gradient c over the n_sel selected;
+        // both over the R replicas too (the replica sum adds them up).
         float *dz = p->dz[step & 1] + (size_t)mb * B * C;
         be->loss_backward(be, y, p->labels, B, C, dz);
-        be->scale(be, dz, 1.0f / (float)(c->mode == MODE_BP ? N : p->n_sel), dz, (size_t)B * C);
+        float scale = 1.0f / (float)((c->mode == MODE_BP ? N : p->n_sel) * p->tr->replicas);
+        be->scale(be, dz, scale, dz, (size_t)B * C);
     }
     *loss_sum += loss;
     return FG_OK;
@@ -144,7 +168,7 @@ static int op_backward(Pipeline *p, long step, int offset, int mb, const float *
     long of_step = step + offset;
     const float *dy = p->is_last ? p->dz[of_step & 1] + (size_t)mb * B * p->model->classes : in;
     float *stash = p->stash[of_step & 1][mb];
-    float *target = p->cfg->mode == MODE_BP ? p->grad : p->exact;
+    float *target = backward_target(p);
     // A lag-1 op differentiates at the weights its activations were computed with.
     const float *params = offset ? p->prev_params : p->params;
     float *dx = p->is_first ? NULL : p->msg_out;
@@ -188,7 +212,7 @@ static int global_squared_norm(Pipeline *p, const float *x, double *out, FgError
 static int update_stats(Pipeline *p, long step, const float *d, const double *cdots, int have_c,
                         FgError *err) {
     StepResult *r = &p->stats;
-    int N = p->cfg->micro_batches, K = p->K, NK = N * K, rc;
+    int N = all_microbatches(p), K = p->K, NK = N * K, rc;
     double g2, c2, gc, f2, fc;
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
     if ((rc = global_squared_norm(p, p->grad, &g2, err))) return rc;
@@ -211,7 +235,8 @@ static int update_stats(Pipeline *p, long step, const float *d, const double *cd
     }
     if (cdots) {
         double plain = 0, corrected = 0;
-        for (int i = (p->cfg->lag == 0 ? p->n_sel * K : 0); i < NK; i++) {
+        for (int i = 0; i < NK; i++) {
+            if (inside_exact(p, i / K)) continue;
             plain += (double)d[i] * d[i];
             corrected += ((double)d[i] - cdots[i]) * ((double)d[i] - cdots[i]);
         }
@@ -228,34 +253,42 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     const Config *c = p->cfg;
     const Model *m = p->model;
     const Backend *be = p->be;
-    int N = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
+    // N: the micro-batches of every replica (global indices); Nr: those of one replica.
+    int N = all_microbatches(p), Nr = c->micro_batches, K = p->K, NK = N * K, L = m->n_layers, rc;
     // The reference vector r of the estimate: c itself (cv) or the unit direction of the last
     // exact gradient, which tangent 0 followed in this step's F ops (guided).
     int guided = K && c->estimator == ESTIMATOR_GUIDED && p->stage.guide;
     int use_cv = K && have_exact && (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_AUTO);
     const float *ref = use_cv ? p->exact : guided ? p->guide : NULL;
-    double *layer_dots = p->scalars + 1 + NK;  // [L][NK]: r . v_{b,k} per layer
+    // [R][L][Nr*K]: r . v_{b,k} per replica and layer; each rank fills its own rows and the
+    // sum over the grid (one contributor per entry: exact) gives every rank all of them.
+    double *layer_dots = p->scalars + 1 + NK;
     TangentKey key = {.seed = c->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step};
     if (ref) {
+        TangentKey mine = key;
+        mine.microbatch = (uint32_t)global_microbatch(p, 0);
         memset(layer_dots, 0, (size_t)L * NK * sizeof(double));
-        stage_tangent_dots_by_layer(&p->stage, key, N, ref, layer_dots + (size_t)p->stage.first * NK);
+        stage_tangent_dots_by_layer(&p->stage, mine, Nr, ref,
+                                    layer_dots + ((size_t)p->tr->replica * L + p->stage.first) * Nr * K);
     }
     int n_scalars = 1 + NK + (ref ? L * NK : 0);
     double t_sum = wall_seconds();
-    if ((rc = p->tr->allreduce_sum(p->tr, p->scalars, n_scalars, err))) return rc;
+    if ((rc = p->tr->allreduce_sum_world(p->tr, p->scalars, n_scalars, err))) return rc;
     *waited = wall_seconds() - t_sum;
 
     if (K) {
         float *d = malloc((size_t)NK * sizeof(float));
         double *rdots = ref ? malloc((size_t)NK * sizeof(double)) : NULL;
         for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[1 + i];
-        if (ref) sum_layer_rows(layer_dots, L, NK, rdots);
+        for (int r = 0; ref && r < p->tr->replicas; r++)
+            sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
         Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
         float base;
         estimator_coefficients(&est, d, rdots, p->coeff, &base);
         // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
-        if (use_cv && c->lag == 0)
-            for (int i = 0; i < p->n_sel * K; i++) p->coeff[i] = 0.0f;
+        if (use_cv)
+            for (int i = 0; i < NK; i++)
+                if (inside_exact(p, i / K)) p->coeff[i] = 0.0f;
         if (ref) be->scale(be, p->grad, base, ref, p->n);
         else be->zero(be, p->grad, p->n * sizeof(float));
         stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
@@ -326,13 +359,23 @@ static int post_next_receive(Pipeline *p, long step, int after, int slot, int *h
     return -1;
 }
 
+// The stage's last B op that runs this step (-1: none): after it the gradient buffer is
+// complete and its sum over the replicas can start, to finish while the stage idles.
+static int last_backward(const Pipeline *p, long step) {
+    int s = p->tr->stage, first = p->sched.stage_first[s];
+    for (int i = first + p->sched.stage_count[s] - 1; i >= first; i--)
+        if (p->sched.ops[i].kind == OP_B && op_runs(p, step, &p->sched.ops[i])) return i;
+    return -1;
+}
+
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err) {
     const Config *c = p->cfg;
     int N = c->micro_batches, s = p->tr->stage, rc = FG_OK;
     int first = p->sched.stage_first[s], end = first + p->sched.stage_count[s];
+    int sum_after = p->tr->replicas > 1 ? last_backward(p, step) : -1;
     double t_start = wall_seconds(), loss_sum = 0.0;
-    memset(p->scalars, 0, (size_t)(1 + N * p->K) * sizeof(double));
+    memset(p->scalars, 0, (size_t)(1 + all_microbatches(p) * p->K) * sizeof(double));
     if (c->mode == MODE_BP) p->be->zero(p->be, p->grad, p->n * sizeof(float));
     if (p->exact) p->be->zero(p->be, p->exact, p->n * sizeof(float));
     // Double-buffered receives: while op i works on one buffer, the message of the next op
@@ -355,13 +398,20 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
         } else if (op->kind == OP_B) {
             if (!op_runs(p, step, op)) continue;
             rc = op_backward(p, step, op->iteration_offset, op->microbatch, in, err);
+            if (!rc && i == sum_after)
+                rc = p->tr->start_replica_sum(p->tr, backward_target(p), p->n, err);
         } else {
             // Every stage knows whether c exists this step without asking: the timetable is shared.
             int have_exact = p->n_sel > 0 && step - p->cfg->lag >= p->first_step;
             p->scalars[0] = loss_sum;
-            double waited = 0.0;
+            double summed = 0.0, waited = 0.0;
+            if (sum_after >= 0) {
+                double t_wait = wall_seconds();
+                if ((rc = p->tr->wait_replica_sum(p->tr, err))) break;
+                summed = wall_seconds() - t_wait;
+            }
             rc = op_update(p, step, total, have_exact, &waited, err);
-            t0 += waited;  // drawn after its wait, with the duration of its work
+            t0 += summed + waited;  // drawn after its waits, with the duration of its work
         }
         // A device queues the op's work: it ends when the device is done (and any fault in
         // it is reported here, at the op that caused it).
@@ -370,7 +420,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
         p->measured[2 * i + 1] = wall_seconds() - t_start;
     }
     *out = p->stats;
-    out->loss = p->scalars[0] / N;
+    out->loss = p->scalars[0] / (N * p->tr->replicas);
     out->seconds = wall_seconds() - t_start;
     return rc;
 }
@@ -452,14 +502,17 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i < 2; i++) p->dz[i] = backend_alloc_floats(be, (size_t)N * B * m->classes);
     p->free_stash = fg_alloc_bytes(2 * (size_t)(N + 1) * sizeof(float *));
-    p->scalars = fg_alloc_bytes((size_t)(1 + N * p->K * (1 + m->n_layers)) * sizeof(double));
-    p->coeff = fg_alloc_floats((size_t)N * (p->K ? p->K : 1));
+    int NR = N * t->replicas;
+    p->scalars = fg_alloc_bytes((size_t)(1 + NR * p->K * (1 + m->n_layers)) * sizeof(double));
+    p->coeff = fg_alloc_floats((size_t)NR * (p->K ? p->K : 1));
 
-    // Plan: every stage measures its own ops, one sum gives everyone every stage's costs, and
-    // the deterministic builder turns identical inputs into identical timetables.
+    // Plan: every stage measures its own ops, one sum gives everyone every stage's costs (the
+    // mean over the replicas), and the deterministic builder turns identical inputs into
+    // identical timetables, on every replica.
     double *costs = calloc((size_t)3 * M, sizeof(double));
     rc = measure_costs(p, &costs[s], &costs[M + s], err);
-    if (!rc) rc = t->allreduce_sum(t, costs, 2 * M, err);
+    if (!rc) rc = t->allreduce_sum_world(t, costs, 2 * M, err);
+    for (int i = 0; i < 2 * M; i++) costs[i] /= t->replicas;
     if (!rc) {
         ScheduleSpec spec = {M, N, schedule_mode(c), c->mode == MODE_FG_BP ? c->lag : 0,
                              c->select, costs, costs + M, costs + 2 * M};

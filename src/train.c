@@ -30,7 +30,9 @@ static FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
 }
 
 static void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
-    fprintf(stderr, "fgpipe: %d stage%s:", M, M > 1 ? "s" : "");
+    if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
+    else fprintf(stderr, "fgpipe: ");
+    fprintf(stderr, "%d stage%s:", M, M > 1 ? "s" : "");
     for (int s = 0; s < M; s++)
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
@@ -118,8 +120,10 @@ static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int
     return FG_OK;
 }
 
+// Replicas hold the same weights: replica 0's pipeline writes, the others go on at once.
 static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, const int *layout,
                            long next_step, FgError *err) {
+    if (p->tr->replica != 0) return FG_OK;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -136,6 +140,35 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     if (!rc && p->tr->stage == 0)
         fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
                 isatty(2) ? "\n" : "", next_step, o->checkpoint_path, mib, seconds, mib / seconds);
+    return rc;
+}
+
+// 52 bits of an FNV-1a hash of the bytes: exact in a double, so a sum can carry it.
+static double hash52(const void *data, size_t bytes) {
+    const unsigned char *b = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return (double)(h >> 12);
+}
+
+// Replicas apply the same summed gradient and so hold bit-identical weights; one that drifted
+// (a sum that gave replicas different bits, a replica that missed a step) is an error, not a
+// silent fork. Every rank contributes its stage's hash; one sum over the grid gathers them.
+static int check_replicas_agree(Pipeline *p, FgError *err) {
+    Transport *t = p->tr;
+    int M = t->stages, R = t->replicas;
+    if (R == 1) return FG_OK;
+    int rc = pipeline_state_to_host(p, err);  // the weights as host memory
+    if (rc) return rc;
+    double *h = calloc((size_t)M * R, sizeof(double));
+    h[t->replica * M + t->stage] = hash52(p->host.params, p->n * sizeof(float));
+    rc = t->allreduce_sum_world(t, h, M * R, err);
+    for (int r = 1; r < R && !rc; r++)
+        for (int s = 0; s < M && !rc; s++)
+            if (h[r * M + s] != h[s])
+                rc = fg_fail(err, FG_ERR_INTERNAL,
+                             "the weights of stage %d differ between replica 0 and replica %d", s, r);
+    free(h);
     return rc;
 }
 
@@ -164,7 +197,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     const char *out_dir = outputs ? outputs->out_dir : NULL;
     const char *trace_path = outputs ? outputs->trace_path : NULL;
     memset(res, 0, sizeof *res);
-    int M = t->stages, reporter = t->stage == M - 1, rc;
+    // Replica 0's last stage reports and writes the outputs; replica 0 evaluates.
+    int M = t->stages, R = t->replicas, reporter = t->stage == M - 1 && t->replica == 0, rc;
     Model m;
     Dataset train = {0}, test = {0};
     Pipeline p = {0};
@@ -186,14 +220,16 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
                      test.features, test.classes);
         goto done;
     }
-    size_t batch = (size_t)c->micro_batch * c->micro_batches;
+    // A step takes `batch` samples of the epoch's order; replica r the r-th run of `shard`.
+    size_t shard = (size_t)c->micro_batch * c->micro_batches, batch = shard * R;
     if (batch > train.count) {
-        rc = fg_fail(err, FG_ERR_INPUT, "micro_batch x micro_batches = %zu is more than the %zu training samples",
+        rc = fg_fail(err, FG_ERR_INPUT,
+                     "micro_batch x micro_batches x replicas = %zu is more than the %zu training samples",
                      batch, train.count);
         goto done;
     }
     if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, err))) goto done;
-    if (t->stage == 0) print_layout(&m, res->layout, M, &p);
+    if (t->stage == 0 && t->replica == 0) print_layout(&m, res->layout, M, &p);
     if (out_dir && reporter) {
         if (mkdir(out_dir, 0755) && errno != EEXIST) {
             rc = fg_fail(err, FG_ERR_INPUT, "--out %s: %s", out_dir, strerror(errno));
@@ -231,6 +267,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         goto done;
     }
     res->first_step = first_step;
+    if (o->resume_path && t->stage == 0 && t->replica == 0)
+        fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", o->resume_path, first_step);
     StepLog log = {0};
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
@@ -254,7 +292,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         if (step % per_epoch == 0 || step == first_step)
             dataset_shuffle(order, train.count, c->seed, (uint32_t)(step / per_epoch));
         StepResult sr;
-        rc = pipeline_step(&p, step, total, order, (size_t)(step % per_epoch) * batch, &sr, err);
+        size_t sample0 = (size_t)(step % per_epoch) * batch + (size_t)t->replica * shard;
+        rc = pipeline_step(&p, step, total, order, sample0, &sr, err);
         if (rc) break;
         train_time += sr.seconds;
         step_times[(step - first_step) % TIMES] = sr.seconds;
@@ -289,8 +328,9 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         if (reporter) progress_step(&prog, step, sr.loss, lr, (long)((step + 1) * batch));
         if (o->stop_requested) {  // a signal may reach only some ranks: stop when any saw one
             double stop = *o->stop_requested ? 1.0 : 0.0;
-            if ((rc = t->allreduce_sum(t, &stop, 1, err))) break;
-            if (stop > 0) {
+            if ((rc = t->allreduce_sum_world(t, &stop, 1, err))) break;
+            // In the last step a stop is just the end: the run is complete, not stopped.
+            if (stop > 0 && step + 1 < total) {
                 if (checkpoints && (rc = save_checkpoint(&p, c, o, res->layout, step + 1, err))) break;
                 if (reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", step + 1);
                 res->stopped = 1;
@@ -301,7 +341,7 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         if (checkpoints && o->checkpoint_every && (step + 1) % o->checkpoint_every == 0 &&
             step + 1 < total && (rc = save_checkpoint(&p, c, o, res->layout, step + 1, err)))
             break;
-        if (c->eval_every && (step + 1) % c->eval_every == 0 && step + 1 < total) {
+        if (c->eval_every && (step + 1) % c->eval_every == 0 && step + 1 < total && t->replica == 0) {
             double tl, ta;
             if ((rc = pipeline_evaluate(&p, &test, &tl, &ta, err))) break;
             if (reporter)
@@ -320,14 +360,18 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     if (checkpoints && !res->stopped && (rc = save_checkpoint(&p, c, o, res->layout, total, err))) goto done;
     long window = FG_MIN(total - first_step, WINDOW);
     for (long i = 0; i < window; i++) res->final_loss += recent[(total - 1 - i) % WINDOW] / window;
-    if ((rc = pipeline_evaluate(&p, &test, &res->test_loss, &res->test_acc, err))) goto done;
+    if ((rc = check_replicas_agree(&p, err))) goto done;
+    if (t->replica == 0 && (rc = pipeline_evaluate(&p, &test, &res->test_loss, &res->test_acc, err)))
+        goto done;
     Schedule measured;
     rc = gather_measured(&p, &measured, err);
-    if (!rc && trace_path && t->stage == 0) rc = write_trace(&p.sched, &measured, trace_path, err);
+    if (!rc && trace_path && t->stage == 0 && t->replica == 0) rc = write_trace(&p.sched, &measured, trace_path, err);
     ScheduleStats ms = schedule_stats(&measured);
     free(measured.ops);
     if (rc) goto done;
-    if (outputs && outputs->params_path && (rc = save_params(&p, outputs->params_path, err))) goto done;
+    if (outputs && outputs->params_path && t->replica == 0 &&
+        (rc = save_params(&p, outputs->params_path, err)))
+        goto done;
     res->peak_rss_stage[t->stage] = (double)peak_rss_bytes();
     res->stash_bytes_stage[t->stage] =
         (double)p.n_stash_alloc * (double)stage_stash_floats(&p.stage, c->micro_batch) * sizeof(float);
@@ -366,12 +410,12 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
             "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"n_sel\": %d, "
-            "\"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
+            "\"replicas\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
             "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
             "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
             "\"seed\": %u, \"peak_rss_stage\": [",
-            r->steps, c->micro_batch, c->micro_batches, r->n_sel, r->n_params, r->first_loss,
+            r->steps, c->micro_batch, c->micro_batches, r->n_sel, c->replicas, r->n_params, r->first_loss,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->seed);

@@ -1,6 +1,9 @@
 // How a pipeline stage talks to its neighbours: point-to-point float messages between stages
-// and one small sum over all stages per step. mpi/ implements it with MPI; a single stage uses
-// transport_local(), which never sends.
+// and one small sum over all stages per step. With R data-parallel replicas (an M x R grid of
+// ranks) it also sums over the replicas: the step's scalars over the whole grid, and the
+// gradient buffers of one stage over its replicas (non-blocking, so the sum runs while the
+// stage works or idles). mpi/ implements it with MPI; a single stage uses transport_local(),
+// which never sends.
 #ifndef FGPIPE_TRANSPORT_H
 #define FGPIPE_TRANSPORT_H
 
@@ -14,6 +17,7 @@ typedef struct Transport Transport;
 struct Transport {
     void *ctx;
     int stage, stages;  // this rank's stage and the pipeline length M
+    int replica, replicas;  // this rank's data-parallel replica and their number R (1: none)
     int device_memory;  // 1: send/recv buffers are a device backend's memory (NCCL, staged)
     // Sends n floats to another stage. buf may be reused as soon as the call returns.
     int (*send)(Transport *t, int to_stage, int tag, const float *buf, size_t n, FgError *err);
@@ -26,9 +30,15 @@ struct Transport {
     int (*wait_recv)(Transport *t, int handle, FgError *err);
     // buf[i] = sum over the stages of their buf[i], on every stage.
     int (*allreduce_sum)(Transport *t, double *buf, int n, FgError *err);
+    // buf[i] = sum over every rank of the grid (all stages of all replicas), on every rank.
+    int (*allreduce_sum_world)(Transport *t, double *buf, int n, FgError *err);
+    // Starts buf[i] = sum over the replicas of this stage of their buf[i], in place: buf must
+    // not be touched until wait_replica_sum returns. One at a time.
+    int (*start_replica_sum)(Transport *t, float *buf, size_t n, FgError *err);
+    int (*wait_replica_sum)(Transport *t, FgError *err);
 };
 
-// The one-stage pipeline: nothing to send, sums are the local values.
+// The one-stage pipeline of one replica: nothing to send, sums are the local values.
 Transport transport_local(void);
 
 #endif

@@ -28,10 +28,23 @@ static int local_allreduce(Transport *t, double *buf, int n, FgError *err) {
     return FG_OK;
 }
 
+static int local_start_replica_sum(Transport *t, float *buf, size_t n, FgError *err) {
+    (void)t, (void)buf, (void)n, (void)err;
+    return FG_OK;
+}
+
+static int local_wait_replica_sum(Transport *t, FgError *err) {
+    (void)t, (void)err;
+    return FG_OK;
+}
+
 Transport transport_local(void) {
     // Never sends, so it carries any backend's buffers.
-    Transport t = {.stage = 0, .stages = 1, .device_memory = 1, .send = local_send,
-                   .recv = local_recv, .post_recv = local_post_recv, .wait_recv = local_wait_recv,
-                   .allreduce_sum = local_allreduce};
+    Transport t = {.stage = 0, .stages = 1, .replica = 0, .replicas = 1, .device_memory = 1,
+                   .send = local_send, .recv = local_recv, .post_recv = local_post_recv,
+                   .wait_recv = local_wait_recv, .allreduce_sum = local_allreduce,
+                   .allreduce_sum_world = local_allreduce,
+                   .start_replica_sum = local_start_replica_sum,
+                   .wait_replica_sum = local_wait_replica_sum};
     return t;
 }

@@ -16,6 +16,8 @@ typedef struct {
         size_t n, cap;
         int inner_handle;
     } recv[TRANSPORT_MAX_POSTED + 1];
+    float *sum_host, *sum_device;  // the replica sum in flight: its host copy and destination
+    size_t sum_n, sum_cap;
 } Staged;
 
 static float *ensure(float **buf, size_t *cap, size_t n) {
@@ -70,6 +72,31 @@ static int staged_allreduce(Transport *t, double *buf, int n, FgError *err) {
     return s->inner.allreduce_sum(&s->inner, buf, n, err);
 }
 
+static int staged_allreduce_world(Transport *t, double *buf, int n, FgError *err) {
+    Staged *s = t->ctx;
+    return s->inner.allreduce_sum_world(&s->inner, buf, n, err);
+}
+
+// The replica sum runs on a host copy: downloaded when it starts, uploaded when waited for.
+static int staged_start_replica_sum(Transport *t, float *buf, size_t n, FgError *err) {
+    Staged *s = t->ctx;
+    float *host = ensure(&s->sum_host, &s->sum_cap, n);
+    s->be->download(s->be, host, buf, n * sizeof(float));
+    int rc = s->be->sync(s->be, err);
+    if (rc) return rc;
+    s->sum_device = buf;
+    s->sum_n = n;
+    return s->inner.start_replica_sum(&s->inner, host, n, err);
+}
+
+static int staged_wait_replica_sum(Transport *t, FgError *err) {
+    Staged *s = t->ctx;
+    int rc = s->inner.wait_replica_sum(&s->inner, err);
+    if (!rc && s->sum_device) s->be->upload(s->be, s->sum_device, s->sum_host, s->sum_n * sizeof(float));
+    s->sum_device = NULL;
+    return rc;
+}
+
 Transport transport_staged(Transport inner, const Backend *be) {
     Staged *s = calloc(1, sizeof *s);
     s->inner = inner;
@@ -81,6 +108,9 @@ Transport transport_staged(Transport inner, const Backend *be) {
     t.post_recv = staged_post_recv;
     t.wait_recv = staged_wait_recv;
     t.allreduce_sum = staged_allreduce;
+    t.allreduce_sum_world = staged_allreduce_world;
+    t.start_replica_sum = staged_start_replica_sum;
+    t.wait_replica_sum = staged_wait_replica_sum;
     t.device_memory = 1;
     return t;
 }
@@ -88,6 +118,7 @@ Transport transport_staged(Transport inner, const Backend *be) {
 void transport_staged_free(Transport *t) {
     Staged *s = t->ctx;
     fg_free(s->send_buf);
+    fg_free(s->sum_host);
     for (int h = 0; h <= TRANSPORT_MAX_POSTED; h++) fg_free(s->recv[h].host);
     free(s);
 }

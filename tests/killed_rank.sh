@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A rank that dies mid-training ends the whole job: a 4-rank run is killed in one rank (world
-# rank 2, SIGKILL) once it is training, and mpirun must exit within 15 s of the kill, with a
-# non-zero status, naming the lost rank; nothing of the job may be left running.
+# A rank that dies mid-training ends the whole job: a 4-rank run that checkpoints every 10 steps
+# is killed in one rank (world rank 2, SIGKILL) once it has written a checkpoint, and mpirun
+# must exit within 15 s of the kill, with a non-zero status, naming the lost rank; nothing of
+# the job may be left running. The last checkpoint must then resume: 10 more steps from it give
+# bitwise the weights of an uninterrupted run (constant lr, so the step count does not matter).
 #
 # usage: killed_rank.sh FGPIPE CONFIG
 set -u
@@ -56,21 +58,21 @@ finish() {
   exit
 }
 
+small=(--set model=784-64-32-16-10 --set warmup_steps=0 --set lr_schedule=constant --set print_every=1000000)
 # Its own session (and process group, id = its pid), so the cleanup can end all of it.
 setsid -w mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x FGPIPE_TEST_TAG="$tag" \
-  "$fgpipe" train --config "$config" --set model=784-64-32-16-10 --set stages=4 \
-  --set steps=100000 --set warmup_steps=0 --set print_every=1000000 \
-  --out "$dir/out" >"$dir/log" 2>&1 </dev/null &
+  "$fgpipe" train --config "$config" "${small[@]}" --set stages=4 --set steps=100000 \
+  --out "$dir/out" --checkpoint-every 10 >"$dir/log" 2>&1 </dev/null &
 mpirun_pid=$!
 
-# Training: loss.csv (written by the last stage) has a few steps.
+# Training, with a checkpoint written (renamed into place once complete) and a few steps beyond.
 training=false
 for _ in $(seq $((startup_s * 10))); do
-  if [ -f "$dir/out/loss.csv" ] && [ "$(wc -l <"$dir/out/loss.csv")" -gt 5 ]; then training=true; break; fi
+  if [ -f "$dir/out/checkpoint.h5" ] && [ "$(wc -l <"$dir/out/loss.csv")" -gt 15 ]; then training=true; break; fi
   kill -0 "$mpirun_pid" 2>/dev/null || break
   sleep 0.1
 done
-check "4-rank job is training within ${startup_s} s" $training
+check "4-rank job is training and has checkpointed within ${startup_s} s" $training
 victim=
 for pid in $(job_pids); do
   { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim_rank" && victim=$pid
@@ -109,4 +111,22 @@ $ended || end_job
 for _ in $(seq 20); do [ -z "$(job_pids)" ] && break; sleep 0.1; done
 left=$(job_pids | tr '\n' ' ')
 check "no rank left running${left:+ (pids $left)}" [ -z "$left" ]
+
+# The last checkpoint resumes: step N (written before the kill) + 10 steps = a straight run.
+at=$(h5dump -a /step "$dir/out/checkpoint.h5" 2>/dev/null | sed -n 's/^ *(0): *\([0-9]*\).*/\1/p')
+check "the last checkpoint is whole and names its step (${at:-none})" [ -n "$at" ]
+[ -n "$at" ] || finish
+end=$((at + 10))
+timeout 120 mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+  --config "$config" "${small[@]}" --set stages=4 --set steps=$end --resume "$dir/out" \
+  --save-params "$dir/resumed.bin" >"$dir/resumed.log" 2>&1 </dev/null
+rc=$?
+check "mpirun --resume from the checkpoint exits 0 ($rc)" [ "$rc" -eq 0 ]
+check "the resumed run starts at step $at" grep -q "fgpipe: resumed from $dir/out/checkpoint.h5 at step $at\$" "$dir/resumed.log"
+[ "$rc" -eq 0 ] || sed 's/^/#   /' "$dir/resumed.log" | tail -n 10
+timeout 120 mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+  --config "$config" "${small[@]}" --set stages=4 --set steps=$end \
+  --save-params "$dir/straight.bin" >"$dir/straight.log" 2>&1 </dev/null
+check "killed at step ~$at, resumed to step $end = $end steps uninterrupted, bitwise" \
+  cmp -s "$dir/resumed.bin" "$dir/straight.bin"
 finish
