@@ -29,6 +29,32 @@ static FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
     return f;
 }
 
+// loss.csv, started over; a resumed run keeps the rows of the steps before its first one, so a
+// requeued job writing into the same directory continues the file.
+static FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
+    char path[1024], line[512], *kept = NULL;
+    size_t kept_len = 0;
+    snprintf(path, sizeof path, "%s/loss.csv", dir);
+    FILE *old = first_step > 0 ? fopen(path, "r") : NULL;
+    if (old) {
+        FILE *mem = open_memstream(&kept, &kept_len);
+        while (fgets(line, sizeof line, old)) {
+            char *end;
+            long step = strtol(line, &end, 10);
+            if (end != line && *end == ',' && step < first_step) fputs(line, mem);
+        }
+        fclose(old);
+        fclose(mem);
+    }
+    FILE *f = open_in_dir(dir, "loss.csv", err);
+    if (f) {
+        fprintf(f, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
+        if (kept) fputs(kept, f);
+    }
+    free(kept);
+    return f;
+}
+
 static void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
     if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
     else fprintf(stderr, "fgpipe: ");
@@ -242,11 +268,6 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         }
         config_write(c, cf);
         fclose(cf);
-        if (!(loss_csv = open_in_dir(out_dir, "loss.csv", err))) {
-            rc = FG_ERR_INPUT;
-            goto done;
-        }
-        fprintf(loss_csv, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
     }
 
     long per_epoch = (long)(train.count / batch);
@@ -267,6 +288,11 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         goto done;
     }
     res->first_step = first_step;
+    if (out_dir && reporter && !(loss_csv = open_loss_csv(out_dir, first_step, err))) {
+        rc = FG_ERR_INPUT;
+        fg_free(order);
+        goto done;
+    }
     if (o->resume_path && t->stage == 0 && t->replica == 0)
         fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", o->resume_path, first_step);
     StepLog log = {0};

@@ -53,6 +53,12 @@ for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv lag=0 selec
            <(cut -d, -f1-3 "$dir/$name-resumed$M/loss.csv" | tail -n +2) || why="$why losses differ"
     verdict "$name: stopped on 4 stages, resumed on $M = uninterrupted (weights, optimizer state, losses bitwise)" "$why"
   done
+  # Resumed into its own directory, as a requeued Slurm job is: loss.csv keeps the rows before
+  # the checkpoint and continues, so the whole file is the uninterrupted run's.
+  train 2 "$dir/$name-stopped" "${sets[@]}" -- --resume "$dir/$name-stopped" >"$dir/$name-requeued.log" 2>&1
+  verdict "$name: resumed into its own --out, loss.csv continues (whole file = uninterrupted)" \
+    "$(cmp -s <(cut -d, -f1-3 "$dir/$name-straight/loss.csv") <(cut -d, -f1-3 "$dir/$name-stopped/loss.csv") ||
+       echo "loss.csv differs: $(wc -l <"$dir/$name-stopped/loss.csv") lines, uninterrupted $(wc -l <"$dir/$name-straight/loss.csv")")"
 done
 
 # SIGKILL at arbitrary moments of a run that checkpoints every step: what is left loads.
