@@ -27,6 +27,11 @@ expect 2 "unknown or incomplete argument '--bogus'" train --config "$config" --b
 expect 2 "model: '784-x-10' is not a list" train --config "$config" --set model=784-x-10 --set steps=1
 expect 2 "takes 100 features" train --config "$config" --set model=100-10 --set steps=1
 expect 2 "dataset-fashion-mnist" train --config "$config" --set data_dir=/nonexistent --set steps=1
+expect 2 "'tpu' is not one of cpu|cuda" train --config "$config" --device tpu
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  # No GPU here: refused up front whether or not this build has the CUDA backend.
+  expect 2 "device = cuda, but" train --config "$config" --device cuda --set steps=1
+fi
 expect 2 "usage" bogus-command
 expect 0 "config keys" --help
 
