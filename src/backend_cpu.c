@@ -78,28 +78,25 @@ static void cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float 
     tangent_fill(key, 0, n, out);
 }
 
+// The key of tangent k of the b-th micro-batch after key's.
+static TangentKey key_at(TangentKey key, int b, int k) {
+    key.microbatch += (uint32_t)b;
+    key.k = (uint32_t)k;
+    return key;
+}
+
 static void cpu_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K,
                              const float *coeff, size_t n, float *y) {
     (void)be;
-    uint32_t mb0 = key.microbatch;
     for (int b = 0; b < n_mb; b++)
-        for (int k = 0; k < K; k++) {
-            key.microbatch = mb0 + (uint32_t)b;
-            key.k = (uint32_t)k;
-            tangent_axpy(key, 0, n, coeff[b * K + k], y);
-        }
+        for (int k = 0; k < K; k++) tangent_axpy(key_at(key, b, k), 0, n, coeff[b * K + k], y);
 }
 
 static void cpu_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
                             const float *x, double *dots) {
     (void)be;
-    uint32_t mb0 = key.microbatch;
     for (int b = 0; b < n_mb; b++)
-        for (int k = 0; k < K; k++) {
-            key.microbatch = mb0 + (uint32_t)b;
-            key.k = (uint32_t)k;
-            dots[b * K + k] += tangent_dot(key, 0, n, x);
-        }
+        for (int k = 0; k < K; k++) dots[b * K + k] += tangent_dot(key_at(key, b, k), 0, n, x);
 }
 
 static void cpu_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
