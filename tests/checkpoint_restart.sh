@@ -3,13 +3,7 @@
 # byte-identical weights and losses to the uninterrupted run (bp and fg+bp); a job killed with
 # SIGKILL while writing checkpoints leaves one that loads; bad checkpoint files are refused with
 # exit code 2 and a message naming the problem.  usage: checkpoint_restart.sh FGPIPE CONFIG
-set -u
-fgpipe=$1 config=$2
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-ckpt.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-verdict() { if [ -z "$2" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/lib.sh" "$@"
 base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set steps=300 --set print_every=1000000)
 
 train() {  # train M OUT SETS... [-- EXTRA ARGS]: a run on M stages writing OUT/ and OUT.bin
@@ -88,5 +82,4 @@ refuse "wrong shape refused" "has shape [32, 64], the model wants [33, 64]" "$ck
 refuse "missing layer refused" "has no params/fc5/weight" "$ckpt" mode=bp schedule=1f1b model=784-64-32-16-10-10
 refuse "other seed refused" "seed" "$ckpt" mode=bp schedule=1f1b seed=2
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

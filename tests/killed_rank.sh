@@ -6,13 +6,8 @@
 # bitwise the weights of an uninterrupted run (constant lr, so the step count does not matter).
 #
 # usage: killed_rank.sh FGPIPE CONFIG
-set -u
-if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
-fgpipe=$1 config=$2
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1
+. "$(dirname "$0")/lib.sh" "$@"
 victim_rank=2 deadline_s=15 startup_s=30
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-killed.XXXXXX") || exit 1
 # A tag in every rank's environment: finds this job's ranks and no one else's.
 tag="fgpipe-killed-rank-$$-$RANDOM"
 mpirun_pid=
@@ -45,17 +40,10 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
 
-passed=0 failed=0
 check() {  # check LABEL CONDITION...
   local label=$1; shift
   if "$@"; then echo "PASS $label"; passed=$((passed + 1)); else echo "FAIL $label"; failed=$((failed + 1)); fi
-}
-finish() {
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
-  exit
 }
 
 small=(--set model=784-64-32-16-10 --set warmup_steps=0 --set lr_schedule=constant --set print_every=1000000)

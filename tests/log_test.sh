@@ -2,13 +2,7 @@
 # The per-step HDF5 log: one row per step, values equal to the progress (loss.csv), readable
 # with h5py and h5dump, and kept up to its last flush when the job is killed.
 # usage: log_test.sh FGPIPE CONFIG
-set -u
-fgpipe=$1 config=$2
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-log.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-verdict() { if [ -z "$2" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/lib.sh" "$@"
 run=(mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train --config "$config"
      --set model=784-64-32-16-10 --set warmup_steps=0 --set stages=2 --set mode=fg+bp --set select=2
      --set optimizer=sgd --set lr=0.0001 --set print_every=1000000)
@@ -47,5 +41,4 @@ for _ in $(seq 100); do pgrep -f -- "--out $dir/b( |$)" >/dev/null || break; sle
 rows=$(/usr/bin/python3 -c "import h5py,sys; print(len(h5py.File(sys.argv[1],'r')['steps/loss']))" "$dir/b.h5" 2>&1)
 verdict "a killed run's log is readable with its flushed rows ($rows)" "$([[ "$rows" =~ ^[0-9]+$ ]] && [ "$rows" -ge 30 ] || echo "$rows")"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

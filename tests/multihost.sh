@@ -10,16 +10,12 @@
 # Needs root (ip netns); skipped with the reason (exit 77) without it.
 #
 # usage: multihost.sh FGPIPE CONFIG
-set -u
-if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
-fgpipe=$(realpath "$1") config=$(realpath "$2")
+. "$(dirname "$0")/lib.sh" "$@"
 root=$(cd "$(dirname "$0")/.." && pwd)
 skip() { echo "******** multihost test SKIPPED: $* ********"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
 command -v ip >/dev/null && command -v unshare >/dev/null || skip "ip (iproute2) or unshare (util-linux) missing"
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-multihost.XXXXXX") || exit 1
 tag=fg$$  # namespace and link names of this run (veth names have at most 15 characters)
 ns1=${tag}n1 ns2=${tag}n2
 cleanup() {
@@ -30,14 +26,7 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
-passed=0 failed=0
-verdict() {  # verdict LABEL [PROBLEM]
-  if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
-}
-finish() { echo "# $((SECONDS - start)) s"; echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
 show() { sed 's/^/#   /' "$@" | tail -n 25; }
-start=$SECONDS
 
 # --- two hosts -----------------------------------------------------------------------------------
 if ! ip netns add "$ns1" 2>"$dir/netns.err"; then skip "ip netns add failed: $(cat "$dir/netns.err")"; fi

@@ -11,15 +11,7 @@
 # with R = 1 (and the reverse), equal to the uninterrupted run.  Bad layouts exit with 2.
 #
 # usage: replicas.sh FGPIPE CONFIG
-set -u
-if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
-fgpipe=$1 config=$2
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-replicas.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-trap 'exit 130' INT TERM
-passed=0 failed=0
+. "$(dirname "$0")/lib.sh" "$@"
 # Largest |difference| allowed: weights are O(1); summation-order differences measured 1e-7.
 tol_params=1e-6 tol_loss=1e-5
 base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set print_every=1000000 --set stages=2)
@@ -38,9 +30,6 @@ run() {
   [ "$rc" -eq 0 ] || echo "$name exited with $rc: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
 }
 
-verdict() {  # verdict LABEL [PROBLEM]
-  if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
-}
 
 # max_diff A B: largest |a - b| over the weights, then over the losses of steps FROM.. (both runs'
 # loss.csv from step FROM on; default 0), as "params losses"; empty when a run is missing.
@@ -76,7 +65,6 @@ close() {
   verdict "$label" "$why"
 }
 
-start=$SECONDS
 cases=(
   "bp|mode=bp schedule=1f1b|"
   "fg|mode=fg tangents=2 ${sgd[*]}|bitwise"
@@ -124,6 +112,4 @@ refuse() {  # refuse LABEL NEEDLE RANKS KEY=VALUE...
 refuse "3 ranks for 2 stages x 1 replica refused" "3 MPI ranks, but stages x replicas = 2 x 1 needs 2" 3
 refuse "4 ranks for 2 stages x 3 replicas refused" "4 MPI ranks, but stages x replicas = 2 x 3 needs 6" 4 replicas=3
 
-echo "# $((SECONDS - start)) s"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -3,17 +3,11 @@
 # exit 2 with a message naming the file. With an fgpipe that has --log the logs come from two
 # short real training runs; otherwise from a synthetic log of the same schema (docs/log.md).
 # usage: report_test.sh FGPIPE CONFIG
-set -u
-fgpipe=$1 config=$2
+. "$(dirname "$0")/lib.sh" "$@"
 here=$(cd "$(dirname "$0")" && pwd)
 report=$here/../tools/fgpipe-report
 py=/usr/bin/python3  # Debian's, with h5py (the python3 first on PATH may lack it)
-[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-report.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
 export MPLCONFIGDIR=$dir/mpl  # matplotlib's cache: no writable HOME needed
-passed=0 failed=0
-verdict() { if [ -z "$2" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi; }
 
 # Two logs (fg+bp, fg) and a trace of the fg+bp run.
 if "$fgpipe" train --help 2>&1 | grep -q -- --log; then
@@ -144,5 +138,4 @@ refuse "an HDF5 file that is not a log" "$dir/other.h5" "not a fgpipe log" "$dir
 refuse "an unknown schema_version" "$dir/v9.h5" "unknown schema_version 9" "$dir/v9.h5"
 refuse "a trace that is not JSON" "$dir/text.h5" "--trace" "$dir/run.h5" --trace "$dir/text.h5"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -22,9 +22,7 @@
 # reason, exit code 77.
 #
 # usage: slurm.sh FGPIPE CONFIG
-set -u
-if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
-fgpipe=$(realpath "$1") config=$(realpath "$2")
+. "$(dirname "$0")/lib.sh" "$@"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 skip() {
@@ -41,11 +39,8 @@ done
 id munge >/dev/null 2>&1 || skip "no munge user (is the munge package installed?)"
 PATH=$PATH:/usr/sbin
 
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-slurm.XXXXXX") || exit 1
 chmod 755 "$dir"  # the munge user reaches its socket below it
 pids=() jobs=()
-passed=0 failed=0
 
 stop_pid() {  # stop_pid PID: TERM, up to 5 s, then KILL
   local p=$1
@@ -69,19 +64,7 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-verdict() {  # verdict LABEL [PROBLEM]
-  if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
-}
-finish() {
-  echo "# $((SECONDS - start)) s"
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
-  exit
-}
 show() { sed 's/^/#   /' "$@" | tail -n 25; }
-start=$SECONDS
 
 # --- munge: own key, socket, log and pid file, as the munge user -------------------------------
 m=$dir/munge

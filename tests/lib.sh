@@ -1,0 +1,24 @@
+# Shared by the end-to-end test scripts, sourced first: `. "$(dirname "$0")/lib.sh" "$@"`.
+# Takes the two arguments every one of them gets (FGPIPE CONFIG, made absolute), lets Open MPI
+# run as root, pins one OpenMP thread per rank, makes the scratch directory $dir (removed at
+# exit; a script with its own EXIT trap removes it there) and keeps the PASS/FAIL count.
+set -u
+if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
+fgpipe=$(realpath "$1") config=$(realpath "$2")
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+passed=0 failed=0
+
+verdict() {  # verdict LABEL [PROBLEM]: PASS when PROBLEM is empty
+  if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
+}
+
+finish() {  # the count, and the script's exit status
+  echo "# $SECONDS s"
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+}
