@@ -61,7 +61,8 @@ __global__ void adam_kernel(float *params, const float *g, float g_scale, float 
 }
 
 void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
-                         float *params, const float *g, float g_scale, float *state, size_t n) {
+                         float *params, const float *g, float g_scale, float *state,
+                         size_t state_stride, size_t n) {
     cudaStream_t s = cuda_ctx(be)->stream;
     unsigned grid = grid_for(n, 256, 65535);
     const float decay = (float)(1.0 - lr * c->weight_decay);
@@ -72,7 +73,7 @@ void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step,
         const double t = (double)step + 1;
         const float a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
         const float eps_hat = (float)(c->eps * sqrt(1.0 - pow(c->beta2, t)));
-        adam_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, state + n, n, (float)c->beta1,
+        adam_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, state + state_stride, n, (float)c->beta1,
                                          (float)c->beta2, a, eps_hat, decay);
     }
     launch_check(be, "optimizer step");

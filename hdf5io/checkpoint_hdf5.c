@@ -207,7 +207,7 @@ Storage checkpoint_hdf5(MPI_Comm comm) {
     Ctx *c = calloc(1, sizeof *c);
     c->comm = comm;
     MPI_Comm_rank(comm, &c->rank);
-    Storage io = {c, h5_save, h5_load, log_hdf5_open};
+    Storage io = {.ctx = c, .save = h5_save, .load = h5_load, .open_log = log_hdf5_open};
     return io;
 }
 

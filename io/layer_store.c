@@ -363,6 +363,11 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
 
 int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
                      FgError *err) {
+    return layer_store_open_at(out, dir, name, opt, -1, err);
+}
+
+int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
+                        const StoreOptions *opt, long version, FgError *err) {
     *out = NULL;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     LayerStore *s = calloc(1, sizeof *s);
@@ -416,6 +421,14 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, const 
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has no complete version "
                          "(creation interrupted?)", s->data_path, s->layers[i].name);
         c = (i == 0 || newest < c) ? newest : c;
+    }
+    // An older version is still whole in the other slots right after the store moved on (a
+    // pipeline whose stages crashed one version apart goes back to the version they share).
+    if (!rc && version >= 0 && version != c) {
+        if (version > c)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: asked for version %ld, but it only "
+                         "holds up to version %ld", s->data_path, version, c);
+        c = version;
     }
     for (int k = 0; k < 2 && s->aux_bytes && !rc; k++)
         s->aux_ver[k] = stamp_decode(hdr + (size_t)record_of(KIND_AUX, 0, k, s->n) * HDR_BYTES, KIND_AUX, 0, k, s);

@@ -61,6 +61,9 @@ int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer
 // from opt (NULL: defaults); the rest from the files.
 int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
                      FgError *err);
+// The same, at an older version still held in every layer's other slot (-1: the consistent one).
+int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
+                        const StoreOptions *opt, long version, FgError *err);
 void layer_store_close(LayerStore *s);
 
 int layer_store_n_layers(const LayerStore *s);

@@ -5,6 +5,7 @@
 
 #include "checkpoint_hdf5.h"
 #include "cli.h"
+#include "stage_store.h"
 #include "transport_mpi.h"
 #ifdef FGPIPE_HAVE_CUDA
 #include "backend_cuda.h"
@@ -41,6 +42,7 @@ static int make_transport(void *arg, int stages, int replicas, const Backend *be
     if (rc) return rc;
     // Collective over one pipeline: replica 0's stages write the checkpoints.
     *io = checkpoint_hdf5(transport_mpi_comm(out));
+    io->open_stream = stage_store_open;  // out-of-core stages: io/
     made->transport = out;
     made->storage = io;
     return FG_OK;

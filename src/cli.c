@@ -37,6 +37,11 @@ static void usage(FILE *f) {
             "  --device cpu|cuda    where the stages compute (the config key device)\n"
             "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
             "                       number of stages\n"
+            "  --mem-budget BYTES   memory per stage (suffix K, M, G: powers of 1024); a stage\n"
+            "                       needing more streams its layers from --weights-dir\n"
+            "  --weights-dir DIR    local flash for the layer stores of such stages\n"
+            "  --resume-weights     continue from the layer stores in --weights-dir (after a crash\n"
+            "                       or a stop: they always hold a whole step)\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -61,9 +66,22 @@ void fgpipe_catch_stop_signals(void) {
     sigaction(SIGUSR1, &sa, NULL);
 }
 
+// "512M" -> "536870912": the config key takes plain bytes.
+static int parse_bytes(const char *s, char *out, size_t size, FgError *err) {
+    char *end;
+    double v = strtod(s, &end);
+    double unit = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    if (end == s || v < 0 || (unit > 1 ? end[1] : end[0]))
+        return fg_fail(err, FG_ERR_INPUT, "--mem-budget '%s': expected bytes, e.g. 4000000, 512M or 2G", s);
+    snprintf(out, size, "%.0f", v * unit);
+    return FG_OK;
+}
+
 static int cmd_train(int argc, char **argv, TransportFactory make_transport,
                      BackendFactory make_backend, void *arg) {
-    const char *config_path = NULL, *summary = NULL, *device = NULL;
+    const char *config_path = NULL, *summary = NULL, *device = NULL, *weights_dir = NULL;
+    char mem_budget[64] = "";
+    LayerStreams streams = {0};
     TrainOutputs outputs = {0};
     const char *sets[256];
     int n_sets = 0;
@@ -80,6 +98,11 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
         else if (strcmp(a, "--log") == 0 && has_value) outputs.log_path = argv[++i];
         else if (strcmp(a, "--device") == 0 && has_value) device = argv[++i];
+        else if (strcmp(a, "--weights-dir") == 0 && has_value) weights_dir = argv[++i];
+        else if (strcmp(a, "--resume-weights") == 0) streams.resume = 1;
+        else if (strcmp(a, "--mem-budget") == 0 && has_value) {
+            if (parse_bytes(argv[++i], mem_budget, sizeof mem_budget, &err)) return fail(&err);
+        }
         else if (strcmp(a, "--checkpoint-every") == 0 && has_value) {
             char *end;
             outputs.checkpoint_every = strtol(argv[++i], &end, 10);
@@ -120,8 +143,17 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         }
     }
     FgError e = {0};
-    if (device && config_set(&cfg, "device", device, &e)) {
-        fg_fail(&err, e.code, "--device %s: %s", device, e.msg);
+    const char *flags[][3] = {{"--device", "device", device},
+                              {"--mem-budget", "mem_budget", mem_budget[0] ? mem_budget : NULL},
+                              {"--weights-dir", "weights_dir", weights_dir}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i][2] && config_set(&cfg, flags[i][1], flags[i][2], &e)) {
+            fg_fail(&err, e.code, "%s %s: %s", flags[i][0], flags[i][2], e.msg);
+            return fail(&err);
+        }
+    if (streams.resume && cfg.mem_budget <= 0) {
+        fg_fail(&err, FG_ERR_INPUT, "--resume-weights needs mem_budget and weights_dir (the run "
+                "whose layer stores it continues)");
         return fail(&err);
     }
     if (config_validate(&cfg, &err)) return fail(&err);
@@ -153,6 +185,10 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
     if (be->on_device && !made.device_memory) {
         staged_transport = transport_staged(made, be);
         t = &staged_transport;
+    }
+    if (io.open_stream) {
+        streams.arg = io.ctx, streams.open = io.open_stream;
+        outputs.streams = &streams;
     }
     if (io.save) outputs.storage = &io;
     else if (outputs.resume_path || outputs.checkpoint_every) {

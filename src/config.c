@@ -54,6 +54,8 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_UINT32, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
     NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
     NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
+    NUM(KEY_REAL, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
+    STR(weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -188,6 +190,9 @@ int config_validate(const Config *c, FgError *err) {
     if (c->select > c->micro_batches)
         return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
                        c->micro_batches);
+    if (c->mem_budget > 0 && !c->weights_dir[0])
+        return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
+                       "directory on local flash for the layers that do not fit (--weights-dir)");
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

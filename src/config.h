@@ -41,6 +41,9 @@ typedef struct {
     uint32_t seed;
     int print_every;       // progress lines when stderr is not a terminal
     int eval_every;        // steps between test-set evaluations (0: only at the end)
+    double mem_budget;     // bytes a stage may hold; a stage needing more streams its layers
+                           // from weights_dir (0: no limit)
+    char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
 } Config;
 
 void config_defaults(Config *c);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "common.h"
+#include "model.h"
 
 typedef struct {
     int layer;          // global layer index
@@ -53,5 +54,27 @@ struct LayerStream {
     // Flushes, stops the I/O thread, frees the slots and closes the store.
     int (*close)(LayerStream *s, FgError *err);
 };
+
+// What a stage asks for when it goes out of core: a store of its layers [first, last) with
+// n_bufs buffers per layer, made new or reopened, and a stream over it with n_slots slots.
+typedef struct {
+    const char *dir, *name;    // the store is DIR/NAME.*
+    const Model *model;
+    int first, last;
+    int n_bufs;                // 1 + optimizer state buffers, or 1 (a gradient)
+    size_t aux_bytes;          // per-version record
+    int fill_weights;          // a new store: buffer 0 holds the model's initial weights (seed),
+    uint32_t seed;             // everything else zeros
+    int reopen;                // 1: open the existing store instead of making a new one,
+    long version;              //    at this version (-1: its consistent version)
+    int n_slots;
+} LayerStreamSpec;
+
+// How a pipeline reaches local flash (the io/ library through mpi/main.c; NULL: it cannot).
+typedef struct {
+    void *arg;
+    int (*open)(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err);
+    int resume;                // continue from the stores already in weights_dir
+} LayerStreams;
 
 #endif

@@ -25,7 +25,7 @@ float optimizer_clip_scale(const OptimizerConfig *c, double norm2) {
 }
 
 void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float g_scale, float *state, size_t n) {
+                    float g_scale, float *state, size_t state_stride, size_t n) {
     const float decay = (float)(1.0 - lr * c->weight_decay);
     if (c->kind == OPT_SGD) {
         const float mu = (float)c->momentum, a = (float)lr;
@@ -42,7 +42,7 @@ void optimizer_step(const OptimizerConfig *c, long step, double lr, float *param
     const double t = (double)step + 1;
     const float a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
     const float eps_hat = (float)(eps * sqrt(1.0 - pow(c->beta2, t)));
-    float *m = state, *v = state + n;
+    float *m = state, *v = state + state_stride;
 #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         float gi = g_scale * g[i];

@@ -28,10 +28,11 @@ double lr_at(const OptimizerConfig *c, long step, long total_steps);
 float optimizer_clip_scale(const OptimizerConfig *c, double norm2);
 
 // One update of n parameters with gradient g. step counts from 0 (Adam's bias correction);
-// state holds optimizer_state_buffers(kind) buffers of n floats each, back to back.
+// state holds optimizer_state_buffers(kind) buffers of n floats, buffer i at state + i *
+// state_stride (n when back to back; an out-of-core layer slot pads them for direct I/O).
 // g_scale multiplies the gradient (the clip scale).
 void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float g_scale, float *state, size_t n);
+                    float g_scale, float *state, size_t state_stride, size_t n);
 
 double squared_norm(const float *x, size_t n);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "estimator.h"
+#include "pipeline_internal.h"
 #include "progress.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -63,11 +64,9 @@ int partition_layers(const Model *m, int M, const char *boundaries, int *first, 
 // Messages: tags name the kind, the step's parity and the micro-batch, so a stage can never
 // take one micro-batch's data for another's.
 
-enum { TAG_FORWARD = 0, TAG_BACKWARD = 1, TAG_EVAL = 2 };
+int tag_of(int kind, long step, int mb) { return (kind << 13) | (int)((step & 1) << 12) | mb; }
 
-static int tag_of(int kind, long step, int mb) { return (kind << 13) | (int)((step & 1) << 12) | mb; }
-
-static size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
+size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
     return (size_t)rows * p->model->layers[layer].in * (1 + p->K);
 }
 
@@ -83,18 +82,18 @@ static float *stash_take(Pipeline *p) {
 
 static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
 
-static int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
+int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
 
 // ---------------------------------------------------------------------------------------------
 // Replicas: replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the
 // tangents and the place of its scalars, so R replicas of N micro-batches compute what one
 // pipeline of R*N micro-batches computes.
 
-static int global_microbatch(const Pipeline *p, int mb) {
+int global_microbatch(const Pipeline *p, int mb) {
     return p->tr->replica * p->cfg->micro_batches + mb;
 }
 
-static int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
+int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
 
 // Whether global micro-batch g enters the estimate through its exact gradient (cv, lag 0:
 // it is inside c) instead of its forward gradient.
@@ -115,7 +114,7 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
                       size_t sample0, double *loss_sum, FgError *err) {
     const Config *c = p->cfg;
     const Backend *be = p->be;
-    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches;
+    int B = c->micro_batch;
     const float *x = in, *xdot = NULL;
     if (p->is_first) {
         dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, p->host_labels);
@@ -139,7 +138,18 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
         return p->tr->send(p->tr, p->tr->stage + 1, tag_of(TAG_FORWARD, step, mb), p->msg_out,
                            forward_msg_floats(p, out_layer, B), err);
     }
-    if (!p->is_first) dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
+    stage_loss(p, step, mb, y, ydot, order, sample0, loss_sum);
+    return FG_OK;
+}
+
+void stage_loss(Pipeline *p, long step, int mb, const float *y, const float *ydot,
+                const size_t *order, size_t sample0, double *loss_sum) {
+    const Config *c = p->cfg;
+    const Backend *be = p->be;
+    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches;
+    // The labels again even on a first stage that gathered them with the inputs: a wave
+    // gathers every micro-batch's inputs before the first loss.
+    dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
     be->upload(be, p->labels, p->host_labels, (size_t)B);
     double loss;
     if (p->K) {
@@ -158,7 +168,6 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
         be->scale(be, dz, scale, dz, (size_t)B * C);
     }
     *loss_sum += loss;
-    return FG_OK;
 }
 
 // Op B of micro-batch mb of step `step + offset` (offset -1: the previous step's, lag 1);
@@ -181,7 +190,7 @@ static int op_backward(Pipeline *p, long step, int offset, int mb, const float *
 }
 
 // Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
-static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
+void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
     for (int i = 0; i < width; i++) out[i] = 0.0;
     for (int l = 0; l < n_layers; l++)
         for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
@@ -245,6 +254,23 @@ static int update_stats(Pipeline *p, long step, const float *d, const double *cd
     return FG_OK;
 }
 
+float update_coefficients(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
+    int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K;
+    int L = p->model->n_layers;
+    const double *layer_dots = p->scalars + 1 + NK;
+    for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[1 + i];
+    for (int r = 0; rdots && r < p->tr->replicas; r++)
+        sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
+    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
+    float base;
+    estimator_coefficients(&est, d, rdots, p->coeff, &base);
+    // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
+    if (use_cv)
+        for (int i = 0; i < NK; i++)
+            if (inside_exact(p, i / K)) p->coeff[i] = 0.0f;
+    return base;
+}
+
 // Op U: one allreduce of the step's scalars, the estimate formed locally, the optimizer step.
 // *waited receives the seconds spent in the allreduce waiting for the other stages: idle time,
 // not work, in the measured timeline.
@@ -279,16 +305,7 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     if (K) {
         float *d = malloc((size_t)NK * sizeof(float));
         double *rdots = ref ? malloc((size_t)NK * sizeof(double)) : NULL;
-        for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[1 + i];
-        for (int r = 0; ref && r < p->tr->replicas; r++)
-            sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
-        Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
-        float base;
-        estimator_coefficients(&est, d, rdots, p->coeff, &base);
-        // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
-        if (use_cv)
-            for (int i = 0; i < NK; i++)
-                if (inside_exact(p, i / K)) p->coeff[i] = 0.0f;
+        float base = update_coefficients(p, use_cv, guided, d, rdots);
         if (ref) be->scale(be, p->grad, base, ref, p->n);
         else be->zero(be, p->grad, p->n * sizeof(float));
         stage_add_tangents(&p->stage, key, N, p->coeff, p->grad);
@@ -308,7 +325,7 @@ static int op_update(Pipeline *p, long step, long total, int have_exact, double 
     }
     if (p->prev_params) be->copy(be, p->prev_params, p->params, p->n * sizeof(float));
     be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), p->params, p->grad, clip,
-                       p->opt_state, p->n);
+                       p->opt_state, p->n, p->n);
     if (p->guide && have_exact) {  // the next step's tangent 0: this step's c, normalised
         double norm2;
         if ((rc = global_squared_norm(p, p->exact, &norm2, err))) return rc;
@@ -370,6 +387,7 @@ static int last_backward(const Pipeline *p, long step) {
 
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err) {
+    if (p->ooc) return stream_step(p, step, total, order, sample0, out, err);
     const Config *c = p->cfg;
     int N = c->micro_batches, s = p->tr->stage, rc = FG_OK;
     int first = p->sched.stage_first[s], end = first + p->sched.stage_count[s];
@@ -433,9 +451,16 @@ static ScheduleMode schedule_mode(const Config *c) {
     return c->mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
 }
 
-// Seconds for one F and one B op of this stage (best of three), to plan the timetable.
+// Seconds for one F and one B op of this stage (best of three), to plan the timetable. An
+// out-of-core stage would have to read its whole store for that: it plans with its GEMM work
+// at a nominal 10 GFLOP/s instead.
 static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *err) {
     int B = p->cfg->micro_batch;
+    if (p->ooc) {
+        *cost_f = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
+        *cost_b = 4.0 * (double)p->n * B / 1e10;
+        return FG_OK;
+    }
     const Model *m = p->model;
     const Backend *be = p->be;
     size_t in = (size_t)B * m->layers[p->stage.first].in;
@@ -462,17 +487,11 @@ static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *e
     return FG_OK;
 }
 
-int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
-                  const int *first, Transport *t, const Dataset *train, FgError *err) {
-    memset(p, 0, sizeof *p);
-    int s = t->stage, M = t->stages, N = c->micro_batches, B = c->micro_batch, rc;
-    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train;
-    p->is_first = s == 0, p->is_last = s == M - 1;
-    p->K = c->mode == MODE_BP ? 0 : c->tangents;
-    if (N > SCHED_MAX_MICROBATCHES)
-        return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
-    if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
-    p->n = p->stage.param_count;
+// The stage's parameters, gradient, optimizer state (and c, lag-1 weights, guide) in memory,
+// with the initial weights.
+static void alloc_stage_state(Pipeline *p) {
+    const Config *c = p->cfg;
+    const Backend *be = p->be;
     size_t n_state = p->n * optimizer_state_buffers(c->optimizer);
     p->params = backend_alloc_floats(be, p->n);
     p->grad = backend_alloc_floats(be, p->n);
@@ -488,8 +507,24 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         p->host.opt_state = fg_alloc_floats(n_state);
         if (p->guide) p->host.guide = fg_alloc_floats(p->n);
     }
-    model_init_range(m, first[s], first[s + 1], p->host.params, c->seed);
+    model_init_range(p->model, p->stage.first, p->stage.last, p->host.params, c->seed);
     be->upload(be, p->params, p->host.params, p->n * sizeof(float));
+}
+
+int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
+                  const int *first, Transport *t, const Dataset *train,
+                  const LayerStreams *streams, FgError *err) {
+    memset(p, 0, sizeof *p);
+    int s = t->stage, M = t->stages, N = c->micro_batches, B = c->micro_batch, rc;
+    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train;
+    p->is_first = s == 0, p->is_last = s == M - 1;
+    p->K = c->mode == MODE_BP ? 0 : c->tangents;
+    if (N > SCHED_MAX_MICROBATCHES)
+        return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
+    if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
+    p->n = p->stage.param_count;
+    if ((rc = stream_init(p, streams, err))) return rc;
+    if (!p->ooc) alloc_stage_state(p);
     size_t msg = (size_t)B * m->max_width * (1 + p->K);
     p->msg_in[0] = backend_alloc_floats(be, msg);
     p->msg_in[1] = backend_alloc_floats(be, msg);
@@ -521,15 +556,17 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     free(costs);
     if (rc) return rc;
     p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
+    if (p->ooc) stream_plan(p);
     p->measured = fg_alloc_bytes((size_t)2 * p->sched.n_ops * sizeof(double));
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
     p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
     return FG_OK;
 }
 
-void pipeline_free(Pipeline *p) {
+int pipeline_free(Pipeline *p, FgError *err) {
     const Backend *be = p->be;
-    if (!be) return;
+    if (!be) return FG_OK;
+    int rc = stream_free(p, err);
     for (int i = 0; i < 2; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) be->free(be, p->stash[i][b]);
     for (int i = 0; i < p->n_free_stash; i++) be->free(be, p->free_stash[i]);
@@ -547,11 +584,12 @@ void pipeline_free(Pipeline *p) {
     stage_free(&p->stage);
     schedule_free(&p->sched);
     memset(p, 0, sizeof *p);
+    return rc;
 }
 
 int pipeline_state_to_host(Pipeline *p, FgError *err) {
     const Backend *be = p->be;
-    if (!be->on_device) return FG_OK;
+    if (!be->on_device || p->ooc) return FG_OK;
     be->download(be, p->host.params, p->params, p->n * sizeof(float));
     be->download(be, p->host.opt_state, p->opt_state,
                  p->n * optimizer_state_buffers(p->cfg->optimizer) * sizeof(float));
@@ -561,7 +599,7 @@ int pipeline_state_to_host(Pipeline *p, FgError *err) {
 
 int pipeline_state_from_host(Pipeline *p, FgError *err) {
     const Backend *be = p->be;
-    if (!be->on_device) return FG_OK;
+    if (!be->on_device || p->ooc) return FG_OK;
     be->upload(be, p->params, p->host.params, p->n * sizeof(float));
     be->upload(be, p->opt_state, p->host.opt_state,
                p->n * optimizer_state_buffers(p->cfg->optimizer) * sizeof(float));
@@ -570,6 +608,7 @@ int pipeline_state_from_host(Pipeline *p, FgError *err) {
 }
 
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
+    if (p->ooc) return stream_evaluate(p, ds, loss, acc, err);
     const Backend *be = p->be;
     int rows = p->cfg->micro_batch, C = p->model->classes, rc = FG_OK;
     double totals[2] = {0, 0};  // loss * rows, hits

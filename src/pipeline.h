@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "data.h"
+#include "layer_stream.h"
 #include "model.h"
 #include "optimizer.h"
 #include "schedule.h"
@@ -29,6 +30,9 @@ typedef struct {
     float *params, *opt_state, *guide;
 } HostState;
 
+// An out-of-core stage's streams and wave buffers (pipeline_stream.c).
+typedef struct OutOfCore OutOfCore;
+
 typedef struct {
     const Backend *be;        // every float buffer below is its memory unless marked host
     const Config *cfg;
@@ -41,6 +45,8 @@ typedef struct {
     int K;                    // tangents (0 in bp)
     int n_sel;                // micro-batches backpropagated per step
     size_t n;                 // parameters of this stage
+    OutOfCore *ooc;           // the stage streams its layers (mem_budget); then the stage-sized
+                              // buffers below (params ... guide, host) are NULL
     float *params, *grad, *opt_state;
     float *exact;             // fg+bp: the exact gradient c of the selected micro-batches
     float *prev_params;       // lag 1: the weights the stashed activations were computed with
@@ -67,10 +73,24 @@ typedef struct {
 } Pipeline;
 
 // Builds the stage for transport t's stage, measures op costs in a warm-up and builds the
-// timetable (identical on every stage).
+// timetable (identical on every stage). A stage that does not fit cfg->mem_budget keeps its
+// layers in a store under cfg->weights_dir through `streams` (NULL: refused); resuming from
+// those stores (streams->resume) sets p->first_step.
 int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
-                  const int *first, Transport *t, const Dataset *train, FgError *err);
-void pipeline_free(Pipeline *p);
+                  const int *first, Transport *t, const Dataset *train,
+                  const LayerStreams *streams, FgError *err);
+// Returns the first error of closing the stage's layer stores (their last writes).
+int pipeline_free(Pipeline *p, FgError *err);
+
+// Out of core, the last step's forward-gradient update waits for the next step to read each
+// layer: this applies it now (before the weights are evaluated or saved). In memory, nothing.
+int pipeline_apply_pending(Pipeline *p, FgError *err);
+
+// Calls visit for every layer of the stage with parameters, in order, with the layer's
+// parameters and optimizer state (bufs[0], bufs[1..]; the layer's own slices), after any
+// pending update. In memory these are p->host's (call pipeline_state_to_host first).
+typedef int (*LayerVisitor)(void *arg, const Layer *L, const float *const *bufs, FgError *err);
+int pipeline_visit_layers(Pipeline *p, LayerVisitor visit, void *arg, FgError *err);
 
 // Copies params, optimizer state and guide between the backend and p->host (no-ops on the CPU,
 // where p->host points at the buffers): before a checkpoint is written, after one is read.

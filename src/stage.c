@@ -41,14 +41,14 @@ void stage_free(Stage *st) {
 }
 
 // Stash layout: layer l's input at stash_at(l), the stage output at stash_at(last).
-static size_t stash_offset(const Stage *st, int l, int rows) {
+size_t stage_stash_offset(const Stage *st, int l, int rows) {
     size_t off = 0;
     for (int i = st->first; i < l; i++) off += (size_t)rows * st->model->layers[i].in;
     return off;
 }
 
 size_t stage_stash_floats(const Stage *st, int rows) {
-    return stash_offset(st, st->last, rows) + (size_t)rows * st->model->layers[st->last - 1].out;
+    return stage_stash_offset(st, st->last, rows) + (size_t)rows * st->model->layers[st->last - 1].out;
 }
 
 static const float *layer_params(const Stage *st, const float *params, const Layer *L) {
@@ -60,40 +60,46 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                    const float **ydot) {
     const Model *m = st->model;
     const Backend *be = st->be;
-    int K = st->tangents;
     if (stash) {
         be->copy(be, stash, x, (size_t)rows * m->layers[st->first].in * sizeof(float));
         x = stash;
     }
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &m->layers[l];
-        const float *p = layer_params(st, params, L);
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
-        float *out = stash ? stash + stash_offset(st, l + 1, rows) : st->act[slot];
-        if (key) {
-            const float *pdot = NULL;
-            if (L->param_count) {
-                TangentKey lk = *key;
-                lk.layer = (uint32_t)l;
-                for (int k = 0; k < K; k++) {
-                    lk.k = (uint32_t)k;
-                    float *dst = st->pdot + k * L->param_count;
-                    if (k == 0 && st->guide)
-                        be->copy(be, dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
-                    else be->tangent_fill(be, lk, L->param_count, dst);
-                }
-                pdot = st->pdot;
-            }
-            be->jvp(be, L, p, pdot, x, xdot, out, st->tan[slot], rows, K);
-            xdot = st->tan[slot];
-        } else {
-            be->forward(be, L, p, x, out, rows);
-        }
+        float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
+        stage_layer_forward(st, l, layer_params(st, params, L), key, x, xdot, out,
+                            key ? st->tan[slot] : NULL, rows);
         x = out;
+        if (key) xdot = st->tan[slot];
     }
     *y = x;
     if (ydot) *ydot = key ? xdot : NULL;
+}
+
+void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key, const float *x,
+                         const float *xdot, float *y, float *ydot, int rows) {
+    const Layer *L = &st->model->layers[l];
+    const Backend *be = st->be;
+    if (!key) {
+        be->forward(be, L, p, x, y, rows);
+        return;
+    }
+    const float *pdot = NULL;
+    if (L->param_count) {
+        TangentKey lk = *key;
+        lk.layer = (uint32_t)l;
+        for (int k = 0; k < st->tangents; k++) {
+            lk.k = (uint32_t)k;
+            float *dst = st->pdot + k * L->param_count;
+            if (k == 0 && st->guide)
+                be->copy(be, dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
+            else be->tangent_fill(be, lk, L->param_count, dst);
+        }
+        pdot = st->pdot;
+    }
+    be->jvp(be, L, p, pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
@@ -102,15 +108,12 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];
-        st->be->backward(st->be, L, layer_params(st, params, L), stash + stash_offset(st, l, rows),
+        st->be->backward(st->be, L, layer_params(st, params, L), stash + stage_stash_offset(st, l, rows),
                                dy, dx_l, grad + (L->param_offset - st->param_base), rows);
         dy = dx_l;
     }
 }
 
-// Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
-// and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
-// n_mb*K per layer of the stage).
 // Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
 // and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
 // n_mb*K per layer of the stage).

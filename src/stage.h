@@ -45,6 +45,14 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot);
 
+// One layer l of op F (a layer-major wave runs every micro-batch through layer l before the
+// next): x [rows, in] through the layer with its parameters p (the layer's own, not the
+// stage's) into y; with key, also xdot [K, rows, in] (NULL: zero) into ydot.
+void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key, const float *x,
+                         const float *xdot, float *y, float *ydot, int rows);
+// Where a stash keeps layer l's input (l = last: the stage's output), in floats.
+size_t stage_stash_offset(const Stage *st, int layer, int rows);
+
 // Op B: from the output adjoint dy [rows, out] and the stash of stage_forward, adds the
 // parameter gradient into grad (+=) and writes the input adjoint into dx (NULL: skip).
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,

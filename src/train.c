@@ -203,19 +203,39 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+typedef struct {
+    int fd;
+    const char *path;
+} ParamsFile;
+
+static int write_layer_params(void *arg, const Layer *L, const float *const *bufs, FgError *err) {
+    ParamsFile *f = arg;
+    size_t bytes = L->param_count * sizeof(float);
+    if (pwrite(f->fd, bufs[0], bytes, (off_t)(L->param_offset * sizeof(float))) != (ssize_t)bytes)
+        return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", f->path, strerror(errno));
+    return FG_OK;
+}
+
+// Layer by layer, so an out-of-core stage writes from its slots.
 static int save_params(Pipeline *p, const char *path, FgError *err) {
     int rc = pipeline_state_to_host(p, err);
     if (rc) return rc;
-    int fd = open(path, O_WRONLY | O_CREAT, 0644);
-    if (fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
-    size_t bytes = p->n * sizeof(float);
+    ParamsFile f = {open(path, O_WRONLY | O_CREAT, 0644), path};
+    if (f.fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     // Every stage sets the same final size, so no old tail survives and no write is cut.
-    ssize_t put = ftruncate(fd, (off_t)(p->model->n_params * sizeof(float))) ? -1
-                : pwrite(fd, p->host.params, bytes, (off_t)(p->stage.param_base * sizeof(float)));
-    rc = close(fd);
-    if (put != (ssize_t)bytes || rc)
-        return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
-    return FG_OK;
+    if (ftruncate(f.fd, (off_t)(p->model->n_params * sizeof(float))))
+        rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
+    if (!rc) rc = pipeline_visit_layers(p, write_layer_params, &f, err);
+    if (close(f.fd) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
+    return rc;
+}
+
+// Out-of-core runs: their stores are the checkpoint; every stage must agree on that.
+static int count_out_of_core(Pipeline *p, int *n, FgError *err) {
+    double v = p->ooc ? 1.0 : 0.0;
+    int rc = p->tr->allreduce_sum(p->tr, &v, 1, err);
+    *n = (int)v;
+    return rc;
 }
 
 int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutputs *outputs, TrainResult *res,
@@ -254,7 +274,22 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
                      batch, train.count);
         goto done;
     }
-    if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, err))) goto done;
+    const LayerStreams *streams = outputs ? outputs->streams : NULL;
+    if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, streams, err))) goto done;
+    int out_of_core = 0;
+    if ((rc = count_out_of_core(&p, &out_of_core, err))) goto done;
+    if (streams && streams->resume && out_of_core < M) {
+        rc = fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
+                     "have no layer store to resume from (resume them from a checkpoint)",
+                     M - out_of_core, M);
+        goto done;
+    }
+    if (out_of_core && outputs && (outputs->resume_path || outputs->log_path)) {
+        rc = fg_fail(err, FG_ERR_INPUT, "%s is not supported when stages stream their layers "
+                     "(mem_budget); resume such a run from its layer stores with --resume-weights",
+                     outputs->resume_path ? "--resume CHECKPOINT" : "--log");
+        goto done;
+    }
     if (t->stage == 0 && t->replica == 0) print_layout(&m, res->layout, M, &p);
     if (out_dir && reporter) {
         if (mkdir(out_dir, 0755) && errno != EEXIST) {
@@ -282,8 +317,21 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     double recent[WINDOW], train_time = 0.0;
     long first_step = 0;
     const TrainOutputs none = {0}, *o = outputs ? outputs : &none;
-    int checkpoints = o->storage && o->checkpoint_path;
+    // The layer stores of out-of-core stages are their checkpoint (crash-consistent, resumed
+    // with --resume-weights); an HDF5 checkpoint is written only by runs held in memory.
+    int checkpoints = o->storage && o->checkpoint_path && !out_of_core;
+    if (out_of_core && o->checkpoint_path && t->stage == 0 && t->replica == 0)
+        fprintf(stderr, "fgpipe: %d stage%s stream%s their layers: no HDF5 checkpoint is written; "
+                "the layer stores in %s resume the run (--resume-weights)\n", out_of_core,
+                out_of_core > 1 ? "s" : "", out_of_core > 1 ? "" : "s", c->weights_dir);
     if (o->resume_path && (rc = resume(&p, c, o, res->layout, total, &first_step, err))) {
+        fg_free(order);
+        goto done;
+    }
+    if (streams && streams->resume) first_step = p.first_step;
+    if (first_step >= total) {
+        rc = fg_fail(err, FG_ERR_INPUT, "the layer stores in %s are at step %ld; the run has only "
+                     "%ld steps", c->weights_dir, first_step, total);
         fg_free(order);
         goto done;
     }
@@ -295,6 +343,9 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     }
     if (o->resume_path && t->stage == 0 && t->replica == 0)
         fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", o->resume_path, first_step);
+    if (streams && streams->resume && t->stage == 0)
+        fprintf(stderr, "fgpipe: resumed from the layer stores in %s at step %ld\n", c->weights_dir,
+                first_step);
     StepLog log = {0};
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
@@ -421,7 +472,9 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
 done:
     fg_free(step_times);
     if (loss_csv) fclose(loss_csv);
-    pipeline_free(&p);
+    FgError close_err = {0};
+    // The stores' last writes can fail at close (a full disk): that fails the run too.
+    if (pipeline_free(&p, rc ? &close_err : err) && !rc) rc = err->code ? err->code : FG_ERR_INPUT;
     dataset_free(&train);
     dataset_free(&test);
     return rc;

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "common.h"
 #include "config.h"
+#include "layer_stream.h"
 #include "schedule.h"
 #include "transport.h"
 
@@ -46,6 +47,7 @@ typedef struct {
     const char *log_path;              // per-step log (docs/log.md), written by the last stage
     volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint at the next step
                                             // boundary and return (every stage agrees first)
+    const LayerStreams *streams;  // out-of-core stages (cfg mem_budget, weights_dir); NULL: none
 } TrainOutputs;
 
 // Runs the configured training as transport t's stage; progress comes from the last stage.

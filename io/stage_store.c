@@ -1,0 +1,65 @@
+#include "stage_store.h"
+
+#include <string.h>
+
+#include "direct_io.h"
+#include "layer_store.h"
+#include "layer_stream_store.h"
+
+// Version 0: each layer's initial weights (or zeros) through one slot-sized buffer.
+static int write_version0(LayerStore *s, const LayerStreamSpec *spec, FgError *err) {
+    int rc = FG_OK;
+    unsigned char *buf = dio_alloc(layer_store_max_slot_bytes(s));
+    size_t aux = layer_store_aux_bytes(s);
+    if (aux) {
+        unsigned char *zeros = dio_alloc(aux);
+        rc = layer_store_write_aux(s, 0, zeros, err);
+        fg_free(zeros);
+    }
+    for (int i = 0; i < layer_store_n_layers(s) && !rc; i++) {
+        const StoreLayer *ly = layer_store_layer(s, i);
+        memset(buf, 0, layer_store_slot_bytes(s, i));
+        if (spec->fill_weights)
+            model_init_range(spec->model, ly->layer, ly->layer + 1, (float *)buf, spec->seed);
+        rc = layer_store_write(s, i, 0, buf, err);
+    }
+    fg_free(buf);
+    return rc;
+}
+
+// A reopened store must hold exactly the stage's layers with the asked-for buffers.
+static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreLayer *want, int n,
+                        FgError *err) {
+    int same = layer_store_n_layers(s) == n && layer_store_n_bufs(s) == spec->n_bufs &&
+               layer_store_aux_bytes(s) == spec->aux_bytes;
+    for (int i = 0; i < n && same; i++) {
+        const StoreLayer *have = layer_store_layer(s, i);
+        same = have->layer == want[i].layer && have->count == want[i].count;
+    }
+    if (same) return FG_OK;
+    return fg_fail(err, FG_ERR_INPUT, "layer store %s/%s was made for another model, optimizer or "
+                   "layout (%d layers x %d buffers there, %d x %d here)", spec->dir, spec->name,
+                   layer_store_n_layers(s), layer_store_n_bufs(s), n, spec->n_bufs);
+}
+
+int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err) {
+    (void)arg;
+    StoreLayer layers[MODEL_MAX_LAYERS];
+    int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, layers);
+    StoreOptions opt = {.format = STORE_HDF5, .n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes,
+                        .preallocate = 1};
+    LayerStore *s = NULL;
+    int rc;
+    if (spec->reopen) {
+        rc = layer_store_open_at(&s, spec->dir, spec->name, &opt, spec->version, err);
+        if (!rc) rc = check_layout(s, spec, layers, n, err);
+    } else {
+        rc = layer_store_create(&s, spec->dir, spec->name, n, layers, &opt, err);
+        if (!rc) rc = write_version0(s, spec, err);
+    }
+    if (rc) {
+        if (s) layer_store_close(s);
+        return rc;
+    }
+    return layer_stream_store_open(out, s, spec->n_slots, err);  // owns s from here
+}
