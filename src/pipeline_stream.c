@@ -481,6 +481,9 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
                             .last = p->stage.last, .n_bufs = 1 + opt, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->seed, .n_slots = o->n_slots};
     if ((rc = open_layers(p, ls, &spec, err))) return rc;
+    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
+            p->tr->stage, c->weights_dir, name, o->n_slots, o->layers.note[0] ? ": " : "",
+            o->layers.note);
     if (exact && c->estimator != ESTIMATOR_FG) {
         // c is rebuilt every step: a resumed run starts this store anew.
         snprintf(name, sizeof name, "exact-%d-%d", p->stage.first, p->stage.last);
@@ -496,10 +499,6 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
     o->grad = backend_alloc_floats(p->be, largest);
     o->update = backend_alloc_floats(p->be, largest);
     o->pending_coeff = fg_alloc_floats((size_t)N * (K ? K : 1));
-    if (p->tr->stage == 0 || p->ooc->layers.note[0])
-        fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
-                p->tr->stage, c->weights_dir, name, o->n_slots, o->layers.note[0] ? ": " : "",
-                o->layers.note);
     return FG_OK;
 }
 

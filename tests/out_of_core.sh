@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Out-of-core stages (--mem-budget, --weights-dir): training that streams every stage's layers
+# from a layer store through two or three slots equals training in memory byte for byte (losses
+# and final weights) for fg, fg+bp and bp on 1 and 2 stages; the peak RSS stays under the budget
+# plus the fixed overhead of a process without a model; SIGKILL mid-run, then --resume-weights,
+# ends with the uninterrupted run's weights; a missing or full weights dir and a budget too small
+# are refused with exit 2 and a message naming the problem.
+# usage: out_of_core.sh FGPIPE CONFIG
+. "$(dirname "$0")/lib.sh" "$@"
+# Deep and narrow, so that a stage's layers outweigh what a streaming stage keeps in memory.
+model=784-512-512-512-512-512-512-512-512-10
+base=(--set model=$model --set warmup_steps=0 --set steps=12 --set print_every=1)
+
+run() {  # run M OUT BUDGET SETS...: a run on M stages (BUDGET -: in memory) into OUT/, OUT.bin
+  local M=$1 out=$2 budget=$3; shift 3
+  local sets=() kv extra=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  [ "$budget" != - ] && extra=(--mem-budget "$budget" --weights-dir "$out.w") && mkdir -p "$out.w"
+  timeout 300 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+    --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" --out "$out" \
+    --save-params "$out.bin" --summary-json "$out.json" "${extra[@]}" >"$out.log" 2>&1
+}
+
+same() {  # same A B: the problem, if runs A and B differ in step,loss,lr or weights
+  cmp -s <(cut -d, -f1-3 "$1/loss.csv") <(cut -d, -f1-3 "$2/loss.csv") || { echo "losses differ"; return; }
+  cmp -s "$1.bin" "$2.bin" || echo "weights differ ($(cmp -l "$1.bin" "$2.bin" | wc -l) bytes)"
+}
+
+# 1. Equivalence. The budgets (on 1 stage, on 2) give a stage two slots, and are below what
+# every stage needs in memory (the test checks that every stage streams).
+cases=("fg|14M|14M|mode=fg optimizer=sgd lr=0.0001"
+       "fgbp|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
+       "bp|20M|18M|mode=bp schedule=1f1b")
+for c in "${cases[@]}"; do
+  IFS='|' read -r name budget1 budget2 sets <<<"$c"
+  read -r -a sets <<<"$sets"
+  for M in 1 2; do
+    budget=$budget1; [ "$M" -eq 2 ] && budget=$budget2
+    run "$M" "$dir/$name-mem$M" - "${sets[@]}"; rc_mem=$?
+    run "$M" "$dir/$name-ooc$M" "$budget" "${sets[@]}"; rc_ooc=$?
+    streams=$(grep -c "streams its layers" "$dir/$name-ooc$M.log")
+    why=""
+    if [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
+      why="exit $rc_mem / $rc_ooc: $(grep error "$dir/$name-ooc$M.log" "$dir/$name-mem$M.log" | head -n 1)"
+    elif [ "$streams" -ne "$M" ]; then why="$streams of $M stages streamed their layers"
+    elif ! grep -q "through 2 slots" "$dir/$name-ooc$M.log"; then why="no stage ran with only 2 slots"
+    else why=$(same "$dir/$name-mem$M" "$dir/$name-ooc$M"); fi
+    verdict "$name, M=$M: out of core ($budget) equals in memory, bitwise" "$why"
+  done
+done
+
+# 2. Peak RSS (the process's own getrusage, in --summary-json): a wider model (14.9 M
+# parameters, 238 MB in memory with SGD momentum) under a 128 MiB budget (two slots of its
+# 2048 x 2048 layers). The fixed overhead is
+# what the same process needs with a negligible model (data set, MPI, HDF5, libraries); 16 MiB
+# more covers the store's HDF5 state, the I/O thread and page-cache-free stamp buffers.
+wide=(model=784-2048-2048-2048-2048-10 mode=fg optimizer=sgd lr=0.0001 steps=3)
+run 1 "$dir/rss-tiny" - "${wide[@]}" model=784-16-10
+run 1 "$dir/rss-mem" - "${wide[@]}"
+run 1 "$dir/rss-ooc" 128M "${wide[@]}"
+rss() { grep -o '"peak_rss_bytes": [0-9]*' "$1.json" | grep -o '[0-9]*$'; }
+tiny=$(rss "$dir/rss-tiny") mem=$(rss "$dir/rss-mem") ooc=$(rss "$dir/rss-ooc")
+limit=$((${tiny:-0} + 128 * 1048576 + 16 * 1048576))
+echo "# peak RSS: no model $((tiny / 1048576)) MiB, in memory $((mem / 1048576)) MiB, out of core $((ooc / 1048576)) MiB (limit $((limit / 1048576)) MiB)"
+verdict "peak RSS out of core <= budget + fixed overhead + 16 MiB" \
+  "$([ -n "$ooc" ] && [ "$ooc" -le "$limit" ] && [ "$mem" -gt "$limit" ] || echo "ooc ${ooc:-?} mem ${mem:-?} limit $limit")"
+verdict "peak RSS: same weights in and out of core" "$(same "$dir/rss-mem" "$dir/rss-ooc")"
+
+# 3. SIGKILL mid-run, then --resume-weights (twice, on 2 stages), against an uninterrupted run.
+kill_after() {  # kill_after OUT STEP: SIGKILLs the run writing OUT once its log shows STEP
+  for _ in $(seq 1200); do
+    grep -q "step $2/" "$1.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.$((RANDOM % 10))
+  pkill -KILL -f "fgpipe train .*--out $1( |$)"
+}
+resume_sets=(mode=fg optimizer=sgd lr=0.0001 steps=30)
+out="$dir/killed"
+for round in 1 2 3; do
+  extra=(); [ "$round" -gt 1 ] && extra=(--resume-weights)
+  sets=(); for kv in "${resume_sets[@]}"; do sets+=(--set "$kv"); done
+  mkdir -p "$out.w"
+  if [ "$round" -lt 3 ]; then
+    timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+      --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
+      --mem-budget 14M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1 &
+    kill_after "$out" $((round * 8)); wait
+  else
+    timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+      --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
+      --mem-budget 14M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1
+    rc=$?
+  fi
+  grep -o "resumed from the layer stores .*" "$out.log" | sed 's/^/# /'
+done
+run 2 "$dir/straight" 14M "${resume_sets[@]}"
+verdict "SIGKILL twice, --resume-weights: exit 0 and the uninterrupted run's weights" \
+  "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep error "$out.log" | head -n 1)")$(cmp -s "$out.bin" "$dir/straight.bin" || echo "weights differ")"
+first=$(grep -o "resumed from the layer stores in .* at step [0-9]*" "$out.log" | grep -o "[0-9]*$")
+verdict "resumed run's losses equal the uninterrupted run's from step ${first:-?}" \
+  "$(cmp -s <(cut -d, -f1-3 "$out/loss.csv" | awk -F, -v f="${first:-999}" 'NR == 1 || $1 >= f') \
+             <(cut -d, -f1-3 "$dir/straight/loss.csv" | awk -F, -v f="${first:-999}" 'NR == 1 || $1 >= f') || echo differ)"
+
+# 4. Bad input: exit 2 and a message naming the problem.
+refused() {  # refused LABEL PATTERN ARGS...: the run exits 2 and its error matches PATTERN
+  local label=$1 pattern=$2; shift 2
+  timeout 120 "$fgpipe" train --config "$config" "${base[@]}" --set mode=fg --set optimizer=sgd "$@" >"$dir/refused.log" 2>&1
+  local rc=$?
+  verdict "$label" "$([ "$rc" -eq 2 ] && grep -q "$pattern" "$dir/refused.log" || echo "exit $rc: $(grep error "$dir/refused.log")")"
+}
+touch "$dir/a-file"
+refused "weights dir under a file: refused" "weights dir $dir/a-file/w.*Not a directory" \
+  --mem-budget 14M --weights-dir "$dir/a-file/w"
+refused "budget below two slots: refused with the minimum" "is too small for stage 0.*at least [0-9]* bytes" \
+  --mem-budget 4M --weights-dir "$dir"
+refused "--resume-weights without a store: refused" "no layer store" \
+  --mem-budget 14M --weights-dir "$dir" --resume-weights
+refused "mem_budget without weights_dir: refused" "weights_dir is not" --mem-budget 14M
+refused "lag 1 out of core: refused" "do not support lag = 1" \
+  --mem-budget 14M --weights-dir "$dir" --set mode=fg+bp --set lag=1
+# A full disk: a 24 MiB tmpfs cannot hold the 2-slot store of a 14.9 M-parameter stage.
+full="$dir/full"
+mkdir -p "$full"
+if mount -t tmpfs -o size=24m tmpfs "$full" 2>/dev/null; then
+  refused "disk full at store creation: refused, nothing left behind" "No space left on device" \
+    --set model=784-2048-2048-2048-2048-10 --mem-budget 128M --weights-dir "$full"
+  left=$(ls -A "$full")
+  verdict "disk full: no half-made store left" "$([ -z "$left" ] || echo "left: $left")"
+  umount "$full"
+else
+  echo "SKIP disk full: cannot mount a tmpfs here (needs root); not counted"
+fi
+finish
