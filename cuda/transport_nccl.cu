@@ -279,10 +279,10 @@ static int connect_links(Nccl *c, const NcclWiring *w, int stages, FgError *err)
         const NcclId *id;
         int nranks, rank;
     } plan[] = {
-        {&c->send_next, w->next, &w->to_next[NCCL_FORWARD], 2, 0},
-        {&c->recv_next, w->next, &w->to_next[NCCL_BACKWARD], 2, 0},
         {&c->recv_prev, w->prev, &w->to_prev[NCCL_FORWARD], 2, 1},
         {&c->send_prev, w->prev, &w->to_prev[NCCL_BACKWARD], 2, 1},
+        {&c->send_next, w->next, &w->to_next[NCCL_FORWARD], 2, 0},
+        {&c->recv_next, w->next, &w->to_next[NCCL_BACKWARD], 2, 0},
         {&c->replica_sum, w->replicas, &w->replica, c->replicas, c->replica},
     };
     for (auto &p : plan) {
@@ -294,18 +294,16 @@ static int connect_links(Nccl *c, const NcclWiring *w, int stages, FgError *err)
     for (int h = 0; h < TRANSPORT_MAX_POSTED; h++)
         TRY_CUDA(cudaEventCreateWithFlags(&c->posted[h].received, cudaEventDisableTiming));
     TRY_CUDA(cudaEventCreateWithFlags(&c->sum_done, cudaEventDisableTiming));
-    // One group: the communicators connect together, whatever order the peers list them in.
-    TRY_NCCL(ncclGroupStart());
-    ncclResult_t r = ncclSuccess;
+    // One at a time, each blocking until its peers join, in the plan's order on every rank:
+    // stage s joins the link to s-1 (which s-1 joins after its own link to s-2), then the link
+    // to s+1, then its replicas (whose ranks all get there once their pipelines' links are
+    // made). The waits run from stage 0 up and never in a circle.
     for (auto &p : plan) {
-        if (!p.use || r != ncclSuccess) continue;
+        if (!p.use) continue;
         ncclUniqueId id;
         memcpy(&id, p.id, sizeof id);
-        r = ncclCommInitRank(&p.ch->comm, p.nranks, id, p.rank);
+        TRY_NCCL(ncclCommInitRank(&p.ch->comm, p.nranks, id, p.rank));
     }
-    ncclResult_t end = ncclGroupEnd();
-    TRY_NCCL(r);
-    TRY_NCCL(end);
     return FG_OK;
 }
 
