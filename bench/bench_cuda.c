@@ -3,17 +3,23 @@
 //     against the best of cuBLASLt's heuristic algorithms for the same shape (FP32 compute).
 //  2. Training samples/s of one stage holding the whole model, bp and fg (K = 1), for the
 //     default MLP and a wide one (4 x 8192), on the GPU and, for the default MLP, on the CPU.
+//  3. With 2 GPUs and NCCL: the share of the messages between two stages hidden behind compute.
 // usage: fgpipe-bench-cuda [ROWS]   (rows per micro-batch, default 256)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend_cuda.h"
 #include "model.h"
 #include "progress.h"
 #include "stage.h"
+#ifdef FGPIPE_HAVE_NCCL
+#include "transport_nccl.h"
+#endif
 
 static double gemm_best_lt(int rows, int in, int out, const float *W, const float *x, float *y) {
     cublasLtHandle_t lt;
@@ -135,6 +141,140 @@ static double samples_per_s(const Backend *be, const char *model, int rows, int 
     return rate;
 }
 
+#ifdef FGPIPE_HAVE_NCCL
+// Table 3: a 2-stage pipeline of forward ops, one thread and one GPU per stage, messages through
+// the NCCL transport, run as pipeline.c runs a stage (receives double-buffered ahead, a sync
+// after each op). Three timings of N micro-batches, best of 5 each:
+//   full      the activations sent whole;
+//   compute   the same ops with 1-float messages (the same dependencies, next to no transfer);
+//   transfer  the N full messages alone, without compute.
+// Hidden share = 1 - (full - compute) / transfer: 1 when the transfers overlap compute entirely.
+enum { PIPE_N = 8, PIPE_ROUNDS = 5 };
+
+typedef struct {
+    int stage, rows;
+    const Model *m;
+    int first, last;  // layers of this stage
+    NcclWiring wiring;
+    pthread_barrier_t *barrier;
+    double seconds[3];  // full, compute, transfer
+} PipeStage;
+
+// One timed round: N ops of this stage (compute), messages of `floats` floats (send).
+static double pipe_round(PipeStage *ps, Transport *t, const Backend *be, Stage *st,
+                         const float *p, float *x, float **in, size_t floats, int compute) {
+    FgError err = {0};
+    int handle = 0, rc = FG_OK;
+    pthread_barrier_wait(ps->barrier);
+    double t0 = wall_seconds();
+    if (ps->stage == 1) rc = t->post_recv(t, 0, 0, in[0], floats, &handle, &err);
+    for (int b = 0; b < PIPE_N && !rc; b++) {
+        const float *src = x, *y, *ydot;
+        if (ps->stage == 1) {
+            if ((rc = t->wait_recv(t, handle, &err))) break;
+            if (compute && floats > 1) src = in[b & 1];
+            if (b + 1 < PIPE_N && (rc = t->post_recv(t, 0, b + 1, in[(b + 1) & 1], floats, &handle, &err)))
+                break;
+        }
+        if (compute) stage_forward(st, p, NULL, src, NULL, ps->rows, NULL, &y, &ydot);
+        else y = x;
+        if (ps->stage == 0) rc = t->send(t, 1, b, y, floats, &err);
+        if (!rc) rc = be->sync(be, &err);
+    }
+    if (rc) {  // the other stage may wait for this one inside NCCL: end the process
+        fprintf(stderr, "fgpipe-bench-cuda: stage %d: %s\n", ps->stage, err.msg);
+        exit(1);
+    }
+    double s = wall_seconds() - t0;
+    pthread_barrier_wait(ps->barrier);
+    return s;
+}
+
+static void *pipe_stage(void *arg) {
+    PipeStage *ps = arg;
+    Backend be;
+    FgError err = {0};
+    Transport t, inner = {.stage = ps->stage, .stages = 2, .replica = 0, .replicas = 1};
+    Stage st;
+    int ok = !backend_cuda_create(ps->stage, &be, &err);
+    ok = ok && !stage_init(&st, &be, ps->m, ps->first, ps->last, ps->rows, 0, &err);
+    // Everything is allocated before the transport starts: NCCL kernels waiting for a peer and
+    // an allocation in the other thread can block each other.
+    size_t msg = (size_t)ps->rows * ps->m->layers[ps->last - 1].out;
+    size_t x_floats = (size_t)ps->rows * ps->m->layers[ps->first].in;
+    float *p = NULL, *x = NULL, *in[2] = {NULL, NULL};
+    if (ok) {
+        p = backend_alloc_floats(&be, model_range_count(ps->m, ps->first, ps->last));
+        x = backend_alloc_floats(&be, x_floats > msg ? x_floats : msg);
+        in[0] = backend_alloc_floats(&be, x_floats), in[1] = backend_alloc_floats(&be, x_floats);
+        ok = !be.sync(&be, &err) && !transport_nccl_create(inner, &be, &ps->wiring, &t, &err);
+    }
+    if (!ok) {  // the other stage may wait for this one inside NCCL: end the process
+        fprintf(stderr, "fgpipe-bench-cuda: stage %d: %s\n", ps->stage, err.msg);
+        exit(1);
+    }
+    size_t floats = ps->stage == 0 ? msg : x_floats;  // the message between the two
+    for (int kind = 0; kind < 3; kind++) {
+        ps->seconds[kind] = INFINITY;
+        for (int r = 0; r <= PIPE_ROUNDS; r++) {  // round 0 warms up (and grows the send slots)
+            double s = pipe_round(ps, &t, &be, &st, p, x, in, kind == 1 ? 1 : floats, kind != 2);
+            if (r) ps->seconds[kind] = fmin(ps->seconds[kind], s);
+        }
+    }
+    transport_nccl_destroy(&t);
+    void *bufs[] = {p, x, in[0], in[1]};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be.free(&be, bufs[i]);
+    stage_free(&st);
+    backend_cuda_destroy(&be);
+    return NULL;
+}
+
+static void hidden_share(const char *model, int rows) {
+    Model m;
+    FgError err = {0};
+    NcclId ids[2];
+    if (model_build_mlp(&m, model, "relu", &err) || transport_nccl_new_id(&ids[0], &err) ||
+        transport_nccl_new_id(&ids[1], &err)) {
+        fprintf(stderr, "fgpipe-bench-cuda: %s\n", err.msg);
+        return;
+    }
+    int cut = m.n_layers / 2;
+    while (cut < m.n_layers - 1 && m.layers[cut].kind != LAYER_LINEAR) cut++;  // as partition_layers
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    PipeStage ps[2] = {{.stage = 0, .rows = rows, .m = &m, .first = 0, .last = cut, .barrier = &barrier},
+                       {.stage = 1, .rows = rows, .m = &m, .first = cut, .last = m.n_layers, .barrier = &barrier}};
+    ps[0].wiring.next = 1, ps[1].wiring.prev = 1;
+    memcpy(ps[0].wiring.to_next, ids, sizeof ids);
+    memcpy(ps[1].wiring.to_prev, ids, sizeof ids);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, pipe_stage, &ps[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    double full = fmax(ps[0].seconds[0], ps[1].seconds[0]), compute = fmax(ps[0].seconds[1], ps[1].seconds[1]);
+    double transfer = fmax(ps[0].seconds[2], ps[1].seconds[2]);
+    double hidden = fmin(1.0, fmax(0.0, 1.0 - (full - compute) / transfer));
+    printf("| %-26s | %8.2f | %10.3f | %11.3f | %9.3f | %5.0f%% |\n", model,
+           rows * m.layers[cut].in * 4.0 / 1048576.0, compute * 1e3, transfer * 1e3, full * 1e3, 100 * hidden);
+}
+#endif
+
+static void hidden_table(int rows) {
+    const char *models[] = {"784-1024-1024-1024-10", "784-8192-8192-8192-8192-10"};
+    printf("\n2 stages on 2 GPUs, %d forward micro-batches, messages through NCCL:\n", 8);
+    printf("| model                      | msg MiB  | compute ms | transfer ms | NCCL ms   | hidden |\n|---|---|---|---|---|---|\n");
+#ifdef FGPIPE_HAVE_NCCL
+    if (backend_cuda_device_count() >= 2) {
+        for (int i = 0; i < 2; i++) hidden_share(models[i], rows);
+        return;
+    }
+    const char *why = "n/a (needs 2 GPUs)";
+#else
+    const char *why = "n/a (built without NCCL)";
+#endif
+    for (int i = 0; i < 2; i++) printf("| %-26s | %s |\n", models[i], why);
+}
+
 int main(int argc, char **argv) {
     int rows = argc > 1 ? atoi(argv[1]) : 256;
     if (backend_cuda_device_count() == 0) {
@@ -162,5 +302,6 @@ int main(int argc, char **argv) {
            samples_per_s(&backend_cpu, models[0], rows, 1, 3.0));
     if (gpu.sync(&gpu, &err)) fprintf(stderr, "fgpipe-bench-cuda: %s\n", err.msg);
     backend_cuda_destroy(&gpu);
+    hidden_table(rows);
     return 0;
 }

@@ -9,11 +9,14 @@
 #include "transport_mpi.h"
 #ifdef FGPIPE_HAVE_CUDA
 #include "backend_cuda.h"
+#include "nccl_setup.h"
 #endif
 
+// What the factories made, for main to free after the run (copies: the CLI's own end with it).
 typedef struct {
-    Transport *transport;
-    Storage *storage;
+    Transport mpi;    // ctx NULL: none
+    Transport nccl;   // wraps mpi for a GPU run whose links use NCCL (ctx NULL: none)
+    Storage storage;  // ctx NULL: none
     Backend backend;  // a GPU backend, when the config asks for one
 } Made;
 
@@ -34,17 +37,26 @@ static int make_backend(void *arg, DeviceKind device, const Backend **out, FgErr
 }
 #endif
 
+// MPI carries host memory; a device backend's messages go through NCCL where nccl_setup finds
+// it can connect the ranks, and are otherwise staged through host memory by the CLI.
 static int make_transport(void *arg, int stages, int replicas, const Backend *be, Transport *out,
                           Storage *io, FgError *err) {
-    (void)be;  // MPI carries host memory; the CLI stages a device backend's messages
     Made *made = arg;
-    int rc = transport_mpi_create(MPI_COMM_WORLD, stages, replicas, out, err);
+    int rc = transport_mpi_create(MPI_COMM_WORLD, stages, replicas, &made->mpi, err);
     if (rc) return rc;
     // Collective over one pipeline: replica 0's stages write the checkpoints.
-    *io = checkpoint_hdf5(transport_mpi_comm(out));
-    io->open_stream = stage_store_open;  // out-of-core stages: io/
-    made->transport = out;
-    made->storage = io;
+    made->storage = checkpoint_hdf5(transport_mpi_comm(&made->mpi));
+    made->storage.open_stream = stage_store_open;  // out-of-core stages: io/
+    *io = made->storage;
+    *out = made->mpi;
+#ifdef FGPIPE_HAVE_CUDA
+    int nccl = 0;
+    if (be->on_device && (rc = nccl_setup(MPI_COMM_WORLD, &made->mpi, be, &made->nccl, &nccl, err)))
+        return rc;
+    if (nccl) *out = made->nccl;
+#else
+    (void)be;
+#endif
     return FG_OK;
 }
 
@@ -67,8 +79,11 @@ int main(int argc, char **argv) {
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, rc);
     }
-    if (made.storage) checkpoint_hdf5_free(made.storage);
-    if (made.transport) transport_mpi_destroy(made.transport);
+    if (made.storage.ctx) checkpoint_hdf5_free(&made.storage);
+#ifdef FGPIPE_HAVE_CUDA
+    if (made.nccl.ctx) nccl_setup_free(&made.nccl);
+#endif
+    if (made.mpi.ctx) transport_mpi_destroy(&made.mpi);
 #ifdef FGPIPE_HAVE_CUDA
     if (made.backend.ctx) backend_cuda_destroy(&made.backend);
 #endif
