@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "direct_io.h"
 
@@ -44,7 +45,14 @@ typedef struct {
     unsigned char *aux;       // the opening version's record, then the one being written
     unsigned char *aux_out;
     int aux_busy;
+    LayerStreamStats stats;
 } Ctx;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void *io_thread(void *arg) {
     Ctx *c = arg;
@@ -60,6 +68,7 @@ static void *io_thread(void *arg) {
         FgError e = {0};
         int rc = FG_OK;
         long version = r.version;
+        double t0 = now();
         if (!skip) {
             if (r.kind == REQ_READ) {
                 rc = layer_store_read(c->store, r.idx, sl->mem, &e);
@@ -70,7 +79,13 @@ static void *io_thread(void *arg) {
                 rc = layer_store_write_aux(c->store, r.version, c->aux_out, &e);
             }
         }
+        double seconds = now() - t0;
         pthread_mutex_lock(&c->mu);
+        if (!skip && !rc && r.kind != REQ_AUX) {
+            double bytes = (double)layer_store_slot_bytes(c->store, r.idx);
+            if (r.kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;
+            else c->stats.write_bytes += bytes, c->stats.write_seconds += seconds;
+        }
         if (rc && !c->failed) c->failed = 1, c->err = e;
         if (sl) {
             if (r.kind == REQ_READ && !skip && !rc) sl->version = version;
@@ -160,7 +175,9 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
     }
     if (!rc) {
         Slot *sl = &c->slots[v];
+        double t0 = now();
         while (sl->busy && !c->failed) pthread_cond_wait(&c->done_cv, &c->mu);
+        c->stats.wait_seconds += now() - t0;
         if (c->failed) rc = sticky(c, err);
         else {
             sl->pins++, sl->ahead = 0, sl->last_use = ++c->tick;
@@ -261,6 +278,13 @@ static int ls_close(LayerStream *s, FgError *err) {
     return rc;
 }
 
+static void ls_stats(LayerStream *s, LayerStreamStats *out) {
+    Ctx *c = s->ctx;
+    pthread_mutex_lock(&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock(&c->mu);
+}
+
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgError *err) {
     memset(s, 0, sizeof *s);
     if (n_slots < 2) {
@@ -302,5 +326,6 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;
+    s->stats = ls_stats;
     return FG_OK;
 }

@@ -27,6 +27,12 @@ typedef struct {
     long version;       // updates applied so far
 } LayerView;
 
+// What the stream's I/O thread did so far: bytes and the seconds spent moving them, and how
+// long callers waited in acquire for a layer that was not in memory yet.
+typedef struct {
+    double read_bytes, read_seconds, write_bytes, write_seconds, wait_seconds;
+} LayerStreamStats;
+
 typedef struct LayerStream LayerStream;
 struct LayerStream {
     void *ctx;
@@ -51,6 +57,7 @@ struct LayerStream {
     // Waits for every queued read and write-back; returns the first I/O error, if any. After
     // an error every call fails with it; the store keeps its last consistent version.
     int (*flush)(LayerStream *s, FgError *err);
+    void (*stats)(LayerStream *s, LayerStreamStats *out);
     // Flushes, stops the I/O thread, frees the slots and closes the store.
     int (*close)(LayerStream *s, FgError *err);
 };

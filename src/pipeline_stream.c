@@ -460,11 +460,11 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
     o->wave_stride = (size_t)B * width * (1 + K);
     o->adj_stride = (size_t)B * width;
     int n_stash = c->mode == MODE_BP ? N : exact ? (c->select >= 0 ? c->select : N) : 0;
-    // What stays in memory besides the slots: waves, adjoints, stashes, two layer buffers, the
-    // stage's own work buffers.
+    // What stays in memory besides the slots: waves, adjoints, stashes, a layer's gradient
+    // (backward waves) and its update (forward gradients), the stage's own work buffers.
     double work = 2.0 * N * o->wave_stride * sizeof(float) +
                   (backward ? 2.0 * N * o->adj_stride * sizeof(float) : 0) + (double)n_stash * stash +
-                  2.0 * largest * sizeof(float) +
+                  (double)((backward ? largest : 0) + (K ? largest : 0)) * sizeof(float) +
                   (double)(2 * (2 + K) * (size_t)B * width + K * largest) * sizeof(float);
     size_t slot = (size_t)(1 + opt) * ((largest * sizeof(float) + 4095) / 4096 * 4096);
     size_t exact_slot = exact ? (largest * sizeof(float) + 4095) / 4096 * 4096 : 0;
@@ -496,8 +496,8 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
         o->wave[i] = backend_alloc_floats(p->be, (size_t)N * o->wave_stride);
         if (backward) o->adj[i] = backend_alloc_floats(p->be, (size_t)N * o->adj_stride);
     }
-    o->grad = backend_alloc_floats(p->be, largest);
-    o->update = backend_alloc_floats(p->be, largest);
+    if (backward) o->grad = backend_alloc_floats(p->be, largest);
+    if (K) o->update = backend_alloc_floats(p->be, largest);
     o->pending_coeff = fg_alloc_floats((size_t)N * (K ? K : 1));
     return FG_OK;
 }
@@ -514,10 +514,25 @@ int stream_plan(Pipeline *p) {
     return FG_OK;
 }
 
+// One line per stage at the end: what its stores moved and how long compute waited for them.
+static void report_io(Pipeline *p) {
+    OutOfCore *o = p->ooc;
+    LayerStreamStats a = {0}, b = {0};
+    o->layers.stats(&o->layers, &a);
+    if (o->with_exact) o->exact.stats(&o->exact, &b);
+    double rb = a.read_bytes + b.read_bytes, rs = a.read_seconds + b.read_seconds;
+    double wb = a.write_bytes + b.write_bytes, ws = a.write_seconds + b.write_seconds;
+    fprintf(stderr, "fgpipe: stage %d layer I/O: read %.3f GB in %.2f s (%.2f GB/s), wrote %.3f GB "
+            "in %.2f s (%.2f GB/s), compute waited %.2f s for layers\n", p->tr->stage, rb / 1e9, rs,
+            rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
+            a.wait_seconds + b.wait_seconds);
+}
+
 int stream_free(Pipeline *p, FgError *err) {
     OutOfCore *o = p->ooc;
     if (!o) return FG_OK;
     const Backend *be = p->be;
+    if (o->layers.stats) report_io(p);
     int rc = o->layers.close ? o->layers.close(&o->layers, err) : FG_OK;
     FgError e2 = {0};
     if (o->with_exact) o->exact.close(&o->exact, rc ? &e2 : err);

@@ -67,40 +67,40 @@ verdict "peak RSS out of core <= budget + fixed overhead + 16 MiB" \
 verdict "peak RSS: same weights in and out of core" "$(same "$dir/rss-mem" "$dir/rss-ooc")"
 
 # 3. SIGKILL mid-run, then --resume-weights (twice, on 2 stages), against an uninterrupted run.
-kill_after() {  # kill_after OUT STEP: SIGKILLs the run writing OUT once its log shows STEP
-  for _ in $(seq 1200); do
-    grep -q "step $2/" "$1.log" 2>/dev/null && break
+kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after it (re)started
+  local from=0
+  for _ in $(seq 2400); do
+    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
+    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
     sleep 0.05
   done
-  sleep 0.$((RANDOM % 10))
+  sleep 0.0$((RANDOM % 10))
   pkill -KILL -f "fgpipe train .*--out $1( |$)"
 }
-resume_sets=(mode=fg optimizer=sgd lr=0.0001 steps=30)
+resume_sets=(mode=fg optimizer=sgd lr=0.0001 steps=40)
 out="$dir/killed"
+resumed=()
 for round in 1 2 3; do
   extra=(); [ "$round" -gt 1 ] && extra=(--resume-weights)
   sets=(); for kv in "${resume_sets[@]}"; do sets+=(--set "$kv"); done
   mkdir -p "$out.w"
-  if [ "$round" -lt 3 ]; then
-    timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
-      --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
-      --mem-budget 14M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1 &
-    kill_after "$out" $((round * 8)); wait
-  else
-    timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
-      --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
-      --mem-budget 14M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1
-    rc=$?
-  fi
-  grep -o "resumed from the layer stores .*" "$out.log" | sed 's/^/# /'
+  timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+    --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
+    --mem-budget 14M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1 &
+  pid=$!
+  [ "$round" -lt 3 ] && kill_after "$out" 6
+  wait "$pid"; rc=$?
+  step=$(grep -o "resumed from the layer stores .* at step [0-9]*" "$out.log" | grep -o "[0-9]*$" || true)
+  [ "$round" -gt 1 ] && resumed+=("${step:-none}")
 done
+echo "# killed twice, resumed at steps ${resumed[*]}"
 run 2 "$dir/straight" 14M "${resume_sets[@]}"
-verdict "SIGKILL twice, --resume-weights: exit 0 and the uninterrupted run's weights" \
-  "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep error "$out.log" | head -n 1)")$(cmp -s "$out.bin" "$dir/straight.bin" || echo "weights differ")"
-first=$(grep -o "resumed from the layer stores in .* at step [0-9]*" "$out.log" | grep -o "[0-9]*$")
-verdict "resumed run's losses equal the uninterrupted run's from step ${first:-?}" \
-  "$(cmp -s <(cut -d, -f1-3 "$out/loss.csv" | awk -F, -v f="${first:-999}" 'NR == 1 || $1 >= f') \
-             <(cut -d, -f1-3 "$dir/straight/loss.csv" | awk -F, -v f="${first:-999}" 'NR == 1 || $1 >= f') || echo differ)"
+first=${resumed[1]}
+verdict "SIGKILL twice, --resume-weights (at steps ${resumed[*]}): exit 0, the uninterrupted run's weights" \
+  "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep error "$out.log" | head -n 1)")$(cmp -s "$out.bin" "$dir/straight.bin" || echo " weights differ")$([ "${resumed[0]}" != none ] && [ "$first" != none ] && [ "$first" -lt 40 ] || echo " a run was not resumed mid-run")"
+verdict "the resumed run's losses equal the uninterrupted run's from step $first" \
+  "$([ "$first" != none ] && cmp -s <(cut -d, -f1-3 "$out/loss.csv" | awk -F, -v f="$first" 'NR == 1 || $1 >= f') \
+             <(cut -d, -f1-3 "$dir/straight/loss.csv" | awk -F, -v f="$first" 'NR == 1 || $1 >= f') || echo differ)"
 
 # 4. Bad input: exit 2 and a message naming the problem.
 refused() {  # refused LABEL PATTERN ARGS...: the run exits 2 and its error matches PATTERN
