@@ -607,34 +607,39 @@ int pipeline_state_from_host(Pipeline *p, FgError *err) {
     return be->sync(be, err);
 }
 
+int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err) {
+    int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
+    if (p->is_first) {
+        p->be->upload(p->be, x, ds->x + chunk * rows * ds->features, (size_t)n * ds->features * sizeof(float));
+        return FG_OK;
+    }
+    return p->tr->recv(p->tr, p->tr->stage - 1, tag_of(TAG_EVAL, 0, (int)(chunk % 4096)), x,
+                       (size_t)n * p->model->layers[p->stage.first].in, err);
+}
+
+int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
+                FgError *err) {
+    int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
+    if (!p->is_last)
+        return p->tr->send(p->tr, p->tr->stage + 1, tag_of(TAG_EVAL, 0, (int)(chunk % 4096)), y,
+                           (size_t)n * p->model->layers[p->stage.last - 1].out, err);
+    p->be->upload(p->be, p->labels, ds->labels + chunk * rows, (size_t)n);
+    totals[0] += (double)p->be->loss_forward(p->be, y, p->labels, n, p->model->classes, &correct) * n;
+    totals[1] += correct;
+    return FG_OK;
+}
+
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
     if (p->ooc) return stream_evaluate(p, ds, loss, acc, err);
-    const Backend *be = p->be;
-    int rows = p->cfg->micro_batch, C = p->model->classes, rc = FG_OK;
+    int rows = p->cfg->micro_batch, rc = FG_OK;
     double totals[2] = {0, 0};  // loss * rows, hits
     size_t chunks = (ds->count + rows - 1) / rows;
     for (size_t i = 0; rc == FG_OK && i < chunks; i++) {
         int n = (int)FG_MIN((size_t)rows, ds->count - i * rows);
-        int tag = tag_of(TAG_EVAL, 0, (int)(i % 4096));
-        const float *x = p->x_in, *y;
-        if (p->is_first) {
-            be->upload(be, p->x_in, ds->x + i * rows * ds->features, (size_t)n * ds->features * sizeof(float));
-        } else {
-            rc = p->tr->recv(p->tr, p->tr->stage - 1, tag, p->x_in,
-                             (size_t)n * p->model->layers[p->stage.first].in, err);
-            if (rc) break;
-        }
-        stage_forward(&p->stage, p->params, NULL, x, NULL, n, NULL, &y, NULL);
-        if (!p->is_last) {
-            rc = p->tr->send(p->tr, p->tr->stage + 1, tag, y,
-                             (size_t)n * p->model->layers[p->stage.last - 1].out, err);
-        } else {
-            int correct;
-            be->upload(be, p->labels, ds->labels + i * rows, (size_t)n);
-            totals[0] += (double)be->loss_forward(be, y, p->labels, n, C, &correct) * n;
-            totals[1] += correct;
-        }
-        if (!rc) rc = be->sync(be, err);
+        const float *y;
+        if ((rc = eval_input(p, ds, i, p->x_in, err))) break;
+        stage_forward(&p->stage, p->params, NULL, p->x_in, NULL, n, NULL, &y, NULL);
+        if (!(rc = eval_output(p, ds, i, y, totals, err))) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
     *loss = totals[0] / (double)ds->count;

@@ -30,6 +30,12 @@ void sum_layer_rows(const double *rows, int n_layers, int width, double *out);
 // coefficients in p->coeff; d [N*K] and rdots [N*K] (NULL without a reference) are scratch.
 float update_coefficients(Pipeline *p, int use_cv, int guided, float *d, double *rdots);
 
+// Evaluation of test chunk `chunk` (micro_batch rows): its input (the data, or the stage
+// before's output), and its output (sent on, or scored into totals: loss * rows, hits).
+int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
+int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
+                FgError *err);
+
 // The out-of-core step (pipeline_stream.c): the same result as pipeline_step, run as
 // layer-major waves over the stage's layer stream.
 int stream_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,

@@ -333,26 +333,16 @@ int pipeline_visit_layers(Pipeline *p, LayerVisitor visit, void *arg, FgError *e
 
 int stream_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
     OutOfCore *o = p->ooc;
-    const Backend *be = p->be;
     const Model *m = p->model;
     Stage *st = &p->stage;
-    int rows = p->cfg->micro_batch, N = p->cfg->micro_batches, C = m->classes, rc;
+    int rows = p->cfg->micro_batch, N = p->cfg->micro_batches, rc;
     double totals[2] = {0, 0};  // loss * rows, hits
     if ((rc = pipeline_apply_pending(p, err))) return rc;
     // Waves of N chunks of `rows` samples: the weights are read once per wave.
     size_t chunks = (ds->count + rows - 1) / rows;
     for (size_t w = 0; w < chunks && !rc; w += N) {
         int n_mb = (int)FG_MIN((size_t)N, chunks - w);
-        for (int mb = 0; mb < n_mb && !rc; mb++) {
-            size_t i = w + mb;
-            int n = (int)FG_MIN((size_t)rows, ds->count - i * rows);
-            float *x = o->wave[0] + mb * o->wave_stride;
-            if (p->is_first)
-                be->upload(be, x, ds->x + i * rows * ds->features, (size_t)n * ds->features * sizeof(float));
-            else
-                rc = p->tr->recv(p->tr, p->tr->stage - 1, tag_of(TAG_EVAL, 0, (int)(i % 4096)), x,
-                                 (size_t)n * m->layers[st->first].in, err);
-        }
+        for (int mb = 0; mb < n_mb && !rc; mb++) rc = eval_input(p, ds, w + mb, o->wave[0] + mb * o->wave_stride, err);
         int cur = 0;
         for (int l = st->first; l < st->last && !rc; l++, cur ^= 1) {
             const Layer *L = &m->layers[l];
@@ -367,20 +357,9 @@ int stream_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, F
             }
             if (L->param_count) rc = o->layers.release(&o->layers, l, 0, err);
         }
-        for (int mb = 0; mb < n_mb && !rc; mb++) {
-            size_t i = w + mb;
-            int n = (int)FG_MIN((size_t)rows, ds->count - i * rows), correct;
-            const float *y = o->wave[cur] + mb * o->wave_stride;
-            if (!p->is_last) {
-                rc = p->tr->send(p->tr, p->tr->stage + 1, tag_of(TAG_EVAL, 0, (int)(i % 4096)), y,
-                                 (size_t)n * m->layers[st->last - 1].out, err);
-                continue;
-            }
-            be->upload(be, p->labels, ds->labels + i * rows, (size_t)n);
-            totals[0] += (double)be->loss_forward(be, y, p->labels, n, C, &correct) * n;
-            totals[1] += correct;
-        }
-        if (!rc) rc = be->sync(be, err);
+        for (int mb = 0; mb < n_mb && !rc; mb++)
+            rc = eval_output(p, ds, w + mb, o->wave[cur] + mb * o->wave_stride, totals, err);
+        if (!rc) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
     *loss = totals[0] / (double)ds->count;
