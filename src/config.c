@@ -18,7 +18,9 @@ typedef struct {
 } ConfigKey;
 
 #define NUM(T, field, lo, hi, help) {#field, T, offsetof(Config, field), 0, lo, hi, NULL, help}
-#define STR(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 0, 0, NULL, help}
+// min: the shortest value (1, or 0 where empty means "none").
+#define STR(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 1, 0, NULL, help}
+#define STR_OR_NONE(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 0, 0, NULL, help}
 #define CHOICE(field, choices, help) {#field, KEY_CHOICE, offsetof(Config, field), 0, 0, 0, choices, help}
 
 // The choice strings list values in the order of their enums (Mode, OptimizerKind, LrSchedule).
@@ -55,7 +57,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
     NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
     NUM(KEY_REAL, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
-    STR(weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
+    STR_OR_NONE(weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -123,9 +125,9 @@ int config_set(Config *c, const char *key, const char *value, FgError *err) {
     }
     char *field = (char *)c + k->offset;
     if (k->type == KEY_STRING) {
-        if (!*value || strlen(value) >= k->size)
-            return fg_fail(err, FG_ERR_INPUT, "%s: value must be 1 to %zu characters", key,
-                           k->size - 1);
+        if (strlen(value) < k->min || strlen(value) >= k->size)
+            return fg_fail(err, FG_ERR_INPUT, "%s: value must be %.0f to %zu characters", key,
+                           k->min, k->size - 1);
         snprintf(field, k->size, "%s", value);
         return FG_OK;
     }
