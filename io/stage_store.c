@@ -1,6 +1,7 @@
 #include "stage_store.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 #include "direct_io.h"
 #include "layer_store.h"
@@ -54,6 +55,7 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
         rc = layer_store_open_at(&s, spec->dir, spec->name, &opt, spec->version, err);
         if (!rc) rc = check_layout(s, spec, layers, n, err);
     } else {
+        mkdir(spec->dir, 0755);  // a new weights dir (any failure is reported by create)
         rc = layer_store_create(&s, spec->dir, spec->name, n, layers, &opt, err);
         if (!rc) rc = write_version0(s, spec, err);
     }
