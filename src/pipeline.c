@@ -117,7 +117,7 @@ static int op_forward(Pipeline *p, long step, int mb, const float *in, const siz
     int B = c->micro_batch;
     const float *x = in, *xdot = NULL;
     if (p->is_first) {
-        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, p->host_labels);
+        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, NULL);
         be->upload(be, p->x_in, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
         x = p->x_in;
     } else if (p->K) {
@@ -147,8 +147,8 @@ void stage_loss(Pipeline *p, long step, int mb, const float *y, const float *ydo
     const Config *c = p->cfg;
     const Backend *be = p->be;
     int B = c->micro_batch, C = p->model->classes, N = c->micro_batches;
-    // The labels again even on a first stage that gathered them with the inputs: a wave
-    // gathers every micro-batch's inputs before the first loss.
+    // Labels are gathered here, not with the inputs: a wave gathers every micro-batch's
+    // inputs before the first loss.
     dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
     be->upload(be, p->labels, p->host_labels, (size_t)B);
     double loss;

@@ -127,7 +127,7 @@ static int forward_wave(Pipeline *p, long step, const size_t *order, size_t samp
     for (int mb = 0; mb < N && !rc; mb++) {
         float *in = o->wave[0] + mb * o->wave_stride;
         if (p->is_first) {
-            dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, p->host_labels);
+            dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, p->host_x, NULL);
             be->upload(be, in, p->host_x, (size_t)B * m->in_features * sizeof(float));
         } else {
             rc = p->tr->recv(p->tr, p->tr->stage - 1, tag_of(TAG_FORWARD, step, mb), in,
@@ -314,10 +314,11 @@ int pipeline_visit_layers(Pipeline *p, LayerVisitor visit, void *arg, FgError *e
     int rc = pipeline_apply_pending(p, err);
     for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         const Layer *L = &p->model->layers[l];
-        if (!o) {
-            size_t off = L->param_offset - p->stage.param_base, n = p->n;
-            const float *bufs[3] = {p->host.params + off, p->host.opt_state + off,
-                                    p->host.opt_state + n + off};
+        if (!o) {  // the layer's slices of the stage's buffers (state buffers are n apart)
+            size_t off = L->param_offset - p->stage.param_base;
+            const float *bufs[3] = {p->host.params + off};
+            for (int b = 0; b < optimizer_state_buffers(p->cfg->optimizer); b++)
+                bufs[1 + b] = p->host.opt_state + b * p->n + off;
             rc = visit(arg, L, bufs, err);
             continue;
         }

@@ -433,6 +433,9 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         if (!rc) rc = rc2;
     }
     if (reporter) progress_finish(&prog);
+    // Streaming stages: the last step's update goes into the stores now, so they hold the
+    // finished run whatever is done with it next.
+    if (!rc) rc = pipeline_apply_pending(&p, err);
     if (rc) goto done;
     if (checkpoints && !res->stopped && (rc = save_checkpoint(&p, c, o, res->layout, total, err))) goto done;
     long window = FG_MIN(total - first_step, WINDOW);
