@@ -33,6 +33,19 @@ static double timed_barrier_since(double t0, MPI_Comm comm) {
     return wall_seconds() - t0;
 }
 
+// The stage's params, m and v, each a flat buffer of its layers.
+typedef struct {
+    const Model *m;
+    int first, last;
+    float *bufs[3];
+} Flat;
+
+static int visit_flat(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
+    (void)writable;
+    Flat *f = source;
+    return model_visit_layers(f->m, f->first, f->last, f->bufs, 3, visit, arg, err);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, M;
@@ -53,15 +66,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     int first = layout[rank], last = layout[rank + 1];
-    size_t base = model_range_offset(&m, first), n = model_range_count(&m, first, last);
+    size_t n = model_range_count(&m, first, last);
     float *state = fg_alloc_floats(3 * n);  // params, m, v back to back
     model_init_range(&m, first, last, state, 1);
     memcpy(state + n, state, n * sizeof(float));
     memcpy(state + 2 * n, state, n * sizeof(float));
-    CheckpointState st = {.model = &m, .first = first, .last = last, .param_base = base, .step = 1,
-                          .seed = 1, .config_text = "bench", .stages = M, .layout = layout};
-    const char *names[3] = {"params", "optimizer/m", "optimizer/v"};
-    for (int b = 0; b < 3; b++) st.buffers[st.n_buffers++] = (CheckpointBuffer){names[b], state + b * n};
+    Flat flat = {&m, first, last, {state, state + n, state + 2 * n}};
+    CheckpointState st = {.model = &m, .first = first, .last = last, .n_buffers = 3,
+                          .buffers = {"params", "optimizer/m", "optimizer/v"},
+                          .visit_layers = visit_flat, .source = &flat, .step = 1, .seed = 1,
+                          .config_text = "bench", .stages = M, .layout = layout};
 
     char path[4096];
     snprintf(path, sizeof path, "%s/bench-checkpoint.h5", argv[2]);

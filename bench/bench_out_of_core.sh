@@ -7,16 +7,21 @@
 # Printed, for each: bytes read and written per step, the store's read and write bandwidth
 # against dd's direct sequential bandwidth on the same disk (measured in this run), and the
 # step time against max(compute, I/O), where compute is the same step in memory (extrapolated
-# from models of 2 and 4 hidden layers of the same width: the step grows by a fixed time per
-# WIDTH x WIDTH layer) and I/O is read bytes / dd read + written bytes / dd write (this kind of
-# virtual disk does not overlap reads with writes: docs/out-of-core.md).
+# from models of 8 and 16 hidden layers of the same width: the step grows by a fixed time per
+# WIDTH x WIDTH layer; the whole model does not fit in memory) and I/O is read bytes / read
+# bandwidth + written bytes / write bandwidth, each the better of dd's and the store's (this
+# kind of virtual disk does not overlap reads with writes: docs/out-of-core.md).
 #
 # usage: bench/bench_out_of_core.sh [DIR [WIDTH [HIDDEN [STEPS]]]]
 #   DIR: a directory on the disk to measure (default /var/tmp/fgpipe-ooc); needs ~2.2x the
-#   weights free (two slots of params + state). Small trial: bench/bench_out_of_core.sh DIR 1024 8 3
+#   weights free (params + state), and memory for 16 hidden layers in memory (~14 GB).
+#   Small trial: bench/bench_out_of_core.sh DIR 1024 8 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-/var/tmp/fgpipe-ooc} width=${2:-8448} hidden=${3:-30} steps=${4:-3}
+dir=${1:-/var/tmp/fgpipe-ooc} width=${2:-8448} hidden=${3:-30} steps=${4:-4}
+# Compute in memory is measured on lo and hi hidden layers (hi fits in memory with its gradient
+# and momentum: 3 x 4.6 GB at the default width) and extrapolated to `hidden`.
+hi=$(( hidden < 16 ? hidden : 16 )) lo=$(( hidden < 16 ? hidden / 2 : 8 ))
 fgpipe=build/fgpipe
 [ -x "$fgpipe" ] || { echo "build first: launch/build.sh" >&2; exit 2; }
 mkdir -p "$dir"
@@ -49,25 +54,29 @@ modes=("fg|--set mode=fg" "bp|--set mode=bp --set schedule=gpipe")
 step_time() { tail -n +3 "$1/loss.csv" | cut -d, -f4 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # dd in requests of 512 MiB, about the store's (one request per layer slot: 571 MB here); with
-# 64 MiB requests this virtual disk measured 0.98 GB/s reading where the store read 2.2.
-echo "# disk: dd with O_DIRECT, 512 MiB blocks, 4 GiB" >&2
-dd if=/dev/zero of="$dir/dd.bin" bs=512M count=8 oflag=direct conv=fsync 2>"$dir/dd-w.log"
-sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-dd if="$dir/dd.bin" of=/dev/null bs=512M iflag=direct 2>"$dir/dd-r.log"
-rm -f "$dir/dd.bin"
-dd_w=$(awk '/copied/ {print $1 / $(NF-3) / 1e9}' "$dir/dd-w.log")
-dd_r=$(awk '/copied/ {print $1 / $(NF-3) / 1e9}' "$dir/dd-r.log")
+# 64 MiB requests this virtual disk measured 0.98 GB/s reading where the store read 2.2. Its
+# bandwidth drifts by tens of percent over minutes, so it is measured right before each mode.
+disk() {  # sets dd_r and dd_w (GB/s)
+  dd if=/dev/zero of="$dir/dd.bin" bs=512M count=8 oflag=direct conv=fsync 2>"$dir/dd-w.log"
+  sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+  dd if="$dir/dd.bin" of=/dev/null bs=512M iflag=direct 2>"$dir/dd-r.log"
+  rm -f "$dir/dd.bin"
+  dd_w=$(awk '/copied/ {print $1 / $(NF-3) / 1e9}' "$dir/dd-w.log")
+  dd_r=$(awk '/copied/ {print $1 / $(NF-3) / 1e9}' "$dir/dd-r.log")
+}
 
 rows=()
 for m in "${modes[@]}"; do
   name=${m%%|*}; read -r -a sets <<<"${m#*|}"
-  echo "# $name: in memory, 2 and 4 hidden layers of $width" >&2
-  for h in 2 4; do
+  echo "# $name: disk (dd), then in memory, $lo and $hi hidden layers of $width" >&2
+  disk
+  for h in $lo $hi; do
     "$fgpipe" train "${common[@]}" "${sets[@]}" --set model="$(model $h)" --out "$dir/$name-mem$h" \
       >"$dir/$name-mem$h.log" 2>&1
   done
-  t2=$(step_time "$dir/$name-mem2") t4=$(step_time "$dir/$name-mem4")
-  compute=$(awk -v a="$t2" -v b="$t4" -v h="$hidden" 'BEGIN {print a + (h - 2) * (b - a) / 2}')
+  t_lo=$(step_time "$dir/$name-mem$lo") t_hi=$(step_time "$dir/$name-mem$hi")
+  compute=$(awk -v a="$t_lo" -v b="$t_hi" -v h="$hidden" -v lo="$lo" -v hi="$hi" \
+              'BEGIN {print a + (h - lo) * (b - a) / (hi - lo)}')
   echo "# $name: out of core, $hidden hidden layers of $width" >&2
   rm -rf "$dir/w" && mkdir -p "$dir/w"
   budget=$("$fgpipe" train "${common[@]}" "${sets[@]}" --set model="$(model "$hidden")" \
@@ -90,7 +99,8 @@ for m in "${modes[@]}"; do
   rows+=("$(awk -v n="$name" -v w="$(awk -v p="$params" 'BEGIN {print p * 4 / 1e9}')" -v b="$budget" \
     -v s="$state" -v r="$reads" -v rg="$read_gbs" -v wg="$write_gbs" -v dr="$dd_r" -v dw="$dd_w" \
     -v t="$t" -v c="$compute" -v rss="$rss" 'BEGIN {
-      io = r * s / dr + s / dw; bound = c > io ? c : io
+      # I/O time at the better of dd and the store: the shortest the disk allows.
+      io = r * s / (rg > dr ? rg : dr) + s / (wg > dw ? wg : dw); bound = c > io ? c : io
       printf "%-3s %6.2f %5.2f %6.1f %6.1f | %5.2f %5.2f %5.2f | %5.2f %5.2f %5.2f | %7.1f %7.1f %7.1f %7.1f %5.2f | %6.2f",
         n, w, b / 1e9, r * s, s, rg, dr, rg / dr, wg, dw, wg / dw, t, c, io, bound, t / bound, rss / 1e9 }')")
 done

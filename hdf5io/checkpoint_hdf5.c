@@ -58,10 +58,10 @@ static int get_attr_i64(hid_t obj, const char *name, long long *v) {
     return rc < 0 ? -1 : 0;
 }
 
-static void dataset_name(const CheckpointBuffer *b, const Model *m, const TensorView *tv, char *out,
+static void dataset_name(const char *buffer, const Model *m, const TensorView *tv, char *out,
                          size_t size) {
     const char *dot = strchr(tv->name, '.');
-    snprintf(out, size, "%s/%s/%s", b->name, m->layers[tv->layer].name, dot ? dot + 1 : tv->name);
+    snprintf(out, size, "%s/%s/%s", buffer, m->layers[tv->layer].name, dot ? dot + 1 : tv->name);
 }
 
 static const char *shape_str(int rank, const hsize_t *dims, char *buf, size_t size) {
@@ -77,9 +77,57 @@ static int tensor_rank(const TensorView *tv, hsize_t dims[2]) {
     return tv->cols == 1 ? 1 : 2;
 }
 
-// Every rank creates every dataset (HDF5 metadata operations are collective) and writes the
-// tensors of its own layers (independent I/O).
-static int write_file(const CheckpointState *st, hid_t f, FgError *err) {
+// The open datasets of a stage's tensors, [buffer][tensor] (-1: another stage's), and the
+// transfer of one layer's tensors between them and the layer's buffers.
+typedef struct {
+    const CheckpointState *st;
+    const char *path;
+    int load;
+    hid_t *dsets;
+} Tensors;
+
+static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+    Tensors *ts = arg;
+    const Model *m = ts->st->model;
+    for (int b = 0; b < ts->st->n_buffers; b++)
+        for (int t = 0; t < m->n_tensors; t++) {
+            const TensorView *tv = &m->tensors[t];
+            if (tv->layer != L->index) continue;
+            hid_t d = ts->dsets[b * m->n_tensors + t];
+            float *data = bufs[b] + (tv->offset - L->param_offset);
+            herr_t h = ts->load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
+                                : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+            if (h < 0) {
+                char name[256];
+                dataset_name(ts->st->buffers[b], m, tv, name, sizeof name);
+                return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s %s failed%s", ts->path,
+                               ts->load ? "reading" : "writing", name, ts->load ? " (truncated file?)" : "");
+            }
+        }
+    return FG_OK;
+}
+
+static Tensors tensors_new(const CheckpointState *st, const char *path, int load) {
+    size_t n = (size_t)st->n_buffers * st->model->n_tensors;
+    Tensors ts = {st, path, load, malloc(n * sizeof(hid_t))};
+    for (size_t i = 0; i < n; i++) ts.dsets[i] = -1;
+    return ts;
+}
+
+static void tensors_close(Tensors *ts) {
+    size_t n = (size_t)ts->st->n_buffers * ts->st->model->n_tensors;
+    for (size_t i = 0; i < n; i++)
+        if (ts->dsets[i] >= 0) H5Dclose(ts->dsets[i]);
+    free(ts->dsets);
+}
+
+static int own_tensor(const CheckpointState *st, const TensorView *tv) {
+    return tv->layer >= st->first && tv->layer < st->last;
+}
+
+// Every rank creates every dataset (HDF5 metadata operations are collective), then writes the
+// tensors of its own layers as the stage hands them over (independent I/O).
+static int write_file(const CheckpointState *st, const char *path, hid_t f, FgError *err) {
     const Model *m = st->model;
     if (set_attr_i64(f, "format_version", CHECKPOINT_FORMAT_VERSION) ||
         set_attr_i64(f, "step", st->step) || set_attr_i64(f, "seed", st->seed) ||
@@ -92,25 +140,25 @@ static int write_file(const CheckpointState *st, hid_t f, FgError *err) {
     // Parallel HDF5 allocates datasets at creation and would write fill values into them
     // first: every byte is written by us anyway, so that would double the bytes written.
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    Tensors ts = tensors_new(st, path, 0);
     int rc = FG_OK;
     for (int b = 0; b < st->n_buffers && !rc; b++)
         for (int t = 0; t < m->n_tensors && !rc; t++) {
             const TensorView *tv = &m->tensors[t];
             char name[256];
-            dataset_name(&st->buffers[b], m, tv, name, sizeof name);
+            dataset_name(st->buffers[b], m, tv, name, sizeof name);
             hsize_t dims[2];
             hid_t sp = H5Screate_simple(tensor_rank(tv, dims), dims, NULL);
             hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, sp, lcpl, dcpl, H5P_DEFAULT);
-            if (d < 0) rc = fg_fail(err, FG_ERR_INPUT, "creating dataset %s failed", name);
-            else if (tv->layer >= st->first && tv->layer < st->last &&
-                     H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                              st->buffers[b].data + (tv->offset - st->param_base)) < 0)
-                rc = fg_fail(err, FG_ERR_INPUT, "writing dataset %s failed", name);
-            if (d >= 0) H5Dclose(d);
             H5Sclose(sp);
+            if (d < 0) rc = fg_fail(err, FG_ERR_INPUT, "creating dataset %s failed", name);
+            else if (own_tensor(st, tv)) ts.dsets[b * m->n_tensors + t] = d;
+            else H5Dclose(d);
         }
     H5Pclose(lcpl);
     H5Pclose(dcpl);
+    if (!rc) rc = st->visit_layers(st->source, 0, transfer_layer, &ts, err);
+    tensors_close(&ts);
     return rc;
 }
 
@@ -132,7 +180,7 @@ static int h5_save(Storage *io, const CheckpointState *st, const char *path, FgE
     H5Pclose(fapl);
     int rc = f < 0 ? fg_fail(err, FG_ERR_INPUT, "cannot create checkpoint %s: %s", tmp,
                              errno ? strerror(errno) : "HDF5 error")
-                   : write_file(st, f, err);
+                   : write_file(st, path, f, err);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = fg_fail(err, FG_ERR_INPUT, "closing %s failed", tmp);
     // All ranks agree on the outcome before rank 0 publishes the file.
     int bad = rc != FG_OK, any_bad = 0;
@@ -168,19 +216,20 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
                      path, version, CHECKPOINT_FORMAT_VERSION);
     else if (get_attr_i64(f, "step", &step) || get_attr_i64(f, "seed", &seed) || step < 0)
         rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: missing or bad step/seed attributes", path);
+    // Every tensor is found and shaped right before the stage's state is touched.
+    Tensors ts = tensors_new(st, path, 1);
     for (int b = 0; b < st->n_buffers && !rc; b++)
         for (int t = 0; t < m->n_tensors && !rc; t++) {
             const TensorView *tv = &m->tensors[t];
-            if (tv->layer < st->first || tv->layer >= st->last) continue;
+            if (!own_tensor(st, tv)) continue;
             char name[256];
-            dataset_name(&st->buffers[b], m, tv, name, sizeof name);
-            if (H5Lexists(f, st->buffers[b].name, H5P_DEFAULT) <= 0 ||
-                H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {
+            dataset_name(st->buffers[b], m, tv, name, sizeof name);
+            if (H5Lexists(f, st->buffers[b], H5P_DEFAULT) <= 0 || H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {
                 rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s has no %s (this model has layer %s)",
                              path, name, m->layers[tv->layer].name);
                 break;
             }
-            hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+            hid_t d = ts.dsets[b * m->n_tensors + t] = H5Dopen2(f, name, H5P_DEFAULT);
             hid_t sp = H5Dget_space(d);
             hsize_t want[2], have[2] = {0, 0};
             int want_rank = tensor_rank(tv, want), have_rank = H5Sget_simple_extent_dims(sp, have, NULL);
@@ -190,15 +239,14 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
                              path, name, shape_str(have_rank, have, hs, sizeof hs),
                              shape_str(want_rank, want, ws, sizeof ws));
             }
-            else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                             st->buffers[b].data + (tv->offset - st->param_base)) < 0)
-                rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: reading %s failed (truncated file?)",
-                             path, name);
             H5Sclose(sp);
-            H5Dclose(d);
         }
+    if (!rc) {
+        st->step = step, st->seed = (uint32_t)seed;
+        rc = st->visit_layers(st->source, 1, transfer_layer, &ts, err);
+    }
+    tensors_close(&ts);
     H5Fclose(f);
-    if (!rc) st->step = step, st->seed = (uint32_t)seed;
     return rc;
 }
 

@@ -98,3 +98,18 @@ size_t model_range_offset(const Model *m, int first) {
 size_t model_range_count(const Model *m, int first, int last) {
     return model_range_offset(m, last) - model_range_offset(m, first);
 }
+
+int model_visit_layers(const Model *m, int first, int last, float *const *buffers, int n_buffers,
+                       LayerVisitor visit, void *arg, FgError *err) {
+    size_t base = model_range_offset(m, first);
+    float *bufs[8];
+    if (n_buffers > 8) return fg_fail(err, FG_ERR_INTERNAL, "model_visit_layers: %d buffers", n_buffers);
+    int rc = FG_OK;
+    for (int l = first; l < last && !rc; l++) {
+        const Layer *L = &m->layers[l];
+        if (!L->param_count) continue;
+        for (int b = 0; b < n_buffers; b++) bufs[b] = buffers[b] + (L->param_offset - base);
+        rc = visit(arg, L, bufs, err);
+    }
+    return rc;
+}

@@ -86,11 +86,13 @@ int pipeline_free(Pipeline *p, FgError *err);
 // layer: this applies it now (before the weights are evaluated or saved). In memory, nothing.
 int pipeline_apply_pending(Pipeline *p, FgError *err);
 
-// Calls visit for every layer of the stage with parameters, in order, with the layer's
-// parameters and optimizer state (bufs[0], bufs[1..]; the layer's own slices), after any
-// pending update. In memory these are p->host's (call pipeline_state_to_host first).
-typedef int (*LayerVisitor)(void *arg, const Layer *L, const float *const *bufs, FgError *err);
-int pipeline_visit_layers(Pipeline *p, LayerVisitor visit, void *arg, FgError *err);
+// Calls visit for every layer of the stage with parameters, in order, with the layer's slices
+// of the checkpoint's buffers: parameters, optimizer state, guide. In memory these are p->host's
+// (pipeline_state_to_host before, pipeline_state_from_host after writing). Out of core they are
+// one slot at a time, after any pending update; writable: the visited values become the store's
+// next version, on which step next_step runs (a resume from a checkpoint).
+int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
+                          FgError *err);
 
 // Copies params, optimizer state and guide between the backend and p->host (no-ops on the CPU,
 // where p->host points at the buffers): before a checkpoint is written, after one is read.

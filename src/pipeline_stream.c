@@ -309,26 +309,27 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
     return rc;
 }
 
-int pipeline_visit_layers(Pipeline *p, LayerVisitor visit, void *arg, FgError *err) {
+int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
+                          FgError *err) {
     OutOfCore *o = p->ooc;
-    int rc = pipeline_apply_pending(p, err);
+    if (!o) {  // the checkpoint's buffers: params, optimizer state (n apart), guide
+        float *bufs[4] = {p->host.params};
+        int n = 1;
+        for (int b = 0; b < optimizer_state_buffers(p->cfg->optimizer); b++)
+            bufs[n++] = p->host.opt_state + b * p->n;
+        if (p->guide) bufs[n++] = p->host.guide;
+        return model_visit_layers(p->model, p->stage.first, p->stage.last, bufs, n, visit, arg, err);
+    }
+    // Writing replaces the state, so a pending update is dropped, not applied.
+    int rc = writable ? (o->pending = 0, begin_version(p, next_step, err)) : pipeline_apply_pending(p, err);
     for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
-        const Layer *L = &p->model->layers[l];
-        if (!o) {  // the layer's slices of the stage's buffers (state buffers are n apart)
-            size_t off = L->param_offset - p->stage.param_base;
-            const float *bufs[3] = {p->host.params + off};
-            for (int b = 0; b < optimizer_state_buffers(p->cfg->optimizer); b++)
-                bufs[1 + b] = p->host.opt_state + b * p->n + off;
-            rc = visit(arg, L, bufs, err);
-            continue;
-        }
         LayerView v;
         if ((rc = o->layers.acquire(&o->layers, l, &v, err)) || (rc = prefetch(p, l, 1, 0, err))) break;
-        const float *bufs[3] = {v.buf[0], v.buf[1], v.buf[2]};
-        rc = visit(arg, L, bufs, err);
-        int rc2 = o->layers.release(&o->layers, l, 0, err);
+        rc = visit(arg, &p->model->layers[l], v.buf, err);
+        int rc2 = o->layers.release(&o->layers, l, writable && !rc, err);
         if (!rc) rc = rc2;
     }
+    if (!rc && writable && !(rc = o->layers.flush(&o->layers, err))) p->first_step = next_step;
     return rc;
 }
 

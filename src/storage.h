@@ -16,17 +16,18 @@
 
 enum { CHECKPOINT_MAX_BUFFERS = 4, CHECKPOINT_FORMAT_VERSION = 1 };
 
-typedef struct {
-    const char *name;  // "params", "optimizer/m", ...
-    float *data;       // the stage's slice, in the model's flat layout from param_base
-} CheckpointBuffer;
-
+// What a stage saves, and where a load puts it. The tensors come layer by layer from
+// visit_layers, so a stage that streams its layers from flash passes each through memory once.
 typedef struct {
     const Model *model;
     int first, last;           // this stage's layers
-    size_t param_base;         // model_range_offset(model, first)
     int n_buffers;
-    CheckpointBuffer buffers[CHECKPOINT_MAX_BUFFERS];
+    const char *buffers[CHECKPOINT_MAX_BUFFERS];  // "params", "optimizer/m", ...
+    // Calls visit for each of the stage's layers with parameters, in order, with bufs[b] the
+    // layer's slice of buffers[b]; writable (a load): what visit writes there is kept. A load
+    // sets step and seed before it writes.
+    int (*visit_layers)(void *source, int writable, LayerVisitor visit, void *arg, FgError *err);
+    void *source;
     long step;                 // the next step to run
     uint32_t seed;
     const char *config_text;   // the resolved config (save only)

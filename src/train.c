@@ -106,35 +106,52 @@ static int write_trace(const Schedule *planned, const Schedule *measured, const 
 }
 
 // The stage's share of a checkpoint: parameters, optimizer state, and the guide direction of
-// the guided estimator; everything else follows from the config, the seed and the step.
-static CheckpointState checkpoint_state(Pipeline *p, const Config *c, const int *layout,
-                                        const char *config_text) {
-    CheckpointState st = {.model = p->model, .first = p->stage.first, .last = p->stage.last,
-                          .param_base = p->stage.param_base, .seed = c->seed,
-                          .config_text = config_text, .stages = p->tr->stages, .layout = layout};
-    const HostState *h = &p->host;
-    st.buffers[st.n_buffers++] = (CheckpointBuffer){"params", h->params};
-    if (c->optimizer == OPT_ADAM) {
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/m", h->opt_state};
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/v", h->opt_state + p->n};
-    } else {
-        st.buffers[st.n_buffers++] = (CheckpointBuffer){"optimizer/velocity", h->opt_state};
-    }
-    if (p->guide) st.buffers[st.n_buffers++] = (CheckpointBuffer){"estimator/guide", h->guide};
-    return st;
+// the guided estimator; everything else follows from the config, the seed and the step. The
+// tensors come from pipeline_visit_layers (out of core: one slot at a time).
+typedef struct {
+    Pipeline *p;
+    CheckpointState st;
+    const char *path;  // a load's
+    long total;        // a load's: the run's steps
+} StageCheckpoint;
+
+static int stage_visit_layers(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
+    StageCheckpoint *sc = source;
+    const Config *c = sc->p->cfg;
+    // Checked before the state is overwritten (an out-of-core stage's store).
+    if (writable && sc->st.seed != c->seed)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
+                       sc->path, sc->st.seed, c->seed);
+    if (writable && sc->st.step >= sc->total)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
+                       sc->path, sc->st.step, sc->total);
+    return pipeline_visit_layers(sc->p, writable, sc->st.step, visit, arg, err);
 }
 
-static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int *layout,
-                  long total, long *first_step, FgError *err) {
-    CheckpointState st = checkpoint_state(p, c, layout, NULL);
-    int rc = o->storage->load(o->storage, &st, o->resume_path, err);
+static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout, const char *config_text) {
+    const Config *c = p->cfg;
+    *sc = (StageCheckpoint){.p = p};
+    CheckpointState *st = &sc->st;
+    *st = (CheckpointState){.model = p->model, .first = p->stage.first, .last = p->stage.last,
+                            .visit_layers = stage_visit_layers, .source = sc, .seed = c->seed,
+                            .config_text = config_text, .stages = p->tr->stages, .layout = layout};
+    st->buffers[st->n_buffers++] = "params";
+    if (c->optimizer == OPT_ADAM) {
+        st->buffers[st->n_buffers++] = "optimizer/m";
+        st->buffers[st->n_buffers++] = "optimizer/v";
+    } else {
+        st->buffers[st->n_buffers++] = "optimizer/velocity";
+    }
+    if (p->guide) st->buffers[st->n_buffers++] = "estimator/guide";
+}
+
+static int resume(Pipeline *p, const TrainOutputs *o, const int *layout, long total, long *first_step,
+                  FgError *err) {
+    StageCheckpoint sc;
+    checkpoint_state(&sc, p, layout, NULL);
+    sc.path = o->resume_path, sc.total = total;
+    int rc = o->storage->load(o->storage, &sc.st, o->resume_path, err);
     if (rc || (rc = pipeline_state_from_host(p, err))) return rc;
-    if (st.seed != c->seed)
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
-                       o->resume_path, st.seed, c->seed);
-    if (st.step >= total)
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
-                       o->resume_path, st.step, total);
     // The guide exists when any stage has a non-zero part: decide together, or the stages
     // would disagree about the estimator.
     if (p->guide) {
@@ -142,7 +159,7 @@ static int resume(Pipeline *p, const Config *c, const TrainOutputs *o, const int
         if ((rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err))) return rc;
         p->stage.guide = norm2 > 0 ? p->guide : NULL;
     }
-    *first_step = p->first_step = st.step;
+    *first_step = p->first_step = sc.st.step;
     return FG_OK;
 }
 
@@ -155,14 +172,15 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     FILE *f = open_memstream(&text, &len);
     config_write(c, f);
     fclose(f);
-    CheckpointState st = checkpoint_state(p, c, layout, text);
-    st.step = next_step;
+    StageCheckpoint sc;
+    checkpoint_state(&sc, p, layout, text);
+    sc.st.step = next_step;
     double t0 = wall_seconds();
     int rc = pipeline_state_to_host(p, err);
-    if (!rc) rc = o->storage->save(o->storage, &st, o->checkpoint_path, err);
+    if (!rc) rc = o->storage->save(o->storage, &sc.st, o->checkpoint_path, err);
     double seconds = wall_seconds() - t0;
     free(text);
-    double mib = (double)st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
+    double mib = (double)sc.st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
     if (!rc && p->tr->stage == 0)
         fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
                 isatty(2) ? "\n" : "", next_step, o->checkpoint_path, mib, seconds, mib / seconds);
@@ -208,7 +226,7 @@ typedef struct {
     const char *path;
 } ParamsFile;
 
-static int write_layer_params(void *arg, const Layer *L, const float *const *bufs, FgError *err) {
+static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgError *err) {
     ParamsFile *f = arg;
     size_t bytes = L->param_count * sizeof(float);
     if (pwrite(f->fd, bufs[0], bytes, (off_t)(L->param_offset * sizeof(float))) != (ssize_t)bytes)
@@ -225,12 +243,12 @@ static int save_params(Pipeline *p, const char *path, FgError *err) {
     // Every stage sets the same final size, so no old tail survives and no write is cut.
     if (ftruncate(f.fd, (off_t)(p->model->n_params * sizeof(float))))
         rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
-    if (!rc) rc = pipeline_visit_layers(p, write_layer_params, &f, err);
+    if (!rc) rc = pipeline_visit_layers(p, 0, 0, write_layer_params, &f, err);
     if (close(f.fd) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
     return rc;
 }
 
-// Out-of-core runs: their stores are the checkpoint; every stage must agree on that.
+// How many stages stream their layers (the same answer on every stage).
 static int count_out_of_core(Pipeline *p, int *n, FgError *err) {
     double v = p->ooc ? 1.0 : 0.0;
     int rc = p->tr->allreduce_sum(p->tr, &v, 1, err);
@@ -284,10 +302,9 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
                      M - out_of_core, M);
         goto done;
     }
-    if (out_of_core && outputs && (outputs->resume_path || outputs->log_path)) {
-        rc = fg_fail(err, FG_ERR_INPUT, "%s is not supported when stages stream their layers "
-                     "(mem_budget); resume such a run from its layer stores with --resume-weights",
-                     outputs->resume_path ? "--resume CHECKPOINT" : "--log");
+    if (out_of_core && outputs && outputs->log_path) {
+        rc = fg_fail(err, FG_ERR_INPUT, "--log is not supported yet when stages stream their "
+                     "layers (mem_budget)");
         goto done;
     }
     if (t->stage == 0 && t->replica == 0) print_layout(&m, res->layout, M, &p);
@@ -317,14 +334,8 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     double recent[WINDOW], train_time = 0.0;
     long first_step = 0;
     const TrainOutputs none = {0}, *o = outputs ? outputs : &none;
-    // The layer stores of out-of-core stages are their checkpoint (crash-consistent, resumed
-    // with --resume-weights); an HDF5 checkpoint is written only by runs held in memory.
-    int checkpoints = o->storage && o->checkpoint_path && !out_of_core;
-    if (out_of_core && o->checkpoint_path && t->stage == 0 && t->replica == 0)
-        fprintf(stderr, "fgpipe: %d stage%s stream%s their layers: no HDF5 checkpoint is written; "
-                "the layer stores in %s resume the run (--resume-weights)\n", out_of_core,
-                out_of_core > 1 ? "s" : "", out_of_core > 1 ? "" : "s", c->weights_dir);
-    if (o->resume_path && (rc = resume(&p, c, o, res->layout, total, &first_step, err))) {
+    int checkpoints = o->storage && o->checkpoint_path;
+    if (o->resume_path && (rc = resume(&p, o, res->layout, total, &first_step, err))) {
         fg_free(order);
         goto done;
     }

@@ -11,11 +11,12 @@
 model=784-512-512-512-512-512-512-512-512-10
 base=(--set model=$model --set warmup_steps=0 --set steps=12 --set print_every=1)
 
-run() {  # run M OUT BUDGET SETS...: a run on M stages (BUDGET -: in memory) into OUT/, OUT.bin
+run() {  # run M OUT BUDGET SETS... [-- ARGS]: a run on M stages (BUDGET -: in memory) into OUT/, OUT.bin
   local M=$1 out=$2 budget=$3; shift 3
-  local sets=() kv extra=()
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  [ "$budget" != - ] && extra=(--mem-budget "$budget" --weights-dir "$out.w") && mkdir -p "$out.w"
+  local sets=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
+  [ "$budget" != - ] && extra+=(--mem-budget "$budget" --weights-dir "$out.w") && mkdir -p "$out.w"
   timeout 300 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
     --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" --out "$out" \
     --save-params "$out.bin" --summary-json "$out.json" "${extra[@]}" >"$out.log" 2>&1
@@ -24,6 +25,12 @@ run() {  # run M OUT BUDGET SETS...: a run on M stages (BUDGET -: in memory) int
 same() {  # same A B: the problem, if runs A and B differ in step,loss,lr or weights
   cmp -s <(cut -d, -f1-3 "$1/loss.csv") <(cut -d, -f1-3 "$2/loss.csv") || { echo "losses differ"; return; }
   cmp -s "$1.bin" "$2.bin" || echo "weights differ ($(cmp -l "$1.bin" "$2.bin" | wc -l) bytes)"
+}
+
+same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoints differ in values
+  h5diff -q "$1/checkpoint.h5" "$2/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$1/checkpoint.h5" "$2/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    echo " checkpoints differ"
 }
 
 # 1. Equivalence. The budgets (on 1 stage, on 2) give a stage two slots, and are below what
@@ -44,8 +51,8 @@ for c in "${cases[@]}"; do
       why="exit $rc_mem / $rc_ooc: $(grep error "$dir/$name-ooc$M.log" "$dir/$name-mem$M.log" | head -n 1)"
     elif [ "$streams" -ne "$M" ]; then why="$streams of $M stages streamed their layers"
     elif ! grep -q "through 2 slots" "$dir/$name-ooc$M.log"; then why="no stage ran with only 2 slots"
-    else why=$(same "$dir/$name-mem$M" "$dir/$name-ooc$M"); fi
-    verdict "$name, M=$M: out of core ($budget) equals in memory, bitwise" "$why"
+    else why=$(same "$dir/$name-mem$M" "$dir/$name-ooc$M")$(same_checkpoint "$dir/$name-mem$M" "$dir/$name-ooc$M"); fi
+    verdict "$name, M=$M: out of core ($budget) equals in memory, bitwise (losses, weights, HDF5 checkpoint)" "$why"
   done
 done
 
@@ -102,7 +109,35 @@ verdict "the resumed run's losses equal the uninterrupted run's from step $first
   "$([ "$first" != none ] && cmp -s <(cut -d, -f1-3 "$out/loss.csv" | awk -F, -v f="$first" 'NR == 1 || $1 >= f') \
              <(cut -d, -f1-3 "$dir/straight/loss.csv" | awk -F, -v f="$first" 'NR == 1 || $1 >= f') || echo differ)"
 
-# 4. Bad input: exit 2 and a message naming the problem.
+# 4. HDF5 checkpoints cross between memory and flash: a run stopped by SIGUSR1 writes its
+# checkpoint (out of core: from its slots, after the pending update), and a run resumed from
+# it on the other side ends with the uninterrupted run's weights ($dir/straight, 40 steps).
+stop_after() {  # stop_after OUT N: SIGUSR1 to the run writing OUT once it has done N steps
+  for _ in $(seq 2400); do
+    grep -q "step $2/" "$1.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  pkill -USR1 -f "^mpirun .*--out $1( |$)"  # mpirun, not the timeout whose command names it
+}
+cross() {  # cross NAME M_STOP BUDGET_STOP M_RESUME BUDGET_RESUME
+  local name=$1 out="$dir/$1-stopped"; shift
+  local sets=(); for kv in "${resume_sets[@]}"; do sets+=(--set "$kv"); done
+  local extra=(); [ "$2" != - ] && extra=(--mem-budget "$2" --weights-dir "$out.w") && mkdir -p "$out.w"
+  timeout 300 mpirun -np "$1" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+    --config "$config" "${base[@]}" --set stages="$1" "${sets[@]}" --out "$out" "${extra[@]}" >"$out.log" 2>&1 &
+  local pid=$!
+  stop_after "$out" 8
+  wait "$pid"; local rc=$?
+  local step; step=$(grep -o "stopped by a signal after step [0-9]*" "$out.log" | grep -o "[0-9]*$" || true)
+  run "$3" "$dir/$name-resumed" "$4" "${resume_sets[@]}" -- --resume "$out"
+  local rc2=$?
+  verdict "$name: stopped at step ${step:-?} with a checkpoint, resumed: the uninterrupted run's weights" \
+    "$([ "$rc" -eq 0 ] && [ -n "$step" ] && [ "$step" -lt 40 ] || echo "stop: exit $rc, step ${step:-none}")$([ "$rc2" -eq 0 ] || echo " resume: exit $rc2: $(grep error "$dir/$name-resumed.log" | head -n 1)")$(cmp -s "$dir/$name-resumed.bin" "$dir/straight.bin" || echo " weights differ")"
+}
+cross "memory-to-flash" 1 - 2 14M
+cross "flash-to-memory" 2 14M 1 -
+
+# 5. Bad input: exit 2 and a message naming the problem.
 refused() {  # refused LABEL PATTERN ARGS...: the run exits 2 and its error matches PATTERN
   local label=$1 pattern=$2; shift 2
   timeout 120 "$fgpipe" train --config "$config" "${base[@]}" --set mode=fg --set optimizer=sgd "$@" >"$dir/refused.log" 2>&1
@@ -117,6 +152,8 @@ refused "budget below two slots: refused with the minimum" "is too small for sta
 refused "--resume-weights without a store: refused" "no layer store" \
   --mem-budget 14M --weights-dir "$dir" --resume-weights
 refused "mem_budget without weights_dir: refused" "weights_dir is not" --mem-budget 14M
+refused "--resume from another model's checkpoint, out of core: refused" "fc1/weight has shape" \
+  --mem-budget 14M --weights-dir "$dir" --resume "$dir/rss-tiny"
 refused "lag 1 out of core: refused" "do not support lag = 1" \
   --mem-budget 14M --weights-dir "$dir" --set mode=fg+bp --set lag=1
 # A full disk: a 24 MiB tmpfs cannot hold the 2-slot store of a 14.9 M-parameter stage.
