@@ -44,7 +44,8 @@ for name, per in (("t10k-images-idx3-ubyte", 784), ("t10k-labels-idx1-ubyte", 1)
 EOF
 
 model() { local m=784 i; for ((i = 0; i < $1; i++)); do m+=-$width; done; echo "$m-10"; }
-common=(--config launch/configs/fashion-mnist-mlp.conf --set data_dir="$data" --set steps="$steps"
+# --no-checkpoint: --out would write one (GBs) at the end of each run.
+common=(--config launch/configs/fashion-mnist-mlp.conf --no-checkpoint --set data_dir="$data" --set steps="$steps"
         --set warmup_steps=0 --set print_every=1 --set optimizer=sgd --set lr=0 --set min_lr=0)
 # lr 0: every update is computed, applied and written back as usual, but 30 untrained layers
 # cannot diverge to a non-finite loss (which ends a run) in the few steps timed.
@@ -91,6 +92,9 @@ for m in "${modes[@]}"; do
   io=$(grep "layer I/O" "$dir/$name-ooc.log")
   read_gbs=$(echo "$io" | sed 's/.*read [0-9.]* GB in [0-9.]* s (\([0-9.]*\) GB\/s).*/\1/')
   write_gbs=$(echo "$io" | sed 's/.*wrote [0-9.]* GB in [0-9.]* s (\([0-9.]*\) GB\/s).*/\1/')
+  # CPU seconds of the I/O thread per GB moved (the kernel's work for direct I/O).
+  cpu_per_gb=$(echo "$io" | sed 's/.*read \([0-9.]*\) GB.*wrote \([0-9.]*\) GB.*CPU \([0-9.]*\) s.*/\3 \1 \2/' |
+               awk '{print $1 / ($2 + $3)}')
   # Bytes per step: params + momentum (2 buffers); fg reads and writes each once, bp reads
   # twice (forward wave, backward wave: a layer still in a slot is not read again) and writes once.
   state=$(awk -v p="$params" 'BEGIN {print 2 * p * 4 / 1e9}')
@@ -98,13 +102,14 @@ for m in "${modes[@]}"; do
   t=$(step_time "$dir/$name-ooc")
   rows+=("$(awk -v n="$name" -v w="$(awk -v p="$params" 'BEGIN {print p * 4 / 1e9}')" -v b="$budget" \
     -v s="$state" -v r="$reads" -v rg="$read_gbs" -v wg="$write_gbs" -v dr="$dd_r" -v dw="$dd_w" \
-    -v t="$t" -v c="$compute" -v rss="$rss" 'BEGIN {
+    -v t="$t" -v c="$compute" -v rss="$rss" -v cg="$cpu_per_gb" 'BEGIN {
       # I/O time at the better of dd and the store: the shortest the disk allows.
       io = r * s / (rg > dr ? rg : dr) + s / (wg > dw ? wg : dw); bound = c > io ? c : io
-      printf "%-3s %6.2f %5.2f %6.1f %6.1f | %5.2f %5.2f %5.2f | %5.2f %5.2f %5.2f | %7.1f %7.1f %7.1f %7.1f %5.2f | %6.2f",
-        n, w, b / 1e9, r * s, s, rg, dr, rg / dr, wg, dw, wg / dw, t, c, io, bound, t / bound, rss / 1e9 }')")
+      printf "%-3s %6.2f %5.2f %6.1f %6.1f | %5.2f %5.2f %5.2f | %5.2f %5.2f %5.2f | %7.1f %7.1f %7.1f %7.1f %5.2f | %7.1f | %6.2f",
+        n, w, b / 1e9, r * s, s, rg, dr, rg / dr, wg, dw, wg / dw, t, c, io, bound, t / bound,
+        cg * (r * s + s), rss / 1e9 }')")
 done
 echo
-echo "mode weights budget read/step write/step | read GB/s  dd  ratio | write GB/s dd  ratio | step s  compute  io s  max   ratio | peak RSS"
-echo "     GB      GB     GB       GB        |                     |                     |  (out of core, in memory, disk)      | GB"
+echo "mode weights budget read/step write/step | read GB/s  dd  ratio | write GB/s dd  ratio | step s  compute  io s  max   ratio | I/O CPU | peak RSS"
+echo "     GB      GB     GB       GB        |                     |                     |  (out of core, in memory, disk)      | s/step  | GB"
 printf '%s\n' "${rows[@]}"

@@ -54,6 +54,12 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *io_thread(void *arg) {
     Ctx *c = arg;
     pthread_mutex_lock(&c->mu);
@@ -81,6 +87,7 @@ static void *io_thread(void *arg) {
         }
         double seconds = now() - t0;
         pthread_mutex_lock(&c->mu);
+        c->stats.cpu_seconds = thread_cpu_seconds();
         if (!skip && !rc && r.kind != REQ_AUX) {
             double bytes = (double)layer_store_slot_bytes(c->store, r.idx);
             if (r.kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;

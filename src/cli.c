@@ -31,6 +31,7 @@ static void usage(FILE *f) {
             "                       DIR/checkpoint.h5); SIGTERM or SIGUSR1 write it at the next\n"
             "                       step boundary and end the run with exit code 0\n"
             "  --checkpoint-every S also every S steps\n"
+            "  --no-checkpoint      write none (not even the default one of --out)\n"
             "  --log FILE           per-step HDF5 log: loss, gradient norms and cosines to the\n"
             "                       exact gradient, variance reduction, bubble use, op times\n"
             "                       (docs/log.md; plots: tools/fgpipe-report)\n"
@@ -84,7 +85,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
     LayerStreams streams = {0};
     TrainOutputs outputs = {0};
     const char *sets[256];
-    int n_sets = 0;
+    int n_sets = 0, no_checkpoint = 0;
     FgError err = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -95,6 +96,7 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
         else if (strcmp(a, "--trace") == 0 && has_value) outputs.trace_path = argv[++i];
         else if (strcmp(a, "--save-params") == 0 && has_value) outputs.params_path = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0 && has_value) outputs.checkpoint_path = argv[++i];
+        else if (strcmp(a, "--no-checkpoint") == 0) no_checkpoint = 1;
         else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
         else if (strcmp(a, "--log") == 0 && has_value) outputs.log_path = argv[++i];
         else if (strcmp(a, "--device") == 0 && has_value) device = argv[++i];
@@ -160,7 +162,11 @@ static int cmd_train(int argc, char **argv, TransportFactory make_transport,
 
     // Checkpoint and resume paths: a directory means DIR/checkpoint.h5.
     char ckpt[4096], resume[4096];
-    if (!outputs.checkpoint_path && outputs.out_dir) {
+    if (no_checkpoint && (outputs.checkpoint_path || outputs.checkpoint_every)) {
+        fg_fail(&err, FG_ERR_INPUT, "--no-checkpoint contradicts --checkpoint and --checkpoint-every");
+        return fail(&err);
+    }
+    if (!outputs.checkpoint_path && outputs.out_dir && !no_checkpoint) {
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", outputs.out_dir);
         outputs.checkpoint_path = ckpt;
     }

@@ -27,10 +27,11 @@ typedef struct {
     long version;       // updates applied so far
 } LayerView;
 
-// What the stream's I/O thread did so far: bytes and the seconds spent moving them, and how
-// long callers waited in acquire for a layer that was not in memory yet.
+// What the stream's I/O thread did so far: bytes and the seconds spent moving them, the CPU
+// time that took (the kernel's share of direct I/O: it competes with compute for cores), and
+// how long callers waited in acquire for a layer that was not in memory yet.
 typedef struct {
-    double read_bytes, read_seconds, write_bytes, write_seconds, wait_seconds;
+    double read_bytes, read_seconds, write_bytes, write_seconds, cpu_seconds, wait_seconds;
 } LayerStreamStats;
 
 typedef struct LayerStream LayerStream;

@@ -208,6 +208,10 @@ static int backward_wave(Pipeline *p, long step, long total, FgError *err) {
             be->backward(be, L, v.buf[0], o->stash[mb] + stage_stash_offset(st, l, B), dy, dx, o->grad, B);
         }
         if (!L->param_count) continue;
+        // The replicas' sum of the layer's gradient (bp) or c, in place.
+        if (p->tr->replicas > 1 && ((rc = p->tr->start_replica_sum(p->tr, o->grad, L->param_count, err)) ||
+                                    (rc = p->tr->wait_replica_sum(p->tr, err))))
+            break;
         if (bp) {
             OptimizerConfig oc = config_optimizer(p->cfg);
             apply_optimizer(p, step, lr_at(&oc, step, total), &v, o->grad);
@@ -217,10 +221,12 @@ static int backward_wave(Pipeline *p, long step, long total, FgError *err) {
         // fg+bp: c is kept when the estimator uses it (cv); with the plain fg estimator it is
         // computed only because the timetable's neighbours exchange adjoints.
         if ((rc = o->layers.release(&o->layers, l, 0, err)) || !o->with_exact) continue;
+        // [R][L][N*K], as op U in memory: this replica's micro-batches' rows.
         TangentKey key = {.seed = p->cfg->seed, .stream = STREAM_TANGENT, .step = (uint32_t)step,
-                          .layer = (uint32_t)l};
-        be->tangent_dot(be, key, p->cfg->micro_batches, K, L->param_count, o->grad,
-                        layer_dots + (size_t)l * NK);
+                          .microbatch = (uint32_t)global_microbatch(p, 0), .layer = (uint32_t)l};
+        int N = p->cfg->micro_batches;
+        be->tangent_dot(be, key, N, K, L->param_count, o->grad,
+                        layer_dots + ((size_t)p->tr->replica * m->n_layers + l) * N * K);
         LayerView c;
         if ((rc = o->exact.acquire(&o->exact, l, &c, err))) break;
         be->copy(be, c.buf[0], o->grad, L->param_count * sizeof(float));
@@ -289,7 +295,7 @@ int stream_step(Pipeline *p, long step, long total, const size_t *order, size_t 
         }
     }
     *out = p->stats;
-    out->loss = p->scalars[0] / N;
+    out->loss = p->scalars[0] / all_microbatches(p);
     out->seconds = wall_seconds() - t_start;
     return rc;
 }
@@ -375,8 +381,7 @@ int stream_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, F
 // What out of core cannot do yet, named for the user.
 static int check_supported(const Pipeline *p, FgError *err) {
     const Config *c = p->cfg;
-    const char *why = c->replicas > 1 ? "replicas > 1"
-                    : c->lag == 1 && c->mode == MODE_FG_BP ? "lag = 1"
+    const char *why = c->lag == 1 && c->mode == MODE_FG_BP ? "lag = 1"
                     : c->estimator == ESTIMATOR_GUIDED && c->mode == MODE_FG_BP ? "estimator = guided"
                     : c->clip_norm > 0 ? "clip_norm > 0"
                     : p->be->on_device ? "device = cuda"
@@ -390,17 +395,17 @@ static int check_supported(const Pipeline *p, FgError *err) {
 // Opens the layer store: new, or (resuming) at the newest version every stage still holds.
 static int open_layers(Pipeline *p, const LayerStreams *ls, LayerStreamSpec *spec, FgError *err) {
     OutOfCore *o = p->ooc;
-    int M = p->tr->stages, s = p->tr->stage, rc;
+    int n = p->tr->stages * p->tr->replicas, me = p->tr->replica * p->tr->stages + p->tr->stage, rc;
     spec->reopen = ls->resume, spec->version = -1;
     if ((rc = ls->open(ls->arg, spec, &o->layers, err))) return rc;
     o->version = o->layers.version;
     if (!ls->resume) return FG_OK;
-    // Stages that crashed one version apart go back to the older one.
-    double *v = calloc((size_t)M, sizeof(double)), target;
-    v[s] = (double)o->version;
-    rc = p->tr->allreduce_sum(p->tr, v, M, err);
+    // Stages (and replicas) that crashed one version apart go back to the older one.
+    double *v = calloc((size_t)n, sizeof(double)), target;
+    v[me] = (double)o->version;
+    rc = p->tr->allreduce_sum_world(p->tr, v, n, err);
     target = v[0];
-    for (int i = 1; i < M; i++) target = fmin(target, v[i]);
+    for (int i = 1; i < n; i++) target = fmin(target, v[i]);
     free(v);
     if (!rc && (long)target != o->version) {
         if ((rc = o->layers.close(&o->layers, err))) return rc;
@@ -456,8 +461,10 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
                        "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
                        "bytes)", c->mem_budget, p->tr->stage, work, 2 * (slot + exact_slot),
                        work + 2.0 * (slot + exact_slot));
-    char name[64];
-    snprintf(name, sizeof name, "stage-%d-%d", p->stage.first, p->stage.last);
+    // Replicas may share a node and its flash: each has its own store.
+    char name[64], replica[24] = "";
+    if (c->replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", p->tr->replica);
+    snprintf(name, sizeof name, "stage-%d-%d%s", p->stage.first, p->stage.last, replica);
     LayerStreamSpec spec = {.dir = c->weights_dir, .name = name, .model = m, .first = p->stage.first,
                             .last = p->stage.last, .n_bufs = 1 + opt, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->seed, .n_slots = o->n_slots};
@@ -467,7 +474,7 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
             o->layers.note);
     if (exact && c->estimator != ESTIMATOR_FG) {
         // c is rebuilt every step: a resumed run starts this store anew.
-        snprintf(name, sizeof name, "exact-%d-%d", p->stage.first, p->stage.last);
+        snprintf(name, sizeof name, "exact-%d-%d%s", p->stage.first, p->stage.last, replica);
         LayerStreamSpec es = spec;
         es.n_bufs = 1, es.aux_bytes = 0, es.fill_weights = 0, es.reopen = 0, es.version = -1;
         if ((rc = ls->open(ls->arg, &es, &o->exact, err))) return rc;
@@ -479,7 +486,7 @@ int stream_init(Pipeline *p, const LayerStreams *ls, FgError *err) {
     }
     if (backward) o->grad = backend_alloc_floats(p->be, largest);
     if (K) o->update = backend_alloc_floats(p->be, largest);
-    o->pending_coeff = fg_alloc_floats((size_t)N * (K ? K : 1));
+    o->pending_coeff = fg_alloc_floats((size_t)all_microbatches(p) * (K ? K : 1));
     return FG_OK;
 }
 
@@ -503,10 +510,12 @@ static void report_io(Pipeline *p) {
     if (o->with_exact) o->exact.stats(&o->exact, &b);
     double rb = a.read_bytes + b.read_bytes, rs = a.read_seconds + b.read_seconds;
     double wb = a.write_bytes + b.write_bytes, ws = a.write_seconds + b.write_seconds;
-    fprintf(stderr, "fgpipe: stage %d layer I/O: read %.3f GB in %.2f s (%.2f GB/s), wrote %.3f GB "
-            "in %.2f s (%.2f GB/s), compute waited %.2f s for layers\n", p->tr->stage, rb / 1e9, rs,
-            rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
-            a.wait_seconds + b.wait_seconds);
+    char replica[24] = "";
+    if (p->tr->replicas > 1) snprintf(replica, sizeof replica, " replica %d", p->tr->replica);
+    fprintf(stderr, "fgpipe: stage %d%s layer I/O: read %.3f GB in %.2f s (%.2f GB/s), wrote %.3f GB "
+            "in %.2f s (%.2f GB/s), I/O threads' CPU %.2f s, compute waited %.2f s for layers\n",
+            p->tr->stage, replica, rb / 1e9, rs, rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws,
+            ws > 0 ? wb / ws / 1e9 : 0.0, a.cpu_seconds + b.cpu_seconds, a.wait_seconds + b.wait_seconds);
 }
 
 int stream_free(Pipeline *p, FgError *err) {

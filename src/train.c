@@ -187,25 +187,29 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     return rc;
 }
 
-// 52 bits of an FNV-1a hash of the bytes: exact in a double, so a sum can carry it.
-static double hash52(const void *data, size_t bytes) {
-    const unsigned char *b = data;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return (double)(h >> 12);
+// FNV-1a over the parameters, layer after layer (one slot at a time out of core).
+static int hash_layer(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+    (void)err;
+    uint64_t *h = arg;
+    const unsigned char *b = (const unsigned char *)bufs[0];
+    for (size_t i = 0; i < L->param_count * sizeof(float); i++) *h = (*h ^ b[i]) * 1099511628211ull;
+    return FG_OK;
 }
 
 // Replicas apply the same summed gradient and so hold bit-identical weights; one that drifted
 // (a sum that gave replicas different bits, a replica that missed a step) is an error, not a
-// silent fork. Every rank contributes its stage's hash; one sum over the grid gathers them.
+// silent fork. Every rank contributes 52 bits of its stage's hash (exact in a double); one sum
+// over the grid gathers them.
 static int check_replicas_agree(Pipeline *p, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages, R = t->replicas;
     if (R == 1) return FG_OK;
+    uint64_t hash = 1469598103934665603ull;
     int rc = pipeline_state_to_host(p, err);  // the weights as host memory
+    if (!rc) rc = pipeline_visit_layers(p, 0, 0, hash_layer, &hash, err);
     if (rc) return rc;
     double *h = calloc((size_t)M * R, sizeof(double));
-    h[t->replica * M + t->stage] = hash52(p->host.params, p->n * sizeof(float));
+    h[t->replica * M + t->stage] = (double)(hash >> 12);
     rc = t->allreduce_sum_world(t, h, M * R, err);
     for (int r = 1; r < R && !rc; r++)
         for (int s = 0; s < M && !rc; s++)
@@ -302,11 +306,6 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
                      M - out_of_core, M);
         goto done;
     }
-    if (out_of_core && outputs && outputs->log_path) {
-        rc = fg_fail(err, FG_ERR_INPUT, "--log is not supported yet when stages stream their "
-                     "layers (mem_budget)");
-        goto done;
-    }
     if (t->stage == 0 && t->replica == 0) print_layout(&m, res->layout, M, &p);
     if (out_dir && reporter) {
         if (mkdir(out_dir, 0755) && errno != EEXIST) {
@@ -361,8 +360,10 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
         if (!o->storage) rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
-        p.want_stats = !rc;
-        p.scratch = backend_alloc_floats(be, p.n);
+        // The gradient statistics need whole-stage buffers and passes: out of core they are
+        // not computed (NaN in the log), and no stage may wait for them in an allreduce.
+        p.want_stats = !rc && !out_of_core;
+        if (p.want_stats) p.scratch = backend_alloc_floats(be, p.n);
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         const char *est = c->mode == MODE_BP ? "bp" : c->mode == MODE_FG ? "fg"
                         : c->estimator == ESTIMATOR_GUIDED ? "guided" : c->estimator == ESTIMATOR_FG ? "fg" : "cv";

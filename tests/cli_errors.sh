@@ -23,6 +23,7 @@ expect 2 "lr: 'fast' is not a number" train --config "$config" --set lr=fast
 expect 2 "expected key=value" train --config "$config" --set lr
 expect 2 "No such file" train --config /nonexistent.conf
 expect 2 "needs --config" train
+expect 2 "--no-checkpoint contradicts" train --config "$config" --no-checkpoint --checkpoint-every 5
 expect 2 "unknown or incomplete argument '--bogus'" train --config "$config" --bogus
 expect 2 "model: '784-x-10' is not a list" train --config "$config" --set model=784-x-10 --set steps=1
 expect 2 "takes 100 features" train --config "$config" --set model=100-10 --set steps=1

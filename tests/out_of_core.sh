@@ -13,11 +13,13 @@ base=(--set model=$model --set warmup_steps=0 --set steps=12 --set print_every=1
 
 run() {  # run M OUT BUDGET SETS... [-- ARGS]: a run on M stages (BUDGET -: in memory) into OUT/, OUT.bin
   local M=$1 out=$2 budget=$3; shift 3
-  local sets=() extra=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  local sets=() extra=() R=1
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    sets+=(--set "$1"); [[ $1 == replicas=* ]] && R=${1#replicas=}; shift
+  done
   [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
   [ "$budget" != - ] && extra+=(--mem-budget "$budget" --weights-dir "$out.w") && mkdir -p "$out.w"
-  timeout 300 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+  timeout 300 mpirun -np $((M * R)) --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
     --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" --out "$out" \
     --save-params "$out.bin" --summary-json "$out.json" "${extra[@]}" >"$out.log" 2>&1
 }
@@ -37,24 +39,39 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 # every stage needs in memory (the test checks that every stage streams).
 cases=("fg|14M|14M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
-       "bp|20M|18M|mode=bp schedule=1f1b")
+       "bp|20M|18M|mode=bp schedule=1f1b"
+       "fg-replicas|14M|14M|mode=fg optimizer=sgd lr=0.0001 replicas=2"
+       "fgbp-replicas|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
+       "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2")
 for c in "${cases[@]}"; do
   IFS='|' read -r name budget1 budget2 sets <<<"$c"
   read -r -a sets <<<"$sets"
   for M in 1 2; do
     budget=$budget1; [ "$M" -eq 2 ] && budget=$budget2
     run "$M" "$dir/$name-mem$M" - "${sets[@]}"; rc_mem=$?
-    run "$M" "$dir/$name-ooc$M" "$budget" "${sets[@]}"; rc_ooc=$?
+    run "$M" "$dir/$name-ooc$M" "$budget" "${sets[@]}" -- --log "$dir/$name-ooc$M.h5"; rc_ooc=$?
+    R=1; [[ $name == *-replicas ]] && R=2
     streams=$(grep -c "streams its layers" "$dir/$name-ooc$M.log")
     why=""
     if [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
       why="exit $rc_mem / $rc_ooc: $(grep error "$dir/$name-ooc$M.log" "$dir/$name-mem$M.log" | head -n 1)"
-    elif [ "$streams" -ne "$M" ]; then why="$streams of $M stages streamed their layers"
+    elif [ "$streams" -ne $((M * R)) ]; then why="$streams of $((M * R)) stages streamed their layers"
     elif ! grep -q "through 2 slots" "$dir/$name-ooc$M.log"; then why="no stage ran with only 2 slots"
     else why=$(same "$dir/$name-mem$M" "$dir/$name-ooc$M")$(same_checkpoint "$dir/$name-mem$M" "$dir/$name-ooc$M"); fi
     verdict "$name, M=$M: out of core ($budget) equals in memory, bitwise (losses, weights, HDF5 checkpoint)" "$why"
   done
 done
+
+# The step log of a streaming run: its rows are the progress's (the gradient statistics, which
+# need whole-stage passes, are NaN out of core).
+verdict "fgbp, M=2, out of core: --log rows match loss.csv" "$(/usr/bin/python3 - "$dir/fgbp-ooc2.h5" "$dir/fgbp-ooc2/loss.csv" <<'PY'
+import sys, h5py, numpy as np
+s = h5py.File(sys.argv[1], "r")["steps"]
+csv = np.genfromtxt(sys.argv[2], delimiter=",", names=True)
+ok = len(s["loss"]) == len(csv) and np.allclose(s["loss"][:], csv["loss"], rtol=0, atol=5e-7)
+print("" if ok else f"{len(s['loss'])} rows, loss.csv {len(csv)}")
+PY
+)"
 
 # 2. Peak RSS (the process's own getrusage, in --summary-json): a wider model (14.9 M
 # parameters, 238 MB in memory with SGD momentum) under a 128 MiB budget (two slots of its
