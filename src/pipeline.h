@@ -1,22 +1,25 @@
-// One pipeline stage at run time: executes its part of the step's timetable (ops F, B, U),
-// exchanging activations, tangents and adjoints with its neighbours through a Transport.
-// With one stage and transport_local() this is the single-rank trainer; nothing else is.
+// One pipeline stage at run time: the step engine. It executes its part of the step's
+// timetable (ops F, B, U) against the stage's layer source (layer_source.h), exchanging
+// activations, tangents and adjoints with its neighbours through a Transport. With one stage
+// and transport_local() this is the single-rank trainer; nothing else is.
+//
+// The same engine runs a stage whose layers are resident and one that streams them: the
+// source decides the grouping of ops (micro-batch-major or layer-major waves, exec_plan.h) and
+// when an update is applied (at once, or as the next wave reads each layer).
 #ifndef FGPIPE_PIPELINE_H
 #define FGPIPE_PIPELINE_H
 
 #include "config.h"
 #include "data.h"
+#include "exec_plan.h"
+#include "layer_source.h"
 #include "layer_stream.h"
 #include "model.h"
 #include "optimizer.h"
+#include "partition.h"
 #include "schedule.h"
 #include "stage.h"
 #include "transport.h"
-
-// Splits the model's layers into M contiguous stages: first[s] is stage s's first layer,
-// first[M] = n_layers. `boundaries` lists first[1..M-1] ("2,4,6"), or is "auto": balance the
-// parameter counts (the GEMM work) by minimising the largest stage.
-int partition_layers(const Model *m, int M, const char *boundaries, int *first, FgError *err);
 
 typedef struct {
     double loss;        // mean loss of the step's micro-batches (valid on every stage)
@@ -25,13 +28,23 @@ typedef struct {
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
 } StepResult;
 
-// A stage's state as host memory, for checkpoints (the buffers themselves on the CPU).
+// An update computed by op U and not yet applied to every layer (a streamed stage applies it
+// as the next forward wave reads each layer): g = base * ref + sum coeff[i] v_i per layer,
+// scaled by clip, then the optimizer step.
 typedef struct {
-    float *params, *opt_state, *guide;
-} HostState;
+    int active;
+    long step;
+    double lr;
+    float base, clip;
+    int ref;               // REF_NONE, REF_KEPT (c, or bp's gradient with base 1), REF_GUIDE
+    int tangents;          // the coefficients apply (fg, fg+bp)
+    int formed;            // resident: the norm pass left g in Pipeline.update
+    int set_guide;         // afterwards the guide becomes guide_scale * c (guided, c exists)
+    float guide_scale;
+    float *coeff;          // [N*K] over every replica's micro-batches
+} PendingUpdate;
 
-// An out-of-core stage's streams and wave buffers (pipeline_stream.c).
-typedef struct OutOfCore OutOfCore;
+enum { REF_NONE, REF_KEPT, REF_GUIDE };
 
 typedef struct {
     const Backend *be;        // every float buffer below is its memory unless marked host
@@ -40,70 +53,85 @@ typedef struct {
     Transport *tr;
     const Dataset *data;      // training set: stage 0 reads inputs, the last stage labels
     Stage stage;
+    LayerSource src;          // the stage's layers: resident or streamed
+    LayerNeeds need;
     Schedule sched;
+    ExecPlan plan;
+    MessagePlan messages[2];  // [1]: the run's first step (no lag-1 B ops), [0]: every other
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
     int n_sel;                // micro-batches backpropagated per step
     size_t n;                 // parameters of this stage
-    OutOfCore *ooc;           // the stage streams its layers (mem_budget); then the stage-sized
-                              // buffers below (params ... guide, host) are NULL
-    float *params, *grad, *opt_state;
-    float *exact;             // fg+bp: the exact gradient c of the selected micro-batches
-    float *prev_params;       // lag 1: the weights the stashed activations were computed with
-    float *guide;             // guided: c/|c| of the last step that had c
-    float *msg_in[2];         // received messages, double-buffered: (h, hdot) or an adjoint
-    float *msg_out;           // the message being sent
-    float *x_in;              // stage 0: one micro-batch of inputs
+    size_t largest;           // parameters of its largest layer
+    // Lanes: the micro-batches of one op group on their way through the layers.
+    size_t act_stride, tan_stride, adj_stride, inbox_stride;
+    float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
+    struct Lane *lanes;       // [max_group]
+    float *inbox;             // received messages, [n_inbox][inbox_stride], used round-robin
+    int n_inbox;
+    const MessagePlan *recv_plan;     // this step's receives:
+    int recv_posted, recv_taken;      // posted so far (one ahead of those taken), taken
+    int recv_handle;
+    float *outbox;            // the message being sent
+    float *x_in;              // stage 0's inputs: [max_group][x_stride]
+    size_t x_stride;
+    int n_streamed;           // stages of the pipeline that stream their layers
     uint8_t *labels;          // last stage: one micro-batch of labels
-    float *host_x;            // host: x_in as gathered from the dataset
+    float *host_x;            // host: inputs as gathered from the dataset
     uint8_t *host_labels;     // host: labels as gathered
-    HostState host;           // see pipeline_state_to_host
+    float *loss_d;            // host: one micro-batch's directional derivatives [K]
+    float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
     float *dz[2];             // last stage: loss adjoints of selected micro-batches, per parity
     float *stash[2][SCHED_MAX_MICROBATCHES];  // live stashes by (step parity, micro-batch)
     float **free_stash;       // reusable stash buffers
     int n_free_stash, n_stash_alloc;
-    double *scalars;          // host: loss, d_{b,k}, per-layer c.v_{b,k}: one allreduce per step
-    float *coeff;             // host
+    float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
+    float *scratch;           // want_stats: one layer's plain fg estimate
+    PendingUpdate pending;
+    int guide_active;         // guided: the guide holds a direction (tangent 0 follows it)
+    // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K], then
+    // r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
+    double *scalars;
+    size_t n_scalars;
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     long first_step;          // the run's first step (a resumed run's is > 0)
-    int want_stats;           // fill the StepResult statistics (costs allreduces and, with c,
-                              // one more tangent pass); the same on every stage
-    float *scratch;           // want_stats: the plain fg estimate
+    int want_stats;           // fill the StepResult statistics (costs allreduces and one more
+                              // tangent pass); the same on every stage
     StepResult stats;         // of the last update
 } Pipeline;
 
-// Builds the stage for transport t's stage, measures op costs in a warm-up and builds the
-// timetable (identical on every stage). A stage that does not fit cfg->mem_budget keeps its
-// layers in a store under cfg->weights_dir through `streams` (NULL: refused); resuming from
-// those stores (streams->resume) sets p->first_step.
+// Builds the stage for transport t's stage. A stage that does not fit cfg->mem_budget keeps
+// its layers in stores under cfg->weights_dir through `streams` (NULL: refused); resuming from
+// those stores (streams->resume) sets p->first_step. If any stage streams, every stage runs
+// layer-major (so neighbours agree on the order of messages). Measures op costs in a warm-up
+// and builds the timetable (identical on every stage).
 int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
-                  const LayerStreams *streams, FgError *err);
-// Returns the first error of closing the stage's layer stores (their last writes).
+                  const LayerStreams *streams, int want_stats, FgError *err);
+// Returns the first error of closing the stage's layer source (its last writes).
 int pipeline_free(Pipeline *p, FgError *err);
 
-// Out of core, the last step's forward-gradient update waits for the next step to read each
-// layer: this applies it now (before the weights are evaluated or saved). In memory, nothing.
-int pipeline_apply_pending(Pipeline *p, FgError *err);
-
-// Calls visit for every layer of the stage with parameters, in order, with the layer's slices
-// of the checkpoint's buffers: parameters, optimizer state, guide. In memory these are p->host's
-// (pipeline_state_to_host before, pipeline_state_from_host after writing). Out of core they are
-// one slot at a time, after any pending update; writable: the visited values become the store's
-// next version, on which step next_step runs (a resume from a checkpoint).
-int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
-                          FgError *err);
-
-// Copies params, optimizer state and guide between the backend and p->host (no-ops on the CPU,
-// where p->host points at the buffers): before a checkpoint is written, after one is read.
-int pipeline_state_to_host(Pipeline *p, FgError *err);
-int pipeline_state_from_host(Pipeline *p, FgError *err);
+// How many stages of the pipeline stream their layers (the same answer on every stage).
+int pipeline_streamed_stages(Pipeline *p, int *n, FgError *err);
 
 // One optimizer step on samples order[sample0 ..) of the epoch's order.
 int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err);
 
+// Applies an update still pending (streamed stages), so the weights are those of the run so far.
+int pipeline_apply_pending(Pipeline *p, FgError *err);
+
+// Calls visit for every layer of the stage with parameters, in order, with the layer's
+// checkpoint buffers as host memory: parameters, optimizer state buffers, guide (guided).
+// Pending updates are applied first. writable (a load): what visit writes becomes the stage's
+// state, on which step next_step runs next (the run's first step).
+int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
+                          FgError *err);
+
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
+
+// Bytes of activations kept for B ops, at most at once.
+double pipeline_stash_bytes(const Pipeline *p);
 
 #endif

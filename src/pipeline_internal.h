@@ -1,50 +1,94 @@
-// What pipeline.c shares with pipeline_stream.c (the out-of-core step): message tags, the
-// last stage's loss and the estimator's coefficients, written once for both.
+// What the parts of the step engine share: pipeline.c (set-up, the step loop, evaluation,
+// checkpoint visits), pipeline_ops.c (op groups F and B, messages, the loss end of F) and
+// pipeline_update.c (op U: the estimate, clipping, statistics, applying updates).
 #ifndef FGPIPE_PIPELINE_INTERNAL_H
 #define FGPIPE_PIPELINE_INTERNAL_H
 
 #include "pipeline.h"
 
-// Tags name the kind, the step's parity and the micro-batch, so a stage can never take one
-// micro-batch's data for another's.
-enum { TAG_FORWARD = 0, TAG_BACKWARD = 1, TAG_EVAL = 2 };
-int tag_of(int kind, long step, int mb);
+// One micro-batch of an op group on its way through the stage's layers.
+typedef struct Lane {
+    int op;                   // timetable index
+    int microbatch;           // of this replica
+    int offset;               // B: 0, or -1 for the previous step's micro-batch (lag 1)
+    int rows;
+    TangentKey key;           // F: its tangents (layer set per layer)
+    const float *x, *xdot;    // F: the input, then each layer's output (evaluation: no xdot)
+    const float *dy;          // B: the output adjoint, then each layer's input adjoint
+    float *stash;             // what B needs: every layer's input (NULL: not selected)
+} Lane;
 
-// Floats of a forward message into `layer`: rows x in activations, then K times as many tangents.
-size_t forward_msg_floats(const Pipeline *p, int layer, int rows);
-
-int is_selected(const Pipeline *p, int mb);
+// Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
+// and the place of its scalars, so R replicas of N micro-batches compute what one pipeline of
+// R*N micro-batches computes.
 int global_microbatch(const Pipeline *p, int mb);
 int all_microbatches(const Pipeline *p);
+int is_selected(const Pipeline *p, int mb);
 
-// The last stage's end of op F for micro-batch mb: its loss (added to *loss_sum), its
-// directional derivatives d into the step's scalars (fg), and for a selected micro-batch the
-// loss adjoint dz, scaled for its average.
-void stage_loss(Pipeline *p, long step, int mb, const float *y, const float *ydot,
-                const size_t *order, size_t sample0, double *loss_sum);
+// Offsets into p->scalars.
+size_t scalars_d(const Pipeline *p);          // d [N*K]
+size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
+size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 
-// Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
-void sum_layer_rows(const double *rows, int n_layers, int width, double *out);
+// The next layer after l (before l when dir < 0) that has parameters, or -1.
+int next_param_layer(const Pipeline *p, int l, int dir);
 
-// After the step's scalars are summed: the estimate g = base * ref + sum coeff[i] v_i, with the
-// coefficients in p->coeff; d [N*K] and rdots [N*K] (NULL without a reference) are scratch.
-float update_coefficients(Pipeline *p, int use_cv, int guided, float *d, double *rdots);
+// Floats of a forward message into `layer` for `rows` samples: activations, then K times as
+// many tangents.
+size_t forward_msg_floats(const Pipeline *p, int layer, int rows);
 
-// Evaluation of test chunk `chunk` (micro_batch rows): its input (the data, or the stage
-// before's output), and its output (sent on, or scored into totals: loss * rows, hits).
+// Receives the next message of the step's plan into the inbox (posted one ahead); *msg points
+// at it until n_inbox - 1 later messages have been taken.
+int take_message(Pipeline *p, long step, const float **msg, FgError *err);
+// Posts the step's first receive.
+int start_messages(Pipeline *p, long step, FgError *err);
+
+// Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->lanes with
+// those that run this step and takes their messages (stage 0: gathers its inputs); the group
+// then passes its lanes through the stage's layers together. *loss_sum collects the last
+// stage's losses; first_of_step: the step's first F group; first_b, last_b: whether this is
+// the step's first and last B group.
+int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
+                  int *n_lanes, FgError *err);
+int forward_group(Pipeline *p, long step, int n_lanes, int first_of_step, const size_t *order,
+                  size_t sample0, double *loss_sum, FgError *err);
+int backward_group(Pipeline *p, long step, long total, int n_lanes, int first_b, int last_b,
+                   FgError *err);
+// The lanes through every layer of the stage; step < 0: without tangents (evaluation).
+int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step, FgError *err);
+
+// A streamed bp stage without clipping updates each layer in the backward wave.
+int updates_in_backward(const Pipeline *p);
+
+// Acquires layer l for the forward pass of a step: applies a pending update first (a
+// streamed stage; its weights are written back) and, in the step's first F group, adds the
+// guide's dots with this step's tangents to the scalars. Releases with release_layer.
+int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
+                        unsigned *parts, unsigned *dirty, FgError *err);
+int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+
+// After the step's last B op on layer l: the gradient summed over the replicas (streamed:
+// here; resident: the whole stage before), kept for the update, its squared norm and (cv) its
+// dots with the step's tangents in the scalars; bp streamed without clipping updates the
+// layer here. Returns the parts written in *dirty.
+int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                          FgError *err);
+
+// Op U; ran_backward: the step's B ops ran. *waited: seconds spent in sums waiting for other
+// ranks (idle time, not work).
+int update_op(Pipeline *p, long step, long total, int ran_backward, double *waited, FgError *err);
+
+// The pending update applied to layer l's slot (weights acquired, and the step part when the
+// update reads it). Returns the parts written.
+unsigned apply_update(Pipeline *p, int l, LayerSlot *s);
+
+// guide_active from the guide's values (after a load): one sum over the stages.
+int refresh_guide(Pipeline *p, FgError *err);
+
+// Evaluation's chunks: their input (the data, or the stage before's output) and their output
+// (sent on, or scored into totals: loss * rows, hits).
 int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
 int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
                 FgError *err);
-
-// The out-of-core step (pipeline_stream.c): the same result as pipeline_step, run as
-// layer-major waves over the stage's layer stream.
-int stream_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
-                StepResult *out, FgError *err);
-int stream_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
-// Set-up: stream_init decides whether the stage goes out of core (p->ooc) and opens its
-// stores; stream_plan takes the B ops' order from the timetable; stream_free closes.
-int stream_init(Pipeline *p, const LayerStreams *streams, FgError *err);
-int stream_plan(Pipeline *p);
-int stream_free(Pipeline *p, FgError *err);
 
 #endif

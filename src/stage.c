@@ -16,16 +16,22 @@ int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last
     st->param_count = model_range_count(m, first, last);
     st->max_rows = max_rows;
     st->tangents = tangents;
-    size_t plane = (size_t)max_rows * m->max_width;
     size_t largest = 0;
     for (int l = first; l < last; l++) largest = FG_MAX(largest, m->layers[l].param_count);
-    for (int i = 0; i < 2; i++) {
-        st->act[i] = backend_alloc_floats(be, plane);
-        st->adj[i] = backend_alloc_floats(be, plane);
-        if (tangents) st->tan[i] = backend_alloc_floats(be, (size_t)tangents * plane);
-    }
     if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * largest);
     return FG_OK;
+}
+
+// The ping-pong buffers of whole-stage passes, made on first use: a pipeline runs its layers
+// one at a time through its own buffers and never needs them.
+static void whole_stage_buffers(Stage *st) {
+    if (st->act[0]) return;
+    size_t plane = (size_t)st->max_rows * st->model->max_width;
+    for (int i = 0; i < 2; i++) {
+        st->act[i] = backend_alloc_floats(st->be, plane);
+        st->adj[i] = backend_alloc_floats(st->be, plane);
+        if (st->tangents) st->tan[i] = backend_alloc_floats(st->be, (size_t)st->tangents * plane);
+    }
 }
 
 void stage_free(Stage *st) {
@@ -60,6 +66,7 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                    const float **ydot) {
     const Model *m = st->model;
     const Backend *be = st->be;
+    whole_stage_buffers(st);
     if (stash) {
         be->copy(be, stash, x, (size_t)rows * m->layers[st->first].in * sizeof(float));
         x = stash;
@@ -69,7 +76,8 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
         float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
-        stage_layer_forward(st, l, layer_params(st, params, L), key, x, xdot, out,
+        const float *guide = st->guide ? layer_params(st, st->guide, L) : NULL;
+        stage_layer_forward(st, l, layer_params(st, params, L), guide, key, x, xdot, out,
                             key ? st->tan[slot] : NULL, rows);
         x = out;
         if (key) xdot = st->tan[slot];
@@ -78,8 +86,9 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
     if (ydot) *ydot = key ? xdot : NULL;
 }
 
-void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key, const float *x,
-                         const float *xdot, float *y, float *ydot, int rows) {
+void stage_layer_forward(Stage *st, int l, const float *p, const float *guide,
+                         const TangentKey *key, const float *x, const float *xdot, float *y,
+                         float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     if (!key) {
@@ -93,8 +102,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key
         for (int k = 0; k < st->tangents; k++) {
             lk.k = (uint32_t)k;
             float *dst = st->pdot + k * L->param_count;
-            if (k == 0 && st->guide)
-                be->copy(be, dst, layer_params(st, st->guide, L), L->param_count * sizeof(float));
+            if (k == 0 && guide) be->copy(be, dst, guide, L->param_count * sizeof(float));
             else be->tangent_fill(be, lk, L->param_count, dst);
         }
         pdot = st->pdot;
@@ -105,6 +113,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
                     float *dx, float *grad, int rows) {
     const Model *m = st->model;
+    whole_stage_buffers(st);
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];

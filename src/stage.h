@@ -25,8 +25,8 @@ typedef struct {
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
-    const float *guide;  // NULL, or a direction (the stage's slice) that replaces tangent k=0
-                         // (the guided estimator); set by the caller
+    const float *guide;  // stage_forward: NULL, or a direction (the stage's slice) that replaces
+                         // tangent k=0 (the guided estimator); set by the caller
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -47,9 +47,11 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
 
 // One layer l of op F (a layer-major wave runs every micro-batch through layer l before the
 // next): x [rows, in] through the layer with its parameters p (the layer's own, not the
-// stage's) into y; with key, also xdot [K, rows, in] (NULL: zero) into ydot.
-void stage_layer_forward(Stage *st, int l, const float *p, const TangentKey *key, const float *x,
-                         const float *xdot, float *y, float *ydot, int rows);
+// stage's) into y; with key, also xdot [K, rows, in] (NULL: zero) into ydot. guide (the
+// layer's own, or NULL) replaces tangent k=0 (the guided estimator).
+void stage_layer_forward(Stage *st, int l, const float *p, const float *guide,
+                         const TangentKey *key, const float *x, const float *xdot, float *y,
+                         float *ydot, int rows);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 

@@ -21,6 +21,12 @@ typedef struct {
     uint32_t k;           // which of the K tangents
 } TangentKey;
 
+// The key of the training tangents of a step's (global) micro-batch in one layer.
+static inline TangentKey tangent_key(uint32_t seed, long step, int microbatch, int layer) {
+    return (TangentKey){.seed = seed, .stream = STREAM_TANGENT, .step = (uint32_t)step,
+                        .microbatch = (uint32_t)microbatch, .layer = (uint32_t)layer};
+}
+
 // out[i] = v[first + i], i < n, with v ~ N(0, 1) elementwise.
 void tangent_fill(TangentKey key, size_t first, size_t n, float *out);
 // y[i] += alpha * v[first + i]

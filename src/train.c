@@ -142,7 +142,7 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
     } else {
         st->buffers[st->n_buffers++] = "optimizer/velocity";
     }
-    if (p->guide) st->buffers[st->n_buffers++] = "estimator/guide";
+    if (p->need.guide) st->buffers[st->n_buffers++] = "estimator/guide";
 }
 
 static int resume(Pipeline *p, const TrainOutputs *o, const int *layout, long total, long *first_step,
@@ -151,14 +151,7 @@ static int resume(Pipeline *p, const TrainOutputs *o, const int *layout, long to
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = o->resume_path, sc.total = total;
     int rc = o->storage->load(o->storage, &sc.st, o->resume_path, err);
-    if (rc || (rc = pipeline_state_from_host(p, err))) return rc;
-    // The guide exists when any stage has a non-zero part: decide together, or the stages
-    // would disagree about the estimator.
-    if (p->guide) {
-        double norm2 = squared_norm(p->host.guide, p->n);
-        if ((rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err))) return rc;
-        p->stage.guide = norm2 > 0 ? p->guide : NULL;
-    }
+    if (rc) return rc;
     *first_step = p->first_step = sc.st.step;
     return FG_OK;
 }
@@ -176,8 +169,7 @@ static int save_checkpoint(Pipeline *p, const Config *c, const TrainOutputs *o, 
     checkpoint_state(&sc, p, layout, text);
     sc.st.step = next_step;
     double t0 = wall_seconds();
-    int rc = pipeline_state_to_host(p, err);
-    if (!rc) rc = o->storage->save(o->storage, &sc.st, o->checkpoint_path, err);
+    int rc = o->storage->save(o->storage, &sc.st, o->checkpoint_path, err);
     double seconds = wall_seconds() - t0;
     free(text);
     double mib = (double)sc.st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
@@ -205,8 +197,7 @@ static int check_replicas_agree(Pipeline *p, FgError *err) {
     int M = t->stages, R = t->replicas;
     if (R == 1) return FG_OK;
     uint64_t hash = 1469598103934665603ull;
-    int rc = pipeline_state_to_host(p, err);  // the weights as host memory
-    if (!rc) rc = pipeline_visit_layers(p, 0, 0, hash_layer, &hash, err);
+    int rc = pipeline_visit_layers(p, 0, 0, hash_layer, &hash, err);
     if (rc) return rc;
     double *h = calloc((size_t)M * R, sizeof(double));
     h[t->replica * M + t->stage] = (double)(hash >> 12);
@@ -240,8 +231,7 @@ static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgE
 
 // Layer by layer, so an out-of-core stage writes from its slots.
 static int save_params(Pipeline *p, const char *path, FgError *err) {
-    int rc = pipeline_state_to_host(p, err);
-    if (rc) return rc;
+    int rc = FG_OK;
     ParamsFile f = {open(path, O_WRONLY | O_CREAT, 0644), path};
     if (f.fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
     // Every stage sets the same final size, so no old tail survives and no write is cut.
@@ -249,14 +239,6 @@ static int save_params(Pipeline *p, const char *path, FgError *err) {
         rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
     if (!rc) rc = pipeline_visit_layers(p, 0, 0, write_layer_params, &f, err);
     if (close(f.fd) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
-    return rc;
-}
-
-// How many stages stream their layers (the same answer on every stage).
-static int count_out_of_core(Pipeline *p, int *n, FgError *err) {
-    double v = p->ooc ? 1.0 : 0.0;
-    int rc = p->tr->allreduce_sum(p->tr, &v, 1, err);
-    *n = (int)v;
     return rc;
 }
 
@@ -297,9 +279,10 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         goto done;
     }
     const LayerStreams *streams = outputs ? outputs->streams : NULL;
-    if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, streams, err))) goto done;
+    int want_stats = outputs && outputs->log_path && outputs->storage;
+    if ((rc = pipeline_init(&p, be, c, &m, res->layout, t, &train, streams, want_stats, err))) goto done;
     int out_of_core = 0;
-    if ((rc = count_out_of_core(&p, &out_of_core, err))) goto done;
+    if ((rc = pipeline_streamed_stages(&p, &out_of_core, err))) goto done;
     if (streams && streams->resume && out_of_core < M) {
         rc = fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
                      "have no layer store to resume from (resume them from a checkpoint)",
@@ -360,10 +343,6 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
     double *busy = calloc((size_t)3 * M, sizeof(double));
     if (o->log_path) {
         if (!o->storage) rc = fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
-        // The gradient statistics need whole-stage buffers and passes: out of core they are
-        // not computed (NaN in the log), and no stage may wait for them in an allreduce.
-        p.want_stats = !rc && !out_of_core;
-        if (p.want_stats) p.scratch = backend_alloc_floats(be, p.n);
         static const char *const modes[] = {"bp", "fg", "fg+bp"};
         const char *est = c->mode == MODE_BP ? "bp" : c->mode == MODE_FG ? "fg"
                         : c->estimator == ESTIMATOR_GUIDED ? "guided" : c->estimator == ESTIMATOR_FG ? "fg" : "cv";
@@ -465,8 +444,7 @@ int train_run(const Config *c, const Backend *be, Transport *t, const TrainOutpu
         (rc = save_params(&p, outputs->params_path, err)))
         goto done;
     res->peak_rss_stage[t->stage] = (double)peak_rss_bytes();
-    res->stash_bytes_stage[t->stage] =
-        (double)p.n_stash_alloc * (double)stage_stash_floats(&p.stage, c->micro_batch) * sizeof(float);
+    res->stash_bytes_stage[t->stage] = pipeline_stash_bytes(&p);
     if ((rc = t->allreduce_sum(t, res->peak_rss_stage, M, err))) goto done;
     if ((rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err))) goto done;
     res->bubble_measured = ms.bubble_fraction;

@@ -37,10 +37,10 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 
 # 1. Equivalence. The budgets (on 1 stage, on 2) give a stage two slots, and are below what
 # every stage needs in memory (the test checks that every stage streams).
-cases=("fg|14M|14M|mode=fg optimizer=sgd lr=0.0001"
+cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
        "bp|20M|18M|mode=bp schedule=1f1b"
-       "fg-replicas|14M|14M|mode=fg optimizer=sgd lr=0.0001 replicas=2"
+       "fg-replicas|14M|12.5M|mode=fg optimizer=sgd lr=0.0001 replicas=2"
        "fgbp-replicas|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
        "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2")
 for c in "${cases[@]}"; do

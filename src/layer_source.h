@@ -1,0 +1,92 @@
+// Where a stage's per-layer buffers live: one interface for a stage that holds all its layers
+// in memory (resident) and one that streams them from local flash through a few slots
+// (streamed, docs/out-of-core.md). The step engine (pipeline*.c) sees only this interface, so
+// every op, update, checkpoint and statistic is written once for both.
+//
+// A layer's buffers come in two parts with different lifetimes:
+//  - LAYER_WEIGHTS: parameters, optimizer state and the guided estimator's direction: the
+//    state of the run, saved in checkpoints and (streamed) versioned for crash recovery;
+//  - LAYER_STEP: what a step hands to the next one: the kept gradient (c of fg+bp, or bp's
+//    gradient when the update must wait for a global norm) and the weights before the last
+//    update (lag 1). Rebuilt every step, never saved.
+// The gradient accumulator (what B ops add into) is always memory: the stage's whole buffer
+// (resident), or one layer's (streamed: its B ops run layer-major, one layer at a time).
+#ifndef FGPIPE_LAYER_SOURCE_H
+#define FGPIPE_LAYER_SOURCE_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "common.h"
+#include "config.h"
+#include "layer_stream.h"
+#include "model.h"
+#include "transport.h"
+
+enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2 };
+
+// One layer's buffers, each of the layer's param_count floats (NULL: not in this run).
+typedef struct {
+    float *params;
+    float *state;          // optimizer state buffers, state_stride floats apart
+    size_t state_stride;
+    float *guide;          // guided: the layer's part of c/|c|
+    float *grad;           // B ops add into it (bp: the gradient; fg+bp: c)
+    float *kept;           // the gradient the next update reads: grad itself (resident), or
+                           // its copy in the step store (streamed)
+    float *prev;           // lag 1: the weights before the last update
+} LayerSlot;
+
+// What a stage's run needs of its layers, derived from the config (layer_needs).
+typedef struct {
+    int opt_buffers;       // optimizer state buffers
+    int guide;             // guided estimator
+    int grad;              // B ops run (bp, fg+bp)
+    int keep_grad;         // the update reads the gradient after the B wave that made it
+    int prev;              // lag 1
+} LayerNeeds;
+
+LayerNeeds layer_needs(const Config *c);
+
+typedef struct LayerSource LayerSource;
+struct LayerSource {
+    void *ctx;
+    int streamed;          // layers pass through slots: the stage runs layer-major waves and
+                           // applies each update when the next wave reads the layer
+    // Resident only (NULL when streamed): every layer's gradient in one stage-sized buffer,
+    // so one sum over the replicas covers the stage.
+    float *stage_grad;
+    // Streamed only: the one layer-sized memory buffer of the stage, the B wave's gradient
+    // accumulator; between B waves (once finish_layer_gradient has kept each layer's) the
+    // engine forms updates in it.
+    float *layer_buffer;
+    // Starts reading a layer that will be acquired soon (no-op when resident).
+    int (*prefetch)(LayerSource *s, int layer, unsigned parts, FgError *err);
+    // The layer's buffers for `parts` (the others stay NULL); pinned until release.
+    int (*acquire)(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err);
+    // Unpins the parts acquire pinned; dirty: those whose buffers were written.
+    int (*release)(LayerSource *s, int layer, unsigned parts, unsigned dirty, FgError *err);
+    // Weights written from now on belong to the state on which step next_step runs.
+    int (*begin_version)(LayerSource *s, long next_step, FgError *err);
+    // Waits for every write; returns the first I/O error.
+    int (*flush)(LayerSource *s, FgError *err);
+    // One line of statistics on stderr (streamed: bytes moved, waits), or nothing.
+    void (*report)(LayerSource *s, const char *who);
+    // Flushes and frees; returns the first error of the last writes.
+    int (*close)(LayerSource *s, FgError *err);
+};
+
+// All layers [first, last) of the model in the backend's memory, params initialised from the
+// seed, everything else zero.
+int layer_source_resident(const Backend *be, const Config *c, const Model *m, int first, int last,
+                          LayerSource *out, FgError *err);
+
+// The layers [first, last) in stores under cfg->weights_dir opened through `streams`, with as
+// many slots as cfg->mem_budget leaves after work_bytes (at least two, or an error naming the
+// budget). streams->resume reopens the stores at the newest version every rank of the grid
+// holds (one sum over the grid) and sets *next_step; otherwise *next_step is 0.
+int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
+                          Transport *t, const LayerStreams *streams, double work_bytes,
+                          LayerSource *out, long *next_step, FgError *err);
+
+#endif

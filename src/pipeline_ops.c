@@ -1,0 +1,250 @@
+// Ops F and B of the step engine, run as op groups (exec_plan.h): the group's micro-batches
+// ("lanes") pass through the stage's layers together, each layer acquired once for the group.
+// A resident stage runs groups of one op in timetable order; a streamed one runs a forward
+// wave and a backward wave, reading each layer once per wave. The numbers are the same either
+// way: every layer sees its lanes in timetable order, and every update is elementwise.
+#include <string.h>
+
+#include "pipeline_internal.h"
+
+int global_microbatch(const Pipeline *p, int mb) {
+    return p->tr->replica * p->cfg->micro_batches + mb;
+}
+
+int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
+
+int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
+
+int next_param_layer(const Pipeline *p, int l, int dir) {
+    for (l += dir; l >= p->stage.first && l < p->stage.last; l += dir)
+        if (p->model->layers[l].param_count) return l;
+    return -1;
+}
+
+size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
+    return (size_t)rows * p->model->layers[layer].in * (1 + p->K);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages: received in the order of the step's message plan, each posted while the one
+// before is in use, into inbox slots used round-robin.
+
+static int post_receive(Pipeline *p, long step, FgError *err) {
+    const MessagePlan *mp = p->recv_plan;
+    if (p->recv_posted >= mp->n_recv) return FG_OK;
+    const PlannedMessage *m = &mp->recv[p->recv_posted];
+    int B = p->cfg->micro_batch;
+    size_t n = m->kind == MSG_FORWARD ? forward_msg_floats(p, p->stage.first, B)
+                                      : (size_t)B * p->model->layers[p->stage.last - 1].out;
+    float *slot = p->inbox + (size_t)(p->recv_posted % p->n_inbox) * p->inbox_stride;
+    int tag = message_tag(m->kind, step + m->step_offset, m->microbatch);
+    int rc = p->tr->post_recv(p->tr, m->peer, tag, slot, n, &p->recv_handle, err);
+    if (!rc) p->recv_posted++;
+    return rc;
+}
+
+int start_messages(Pipeline *p, long step, FgError *err) {
+    p->recv_plan = &p->messages[step == p->first_step];
+    p->recv_taken = p->recv_posted = 0;
+    return post_receive(p, step, err);
+}
+
+int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
+    if (p->recv_taken >= p->recv_posted)
+        return fg_fail(err, FG_ERR_INTERNAL, "stage %d: an op needs a message its plan does not list",
+                       p->tr->stage);
+    int rc = p->tr->wait_recv(p->tr, p->recv_handle, err);
+    if (rc) return rc;
+    *msg = p->inbox + (size_t)(p->recv_taken++ % p->n_inbox) * p->inbox_stride;
+    return post_receive(p, step, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stashes: a stage keeps one per micro-batch it will backpropagate, from F until B. Freed
+// buffers are reused, so memory grows with the number in flight, not with N.
+
+static float *stash_take(Pipeline *p) {
+    if (p->n_free_stash) return p->free_stash[--p->n_free_stash];
+    p->n_stash_alloc++;
+    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->micro_batch));
+}
+
+static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
+
+// ---------------------------------------------------------------------------------------------
+// Lanes
+
+int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
+                  int *n_lanes, FgError *err) {
+    const Backend *be = p->be;
+    int B = p->cfg->micro_batch, C = p->model->classes, n = 0, rc = FG_OK;
+    size_t in = (size_t)B * p->model->layers[p->stage.first].in;
+    for (int i = 0; i < g->count && !rc; i++) {
+        int idx = p->plan.op[g->first + i];
+        const ScheduledOp *op = &p->sched.ops[idx];
+        if (!op_runs(op, step, p->first_step)) continue;
+        Lane *a = &p->lanes[n];
+        *a = (Lane){.op = idx, .microbatch = op->microbatch, .offset = op->iteration_offset, .rows = B};
+        long of_step = step + a->offset;
+        const float *msg = NULL;
+        if (g->kind == OP_F) {
+            a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);
+            if (p->is_first) {
+                float *x = p->x_in + (size_t)n * p->x_stride;
+                dataset_gather(p->data, order, sample0 + (size_t)a->microbatch * B, B, p->host_x, NULL);
+                be->upload(be, x, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
+                a->x = x;
+            } else if (!(rc = take_message(p, step, &msg, err))) {
+                a->x = msg, a->xdot = p->K ? msg + in : NULL;
+            }
+            if (is_selected(p, a->microbatch))
+                p->stash[step & 1][a->microbatch] = a->stash = stash_take(p);
+        } else {
+            a->stash = p->stash[of_step & 1][a->microbatch];
+            p->stash[of_step & 1][a->microbatch] = NULL;
+            if (p->is_last) a->dy = p->dz[of_step & 1] + (size_t)a->microbatch * B * C;
+            else if (!(rc = take_message(p, step, &msg, err))) a->dy = msg;
+        }
+        n++;
+    }
+    *n_lanes = n;
+    return rc;
+}
+
+int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
+    return p->src.release(&p->src, l, parts, dirty, err);
+}
+
+// The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
+int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step, FgError *err) {
+    Stage *st = &p->stage;
+    int rc = FG_OK;
+    for (int i = 0; i < n; i++)
+        if (lanes[i].stash) {  // every layer's input is kept: layers write straight into it
+            p->be->copy(p->be, lanes[i].stash, lanes[i].x,
+                        (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
+            lanes[i].x = lanes[i].stash;
+        }
+    for (int l = st->first; l < st->last && !rc; l++) {
+        const Layer *L = &p->model->layers[l];
+        LayerSlot s = {0};
+        unsigned parts = 0, dirty = 0;
+        if (L->param_count &&
+            (rc = acquire_for_forward(p, step, l, first_of_step, &s, &parts, &dirty, err)))
+            break;
+        const float *guide = p->guide_active ? s.guide : NULL;
+        int cur = (l - st->first) & 1;
+        for (int i = 0; i < n; i++) {
+            Lane *a = &lanes[i];
+            int keyed = step >= 0 && p->K;
+            float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
+                                : p->act[cur] + (size_t)i * p->act_stride;
+            float *ydot = keyed ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
+            stage_layer_forward(st, l, s.params, guide, keyed ? &a->key : NULL, a->x, a->xdot, y,
+                                ydot, a->rows);
+            a->x = y, a->xdot = ydot;
+        }
+        if (parts) rc = release_layer(p, l, parts, dirty, err);
+    }
+    return rc;
+}
+
+// The last stage's end of op F: the loss (added to *loss_sum), the directional derivatives d
+// into the step's scalars (fg), and for a selected micro-batch the loss adjoint dz, scaled for
+// its average.
+static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, size_t sample0,
+                     double *loss_sum) {
+    const Config *c = p->cfg;
+    const Backend *be = p->be;
+    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches, mb = a->microbatch;
+    dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
+    be->upload(be, p->labels, p->host_labels, (size_t)B);
+    double loss;
+    if (p->K) {
+        loss = be->loss_jvp(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d);
+        double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * p->K;
+        for (int k = 0; k < p->K; k++) d[k] = p->loss_d[k];
+    } else {
+        loss = be->loss_forward(be, a->x, p->labels, B, C, NULL);
+    }
+    if (is_selected(p, mb)) {
+        // bp averages over all N micro-batches; the exact gradient c over the n_sel selected;
+        // both over the R replicas too (the replica sum adds them up).
+        float *dz = p->dz[step & 1] + (size_t)mb * B * C;
+        be->loss_backward(be, a->x, p->labels, B, C, dz);
+        float scale = 1.0f / (float)((c->mode == MODE_BP ? N : p->n_sel) * p->tr->replicas);
+        be->scale(be, dz, scale, dz, (size_t)B * C);
+    }
+    *loss_sum += loss;
+}
+
+int forward_group(Pipeline *p, long step, int n, int first_of_step, const size_t *order,
+                  size_t sample0, double *loss_sum, FgError *err) {
+    const Backend *be = p->be;
+    int B = p->cfg->micro_batch, last = p->stage.last, rc;
+    // A streamed stage's pending update is written back as the layers pass: a new version.
+    if (p->pending.active && (rc = p->src.begin_version(&p->src, p->pending.step + 1, err))) return rc;
+    if ((rc = forward_layers(p, step, p->lanes, n, first_of_step, err))) return rc;
+    size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
+    for (int i = 0; i < n && !rc; i++) {
+        const Lane *a = &p->lanes[i];
+        if (p->is_last) {
+            loss_end(p, step, a, order, sample0, loss_sum);
+            continue;
+        }
+        be->copy(be, p->outbox, a->x, rows_out * sizeof(float));
+        if (p->K) be->copy(be, p->outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
+        rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
+                         p->outbox, forward_msg_floats(p, last, B), err);
+    }
+    return rc;
+}
+
+// One layer of op B for every lane; zero: the step's first B group (the gradient starts here).
+static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
+    const Layer *L = &p->model->layers[l];
+    Stage *st = &p->stage;
+    int B = p->cfg->micro_batch, cur = (st->last - 1 - l) & 1;
+    if (zero && L->param_count) p->be->zero(p->be, s->grad, L->param_count * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        Lane *a = &p->lanes[i];
+        // A lag-1 op differentiates at the weights its activations were computed with.
+        const float *params = a->offset ? s->prev : s->params;
+        float *dx = p->is_first && l == st->first ? NULL : p->adj[cur] + (size_t)i * p->adj_stride;
+        p->be->backward(p->be, L, params, a->stash + stage_stash_offset(st, l, B), a->dy, dx,
+                        s->grad, B);
+        a->dy = dx;
+    }
+}
+
+int backward_group(Pipeline *p, long step, long total, int n, int first_b, int last_b,
+                   FgError *err) {
+    Stage *st = &p->stage;
+    int B = p->cfg->micro_batch, rc = FG_OK;
+    if (last_b && updates_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    for (int l = st->last - 1; l >= st->first && !rc; l--) {
+        LayerSlot s = {0};
+        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
+        int next = next_param_layer(p, l, -1);
+        if (parts && ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
+                      (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err)))))
+            break;
+        backward_layer(p, l, &s, n, first_b);
+        if (parts && last_b && p->src.streamed)
+            rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err);
+        if (parts) {
+            int rc2 = release_layer(p, l, parts, dirty, err);
+            if (!rc) rc = rc2;
+        }
+    }
+    size_t n_dx = (size_t)B * p->model->layers[st->first].in;
+    for (int i = 0; i < n && !rc; i++) {
+        Lane *a = &p->lanes[i];
+        stash_give(p, a->stash);
+        if (!p->is_first)
+            rc = p->tr->send(p->tr, p->tr->stage - 1,
+                             message_tag(MSG_BACKWARD, step + a->offset, a->microbatch), a->dy,
+                             n_dx, err);
+    }
+    return rc;
+}

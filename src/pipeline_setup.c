@@ -1,0 +1,223 @@
+// Setting up a stage of the step engine: where its layers live (resident or streamed), the
+// buffers its op groups need, the measured op costs and the timetable.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline_internal.h"
+#include "progress.h"
+
+// Micro-batches a stage keeps stashes for at once: all in bp, the selected ones in fg+bp (of
+// two steps with lag 1).
+static int stashes_in_flight(const Config *c) {
+    if (c->mode == MODE_BP) return c->micro_batches;
+    if (c->mode == MODE_FG) return 0;
+    return (c->select >= 0 ? c->select : c->micro_batches) * (1 + c->lag);
+}
+
+// Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
+static double lane_bytes(const Pipeline *p, int group) {
+    double per_lane = 2.0 * (p->act_stride + p->tan_stride + (p->need.grad ? p->adj_stride : 0)) +
+                      (p->is_first ? p->x_stride : 0);
+    return ((double)group * per_lane + (double)(group + 1) * p->inbox_stride) * sizeof(float);
+}
+
+// Resident when everything fits mem_budget (or there is none), else streamed from weights_dir.
+static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
+    const Config *c = p->cfg;
+    int N = c->micro_batches, B = c->micro_batch;
+    double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
+    LayerNeeds need = p->need;
+    int buffers = 1 + need.opt_buffers + need.guide + need.grad + need.prev + (p->K > 0);
+    double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
+                       lane_bytes(p, 1);
+    if (c->mem_budget <= 0 || in_memory <= c->mem_budget)
+        return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
+    if (!streams || !streams->open)
+        return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
+                       "and this build cannot stream layers from local flash", p->tr->stage,
+                       in_memory, c->mem_budget);
+    if (p->be->on_device)
+        return fg_fail(err, FG_ERR_INPUT, "stage %d does not fit mem_budget and would stream its "
+                       "layers from %s, but out-of-core stages run on the CPU only (device = cuda)",
+                       p->tr->stage, c->weights_dir);
+    // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
+    // gradient, update and parameter tangents (the stage's).
+    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash +
+                  (double)p->largest * sizeof(float) * ((need.grad || p->K) + (p->K > 0));
+    long next_step = 0;
+    int rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
+                                   streams, work, &p->src, &next_step, err);
+    p->first_step = next_step;
+    return rc;
+}
+
+static void alloc_lanes(Pipeline *p, int group) {
+    const Backend *be = p->be;
+    p->lanes = calloc((size_t)group, sizeof(Lane));
+    for (int i = 0; i < 2; i++) {
+        p->act[i] = backend_alloc_floats(be, (size_t)group * p->act_stride);
+        if (p->tan_stride) p->tan[i] = backend_alloc_floats(be, (size_t)group * p->tan_stride);
+        if (p->need.grad) p->adj[i] = backend_alloc_floats(be, (size_t)group * p->adj_stride);
+    }
+    // One slot more than a group takes: the next group's first message is posted while the
+    // group still uses all of its own.
+    p->n_inbox = group + 1;
+    p->inbox = backend_alloc_floats(be, (size_t)p->n_inbox * p->inbox_stride);
+    p->outbox = backend_alloc_floats(be, p->inbox_stride);
+    if (p->is_first) p->x_in = backend_alloc_floats(be, (size_t)group * p->x_stride);
+}
+
+static void alloc_buffers(Pipeline *p) {
+    const Config *c = p->cfg;
+    const Backend *be = p->be;
+    int N = c->micro_batches, B = c->micro_batch, NR = N * p->tr->replicas, K = p->K;
+    alloc_lanes(p, p->plan.max_group);
+    p->labels = be->alloc(be, (size_t)B);
+    p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
+    p->host_labels = fg_alloc_bytes((size_t)B);
+    p->loss_d = fg_alloc_floats((size_t)FG_MAX(K, 1));
+    if (p->is_last && c->mode != MODE_FG)
+        for (int i = 0; i < 2; i++) p->dz[i] = backend_alloc_floats(be, (size_t)N * B * p->model->classes);
+    p->free_stash = fg_alloc_bytes(2 * (size_t)(N + 1) * sizeof(float *));
+    p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
+    p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
+    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(K, 1));
+    if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
+    if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
+    for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
+    p->measured = fg_alloc_bytes((size_t)2 * p->sched.n_ops * sizeof(double));
+}
+
+static ScheduleMode schedule_mode(const Config *c) {
+    if (c->mode == MODE_BP) return c->schedule == SCHEDULE_1F1B ? SCHED_BP_1F1B : SCHED_BP_GPIPE;
+    return c->mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
+}
+
+// Seconds for one F and one B op of this stage (best of three), to plan the timetable. A
+// streamed stage would have to read its whole store for that: it plans with its GEMM work at
+// a nominal 10 GFLOP/s instead.
+static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *err) {
+    int B = p->cfg->micro_batch, rc = FG_OK;
+    if (p->src.streamed) {
+        *cost_f = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
+        *cost_b = 4.0 * (double)p->n * B / 1e10;
+        return FG_OK;
+    }
+    const Backend *be = p->be;
+    size_t in = (size_t)B * p->model->layers[p->stage.first].in;
+    // Costs do not depend on the values: zero weights and inputs will do.
+    float *x = backend_alloc_floats(be, in * (1 + p->K));
+    float *stash = backend_alloc_floats(be, stage_stash_floats(&p->stage, B));
+    float *dy = backend_alloc_floats(be, (size_t)B * p->model->max_width);
+    float *w = backend_alloc_floats(be, p->n), *g = backend_alloc_floats(be, p->n);
+    TangentKey key = tangent_key(p->cfg->seed, 0, 0, 0);
+    *cost_f = *cost_b = INFINITY;
+    for (int r = 0; r < 3 && !rc; r++) {
+        const float *y, *ydot;
+        double t0 = wall_seconds();
+        stage_forward(&p->stage, w, p->K ? &key : NULL, x, p->is_first || !p->K ? NULL : x + in,
+                      B, stash, &y, &ydot);
+        rc = be->sync(be, err);
+        double t1 = wall_seconds();
+        stage_backward(&p->stage, w, stash, dy, p->is_first ? NULL : x, g, B);
+        if (!rc) rc = be->sync(be, err);
+        *cost_f = fmin(*cost_f, t1 - t0);
+        *cost_b = fmin(*cost_b, wall_seconds() - t1);
+    }
+    be->free(be, x), be->free(be, stash), be->free(be, dy), be->free(be, w), be->free(be, g);
+    return rc;
+}
+
+// Every stage measures its own ops, one sum gives everyone every stage's costs (the mean over
+// the replicas), and the deterministic builder turns identical inputs into identical
+// timetables, on every replica.
+static int plan_timetable(Pipeline *p, FgError *err) {
+    const Config *c = p->cfg;
+    Transport *t = p->tr;
+    int M = t->stages, s = t->stage;
+    double *costs = calloc((size_t)3 * M, sizeof(double));
+    int rc = measure_costs(p, &costs[s], &costs[M + s], err);
+    if (!rc) rc = t->allreduce_sum_world(t, costs, 2 * M, err);
+    for (int i = 0; i < 2 * M; i++) costs[i] /= t->replicas;
+    if (!rc) {
+        ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), c->mode == MODE_FG_BP ? c->lag : 0,
+                             c->select, costs, costs + M, costs + 2 * M};
+        rc = schedule_build(&spec, &p->sched, err);
+    }
+    free(costs);
+    return rc;
+}
+
+// Whether any stage streams: then every stage runs layer-major, so that neighbours agree on
+// the order of their messages.
+static int agree_on_waves(Pipeline *p, FgError *err) {
+    double v = p->src.streamed ? 1.0 : 0.0;
+    int rc = p->tr->allreduce_sum(p->tr, &v, 1, err);
+    p->n_streamed = (int)v;
+    return rc;
+}
+
+int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
+                  const int *first, Transport *t, const Dataset *train,
+                  const LayerStreams *streams, int want_stats, FgError *err) {
+    memset(p, 0, sizeof *p);
+    int s = t->stage, N = c->micro_batches, B = c->micro_batch, rc;
+    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->want_stats = want_stats;
+    p->is_first = s == 0, p->is_last = s == t->stages - 1;
+    p->K = c->mode == MODE_BP ? 0 : c->tangents;
+    p->need = layer_needs(c);
+    if (N > SCHED_MAX_MICROBATCHES)
+        return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
+    if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
+    p->n = p->stage.param_count;
+    for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
+    size_t width = (size_t)m->max_width;
+    p->act_stride = p->adj_stride = (size_t)B * width;
+    p->tan_stride = (size_t)B * width * p->K;
+    p->x_stride = (size_t)B * m->in_features;
+    // Messages, and evaluation's inputs on every stage.
+    p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
+    if ((rc = open_source(p, streams, err)) || (rc = agree_on_waves(p, err))) return rc;
+    if (streams && streams->resume && (rc = refresh_guide(p, err))) return rc;
+    if ((rc = plan_timetable(p, err))) return rc;
+    p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
+    exec_plan_build(&p->sched, s, p->n_streamed > 0, &p->plan);
+    for (int i = 0; i < 2; i++) message_plan_build(&p->sched, &p->plan, s, i, &p->messages[i]);
+    alloc_buffers(p);
+    p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
+    p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
+    return FG_OK;
+}
+
+int pipeline_free(Pipeline *p, FgError *err) {
+    const Backend *be = p->be;
+    if (!be) return FG_OK;
+    int rc = FG_OK;
+    if (p->src.ctx) {
+        char who[48];
+        snprintf(who, sizeof who, p->tr->replicas > 1 ? "stage %d replica %d" : "stage %d",
+                 p->tr->stage, p->tr->replica);
+        if (p->src.streamed) p->src.report(&p->src, who);
+        rc = p->src.close(&p->src, err);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) be->free(be, p->stash[i][b]);
+    for (int i = 0; i < p->n_free_stash; i++) be->free(be, p->free_stash[i]);
+    void *on_backend[] = {p->act[0], p->act[1], p->tan[0], p->tan[1], p->adj[0], p->adj[1],
+                          p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1],
+                          p->src.streamed ? NULL : p->update, p->scratch};
+    for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
+    void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->scalars,
+                       p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
+                       p->host_layer[2], p->host_layer[3]};
+    for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
+    free(p->lanes);
+    for (int i = 0; i < 2; i++) message_plan_free(&p->messages[i]);
+    exec_plan_free(&p->plan);
+    stage_free(&p->stage);
+    schedule_free(&p->sched);
+    memset(p, 0, sizeof *p);
+    return rc;
+}

@@ -1,0 +1,297 @@
+// Op U of the step engine: one sum of the step's scalars over the grid, the estimate's
+// coefficients, clipping and the log's statistics, and the optimizer step, layer by layer.
+//
+// Everything here works on one layer at a time through the layer source, so a resident and a
+// streamed stage share it: a resident stage applies the update at once; a streamed one keeps it
+// pending and applies it as the next forward wave reads each layer (the tangents are
+// regenerated from the seed), so each weight byte is read and written once per step. Every sum
+// over layers runs in layer order: the same bits on any layout and either source.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "estimator.h"
+#include "pipeline_internal.h"
+#include "progress.h"
+
+size_t scalars_d(const Pipeline *p) { (void)p; return 1; }
+
+size_t scalars_ref_dots(const Pipeline *p) {
+    return scalars_d(p) + (size_t)all_microbatches(p) * p->K;
+}
+
+size_t scalars_grad_norms(const Pipeline *p) {
+    return scalars_ref_dots(p) + (size_t)p->model->n_layers * all_microbatches(p) * p->K;
+}
+
+int updates_in_backward(const Pipeline *p) {
+    return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
+}
+
+// Whether the estimate uses c as its control variate (fg+bp's cv).
+static int uses_cv(const Pipeline *p) {
+    int e = p->cfg->estimator;
+    return p->K && p->cfg->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_AUTO);
+}
+
+// Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
+static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
+    for (int i = 0; i < width; i++) out[i] = 0.0;
+    for (int l = 0; l < n_layers; l++)
+        for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
+}
+
+static float *update_of_layer(Pipeline *p, int l) {
+    if (p->src.streamed) return p->update;
+    return p->update + (p->model->layers[l].param_offset - p->stage.param_base);
+}
+
+// The dots of this replica's micro-batches' tangents in layer l with x, into the scalars'
+// [R][L][Nr*K] rows.
+static void add_ref_dots(Pipeline *p, long step, int l, const float *x) {
+    int Nr = p->cfg->micro_batches, K = p->K, L = p->model->n_layers;
+    double *dots = p->scalars + scalars_ref_dots(p) + ((size_t)p->tr->replica * L + l) * Nr * K;
+    TangentKey key = tangent_key(p->cfg->seed, step, global_microbatch(p, 0), l);
+    p->be->tangent_dot(p->be, key, Nr, K, p->model->layers[l].param_count, x, dots);
+}
+
+int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
+                        unsigned *parts, unsigned *dirty, FgError *err) {
+    const PendingUpdate *u = &p->pending;
+    int reads_step = u->active && (u->ref == REF_KEPT || u->set_guide || p->need.prev);
+    *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
+    *dirty = 0;
+    int next = next_param_layer(p, l, 1), rc;
+    if ((rc = p->src.acquire(&p->src, l, *parts, s, err)) ||
+        (next >= 0 && (rc = p->src.prefetch(&p->src, next, *parts, err))))
+        return rc;
+    if (u->active) *dirty = apply_update(p, l, s);
+    if (first_of_step && p->guide_active && p->K) add_ref_dots(p, step, l, s->guide);
+    return FG_OK;
+}
+
+int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                          FgError *err) {
+    const Backend *be = p->be;
+    size_t n = p->model->layers[l].param_count;
+    int rc;
+    if (p->src.streamed && p->tr->replicas > 1 &&
+        ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
+        return rc;
+    if (s->kept != s->grad && s->kept) {
+        be->copy(be, s->kept, s->grad, n * sizeof(float));
+        *dirty |= LAYER_STEP;
+    }
+    // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
+    if (p->tr->replica == 0) p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->grad, s->grad, n);
+    if (uses_cv(p)) add_ref_dots(p, step, l, s->grad);
+    if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
+        OptimizerConfig oc = config_optimizer(p->cfg);
+        be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->grad, 1.0f,
+                           s->state, s->state_stride, n);
+        *dirty |= LAYER_WEIGHTS;
+    }
+    return FG_OK;
+}
+
+// g = base * ref + sum coeff v for layer l, into upd.
+static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
+    const PendingUpdate *u = &p->pending;
+    const Backend *be = p->be;
+    size_t n = p->model->layers[l].param_count;
+    const float *ref = u->ref == REF_KEPT ? s->kept : u->ref == REF_GUIDE ? s->guide : NULL;
+    if (ref) be->scale(be, upd, u->base, ref, n);
+    else be->zero(be, upd, n * sizeof(float));
+    TangentKey key = tangent_key(p->cfg->seed, u->step, 0, l);
+    be->tangent_axpy(be, key, all_microbatches(p), p->K, u->coeff, n, upd);
+}
+
+unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
+    const PendingUpdate *u = &p->pending;
+    const Backend *be = p->be;
+    size_t n = p->model->layers[l].param_count;
+    const float *g = s->kept;  // bp: the gradient
+    if (u->tangents) {
+        float *upd = update_of_layer(p, l);
+        if (!u->formed) form_estimate(p, l, s, upd);
+        g = upd;
+    }
+    unsigned dirty = LAYER_WEIGHTS;
+    if (s->prev) {
+        be->copy(be, s->prev, s->params, n * sizeof(float));
+        dirty |= LAYER_STEP;
+    }
+    OptimizerConfig oc = config_optimizer(p->cfg);
+    be->optimizer_step(be, &oc, u->step, u->lr, s->params, g, u->clip, s->state, s->state_stride, n);
+    // The next step's tangent 0: this step's c, normalised.
+    if (u->set_guide) be->scale(be, s->guide, u->guide_scale, s->kept, n);
+    return dirty;
+}
+
+// Resident stages finish their gradient here, once the sum over the replicas (started after
+// the last B op, to run while the stage idles) is in.
+static int finish_stage_gradient(Pipeline *p, long step, long total, double *waited, FgError *err) {
+    int rc;
+    if (p->tr->replicas > 1) {
+        double t = wall_seconds();
+        if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
+        *waited += wall_seconds() - t;
+    }
+    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0; l = next_param_layer(p, l, 1)) {
+        LayerSlot s;
+        unsigned dirty = 0;
+        if ((rc = p->src.acquire(&p->src, l, LAYER_WEIGHTS | LAYER_STEP, &s, err)) ||
+            (rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err)) ||
+            (rc = release_layer(p, l, LAYER_WEIGHTS | LAYER_STEP, dirty, err)))
+            return rc;
+    }
+    return FG_OK;
+}
+
+// The estimate's coefficients from the summed scalars, into the pending update.
+static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
+    int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K;
+    int L = p->model->n_layers;
+    PendingUpdate *u = &p->pending;
+    const double *layer_dots = p->scalars + scalars_ref_dots(p);
+    for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
+    for (int r = 0; (use_cv || guided) && r < p->tr->replicas; r++)
+        sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
+    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
+    estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &u->base);
+    // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
+    for (int i = 0; use_cv && i < NK; i++)
+        if (p->cfg->lag == 0 && (i / K) % Nr < p->n_sel) u->coeff[i] = 0.0f;
+    u->tangents = 1;
+    u->ref = use_cv ? REF_KEPT : guided ? REF_GUIDE : REF_NONE;
+}
+
+enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
+
+// One pass over the layers for |g| (clipping, the log) and the log's cosines to c: per layer
+// g (resident: kept for the update), and the plain fg estimate f = sum d/(NK) v.
+static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
+    const Backend *be = p->be;
+    int L = p->model->n_layers, NK = all_microbatches(p) * p->K, rc = FG_OK;
+    int with_fg = p->want_stats && have_c;
+    double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
+    float *fcoeff = malloc((size_t)NK * sizeof(float));
+    for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
+    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+        size_t n = p->model->layers[l].param_count;
+        unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
+        LayerSlot s;
+        int next = next_param_layer(p, l, 1);
+        if ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
+            (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err))))
+            break;
+        float *upd = update_of_layer(p, l);
+        double *row = rows + (size_t)l * ROW_WIDTH;
+        form_estimate(p, l, &s, upd);
+        row[ROW_G2] = be->dot(be, upd, upd, n);
+        if (have_c) row[ROW_GC] = be->dot(be, upd, s.kept, n);
+        if (with_fg) {
+            // A streamed stage forms g again when it applies it: f may take its buffer.
+            float *f = p->src.streamed ? upd : p->scratch;
+            be->zero(be, f, n * sizeof(float));
+            be->tangent_axpy(be, tangent_key(p->cfg->seed, p->pending.step, 0, l), all_microbatches(p),
+                             p->K, fcoeff, n, f);
+            row[ROW_F2] = be->dot(be, f, f, n);
+            row[ROW_FC] = be->dot(be, f, s.kept, n);
+        }
+        rc = release_layer(p, l, parts, 0, err);
+    }
+    if (!rc) rc = p->tr->allreduce_sum(p->tr, rows, L * ROW_WIDTH, err);
+    sum_layer_rows(rows, L, ROW_WIDTH, sums);
+    free(rows);
+    free(fcoeff);
+    p->pending.formed = !p->src.streamed;
+    return rc;
+}
+
+// The log's view of one update (docs/log.md); the variance reduction of cv estimated from
+// scalars: E d^2 = |grad l_b|^2 and E (d - c.v)^2 = |grad l_b - c|^2 for v ~ N(0, I).
+static void record_stats(Pipeline *p, const double *sums, double c2, int have_c, const float *d,
+                         const double *cdots) {
+    StepResult *r = &p->stats;
+    int K = p->K, NK = all_microbatches(p) * K, Nr = p->cfg->micro_batches;
+    r->estimate_norm = sqrt(sums[ROW_G2]);
+    r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
+    if (!have_c) return;
+    r->exact_norm = sqrt(c2);
+    r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
+    if (K) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    if (!cdots) return;
+    double plain = 0, corrected = 0;
+    for (int i = 0; i < NK; i++) {
+        if (p->cfg->lag == 0 && (i / K) % Nr < p->n_sel) continue;  // inside c
+        plain += (double)d[i] * d[i];
+        corrected += ((double)d[i] - cdots[i]) * ((double)d[i] - cdots[i]);
+    }
+    if (corrected > 0) r->variance_reduction = plain / corrected;
+}
+
+static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
+    double t = wall_seconds();
+    int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)p->n_scalars, err);
+    *waited += wall_seconds() - t;
+    return rc;
+}
+
+static int apply_everywhere(Pipeline *p, FgError *err) {
+    int rc = FG_OK;
+    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+        LayerSlot s;
+        unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
+        int next = next_param_layer(p, l, 1);
+        if ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
+            (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err))))
+            break;
+        rc = release_layer(p, l, parts, apply_update(p, l, &s), err);
+    }
+    p->pending.active = 0;
+    return rc;
+}
+
+int pipeline_apply_pending(Pipeline *p, FgError *err) {
+    if (!p->pending.active) return FG_OK;
+    int rc = p->src.begin_version(&p->src, p->pending.step + 1, err);
+    if (!rc) rc = apply_everywhere(p, err);
+    if (!rc) rc = p->src.flush(&p->src, err);
+    return rc;
+}
+
+int update_op(Pipeline *p, long step, long total, int ran_backward, double *waited, FgError *err) {
+    const Config *c = p->cfg;
+    int N = all_microbatches(p), K = p->K, L = p->model->n_layers, rc;
+    int have_c = c->mode == MODE_FG_BP && p->n_sel > 0 && step - c->lag >= p->first_step;
+    if (!p->src.streamed && ran_backward && (rc = finish_stage_gradient(p, step, total, waited, err)))
+        return rc;
+    // Every stage's store holds this step's version before any stage writes the next one, so
+    // after a crash the stages' stores are at most one version apart (the resume goes back).
+    if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
+    double norms[1], c2 = 0, sums[ROW_WIDTH] = {0};
+    sum_layer_rows(p->scalars + scalars_grad_norms(p), L, 1, norms);
+    c2 = norms[0];
+    OptimizerConfig oc = config_optimizer(c);
+    PendingUpdate *u = &p->pending;
+    *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
+                         .clip = 1.0f, .ref = REF_KEPT, .coeff = u->coeff};
+    int use_cv = uses_cv(p) && have_c, guided = K && p->need.guide && p->guide_active;
+    float *d = K ? malloc((size_t)N * K * sizeof(float)) : NULL;
+    double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
+    if (K) plan_estimate(p, use_cv, guided, d, rdots);
+    if (K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
+    if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
+    if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);
+    if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, use_cv ? rdots : NULL);
+    free(d);
+    free(rdots);
+    if (!rc && p->need.guide && have_c) {
+        u->set_guide = 1;
+        u->guide_scale = c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
+        p->guide_active = c2 > 0;
+    }
+    if (!rc && u->active && !p->src.streamed) rc = apply_everywhere(p, err);
+    return rc;
+}

@@ -1,0 +1,103 @@
+// The resident layer source: every buffer of the stage in the backend's memory at once, each
+// layer's slot a view into stage-sized buffers. Acquire and release cost nothing.
+#include <stdlib.h>
+
+#include "layer_source.h"
+
+LayerNeeds layer_needs(const Config *c) {
+    int fg_bp = c->mode == MODE_FG_BP;
+    return (LayerNeeds){
+        .opt_buffers = optimizer_state_buffers(c->optimizer),
+        .guide = fg_bp && c->estimator == ESTIMATOR_GUIDED,
+        .grad = c->mode != MODE_FG,
+        // fg+bp's c is read by the update (cv) or becomes the next guide; bp's gradient is read
+        // after the B wave only when a global norm (clipping) must come first.
+        .keep_grad = fg_bp || (c->mode == MODE_BP && c->clip_norm > 0),
+        .prev = fg_bp && c->lag == 1,
+    };
+}
+
+typedef struct {
+    const Backend *be;
+    const Model *model;
+    size_t base, n;        // the stage's offset in the model's flat layout, its parameters
+    float *params, *state, *guide, *grad, *prev;
+} Resident;
+
+static int resident_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
+    (void)s, (void)layer, (void)parts, (void)err;
+    return FG_OK;
+}
+
+static float *view(float *buf, size_t off) { return buf ? buf + off : NULL; }
+
+static int resident_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err) {
+    (void)err;
+    Resident *r = s->ctx;
+    size_t off = r->model->layers[layer].param_offset - r->base;
+    *out = (LayerSlot){0};
+    if (parts & LAYER_WEIGHTS) {
+        out->params = r->params + off;
+        out->state = view(r->state, off);
+        out->state_stride = r->n;
+        out->guide = view(r->guide, off);
+    }
+    if (parts & LAYER_STEP) {
+        out->grad = out->kept = view(r->grad, off);
+        out->prev = view(r->prev, off);
+    }
+    return FG_OK;
+}
+
+static int resident_release(LayerSource *s, int layer, unsigned parts, unsigned dirty,
+                            FgError *err) {
+    (void)s, (void)layer, (void)parts, (void)dirty, (void)err;
+    return FG_OK;
+}
+
+static int resident_begin_version(LayerSource *s, long next_step, FgError *err) {
+    (void)s, (void)next_step, (void)err;
+    return FG_OK;
+}
+
+static int resident_flush(LayerSource *s, FgError *err) {
+    (void)s, (void)err;
+    return FG_OK;
+}
+
+static void resident_report(LayerSource *s, const char *who) { (void)s, (void)who; }
+
+static int resident_close(LayerSource *s, FgError *err) {
+    (void)err;
+    Resident *r = s->ctx;
+    if (!r) return FG_OK;
+    float *bufs[] = {r->params, r->state, r->guide, r->grad, r->prev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) r->be->free(r->be, bufs[i]);
+    free(r);
+    s->ctx = NULL;
+    return FG_OK;
+}
+
+int layer_source_resident(const Backend *be, const Config *c, const Model *m, int first, int last,
+                          LayerSource *out, FgError *err) {
+    (void)err;
+    LayerNeeds need = layer_needs(c);
+    Resident *r = calloc(1, sizeof *r);
+    r->be = be, r->model = m;
+    r->base = model_range_offset(m, first);
+    r->n = model_range_count(m, first, last);
+    r->params = backend_alloc_floats(be, r->n);
+    r->state = backend_alloc_floats(be, r->n * need.opt_buffers);
+    if (need.guide) r->guide = backend_alloc_floats(be, r->n);
+    if (need.grad) r->grad = backend_alloc_floats(be, r->n);
+    if (need.prev) r->prev = backend_alloc_floats(be, r->n);
+    float *init = fg_alloc_floats(r->n);
+    model_init_range(m, first, last, init, c->seed);
+    be->upload(be, r->params, init, r->n * sizeof(float));
+    fg_free(init);
+    *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,
+                         .prefetch = resident_prefetch, .acquire = resident_acquire,
+                         .release = resident_release, .begin_version = resident_begin_version,
+                         .flush = resident_flush, .report = resident_report, .close = resident_close};
+    return FG_OK;
+}

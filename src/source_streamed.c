@@ -1,0 +1,205 @@
+// The streamed layer source (DESIGN section 6, docs/out-of-core.md): the stage's weights live
+// in a layer store on local flash and pass through a few memory slots; a second store holds
+// the per-step part (the kept gradient, lag 1's previous weights), rewritten every step.
+//
+// Weights-store versions count the updates applied; the record of version V names the step
+// that runs next on it, so a crashed run resumes from the store. The step store is never
+// reopened: a resumed run's first step needs nothing from the step before it.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_source.h"
+
+// The record of a weights-store version: the step whose forward wave runs on it.
+typedef struct {
+    int64_t next_step;
+    uint32_t seed, mode;
+} StoreRecord;
+
+typedef struct {
+    const Backend *be;
+    const Config *cfg;
+    LayerNeeds need;
+    LayerStream weights;      // params, optimizer state (, guide)
+    LayerStream step;         // kept gradient (, previous weights); .ctx NULL: none
+    int kept_buf, prev_buf;   // their buffer index in the step store (-1: none)
+    float *grad;              // one layer's gradient: the B wave's accumulator (layer_buffer)
+    long version;             // of the weights store
+    char name[64];
+} Streamed;
+
+static int streamed_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
+    Streamed *st = s->ctx;
+    int rc = FG_OK;
+    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch(&st->weights, layer, err);
+    if (!rc && (parts & LAYER_STEP) && st->step.ctx) rc = st->step.prefetch(&st->step, layer, err);
+    return rc;
+}
+
+static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err) {
+    Streamed *st = s->ctx;
+    LayerView v;
+    int rc;
+    *out = (LayerSlot){0};
+    if (parts & LAYER_WEIGHTS) {
+        if ((rc = st->weights.acquire(&st->weights, layer, &v, err))) return rc;
+        // Buffers of a slot are padded for direct I/O: all the same distance apart.
+        size_t stride = v.n_bufs > 1 ? (size_t)(v.buf[1] - v.buf[0]) : v.count;
+        out->params = v.buf[0];
+        out->state = st->need.opt_buffers ? v.buf[1] : NULL;
+        out->state_stride = stride;
+        out->guide = st->need.guide ? v.buf[1 + st->need.opt_buffers] : NULL;
+    }
+    if (parts & LAYER_STEP) {
+        out->grad = out->kept = st->grad;
+        if (st->step.ctx) {
+            if ((rc = st->step.acquire(&st->step, layer, &v, err))) return rc;
+            if (st->kept_buf >= 0) out->kept = v.buf[st->kept_buf];
+            if (st->prev_buf >= 0) out->prev = v.buf[st->prev_buf];
+        }
+    }
+    return FG_OK;
+}
+
+static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned dirty,
+                            FgError *err) {
+    Streamed *st = s->ctx;
+    int rc = FG_OK, rc2 = FG_OK;
+    if (parts & LAYER_WEIGHTS) rc = st->weights.release(&st->weights, layer, (dirty & LAYER_WEIGHTS) != 0, err);
+    if ((parts & LAYER_STEP) && st->step.ctx)
+        rc2 = st->step.release(&st->step, layer, (dirty & LAYER_STEP) != 0, rc ? &(FgError){0} : err);
+    return rc ? rc : rc2;
+}
+
+static int streamed_begin_version(LayerSource *s, long next_step, FgError *err) {
+    Streamed *st = s->ctx;
+    StoreRecord rec = {next_step, st->cfg->seed, (uint32_t)st->cfg->mode};
+    int rc = st->weights.write_aux(&st->weights, st->version + 1, &rec, err);
+    if (!rc) st->version++;
+    return rc;
+}
+
+static int streamed_flush(LayerSource *s, FgError *err) {
+    Streamed *st = s->ctx;
+    int rc = st->weights.flush(&st->weights, err);
+    if (!rc && st->step.ctx) rc = st->step.flush(&st->step, err);
+    return rc;
+}
+
+static void streamed_report(LayerSource *s, const char *who) {
+    Streamed *st = s->ctx;
+    LayerStreamStats a = {0}, b = {0};
+    st->weights.stats(&st->weights, &a);
+    if (st->step.ctx) st->step.stats(&st->step, &b);
+    double rb = a.read_bytes + b.read_bytes, rs = a.read_seconds + b.read_seconds;
+    double wb = a.write_bytes + b.write_bytes, ws = a.write_seconds + b.write_seconds;
+    fprintf(stderr, "fgpipe: %s layer I/O: read %.3f GB in %.2f s (%.2f GB/s), wrote %.3f GB in "
+            "%.2f s (%.2f GB/s), I/O threads' CPU %.2f s, compute waited %.2f s for layers\n", who,
+            rb / 1e9, rs, rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
+            a.cpu_seconds + b.cpu_seconds, a.wait_seconds + b.wait_seconds);
+}
+
+static int streamed_close(LayerSource *s, FgError *err) {
+    Streamed *st = s->ctx;
+    if (!st) return FG_OK;
+    int rc = st->weights.close ? st->weights.close(&st->weights, err) : FG_OK;
+    FgError ignored = {0};
+    if (st->step.close) {
+        int rc2 = st->step.close(&st->step, rc ? &ignored : err);
+        if (!rc) rc = rc2;
+    }
+    st->be->free(st->be, st->grad);
+    free(st);
+    s->ctx = NULL;
+    return rc;
+}
+
+// Opens the weights store: new, or (resuming) at the newest version every rank still holds.
+static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, LayerStreamSpec *spec,
+                        long *next_step, FgError *err) {
+    int n = t->stages * t->replicas, me = t->replica * t->stages + t->stage, rc;
+    spec->reopen = ls->resume, spec->version = -1;
+    if ((rc = ls->open(ls->arg, spec, &st->weights, err))) return rc;
+    st->version = st->weights.version;
+    *next_step = 0;
+    if (!ls->resume) return FG_OK;
+    // Stages (and replicas) that crashed one version apart go back to the older one.
+    double *v = calloc((size_t)n, sizeof(double)), target;
+    v[me] = (double)st->version;
+    rc = t->allreduce_sum_world(t, v, n, err);
+    target = v[0];
+    for (int i = 1; i < n; i++) target = fmin(target, v[i]);
+    free(v);
+    if (!rc && (long)target != st->version) {
+        if ((rc = st->weights.close(&st->weights, err))) return rc;
+        spec->version = (long)target;
+        if ((rc = ls->open(ls->arg, spec, &st->weights, err))) return rc;
+        st->version = (long)target;
+    }
+    StoreRecord rec;
+    if (!rc) rc = st->weights.read_aux(&st->weights, &rec, err);
+    const Config *c = st->cfg;
+    if (!rc && (rec.seed != c->seed || rec.mode != (uint32_t)c->mode))
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s/%s was written with seed %u and mode %u; "
+                     "the config has seed %u and mode %d", spec->dir, spec->name, rec.seed, rec.mode,
+                     c->seed, c->mode);
+    if (!rc) *next_step = (long)rec.next_step;
+    return rc;
+}
+
+static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
+                          Transport *t, const LayerStreams *ls, double work_bytes,
+                          LayerSource *out, long *next_step, FgError *err) {
+    LayerNeeds need = layer_needs(c);
+    size_t largest = 0;
+    int param_layers = 0;
+    for (int l = first; l < last; l++) {
+        largest = FG_MAX(largest, m->layers[l].param_count);
+        param_layers += m->layers[l].param_count > 0;
+    }
+    int n_weights = 1 + need.opt_buffers + need.guide, n_step = need.keep_grad + need.prev;
+    size_t slot = (size_t)n_weights * page_round(largest * sizeof(float));
+    size_t step_slot = (size_t)n_step * page_round(largest * sizeof(float));
+    double room = c->mem_budget - work_bytes;
+    int n_slots = room > 0 ? (int)FG_MIN(room / (double)(slot + step_slot), (double)param_layers) : 0;
+    if (n_slots < 2)
+        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
+                       "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
+                       "bytes)", c->mem_budget, t->stage, work_bytes, 2 * (slot + step_slot),
+                       work_bytes + 2.0 * (slot + step_slot));
+    Streamed *st = calloc(1, sizeof *st);
+    st->be = be, st->cfg = c, st->need = need;
+    st->kept_buf = need.keep_grad ? 0 : -1;
+    st->prev_buf = need.prev ? need.keep_grad : -1;
+    *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
+                         .acquire = streamed_acquire, .release = streamed_release,
+                         .begin_version = streamed_begin_version, .flush = streamed_flush,
+                         .report = streamed_report, .close = streamed_close};
+    // Replicas may share a node and its flash: each has its own store.
+    char replica[24] = "";
+    if (c->replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", t->replica);
+    snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, replica);
+    LayerStreamSpec spec = {.dir = c->weights_dir, .name = st->name, .model = m, .first = first,
+                            .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
+                            .fill_weights = 1, .seed = c->seed, .n_slots = n_slots};
+    int rc = open_weights(st, t, ls, &spec, next_step, err);
+    if (!rc)
+        fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
+                t->stage, c->weights_dir, st->name, n_slots, st->weights.note[0] ? ": " : "",
+                st->weights.note);
+    if (!rc && n_step) {
+        char name[64];
+        snprintf(name, sizeof name, "step-%d-%d%s", first, last, replica);
+        LayerStreamSpec ss = spec;
+        ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0;
+        ss.reopen = 0, ss.version = -1;
+        rc = ls->open(ls->arg, &ss, &st->step, err);
+    }
+    if (!rc && (need.grad || c->mode != MODE_BP)) out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
+    if (rc) streamed_close(out, &(FgError){0});
+    return rc;
+}
