@@ -1,4 +1,4 @@
-// Out-of-core stages (DESIGN.md section 6, docs/out-of-core.md): the stage's parameters and
+// Out-of-core stages (docs/design.md section 8, docs/out-of-core.md): the stage's parameters and
 // optimizer state live in a layer store on local flash and pass through a few memory slots.
 //
 // A step is a forward wave (every micro-batch through layer l before layer l + 1, so each
