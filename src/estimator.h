@@ -1,4 +1,4 @@
-// Gradient estimators of DESIGN.md section 4, reduced to scalars.
+// Gradient estimators of docs/design.md section 4, reduced to scalars.
 //
 // Every estimator has the form  g = base * r + sum_{b,k} coeff[b*K+k] * v_{b,k}
 // where r is a reference vector (cv: the exact gradient c from backprop on selected

@@ -1,4 +1,4 @@
-// Streaming a stage's layers through a few host buffers (out-of-core stages, DESIGN.md section 6).
+// Streaming a stage's layers through a few host buffers (out-of-core stages, docs/design.md section 8).
 //
 // A stage whose parameters and optimizer state do not fit its memory budget keeps them in a
 // store on local flash and holds only `slots` layers in memory. The stream reads layers ahead

@@ -211,7 +211,7 @@ static void insert_op(Schedule *S, int s, int pos, ScheduledOp op) {
 //
 // U(s) starts when the last stage has ended its last F (then all d_b are known; the scalar
 // allreduce costs 0 here) AND every B op on every stage has ended, for both lags: the same
-// allreduce carries each stage's partial c.v_b (DESIGN.md section 4), and a stage knows its
+// allreduce carries each stage's partial c.v_b (docs/design.md section 6), and a stage knows its
 // part of c only after its B ops. With lag 1 that c is the previous iteration's gradient used
 // by this update; a per-stage rule (U(s) after its own B ops) would free the stash just as
 // well but leave the update waiting for the dot products. Either way B ops past the last F

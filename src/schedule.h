@@ -1,4 +1,4 @@
-// Pipeline schedule builder (DESIGN.md section 5): the timetable of one training iteration,
+// Pipeline schedule builder (docs/design.md section 7): the timetable of one training iteration,
 // for every stage the ordered list of its ops with planned start and end times, built
 // deterministically from per-stage op costs. No MPI here: the runtime executes the timetable,
 // and both the planned and the measured timelines can be exported as Chrome trace JSON.

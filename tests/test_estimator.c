@@ -1,8 +1,8 @@
-// The estimators of DESIGN.md section 4 through estimator_coefficients and the Stage API, on
+// The estimators of docs/design.md section 4 through estimator_coefficients and the Stage API, on
 // the small "6-5-4-3" MLP of test_model.c with N micro-batches:
 //   0. the coefficient formulas themselves (exact, deterministic);
 //   1. cv with a fresh c is unbiased for the true batch gradient, its per-draw variance is the
-//      analytic one, and it beats fg by the factor DESIGN says to log;
+//      analytic one, and it beats fg by the factor docs/design.md says to log;
 //   2. cv with a stale c (other parameters, or any fixed vector) is still unbiased;
 //   3. the lag-0 form of the pipeline (selected micro-batches' coefficients zeroed) is unbiased;
 //   4. K tangents per micro-batch divide the variance by K and stay unbiased.
@@ -273,7 +273,7 @@ static void test_cv_fresh_c(void **state) {
     assert_unbiased(&fg, "fg K=1");
     assert_unbiased(&cv, "cv K=1");
 
-    // DESIGN's logged reduction: R = sum_b |g_b|^2 / sum_b |g_b - c|^2 = V_fg / V_cv (header).
+    // docs/design.md's logged reduction: R = sum_b |g_b|^2 / sum_b |g_b - c|^2 = V_fg / V_cv (header).
     double num = 0.0, den = 0.0;
     for (int b = 0; b < N; b++) num += dot(p.g[b], p.g[b], dim), den += dist2(p.g[b], c, dim);
     double R = num / den, measured = fg.var / cv.var;
