@@ -25,6 +25,7 @@
 #include "direct_io.h"
 #include "layer_store.h"
 #include "layer_stream_store.h"
+#include "test_util.h"
 
 // ---- helpers ----
 
@@ -59,26 +60,16 @@ static void slot_views(const LayerStore *s, int i, unsigned char *mem, float **b
 
 static char g_dir[1024];  // per-test scratch dir on the real disk (O_DIRECT path)
 
-static void make_dir(char *out, size_t size, const char *parent) {
-    snprintf(out, size, "%s/store-XXXXXX", parent);
-    if (!mkdtemp(out)) fail_msg("mkdtemp %s: %s", out, strerror(errno));
-}
-
-static void remove_dir(const char *dir) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static int setup_dir(void **state) {
     (void)state;
-    make_dir(g_dir, sizeof g_dir, ".");
-    return 0;
+    if (!scratch_dir(g_dir, sizeof g_dir, "./store")) return 0;
+    fprintf(stderr, "mkdtemp %s: %s\n", g_dir, strerror(errno));
+    return -1;
 }
 
 static int teardown_dir(void **state) {
     (void)state;
-    remove_dir(g_dir);
+    if (remove_tree(g_dir)) fprintf(stderr, "could not remove %s\n", g_dir);
     return 0;
 }
 
