@@ -34,7 +34,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 echo "layer store on $DIR: ${MIB} MiB of layers (${LAYER} MiB each: params + Adam m + v), median of $ROUNDS rounds"
-echo "(dd N / fio N: block size or queue depth; store: I/O threads; stream = read + write-back, GB/s of both)"
+echo "(dd N / fio N: block size in MiB or queue depth; store: one request per layer; stream = read + write-back, GB/s of both)"
 awk '
 function median(key,   n, i, j, t, a) {
     n = split(vals[key], a, " ")

@@ -1,11 +1,12 @@
-// Positioned file I/O that bypasses the page cache (O_DIRECT), split into chunks issued from a
-// few threads so the device sees a queue of requests rather than one at a time.
+// Positioned file I/O that bypasses the page cache (O_DIRECT).
 //
 // Why: a store much larger than memory must not end up in the page cache (it would evict
-// everything else and double the host memory used), and a single thread issuing one request at
-// a time leaves an NVMe drive mostly idle. O_DIRECT needs the buffer address, the file offset
-// and the length aligned (DIO_ALIGN covers 512 B and 4 KiB sector devices). Filesystems that
-// refuse O_DIRECT (tmpfs: EINVAL at open) get buffered I/O instead, with a note that says so.
+// everything else and double the host memory used). Each request is issued whole from the
+// calling thread: the kernel splits a large O_DIRECT request into many bios in flight, and
+// chunks spread over 4 threads measured no faster (docs/out-of-core.md). O_DIRECT needs the
+// buffer address, the file offset and the length aligned (DIO_ALIGN covers 512 B and 4 KiB
+// sector devices). Filesystems that refuse O_DIRECT (tmpfs: EINVAL at open) get buffered I/O
+// instead, with a note that says so.
 #ifndef FGPIPE_DIRECT_IO_H
 #define FGPIPE_DIRECT_IO_H
 
@@ -30,17 +31,11 @@ typedef struct {
 int dio_open(DioFile *f, const char *path, int flags, FgError *err);
 void dio_close(DioFile *f);
 
-// A pool of helper threads for chunked I/O; threads = 1 issues each request whole from the
-// calling thread (the kernel still splits a large O_DIRECT request into many in-flight bios).
-typedef struct DioPool DioPool;
-DioPool *dio_pool_new(int threads, size_t chunk_bytes);
-void dio_pool_free(DioPool *p);
-
 // Reads or writes len bytes at off, all of it or an error: a short read (the file ends early)
 // or a failed write (ENOSPC, EIO) names the file, the offset and the cause. With O_DIRECT, buf,
-// len and off must be multiples of DIO_ALIGN. One caller at a time per pool.
-int dio_read(DioPool *p, DioFile *f, void *buf, size_t len, uint64_t off, FgError *err);
-int dio_write(DioPool *p, DioFile *f, const void *buf, size_t len, uint64_t off, FgError *err);
+// len and off must be multiples of DIO_ALIGN.
+int dio_read(DioFile *f, void *buf, size_t len, uint64_t off, FgError *err);
+int dio_write(DioFile *f, const void *buf, size_t len, uint64_t off, FgError *err);
 
 // Durable on the device (fdatasync); after buffered writes also drops the file's cached pages.
 int dio_sync(DioFile *f, FgError *err);

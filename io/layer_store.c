@@ -28,7 +28,6 @@ typedef struct {
 } Stamp;
 
 struct LayerStore {
-    StoreFormat format;
     int n, n_bufs;
     StoreLayer layers[MODEL_MAX_LAYERS];
     size_t aux_bytes;
@@ -37,13 +36,11 @@ struct LayerStore {
     int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
     int discarded;                               // slots of an unfinished step found at open
     DioFile f;
-    DioPool *pool;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
     unsigned char *aux_buf;
-    char data_path[1024], index_path[1024];
+    char path[1024];  // DIR/NAME.h5
 };
 
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 static size_t stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
 static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
 static int record_of(int kind, int index, int slot, int n) {
@@ -56,7 +53,6 @@ int layer_store_n_bufs(const LayerStore *s) { return s->n_bufs; }
 size_t layer_store_aux_bytes(const LayerStore *s) { return s->aux_bytes; }
 size_t layer_store_buf_stride(const LayerStore *s, int i) { return stride(s, i); }
 size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)s->n_bufs * stride(s, i); }
-uint64_t layer_store_file_bytes(const LayerStore *s) { return s->file_bytes; }
 const char *layer_store_note(const LayerStore *s) { return s->f.note; }
 int layer_store_discarded(const LayerStore *s) { return s->discarded; }
 
@@ -99,20 +95,7 @@ int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer
     return n;
 }
 
-static void paths(LayerStore *s, const char *dir, const char *name) {
-    if (s->format == STORE_HDF5) {
-        snprintf(s->data_path, sizeof s->data_path, "%s/%s.h5", dir, name);
-        snprintf(s->index_path, sizeof s->index_path, "%s", s->data_path);
-    } else {
-        snprintf(s->data_path, sizeof s->data_path, "%s/%s.raw", dir, name);
-        snprintf(s->index_path, sizeof s->index_path, "%s/%s.idx.h5", dir, name);
-    }
-}
-
-static void apply_io_options(LayerStore *s, const StoreOptions *opt) {
-    int threads = opt && opt->io_threads > 0 ? opt->io_threads : 1;  // measured: 4 no faster
-    size_t chunk = opt && opt->chunk_bytes ? opt->chunk_bytes : (size_t)1 << 20;
-    s->pool = dio_pool_new(threads, chunk);
+static void alloc_buffers(LayerStore *s) {
     s->rec = dio_alloc(HDR_BYTES);
     s->aux_buf = s->aux_bytes ? dio_alloc(s->aux_bytes) : NULL;
 }
@@ -120,13 +103,12 @@ static void apply_io_options(LayerStore *s, const StoreOptions *opt) {
 void layer_store_close(LayerStore *s) {
     if (!s) return;
     dio_close(&s->f);
-    dio_pool_free(s->pool);
     fg_free(s->rec);
     fg_free(s->aux_buf);
     free(s);
 }
 
-// ---- the index: the same attributes and datasets in NAME.h5 (format a) or NAME.idx.h5 (b) ----
+// ---- the layout: attributes and index datasets in NAME.h5 ----
 
 static int attr_i64(hid_t obj, const char *name, long long *v, int write) {
     if (write) {
@@ -165,49 +147,44 @@ static int dataset_io(hid_t f, const char *name, hid_t type, hsize_t n, void *da
     return rc < 0;
 }
 
-// Writes (write = 1) or reads the layout: format version, format, n_bufs, aux bytes, the layers
-// and, for the raw format, the offsets.
+// Writes (write = 1) or reads the layout: format version, n_bufs, aux bytes and the layers.
+// "format" is always 0, this layout (1 was a raw format, dropped): kept so that stores keep
+// opening in builds from before and after.
 static int index_io(LayerStore *s, hid_t f, int write) {
-    long long v[5] = {STORE_FORMAT_VERSION, s->format, s->n_bufs, (long long)s->aux_bytes, s->n};
+    long long v[5] = {STORE_FORMAT_VERSION, 0, s->n_bufs, (long long)s->aux_bytes, s->n};
     const char *names[5] = {"store_format_version", "format", "n_bufs", "aux_bytes", "n_layers"};
     for (int i = 0; i < 5; i++)
         if (attr_i64(f, names[i], &v[i], write)) return 1;
     if (!write) {
-        if (v[0] != STORE_FORMAT_VERSION || v[1] != s->format || v[2] < 1 || v[2] > STORE_MAX_BUFS ||
+        if (v[0] != STORE_FORMAT_VERSION || v[1] != 0 || v[2] < 1 || v[2] > STORE_MAX_BUFS ||
             v[3] < 0 || v[4] < 1 || v[4] > MODEL_MAX_LAYERS)
             return 1;
         s->n_bufs = (int)v[2], s->aux_bytes = (size_t)v[3], s->n = (int)v[4];
     }
     int layer[MODEL_MAX_LAYERS];
-    unsigned long long count[MODEL_MAX_LAYERS], off[2 * MODEL_MAX_LAYERS + 3];
+    unsigned long long count[MODEL_MAX_LAYERS];
     char name[MODEL_MAX_LAYERS][16];
     for (int i = 0; write && i < s->n; i++) {
         layer[i] = s->layers[i].layer, count[i] = s->layers[i].count;
         memcpy(name[i], s->layers[i].name, 16);
-        off[2 * i] = s->slot_off[i][0], off[2 * i + 1] = s->slot_off[i][1];
     }
-    if (write) off[2 * s->n] = s->aux_off[0], off[2 * s->n + 1] = s->aux_off[1], off[2 * s->n + 2] = s->hdr_off;
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, 16);
     int bad = dataset_io(f, "index_layer", H5T_NATIVE_INT, (hsize_t)s->n, layer, write) ||
               dataset_io(f, "index_count", H5T_NATIVE_ULLONG, (hsize_t)s->n, count, write) ||
-              dataset_io(f, "index_name", str, (hsize_t)s->n, name, write) ||
-              (s->format == STORE_RAW &&
-               dataset_io(f, "index_offset", H5T_NATIVE_ULLONG, (hsize_t)(2 * s->n + 3), off, write));
+              dataset_io(f, "index_name", str, (hsize_t)s->n, name, write);
     H5Tclose(str);
     if (bad || write) return bad;
     for (int i = 0; i < s->n; i++) {
         s->layers[i].layer = layer[i], s->layers[i].count = (size_t)count[i];
         memcpy(s->layers[i].name, name[i], 15);
         s->layers[i].name[15] = 0;
-        if (s->format == STORE_RAW) s->slot_off[i][0] = off[2 * i], s->slot_off[i][1] = off[2 * i + 1];
     }
-    if (s->format == STORE_RAW) s->aux_off[0] = off[2 * s->n], s->aux_off[1] = off[2 * s->n + 1], s->hdr_off = off[2 * s->n + 2];
     return 0;
 }
 
-// Format (a): one contiguous, early-allocated, 1 MiB-aligned dataset per region; create = 1
-// makes them, otherwise opens them; either way the offsets come from H5Dget_offset.
+// One contiguous, early-allocated, 1 MiB-aligned dataset per region; create = 1 makes them,
+// otherwise opens them; either way the offsets come from H5Dget_offset.
 static int h5_region(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims,
                      int create, uint64_t *off) {
     hid_t d;
@@ -249,17 +226,6 @@ static int h5_regions(LayerStore *s, hid_t f, int create) {
     return 0;
 }
 
-static void raw_layout(LayerStore *s) {
-    uint64_t at = align_up((uint64_t)n_records(s) * HDR_BYTES, ALIGN_SLOT);
-    s->hdr_off = 0;
-    for (int k = 0; k < 2 && s->aux_bytes; k++)
-        s->aux_off[k] = at, at = align_up(at + dio_round_up(s->aux_bytes), ALIGN_SLOT);
-    for (int i = 0; i < s->n; i++)
-        for (int k = 0; k < 2; k++)
-            s->slot_off[i][k] = at, at = align_up(at + layer_store_slot_bytes(s, i), ALIGN_SLOT);
-    s->file_bytes = at;
-}
-
 static uint64_t regions_end(const LayerStore *s) {
     uint64_t end = s->hdr_off + (uint64_t)n_records(s) * HDR_BYTES;
     for (int k = 0; k < 2 && s->aux_bytes; k++) end = FG_MAX(end, s->aux_off[k] + dio_round_up(s->aux_bytes));
@@ -268,20 +234,34 @@ static uint64_t regions_end(const LayerStore *s) {
     return end;
 }
 
-static int write_index_file(LayerStore *s, FgError *err) {
-    hid_t fcpl = H5P_DEFAULT, fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (s->format == STORE_HDF5) H5Pset_alignment(fapl, DIO_ALIGN, ALIGN_SLOT);
-    hid_t f = H5Fcreate(s->index_path, H5F_ACC_TRUNC, fcpl, fapl);
+// The HDF5 part of creation: the layout and every region's dataset, then closed for good.
+static int write_layout(LayerStore *s, FgError *err) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_alignment(fapl, DIO_ALIGN, ALIGN_SLOT);
+    hid_t f = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     if (f < 0)
-        return fg_fail(err, FG_ERR_INPUT, "cannot create %s: %s", s->index_path,
+        return fg_fail(err, FG_ERR_INPUT, "cannot create %s: %s", s->path,
                        errno ? strerror(errno) : "HDF5 error");
-    int bad = index_io(s, f, 1) || (s->format == STORE_HDF5 && h5_regions(s, f, 1));
+    int bad = index_io(s, f, 1) || h5_regions(s, f, 1);
     if (H5Fclose(f) < 0) bad = 1;
     if (bad)
-        return fg_fail(err, FG_ERR_INPUT, "writing the store layout to %s failed: %s", s->index_path,
+        return fg_fail(err, FG_ERR_INPUT, "writing the store layout to %s failed: %s", s->path,
                        errno ? strerror(errno) : "HDF5 error");
     return FG_OK;
+}
+
+// The HDF5 part of opening: the layout and every region's offset, then closed for good.
+static int read_layout(LayerStore *s, FgError *err) {
+    int rc = FG_OK;
+    hid_t f = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: not an HDF5 file, or truncated", s->path);
+    else if (index_io(s, f, 0) || h5_regions(s, f, 0))
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: missing or bad layout (not a store of "
+                     "format version %d?)", s->path, STORE_FORMAT_VERSION);
+    if (f >= 0) H5Fclose(f);
+    return rc;
 }
 
 static void stamp_encode(unsigned char *rec, int kind, int index, int slot, const LayerStore *s,
@@ -325,35 +305,33 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
     if (access(dir, W_OK | X_OK))
         return fg_fail(err, FG_ERR_INPUT, "weights dir %s is not writable: %s", dir, strerror(errno));
     LayerStore *s = calloc(1, sizeof *s);
-    s->format = opt->format, s->n = n_layers, s->n_bufs = opt->n_bufs, s->aux_bytes = opt->aux_bytes;
+    s->n = n_layers, s->n_bufs = opt->n_bufs, s->aux_bytes = opt->aux_bytes;
     memcpy(s->layers, layers, (size_t)n_layers * sizeof *layers);
     s->f.fd = -1;
     for (int i = 0; i < n_layers; i++) s->cur[i] = -1, s->ver[i][0] = s->ver[i][1] = -1;
     s->aux_cur = -1, s->aux_ver[0] = s->aux_ver[1] = -1;
-    paths(s, dir, name);
-    apply_io_options(s, opt);
-    unlink(s->data_path);  // a new store: never reuse the blocks (or stamps) of an old one
-    if (s->format == STORE_RAW) raw_layout(s);
-    int rc = write_index_file(s, err);
-    if (!rc) rc = dio_open(&s->f, s->data_path, O_CREAT, err);
+    snprintf(s->path, sizeof s->path, "%s/%s.h5", dir, name);
+    alloc_buffers(s);
+    unlink(s->path);  // a new store: never reuse the blocks (or stamps) of an old one
+    int rc = write_layout(s, err);
+    if (!rc) rc = dio_open(&s->f, s->path, O_CREAT, err);
     if (!rc) {
-        s->file_bytes = FG_MAX(s->file_bytes, regions_end(s));
+        s->file_bytes = regions_end(s);
         // Blocks reserved now: a disk too small fails here, with the size, not mid-run.
         int e = opt->preallocate ? posix_fallocate(s->f.fd, 0, (off_t)s->file_bytes)
                                  : ftruncate(s->f.fd, (off_t)s->file_bytes) ? errno : 0;
         if (e)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: reserving %.3f GB failed: %s",
-                         s->data_path, (double)s->file_bytes / 1e9, strerror(e));
+                         s->path, (double)s->file_bytes / 1e9, strerror(e));
     }
     if (!rc) {  // no stamp yet: every slot empty
         unsigned char *zero = dio_alloc((size_t)n_records(s) * HDR_BYTES);
-        rc = dio_write(s->pool, &s->f, zero, (size_t)n_records(s) * HDR_BYTES, s->hdr_off, err);
+        rc = dio_write(&s->f, zero, (size_t)n_records(s) * HDR_BYTES, s->hdr_off, err);
         fg_free(zero);
         if (!rc) rc = dio_sync(&s->f, err);
     }
     if (rc) {  // no half-made store left behind to be mistaken for one
-        unlink(s->data_path);
-        unlink(s->index_path);
+        unlink(s->path);
         layer_store_close(s);
         return rc;
     }
@@ -361,53 +339,37 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
     return FG_OK;
 }
 
-int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
-                     FgError *err) {
-    return layer_store_open_at(out, dir, name, opt, -1, err);
+int layer_store_open(LayerStore **out, const char *dir, const char *name, FgError *err) {
+    return layer_store_open_at(out, dir, name, -1, err);
 }
 
-int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
-                        const StoreOptions *opt, long version, FgError *err) {
+int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,
+                        FgError *err) {
     *out = NULL;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     LayerStore *s = calloc(1, sizeof *s);
     s->f.fd = -1;
-    // The format is whichever files exist.
-    s->format = STORE_HDF5;
-    paths(s, dir, name);
-    if (access(s->data_path, F_OK)) {
-        s->format = STORE_RAW;
-        paths(s, dir, name);
-        if (access(s->data_path, F_OK) || access(s->index_path, F_OK)) {
-            int e = errno;
-            free(s);
-            return fg_fail(err, FG_ERR_INPUT, "no layer store %s/%s.h5 (or %s.raw + %s.idx.h5): %s",
-                           dir, name, name, name, strerror(e));
-        }
+    snprintf(s->path, sizeof s->path, "%s/%s.h5", dir, name);
+    if (access(s->path, F_OK)) {
+        int e = errno;
+        free(s);
+        return fg_fail(err, FG_ERR_INPUT, "no layer store %s/%s.h5: %s", dir, name, strerror(e));
     }
-    int rc = FG_OK;
-    hid_t f = H5Fopen(s->index_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: not an HDF5 file, or truncated", s->index_path);
-    else if (index_io(s, f, 0) || (s->format == STORE_HDF5 && h5_regions(s, f, 0)))
-        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: missing or bad layout (not a store of "
-                     "format version %d?)", s->index_path, STORE_FORMAT_VERSION);
-    if (f >= 0) H5Fclose(f);
+    int rc = read_layout(s, err);
     if (rc) {
         free(s);
         return rc;
     }
-    StoreOptions o = opt ? *opt : (StoreOptions){0};
-    apply_io_options(s, &o);
-    rc = dio_open(&s->f, s->data_path, 0, err);
+    alloc_buffers(s);
+    rc = dio_open(&s->f, s->path, 0, err);
     struct stat sb;
     s->file_bytes = regions_end(s);
     if (!rc && (fstat(s->f.fd, &sb) || (uint64_t)sb.st_size < s->file_bytes))
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: %lld bytes, the layout needs %llu (truncated?)",
-                     s->data_path, (long long)sb.st_size, (unsigned long long)s->file_bytes);
+                     s->path, (long long)sb.st_size, (unsigned long long)s->file_bytes);
     size_t hdr_bytes = (size_t)n_records(s) * HDR_BYTES;
     unsigned char *hdr = dio_alloc(hdr_bytes);
-    if (!rc) rc = dio_read(s->pool, &s->f, hdr, hdr_bytes, s->hdr_off, err);
+    if (!rc) rc = dio_read(&s->f, hdr, hdr_bytes, s->hdr_off, err);
     // Recovery: C = the oldest layer's newest version; every layer must hold C in some slot
     // (the write rule guarantees it); slots newer than C belong to an unfinished step.
     long c = -1;
@@ -419,7 +381,7 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
         }
         if (newest < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has no complete version "
-                         "(creation interrupted?)", s->data_path, s->layers[i].name);
+                         "(creation interrupted?)", s->path, s->layers[i].name);
         c = (i == 0 || newest < c) ? newest : c;
     }
     // An older version is still whole in the other slots right after the store moved on (a
@@ -427,7 +389,7 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
     if (!rc && version >= 0 && version != c) {
         if (version > c)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: asked for version %ld, but it only "
-                         "holds up to version %ld", s->data_path, version, c);
+                         "holds up to version %ld", s->path, version, c);
         c = version;
     }
     for (int k = 0; k < 2 && s->aux_bytes && !rc; k++)
@@ -437,7 +399,7 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
         s->cur[i] = s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
         if (s->cur[i] < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
-                         "not the store's consistent version %ld (corrupt store)", s->data_path,
+                         "not the store's consistent version %ld (corrupt store)", s->path,
                          s->layers[i].name, s->ver[i][0], s->ver[i][1], c);
         else {
             s->discarded += s->ver[i][1 - s->cur[i]] > c;
@@ -448,7 +410,7 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
         s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;
         if (s->aux_cur < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: no auxiliary record of version %ld "
-                         "(corrupt store)", s->data_path, c);
+                         "(corrupt store)", s->path, c);
         else s->aux_ver[1 - s->aux_cur] = -1;
     }
     if (rc) {
@@ -462,14 +424,14 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
 int layer_store_read(LayerStore *s, int i, void *buf, FgError *err) {
     if (s->cur[i] < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
-                       s->data_path, s->layers[i].name);
-    return dio_read(s->pool, &s->f, buf, layer_store_slot_bytes(s, i), s->slot_off[i][s->cur[i]], err);
+                       s->path, s->layers[i].name);
+    return dio_read(&s->f, buf, layer_store_slot_bytes(s, i), s->slot_off[i][s->cur[i]], err);
 }
 
 int layer_store_read_aux(LayerStore *s, void *data, FgError *err) {
     if (!s->aux_bytes || s->aux_cur < 0)
-        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: no auxiliary record", s->data_path);
-    int rc = dio_read(s->pool, &s->f, s->aux_buf, dio_round_up(s->aux_bytes), s->aux_off[s->aux_cur], err);
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: no auxiliary record", s->path);
+    int rc = dio_read(&s->f, s->aux_buf, dio_round_up(s->aux_bytes), s->aux_off[s->aux_cur], err);
     if (!rc) memcpy(data, s->aux_buf, s->aux_bytes);
     return rc;
 }
@@ -480,15 +442,15 @@ static int check_write(LayerStore *s, int kind, int i, long version, FgError *er
     const char *what = kind == KIND_AUX ? "the auxiliary record" : s->layers[i].name;
     if (version != have + 1)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s, which "
-                       "has version %ld", s->data_path, version, what, have);
+                       "has version %ld", s->path, version, what, have);
     for (int j = 0; j < s->n && version > 0; j++)
         if (layer_store_layer_version(s, j) < version - 1)
             return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s before "
-                           "layer %s has version %ld", s->data_path, version, what,
+                           "layer %s has version %ld", s->path, version, what,
                            s->layers[j].name, version - 1);
     if (kind == KIND_LAYER && s->aux_bytes && (s->aux_cur < 0 || s->aux_ver[s->aux_cur] < version))
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s before "
-                       "the auxiliary record of that version", s->data_path, version, what);
+                       "the auxiliary record of that version", s->path, version, what);
     return FG_OK;
 }
 
@@ -497,12 +459,12 @@ static int check_write(LayerStore *s, int kind, int i, long version, FgError *er
 // stamp is durable.
 static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
                       size_t bytes, uint64_t off, FgError *err) {
-    int rc = dio_write(s->pool, &s->f, buf, bytes, off, err);
+    int rc = dio_write(&s->f, buf, bytes, off, err);
     if (!rc) rc = dio_sync(&s->f, err);
     if (!rc) {
         stamp_encode(s->rec, kind, i, slot, s, version);
         uint64_t at = s->hdr_off + (uint64_t)record_of(kind, i, slot, s->n) * HDR_BYTES;
-        rc = dio_write(s->pool, &s->f, s->rec, HDR_BYTES, at, err);
+        rc = dio_write(&s->f, s->rec, HDR_BYTES, at, err);
     }
     if (!rc) rc = dio_sync(&s->f, err);
     return rc;
@@ -523,7 +485,7 @@ int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgErr
 
 int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err) {
     if (!s->aux_bytes)
-        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: created without an auxiliary record", s->data_path);
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: created without an auxiliary record", s->path);
     int rc = check_write(s, KIND_AUX, 0, version, err);
     if (rc) return rc;
     int slot = s->aux_cur < 0 ? 0 : 1 - s->aux_cur;

@@ -9,13 +9,11 @@
 // a whole step. An optional auxiliary blob per version (e.g. the scalars of a pending forward-
 // gradient update) is double-buffered the same way.
 //
-// Two file formats with the same I/O path (both read and written with O_DIRECT at offsets
-// fixed at creation, no HDF5 call after open):
-//   STORE_HDF5: DIR/NAME.h5, one contiguous early-allocated dataset per layer and slot,
-//               /slot<s>/<layer> float32 [n_bufs, padded count], aligned to 1 MiB
-//               (H5Pset_alignment); offsets from H5Dget_offset. Readable with h5py.
-//   STORE_RAW:  DIR/NAME.raw (headers and slots at 1 MiB-aligned offsets) plus DIR/NAME.idx.h5,
-//               a small HDF5 index holding the layout.
+// The file, DIR/NAME.h5: one contiguous early-allocated dataset per layer and slot,
+// /slot<s>/<layer> float32 [n_bufs, padded count], aligned to 1 MiB (H5Pset_alignment); offsets
+// from H5Dget_offset, then read and written with O_DIRECT, no HDF5 call after open. Readable
+// with h5py.
+//
 // Not thread-safe: one thread (the streamer's I/O thread) uses a store at a time.
 #ifndef FGPIPE_LAYER_STORE_H
 #define FGPIPE_LAYER_STORE_H
@@ -26,8 +24,6 @@
 #include "common.h"
 #include "model.h"
 
-typedef enum { STORE_HDF5 = 0, STORE_RAW = 1 } StoreFormat;
-
 enum { STORE_MAX_BUFS = 3, STORE_FORMAT_VERSION = 1 };
 
 typedef struct {
@@ -37,19 +33,15 @@ typedef struct {
 } StoreLayer;
 
 typedef struct {
-    StoreFormat format;
-    int n_bufs;          // 1 (params) + optimizer state buffers
-    size_t aux_bytes;    // per-version auxiliary blob (0: none)
-    int io_threads;      // threads for chunked I/O (0 or 1: one request per layer, the default:
-                         // 4 threads of 1 MiB chunks measured no faster, docs/out-of-core.md)
-    size_t chunk_bytes;  // chunk of one helper request (default 1 MiB)
-    int preallocate;     // reserve the file's blocks at creation (fallocate): a full disk fails
-                         // at creation, not in the middle of a run
+    int n_bufs;        // 1 (params) + optimizer state buffers
+    size_t aux_bytes;  // per-version auxiliary blob (0: none)
+    int preallocate;   // reserve the file's blocks at creation (fallocate): a full disk fails
+                       // at creation, not in the middle of a run
 } StoreOptions;
 
 typedef struct LayerStore LayerStore;
 
-// Creates DIR/NAME.* for the layers (replacing an old store of that name). No version is
+// Creates DIR/NAME.h5 for the layers (replacing an old store of that name). No version is
 // written yet: write version 0 of every layer (layer_store_write) before the store can be
 // opened. Fails with the path and cause (unwritable dir, disk full).
 int layer_store_create(LayerStore **out, const char *dir, const char *name, int n_layers,
@@ -57,13 +49,11 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
 // The store's layers for a stage [first, last) of the model: layers without parameters skipped.
 int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer *out);
 
-// Opens an existing store and recovers its consistent version. io_threads and chunk_bytes come
-// from opt (NULL: defaults); the rest from the files.
-int layer_store_open(LayerStore **out, const char *dir, const char *name, const StoreOptions *opt,
-                     FgError *err);
+// Opens an existing store (its layout comes from the file) and recovers its consistent version.
+int layer_store_open(LayerStore **out, const char *dir, const char *name, FgError *err);
 // The same, at an older version still held in every layer's other slot (-1: the consistent one).
-int layer_store_open_at(LayerStore **out, const char *dir, const char *name,
-                        const StoreOptions *opt, long version, FgError *err);
+int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,
+                        FgError *err);
 void layer_store_close(LayerStore *s);
 
 int layer_store_n_layers(const LayerStore *s);
@@ -76,7 +66,6 @@ size_t layer_store_aux_bytes(const LayerStore *s);
 size_t layer_store_slot_bytes(const LayerStore *s, int i);
 size_t layer_store_buf_stride(const LayerStore *s, int i);
 size_t layer_store_max_slot_bytes(const LayerStore *s);
-uint64_t layer_store_file_bytes(const LayerStore *s);
 // Version of layer i now (the newest written), and the consistent version of the store (the
 // oldest layer's; -1 while version 0 is incomplete).
 long layer_store_layer_version(const LayerStore *s, int i);

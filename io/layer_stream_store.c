@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "direct_io.h"
+#include "progress.h"  // wall_seconds
 
 enum { REQ_READ, REQ_WRITE, REQ_AUX };
 
@@ -48,12 +49,6 @@ typedef struct {
     LayerStreamStats stats;
 } Ctx;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double thread_cpu_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -74,7 +69,7 @@ static void *io_thread(void *arg) {
         FgError e = {0};
         int rc = FG_OK;
         long version = r.version;
-        double t0 = now();
+        double t0 = wall_seconds();
         if (!skip) {
             if (r.kind == REQ_READ) {
                 rc = layer_store_read(c->store, r.idx, sl->mem, &e);
@@ -85,7 +80,7 @@ static void *io_thread(void *arg) {
                 rc = layer_store_write_aux(c->store, r.version, c->aux_out, &e);
             }
         }
-        double seconds = now() - t0;
+        double seconds = wall_seconds() - t0;
         pthread_mutex_lock(&c->mu);
         c->stats.cpu_seconds = thread_cpu_seconds();
         if (!skip && !rc && r.kind != REQ_AUX) {
@@ -182,9 +177,9 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
     }
     if (!rc) {
         Slot *sl = &c->slots[v];
-        double t0 = now();
+        double t0 = wall_seconds();
         while (sl->busy && !c->failed) pthread_cond_wait(&c->done_cv, &c->mu);
-        c->stats.wait_seconds += now() - t0;
+        c->stats.wait_seconds += wall_seconds() - t0;
         if (c->failed) rc = sticky(c, err);
         else {
             sl->pins++, sl->ahead = 0, sl->last_use = ++c->tick;

@@ -47,12 +47,11 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
     (void)arg;
     StoreLayer layers[MODEL_MAX_LAYERS];
     int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, layers);
-    StoreOptions opt = {.format = STORE_HDF5, .n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes,
-                        .preallocate = 1};
+    StoreOptions opt = {.n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes, .preallocate = 1};
     LayerStore *s = NULL;
     int rc;
     if (spec->reopen) {
-        rc = layer_store_open_at(&s, spec->dir, spec->name, &opt, spec->version, err);
+        rc = layer_store_open_at(&s, spec->dir, spec->name, spec->version, err);
         if (!rc) rc = check_layout(s, spec, layers, n, err);
     } else {
         mkdir(spec->dir, 0755);  // a new weights dir (any failure is reported by create)

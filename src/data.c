@@ -1,7 +1,6 @@
 #include "data.h"
 
 #include <errno.h>
-#include <math.h>  // philox.h uses sqrtf without including it
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>

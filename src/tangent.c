@@ -44,10 +44,10 @@ static void normals_batch(TangentKey key, size_t batch, float *restrict out) {
     }
 }
 
-// The three entry points share one walker. The range is cut into fixed groups of
-// GROUP elements (one OpenMP task each, so the work split never depends on the thread
-// count), and dot products are summed per group, then across groups in order: bitwise
-// reproducible on any number of threads.
+// The three entry points share one walker. The range is cut into fixed groups of GROUP
+// elements, the iterations of one OpenMP parallel for (so the split never depends on the
+// thread count); dot products are summed per group, then across groups in order on the
+// calling thread: bitwise reproducible on any number of threads.
 #define GROUP 65536
 
 typedef enum { OP_FILL, OP_AXPY, OP_DOT } TangentOp;

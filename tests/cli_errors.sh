@@ -1,20 +1,14 @@
 #!/usr/bin/env bash
 # The command line refuses bad input with exit code 2 and a message naming the problem.
 # usage: cli_errors.sh FGPIPE CONFIG
-set -u
-fgpipe=$1 config=$2
-failures=0 passed=0
+. "$(dirname "$0")/lib.sh" "$@"
 
 expect() {  # expect CODE NEEDLE ARGS...
   local code=$1 needle=$2; shift 2
-  local out rc
+  local out rc args="$*"
   out=$("$fgpipe" "$@" 2>&1); rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
-    echo "FAIL: fgpipe $* -> exit $rc (want $code), output: $out (want '$needle')"
-    failures=$((failures + 1))
-  else
-    passed=$((passed + 1))
-  fi
+  verdict "fgpipe ${args//"$config"/CONFIG} -> exit $code, '$needle'" \
+    "$([ "$rc" -eq "$code" ] && grep -qF -- "$needle" <<<"$out" || echo "exit $rc, output: $out")"
 }
 
 expect 2 "unknown config key 'colour'" train --config "$config" --set colour=red
@@ -36,5 +30,4 @@ fi
 expect 2 "usage" bogus-command
 expect 0 "config keys" --help
 
-echo "cli_errors: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish

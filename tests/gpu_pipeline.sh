@@ -6,19 +6,14 @@
 # within 1e-3 relative (FP32 GEMMs sum in another order). For bp, fg and fg+bp.
 # Exit 77 (ctest: skipped) without a GPU or without the CUDA build.
 # usage: gpu_pipeline.sh FGPIPE CONFIG
-set -u
-fgpipe=$1 config=$2
+. "$(dirname "$0")/lib.sh" "$@"
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_pipeline: SKIPPED: no NVIDIA GPU here (nvidia-smi -L fails)" >&2; exit 77
 fi
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-gpu.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
 base=(--set model=784-256-128-64-10 --set steps=20 --set warmup_steps=0 --set micro_batches=4
       --set print_every=1000000 --set optimizer=adam --set lr=0.001)
-failed=0
 
-run() {  # run NAME M DEVICE MODE
+run() {  # run NAME M DEVICE MODE: fails (with a FAIL line) when the run does
   timeout 300 mpirun -np "$2" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
     "$fgpipe" train --config "$config" "${base[@]}" --set stages="$2" --device "$3" \
     --set mode="$4" --out "$dir/$1" --save-params "$dir/$1.bin" >"$dir/$1.log" 2>&1
@@ -26,24 +21,19 @@ run() {  # run NAME M DEVICE MODE
   if grep -q "built without CUDA" "$dir/$1.log"; then
     echo "gpu_pipeline: SKIPPED: this fgpipe was built without CUDA" >&2; exit 77
   fi
-  if [ $rc -ne 0 ]; then echo "FAIL $1: exit $rc"; tail -5 "$dir/$1.log"; failed=1; return 1; fi
+  if [ $rc -ne 0 ]; then verdict "$1" "exit $rc"; tail -5 "$dir/$1.log"; return 1; fi
 }
 
 for mode in bp fg fg+bp; do
   tag=${mode/+/_}
   run "$tag-gpu1" 1 cuda "$mode" && run "$tag-gpu2" 2 cuda "$mode" && run "$tag-cpu1" 1 cpu "$mode" || continue
-  if cmp -s "$dir/$tag-gpu1.bin" "$dir/$tag-gpu2.bin"; then
-    echo "PASS $mode: 2 GPU stages give the parameters of 1, byte for byte"
-  else
-    echo "FAIL $mode: 2 GPU stages differ from 1"; failed=1
-  fi
+  cmp -s "$dir/$tag-gpu1.bin" "$dir/$tag-gpu2.bin"
+  verdict "$mode: 2 GPU stages give the parameters of 1, byte for byte" \
+    "$([ $? -eq 0 ] || echo "2 GPU stages differ from 1")"
   worst=$(paste -d, <(cut -d, -f2 "$dir/$tag-gpu1/loss.csv") <(cut -d, -f2 "$dir/$tag-cpu1/loss.csv") |
           awk -F, 'NR > 1 { e = ($1 - $2) / ($2 < 0 ? -$2 : $2); e = e < 0 ? -e : e; if (e > w) w = e }
                    END { printf "%.3g", w }')
-  if awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }'; then
-    echo "PASS $mode: GPU losses follow the CPU's (worst relative difference $worst over 20 steps)"
-  else
-    echo "FAIL $mode: GPU losses differ from the CPU's by $worst (relative)"; failed=1
-  fi
+  verdict "$mode: GPU losses follow the CPU's (worst relative difference $worst over 20 steps)" \
+    "$(awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }' || echo "more than 1e-3")"
 done
-exit $failed
+finish

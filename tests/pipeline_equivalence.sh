@@ -11,15 +11,7 @@
 # loss.csv holds step,loss,lr followed by wall-clock columns (seconds, makespan, bubble,
 # bubble_used_by_b) that differ from run to run, so only its first three columns are compared;
 # the parameter files (--save-params, raw float32 of the whole model) are compared whole.
-set -u
-if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
-fgpipe=$1 config=$2
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-equiv.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-trap 'exit 130' INT TERM
-passed=0 failed=0
+. "$(dirname "$0")/lib.sh" "$@"
 steps=20
 base=(--set model=784-64-32-16-10 --set steps=$steps --set warmup_steps=0 --set micro_batches=4
       --set print_every=1000000)
@@ -35,16 +27,6 @@ run() {
     --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || echo "# $name: mpirun -np $M exited with $rc" >>"$dir/$name.problems"
-}
-
-# verdict LABEL PROBLEMS...: one PASS/FAIL line.
-verdict() {
-  local label=$1; shift
-  if [ $# -eq 0 ]; then
-    echo "PASS $label"; passed=$((passed + 1))
-  else
-    echo "FAIL $label: $*"; failed=$((failed + 1))
-  fi
 }
 
 # problems_of NAME: why run NAME cannot be compared (failed, or loss.csv incomplete).
@@ -70,7 +52,7 @@ same() {
     cmp -s "$dir/$a.bin" "$dir/$b.bin" ||
       why+=("params differ ($(cmp -l "$dir/$a.bin" "$dir/$b.bin" 2>/dev/null | wc -l) bytes of $(stat -c %s "$dir/$a.bin"))")
   fi
-  verdict "$label" "${why[@]}"
+  verdict "$label" "${why[*]}"
 }
 
 cases=(
@@ -84,7 +66,6 @@ cases=(
   "fgbp-cv-lag1-N40-sel16|mode=fg+bp estimator=cv lag=1 select=16 micro_batches=40 ${sgd[*]}"
   "fgbp-guided-lag1-K2|mode=fg+bp estimator=guided lag=1 select=2 tangents=2 ${sgd[*]}"
 )
-start=$SECONDS
 for c in "${cases[@]}"; do
   name=${c%%|*}
   read -r -a sets <<<"${c#*|}"
@@ -103,6 +84,4 @@ else
     "the run did not report 4 of 4 micro-batches backpropagated"
 fi
 
-echo "# $((SECONDS - start)) s"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -18,18 +18,15 @@
 #include "backend_cuda.h"
 #include "model.h"
 #include "stage.h"
+#include "test_util.h"
 
 static Backend gpu;
 static const Backend *cpu = &backend_cpu;
 
-static float uniform(uint64_t *s) {
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(*s >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-
 static float *random_floats(size_t n, uint64_t seed) {
     float *v = fg_alloc_floats(n);
-    for (size_t i = 0; i < n; i++) v[i] = uniform(&seed);
+    Rng r = {seed};
+    fill_uniform(&r, v, n, 1.0f);
     return v;
 }
 

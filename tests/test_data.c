@@ -6,7 +6,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "test_util.h"
 
 #define REAL_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -23,23 +23,12 @@ static char tmpdir[256];
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fgpipe_test_data_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return scratch_dir(tmpdir, sizeof tmpdir, "/tmp/fgpipe_test_data");
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    DIR *d = opendir(tmpdir);
-    if (!d) return -1;
-    struct dirent *e;
-    char path[600];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(tmpdir);
+    return remove_tree(tmpdir);
 }
 
 static void tmp_path(char *out, size_t n, const char *name) {

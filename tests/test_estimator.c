@@ -36,30 +36,7 @@
 #include "model.h"
 #include "stage.h"
 #include "tangent.h"
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static float rng_uniform(Rng *r) {  // [-1, 1)
-    r->s = r->s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(r->s >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-static double dist2(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return s;
-}
+#include "test_util.h"
 
 enum { N = 4, ROWS = 4, IN = 6, C = 3, KMAX = 3, SEED = 2024, DATA_SEED = 5, T = 3000 };
 #define WIDTHS "6-5-4-3"

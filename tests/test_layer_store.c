@@ -25,6 +25,7 @@
 #include "direct_io.h"
 #include "layer_store.h"
 #include "layer_stream_store.h"
+#include "test_util.h"
 
 // ---- helpers ----
 
@@ -59,32 +60,21 @@ static void slot_views(const LayerStore *s, int i, unsigned char *mem, float **b
 
 static char g_dir[1024];  // per-test scratch dir on the real disk (O_DIRECT path)
 
-static void make_dir(char *out, size_t size, const char *parent) {
-    snprintf(out, size, "%s/store-XXXXXX", parent);
-    if (!mkdtemp(out)) fail_msg("mkdtemp %s: %s", out, strerror(errno));
-}
-
-static void remove_dir(const char *dir) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static int setup_dir(void **state) {
     (void)state;
-    make_dir(g_dir, sizeof g_dir, ".");
-    return 0;
+    if (!scratch_dir(g_dir, sizeof g_dir, "./store")) return 0;
+    fprintf(stderr, "mkdtemp %s: %s\n", g_dir, strerror(errno));
+    return -1;
 }
 
 static int teardown_dir(void **state) {
     (void)state;
-    remove_dir(g_dir);
+    if (remove_tree(g_dir)) fprintf(stderr, "could not remove %s\n", g_dir);
     return 0;
 }
 
-static StoreOptions opts(StoreFormat f, size_t aux) {
-    return (StoreOptions){.format = f, .n_bufs = 3, .aux_bytes = aux, .io_threads = 4,
-                          .chunk_bytes = 1 << 20, .preallocate = 1};
+static StoreOptions opts(size_t aux) {
+    return (StoreOptions){.n_bufs = 3, .aux_bytes = aux, .preallocate = 1};
 }
 
 // Creates a store of n layers of count[i] floats and writes version 0 (aux 0 = the version).
@@ -157,7 +147,7 @@ static int stream_step(LayerStream *ls, const LayerStore *meta, int n, long vers
 static LayerStream open_stream(const char *dir, const char *name, int slots) {
     LayerStore *s;
     FgError err = {0};
-    if (layer_store_open(&s, dir, name, NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, dir, name, &err)) fail_msg("%s", err.msg);
     LayerStream ls;
     if (layer_stream_store_open(&ls, s, slots, &err)) fail_msg("%s", err.msg);
     return ls;
@@ -165,11 +155,13 @@ static LayerStream open_stream(const char *dir, const char *name, int slots) {
 
 // ---- tests ----
 
-// params, m and v bit for bit through create, write, close and open, in both formats; odd
-// sizes (the last block of a layer is partial), and versions 0 -> 2.
-static void roundtrip(StoreFormat format) {
+// params, m and v bit for bit through create, write, close and open; odd sizes (the last block
+// of a layer is partial), and versions 0 -> 2. The file is a real HDF5 file: the slot datasets
+// hold the data and sit on 1 MiB bounds.
+static void test_roundtrip(void **state) {
+    (void)state;
     const size_t count[3] = {1000, 7, 70001};
-    StoreOptions o = opts(format, sizeof(long));
+    StoreOptions o = opts(sizeof(long));
     LayerStore *s = make_store(g_dir, "stage0", 3, count, &o);
     expect_version(s, 0);
     layer_store_close(s);
@@ -179,15 +171,9 @@ static void roundtrip(StoreFormat format) {
         assert_int_equal(ls.version, v - 1);
         if (stream_step(&ls, NULL, 3, v, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
     }
-    if (layer_store_open(&s, g_dir, "stage0", NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_dir, "stage0", &err)) fail_msg("%s", err.msg);
     expect_version(s, 2);
     layer_store_close(s);
-}
-
-static void test_roundtrip_hdf5(void **state) {
-    (void)state;
-    roundtrip(STORE_HDF5);
-    // Format (a) is a real HDF5 file: the slot datasets hold the data and sit on 1 MiB bounds.
     char path[1100];
     snprintf(path, sizeof path, "%s/stage0.h5", g_dir);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -209,17 +195,12 @@ static void test_roundtrip_hdf5(void **state) {
     assert_int_equal(found, 1);
 }
 
-static void test_roundtrip_raw(void **state) {
-    (void)state;
-    roundtrip(STORE_RAW);
-}
-
 // Reacquiring a resident layer (bp's backward pass) and releasing clean: nothing is written,
 // and a dirty release after a clean one writes exactly one new version.
 static void test_stream_reacquire(void **state) {
     (void)state;
     const size_t count[4] = {5000, 5000, 5000, 5000};
-    StoreOptions o = opts(STORE_HDF5, 0);
+    StoreOptions o = opts(0);
     layer_store_close(make_store(g_dir, "s", 4, count, &o));
     LayerStream ls = open_stream(g_dir, "s", 2);
     FgError err = {0};
@@ -237,7 +218,7 @@ static void test_stream_reacquire(void **state) {
     assert_non_null(strstr(err.msg, "not in the store"));
     assert_int_equal(ls.close(&ls, &err), 0);
     LayerStore *s;
-    if (layer_store_open(&s, g_dir, "s", NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_dir, "s", &err)) fail_msg("%s", err.msg);
     // A step is whole only when every layer has it: the lone version 1 of fc2 is dropped.
     assert_int_equal(layer_store_version(s), 0);
     assert_int_equal(layer_store_layer_version(s, 1), 0);
@@ -252,7 +233,7 @@ static void test_crash_consistency(void **state) {
     enum { N = 6 };
     size_t count[N];
     for (int i = 0; i < N; i++) count[i] = 200000 + 1111 * (size_t)i;  // ~2.4 MiB per layer
-    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    StoreOptions o = opts(sizeof(long));
     layer_store_close(make_store(g_dir, "crash", N, count, &o));
     long prev = 0;
     int torn = 0;
@@ -288,7 +269,7 @@ static void test_crash_consistency(void **state) {
         assert_true(WIFSIGNALED(status));  // killed while writing, not failed on its own
         LayerStore *s;
         FgError err = {0};
-        if (layer_store_open(&s, g_dir, "crash", NULL, &err)) fail_msg("round %zu: %s", r, err.msg);
+        if (layer_store_open(&s, g_dir, "crash", &err)) fail_msg("round %zu: %s", r, err.msg);
         long c = layer_store_version(s);
         assert_true(c >= prev);
         expect_version(s, c);
@@ -303,14 +284,14 @@ static void test_crash_consistency(void **state) {
 }
 
 // Peak RSS of a streaming pass over a store 8x the slot budget, measured for a child process
-// (wait4's rusage): at most its RSS before opening + the slots + a fixed 6 MiB (I/O threads'
-// stacks, HDF5's state at open, the stamp buffers).
+// (wait4's rusage): at most its RSS before opening + the slots + a fixed 6 MiB (the I/O thread's
+// stack, HDF5's state at open, the stamp buffers).
 static void test_stream_rss(void **state) {
     (void)state;
     enum { N = 16 };
     size_t count[N];
     for (int i = 0; i < N; i++) count[i] = 256 * 1024;  // 1 MiB per buffer, 3 MiB per layer
-    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    StoreOptions o = opts(sizeof(long));
     layer_store_close(make_store(g_dir, "rss", N, count, &o));
     int fds[2];
     assert_int_equal(pipe(fds), 0);
@@ -358,7 +339,7 @@ static void test_unwritable_dir(void **state) {
     if (pid == 0) {
         if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(4);
         StoreLayer l = {"fc1", 0, 100};
-        StoreOptions o = opts(STORE_HDF5, 0);
+        StoreOptions o = opts(0);
         LayerStore *s;
         FgError err = {0};
         int rc = layer_store_create(&s, dir, "stage0", 1, &l, &o, &err);
@@ -382,35 +363,37 @@ static void test_bad_stores(void **state) {
     (void)state;
     LayerStore *s;
     FgError err = {0};
-    assert_int_not_equal(layer_store_open(&s, g_dir, "nothing", NULL, &err), 0);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "nothing", &err), 0);
     assert_non_null(strstr(err.msg, "no layer store"));
     const size_t count[2] = {3000, 3000};
-    StoreOptions o = opts(STORE_RAW, 0);
+    StoreOptions o = opts(0);
     layer_store_close(make_store(g_dir, "bad", 2, count, &o));
-    char raw[1100];
-    snprintf(raw, sizeof raw, "%s/bad.raw", g_dir);
-    // A stamp overwritten with garbage: that layer has no version left.
-    int fd = open(raw, O_WRONLY);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/bad.h5", g_dir);
+    // A stamp overwritten with garbage: that layer has no version left. The stamps are the
+    // 4 KiB records of /headers, (layer, slot) at record 2 * layer + slot.
+    hid_t h5 = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(h5, "headers", H5P_DEFAULT);
+    off_t headers = (off_t)H5Dget_offset(d);
+    H5Dclose(d), H5Fclose(h5);
+    int fd = open(path, O_WRONLY);
     char junk[64];
     memset(junk, 0x5a, sizeof junk);
-    assert_int_equal(pwrite(fd, junk, sizeof junk, 2 * DIO_ALIGN), sizeof junk);  // layer 1, slot 0
+    assert_int_equal(pwrite(fd, junk, sizeof junk, headers + 2 * DIO_ALIGN), sizeof junk);  // layer 1, slot 0
     close(fd);
-    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", &err), 0);
     printf("  %s\n", err.msg);
-    assert_non_null(strstr(err.msg, raw));
+    assert_non_null(strstr(err.msg, path));
     assert_non_null(strstr(err.msg, "no complete version"));
     // Truncated.
-    assert_int_equal(truncate(raw, 1 << 20), 0);
-    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    assert_int_equal(truncate(path, 1 << 20), 0);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", &err), 0);
     printf("  %s\n", err.msg);
     assert_non_null(strstr(err.msg, "truncated"));
-    // An index that is not HDF5.
-    char idx[1100];
-    snprintf(idx, sizeof idx, "%s/bad.idx.h5", g_dir);
-    FILE *f = fopen(idx, "w");
+    // Not an HDF5 file.
+    FILE *f = fopen(path, "w");
     fputs("not hdf5", f);
     fclose(f);
-    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", NULL, &err), 0);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "bad", &err), 0);
     assert_non_null(strstr(err.msg, "not an HDF5 file"));
 }
 
@@ -419,7 +402,7 @@ static void test_bad_stores(void **state) {
 static void test_write_order(void **state) {
     (void)state;
     const size_t count[2] = {100, 100};
-    StoreOptions o = opts(STORE_HDF5, 0);
+    StoreOptions o = opts(0);
     LayerStore *s = make_store(g_dir, "order", 2, count, &o);
     unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
     FgError err = {0};
@@ -454,7 +437,7 @@ static void test_disk_full(void **state) {
     StoreLayer big[4];
     for (int i = 0; i < 4; i++) big[i] = (StoreLayer){.layer = 2 * i, .count = 1 << 20};
     for (int i = 0; i < 4; i++) snprintf(big[i].name, sizeof big[i].name, "fc%d", i + 1);
-    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    StoreOptions o = opts(sizeof(long));
     LayerStore *s;
     assert_int_not_equal(layer_store_create(&s, g_mnt, "big", 4, big, &o, &err), 0);
     printf("  %s\n", err.msg);
@@ -476,13 +459,13 @@ static void test_disk_full(void **state) {
     assert_non_null(strstr(err.msg, "small.h5"));
     assert_non_null(strstr(err.msg, "No space left on device"));
     assert_int_not_equal(ls.close(&ls, &err), 0);
-    if (layer_store_open(&s, g_mnt, "small", NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_mnt, "small", &err)) fail_msg("%s", err.msg);
     expect_version(s, 0);
     layer_store_close(s);
     sh("rm -f %s/filler", g_mnt);
     ls = open_stream(g_mnt, "small", 2);
     if (stream_step(&ls, NULL, 4, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
-    if (layer_store_open(&s, g_mnt, "small", NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_mnt, "small", &err)) fail_msg("%s", err.msg);
     expect_version(s, 1);
     layer_store_close(s);
 }
@@ -497,7 +480,7 @@ static void test_no_odirect(void **state) {
         skip();
     }
     const size_t count[2] = {1000, 2000};
-    StoreOptions o = opts(STORE_HDF5, sizeof(long));
+    StoreOptions o = opts(sizeof(long));
     LayerStore *s = make_store(dir, "r", 2, count, &o);
     printf("  %s\n", layer_store_note(s));
     assert_non_null(strstr(layer_store_note(s), "O_DIRECT"));
@@ -506,7 +489,7 @@ static void test_no_odirect(void **state) {
     assert_non_null(strstr(ls.note, "buffered"));
     FgError err = {0};
     if (stream_step(&ls, NULL, 2, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
-    if (layer_store_open(&s, dir, "r", NULL, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, dir, "r", &err)) fail_msg("%s", err.msg);
     expect_version(s, 1);
     layer_store_close(s);
     sh("umount %s", dir);
@@ -541,8 +524,7 @@ static int run_mount_tests(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "mounts")) return run_mount_tests();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_roundtrip_hdf5, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_roundtrip_raw, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_roundtrip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_reacquire, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_write_order, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bad_stores, setup_dir, teardown_dir),

@@ -14,36 +14,10 @@
 
 #include "common.h"
 #include "layer.h"
+#include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-// A small deterministic LCG: uniform floats in [-1, 1) with 24 random bits.
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static float rng_uniform(Rng *r) {
-    r->s = r->s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(r->s >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-static int rng_int(Rng *r, int lo, int hi) {  // in [lo, hi]
-    r->s = r->s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (int)((r->s >> 33) % (uint64_t)(hi - lo + 1));
-}
-
-static void fill_uniform(Rng *r, float *v, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) v[i] = scale * rng_uniform(r);
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-static double norm(const float *a, size_t n) { return sqrt(dot(a, a, n)); }
 
 // out = a + eps * d, in float (what a caller of forward would feed it).
 static void shifted(float *out, const float *a, float eps, const float *d, size_t n) {
@@ -186,6 +160,16 @@ static void check_fd(const Case *c, const char *what, long index, double fd, dou
                  index, fd, analytic, scale);
 }
 
+typedef struct {
+    const Case *c;
+    float *y;  // scratch output
+} OutputAt;
+
+static double output_at(void *arg) {  // weighted_output at the case's current x and p
+    const OutputAt *a = arg;
+    return weighted_output(a->c, a->c->x, a->c->p, a->y);
+}
+
 static void test_backward_matches_finite_differences(void **state) {
     (void)state;
     FOR_EACH_CASE(c) {
@@ -219,16 +203,11 @@ static void test_backward_matches_finite_differences(void **state) {
             if (!n) continue;
             picks[0] = 0, picks[1] = n / 2, picks[2] = n - 1;
             double rms = (which ? ndp : ndx) / sqrt((double)n);
+            OutputAt at = {&c, y};
             for (int j = 0; j < 3; j++) {
                 size_t i = picks[j];
-                float keep = base[i];
-                base[i] = keep + EPS;
-                double fp = weighted_output(&c, c.x, c.p, y);
-                base[i] = keep - EPS;
-                double fm = weighted_output(&c, c.x, c.p, y);
-                base[i] = keep;
-                check_fd(&c, which ? "dp" : "dx", (long)i, (fp - fm) / (2.0 * EPS), grad[i],
-                         fabs(grad[i]) + rms);
+                double fd = central_difference(base, i, EPS, output_at, &at);
+                check_fd(&c, which ? "dp" : "dx", (long)i, fd, grad[i], fabs(grad[i]) + rms);
             }
         }
         fg_free(dx), fg_free(dp), fg_free(y), fg_free(xs), fg_free(ps), fg_free(a), fg_free(b);
@@ -357,6 +336,11 @@ static void loss_case_free(LossCase *c) {
 
 #define N_LOSS_CASES 16
 
+static double loss_at(void *arg) {  // the loss at the case's current logits
+    const LossCase *c = arg;
+    return loss_forward(c->z, c->labels, c->B, c->C, NULL);
+}
+
 static void test_loss_derivatives(void **state) {
     (void)state;
     for (int ci = 0; ci < N_LOSS_CASES; ci++) {
@@ -388,13 +372,7 @@ static void test_loss_derivatives(void **state) {
         // ulp of |loss|, divided by 2 eps) matters next to the small entries of dz = (p - y)/B.
         double rms = ndz / sqrt((double)n), resolution = 4.0 * FLT_EPSILON * loss / (2.0 * EPS);
         for (size_t i = 0; i < n; i++) {
-            float keep = c.z[i];
-            c.z[i] = keep + EPS;
-            double lp = loss_forward(c.z, c.labels, c.B, c.C, NULL);
-            c.z[i] = keep - EPS;
-            double lm = loss_forward(c.z, c.labels, c.B, c.C, NULL);
-            c.z[i] = keep;
-            double fd = (lp - lm) / (2.0 * EPS);
+            double fd = central_difference(c.z, i, EPS, loss_at, &c);
             if (!(fabs(fd - dz[i]) <= FD_RTOL * (fabs(dz[i]) + rms) + resolution))
                 fail_msg("B=%d C=%d dz[%zu]: %.8g vs fd %.8g", c.B, c.C, i, dz[i], fd);
         }

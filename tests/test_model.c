@@ -16,32 +16,10 @@
 #include "model.h"
 #include "stage.h"
 #include "tangent.h"
+#include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static float rng_uniform(Rng *r) {  // [-1, 1)
-    r->s = r->s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(r->s >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-static double norm(const float *a, size_t n) { return sqrt(dot(a, a, n)); }
-
-static double dist(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s);
-}
 
 enum { ROWS = 8, SEED = 2024, DATA_SEED = 2 };
 #define WIDTHS "6-5-4-3"
@@ -128,6 +106,16 @@ static void assert_relu_inputs_clear_of_kink(const Net *n, float margin) {
     stage_free(&st);
 }
 
+typedef struct {
+    const Net *n;
+    Stage *st;
+} LossAt;
+
+static double loss_at(void *arg) {  // the mean loss at the net's current params
+    const LossAt *a = arg;
+    return net_loss(a->n, a->st, a->n->params);
+}
+
 static void test_backprop_matches_finite_differences(void **state) {
     (void)state;
     // 1e-3 resolves the ~1 loss in float to ~1e-4 per coordinate (loss rounding ~1e-7 / 2e-3)
@@ -142,15 +130,9 @@ static void test_backprop_matches_finite_differences(void **state) {
         net_gradient(&n, g);
         Stage st;
         assert_int_equal(stage_init(&st, &backend_cpu, &n.m, 0, n.m.n_layers, ROWS, 0, NULL), FG_OK);
-        for (size_t i = 0; i < dim; i++) {
-            float keep = n.params[i];
-            n.params[i] = keep + eps;
-            double lp = net_loss(&n, &st, n.params);
-            n.params[i] = keep - eps;
-            double lm = net_loss(&n, &st, n.params);
-            n.params[i] = keep;
-            fd[i] = (float)((lp - lm) / (2.0 * eps));
-        }
+        LossAt at = {&n, &st};
+        for (size_t i = 0; i < dim; i++)
+            fd[i] = (float)central_difference(n.params, i, eps, loss_at, &at);
         double rel = dist(g, fd, dim) / norm(g, dim);
         if (!(rel < 2e-3)) fail_msg("%s: |bp - fd| / |bp| = %g", ACTIVATIONS[a], rel);
         assert_true(norm(g, dim) > 1e-2);  // a gradient worth comparing

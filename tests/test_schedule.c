@@ -15,18 +15,10 @@
 
 #include "common.h"
 #include "schedule.h"
+#include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static double rng_uniform(Rng *r, double lo, double hi) {
-    r->s = r->s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (hi - lo) * (double)(r->s >> 11) * (1.0 / 9007199254740992.0);
-}
 
 typedef struct {
     double f[SCHED_MAX_STAGES], b[SCHED_MAX_STAGES], u[SCHED_MAX_STAGES];
@@ -45,9 +37,9 @@ static void make_costs(Costs *c, int kind, int M, uint64_t seed) {
         if (kind <= COSTS_BHALF) {
             c->f[s] = 1.0, c->b[s] = ratio[kind], c->u[s] = 0.25;
         } else {
-            c->f[s] = rng_uniform(&r, 0.5, 1.5);
-            c->b[s] = kind == COSTS_RANDOM_B2 ? 2.0 * c->f[s] : rng_uniform(&r, 0.2, 3.0);
-            c->u[s] = rng_uniform(&r, 0.0, 0.5);
+            c->f[s] = rng_range(&r, 0.5, 1.5);
+            c->b[s] = kind == COSTS_RANDOM_B2 ? 2.0 * c->f[s] : rng_range(&r, 0.2, 3.0);
+            c->u[s] = rng_range(&r, 0.0, 0.5);
         }
     }
 }
