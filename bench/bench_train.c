@@ -40,7 +40,8 @@ static ModeResult run_mode(const char *config_path, const char *mode, int tangen
                  config_set(&c, "print_every", s, &err);
         TrainResult tr;
         Transport local = transport_local();
-        if (!rc) rc = train_run(&c, &backend_cpu, &local, NULL, &tr, &err);
+        TrainEnv env = {&backend_cpu, &local, NULL, NULL};
+        if (!rc) rc = train_run(&c, &env, NULL, NULL, &tr, &err);
         if (rc) fprintf(stderr, "bench: %s\n", err.msg);
         ModeResult out = {rc ? 0 : tr.samples_per_s, rc ? 0 : tr.test_acc, 0, !rc};
         if (write(fds[1], &out, sizeof out) != sizeof out) _exit(1);

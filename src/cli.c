@@ -10,7 +10,6 @@
 
 #include "config.h"
 #include "train.h"
-#include "transport_staged.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -47,12 +46,6 @@ static void usage(FILE *f) {
     config_write_help(f);
 }
 
-// Exit codes: 0 success, 2 bad usage or input (config, data files), 1 anything else.
-static int fail(const FgError *err) {
-    fprintf(stderr, "fgpipe: error: %s\n", err->msg);
-    return err->code ? err->code : 1;
-}
-
 // Set by SIGTERM / SIGUSR1 (Slurm's warning before the time limit); read at step boundaries.
 static volatile sig_atomic_t stop_requested;
 static void request_stop(int sig) {
@@ -78,160 +71,100 @@ static int parse_bytes(const char *s, char *out, size_t size, FgError *err) {
     return FG_OK;
 }
 
-static int cmd_train(int argc, char **argv, TransportFactory make_transport,
-                     BackendFactory make_backend, void *arg) {
-    const char *config_path = NULL, *summary = NULL, *device = NULL, *weights_dir = NULL;
-    char mem_budget[64] = "";
-    LayerStreams streams = {0};
-    TrainOutputs outputs = {0};
-    const char *sets[256];
-    int n_sets = 0, no_checkpoint = 0;
-    FgError err = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
-        if (strcmp(a, "--config") == 0 && has_value) config_path = argv[++i];
-        else if (strcmp(a, "--out") == 0 && has_value) outputs.out_dir = argv[++i];
-        else if (strcmp(a, "--summary-json") == 0 && has_value) summary = argv[++i];
-        else if (strcmp(a, "--trace") == 0 && has_value) outputs.trace_path = argv[++i];
-        else if (strcmp(a, "--save-params") == 0 && has_value) outputs.params_path = argv[++i];
-        else if (strcmp(a, "--checkpoint") == 0 && has_value) outputs.checkpoint_path = argv[++i];
-        else if (strcmp(a, "--no-checkpoint") == 0) no_checkpoint = 1;
-        else if (strcmp(a, "--resume") == 0 && has_value) outputs.resume_path = argv[++i];
-        else if (strcmp(a, "--log") == 0 && has_value) outputs.log_path = argv[++i];
-        else if (strcmp(a, "--device") == 0 && has_value) device = argv[++i];
-        else if (strcmp(a, "--weights-dir") == 0 && has_value) weights_dir = argv[++i];
-        else if (strcmp(a, "--resume-weights") == 0) streams.resume = 1;
-        else if (strcmp(a, "--mem-budget") == 0 && has_value) {
-            if (parse_bytes(argv[++i], mem_budget, sizeof mem_budget, &err)) return fail(&err);
-        }
-        else if (strcmp(a, "--checkpoint-every") == 0 && has_value) {
-            char *end;
-            outputs.checkpoint_every = strtol(argv[++i], &end, 10);
-            if (*end || outputs.checkpoint_every <= 0) {
-                fg_fail(&err, FG_ERR_INPUT, "--checkpoint-every '%s': expected a positive step count", argv[i]);
-                return fail(&err);
-            }
-        }
-        else if (strcmp(a, "--set") == 0 && has_value && n_sets < 256) sets[n_sets++] = argv[++i];
-        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fg_fail(&err, FG_ERR_INPUT, "unknown or incomplete argument '%s' (see fgpipe --help)", a);
-            return fail(&err);
-        }
-    }
-    if (!config_path) {
-        fg_fail(&err, FG_ERR_INPUT, "train needs --config FILE (see fgpipe --help)");
-        return fail(&err);
-    }
-    Config cfg;
-    config_defaults(&cfg);
-    if (config_load(&cfg, config_path, &err)) return fail(&err);
+// The config file, then --set overrides, then the flags that are config keys; validated.
+static int load_config(RunArgs *a, const char *path, const char *const *sets, int n_sets,
+                       const char *const *flag_values, FgError *err) {
+    Config *c = &a->cfg;
+    FgError e = {0};
+    config_defaults(c);
+    if (config_load(c, path, err)) return err->code;
     for (int i = 0; i < n_sets; i++) {
         char kv[512];
         snprintf(kv, sizeof kv, "%s", sets[i]);
         char *eq = strchr(kv, '=');
-        if (!eq) {
-            fg_fail(&err, FG_ERR_INPUT, "--set '%s': expected key=value", sets[i]);
-            return fail(&err);
-        }
+        if (!eq) return fg_fail(err, FG_ERR_INPUT, "--set '%s': expected key=value", sets[i]);
         *eq = 0;
-        FgError e = {0};
-        if (config_set(&cfg, kv, eq + 1, &e)) {
-            fg_fail(&err, e.code, "--set %s: %s", sets[i], e.msg);
-            return fail(&err);
-        }
+        if (config_set(c, kv, eq + 1, &e)) return fg_fail(err, e.code, "--set %s: %s", sets[i], e.msg);
     }
-    FgError e = {0};
-    const char *flags[][3] = {{"--device", "device", device},
-                              {"--mem-budget", "mem_budget", mem_budget[0] ? mem_budget : NULL},
-                              {"--weights-dir", "weights_dir", weights_dir}};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (flags[i][2] && config_set(&cfg, flags[i][1], flags[i][2], &e)) {
-            fg_fail(&err, e.code, "%s %s: %s", flags[i][0], flags[i][2], e.msg);
-            return fail(&err);
-        }
-    if (streams.resume && cfg.mem_budget <= 0) {
-        fg_fail(&err, FG_ERR_INPUT, "--resume-weights needs mem_budget and weights_dir (the run "
-                "whose layer stores it continues)");
-        return fail(&err);
-    }
-    if (config_validate(&cfg, &err)) return fail(&err);
-
-    // Checkpoint and resume paths: a directory means DIR/checkpoint.h5.
-    char ckpt[4096], resume[4096];
-    if (no_checkpoint && (outputs.checkpoint_path || outputs.checkpoint_every)) {
-        fg_fail(&err, FG_ERR_INPUT, "--no-checkpoint contradicts --checkpoint and --checkpoint-every");
-        return fail(&err);
-    }
-    if (!outputs.checkpoint_path && outputs.out_dir && !no_checkpoint) {
-        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.h5", outputs.out_dir);
-        outputs.checkpoint_path = ckpt;
-    }
-    struct stat sb;
-    if (outputs.resume_path && !stat(outputs.resume_path, &sb) && S_ISDIR(sb.st_mode)) {
-        snprintf(resume, sizeof resume, "%s/checkpoint.h5", outputs.resume_path);
-        outputs.resume_path = resume;
-    }
-    const Backend *be = &backend_cpu;
-    if (cfg.device != DEVICE_CPU) {
-        if (!make_backend) {
-            fg_fail(&err, FG_ERR_INPUT, "device = cuda, but this fgpipe was built without CUDA "
-                    "(nvcc was not found when it was configured)");
-            return fail(&err);
-        }
-        if (make_backend(arg, (DeviceKind)cfg.device, &be, &err)) return fail(&err);
-    }
-    // `made` stays the factory's (main owns and destroys it); t is what the stages talk through.
-    Transport made, staged_transport, *t = &made;
-    Storage io = {0};
-    if (make_transport(arg, cfg.stages, cfg.replicas, be, &made, &io, &err)) return fail(&err);
-    if (be->on_device && !made.device_memory) {
-        staged_transport = transport_staged(made, be);
-        t = &staged_transport;
-    }
-    if (io.open_stream) {
-        streams.arg = io.ctx, streams.open = io.open_stream;
-        outputs.streams = &streams;
-    }
-    if (io.save) outputs.storage = &io;
-    else if (outputs.resume_path || outputs.checkpoint_every) {
-        fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
-        return fail(&err);
-    }
-    fgpipe_catch_stop_signals();  // again: MPI start-up may have set its own
-    outputs.stop_requested = &stop_requested;
-    // Replica 0's last stage reports, its first stage describes the run.
-    int reporter = t->stage == t->stages - 1 && t->replica == 0;
-    if (t->stage == 0 && t->replica == 0) {
-        static const char *const modes[] = {"bp", "fg", "fg+bp"};
-        char tangents[32] = "";
-        if (cfg.mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", cfg.tangents);
-        fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
-                modes[cfg.mode], tangents, cfg.model, cfg.activation, cfg.micro_batches,
-                cfg.micro_batch, cfg.optimizer == OPT_ADAM ? "adam" : "sgd", cfg.lr, cfg.seed);
-    }
-    TrainResult res;
-    int rc = train_run(&cfg, be, t, &outputs, &res, &err);
-    if (t == &staged_transport) transport_staged_free(t);
-    if (rc) return fail(&err);
-    if (reporter) {
-        printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
-               "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-               res.samples_per_s, res.peak_rss_bytes / 1048576.0);
-        fflush(stdout);
-        if (summary && train_write_summary(&cfg, &res, summary, &err)) return fail(&err);
-    }
-    return 0;
+    static const char *const flags[][2] = {{"--device", "device"}, {"--mem-budget", "mem_budget"},
+                                           {"--weights-dir", "weights_dir"}};
+    for (int i = 0; i < 3; i++)
+        if (flag_values[i] && config_set(c, flags[i][1], flag_values[i], &e))
+            return fg_fail(err, e.code, "%s %s: %s", flags[i][0], flag_values[i], e.msg);
+    if (a->resume_weights && c->mem_budget <= 0)
+        return fg_fail(err, FG_ERR_INPUT, "--resume-weights needs mem_budget and weights_dir (the "
+                       "run whose layer stores it continues)");
+    return config_validate(c, err);
 }
 
-int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,
-               BackendFactory make_backend, void *arg) {
-    if (argc >= 2 && strcmp(argv[1], "train") == 0)
-        return cmd_train(argc - 2, argv + 2, make_transport, make_backend, arg);
+// Checkpoint and resume paths: --out DIR checkpoints into DIR/checkpoint.h5 unless told not
+// to; a directory to resume from means DIR/checkpoint.h5.
+static int resolve_paths(RunArgs *a, int no_checkpoint, FgError *err) {
+    if (no_checkpoint && (a->out.checkpoint_path || a->out.checkpoint_every))
+        return fg_fail(err, FG_ERR_INPUT, "--no-checkpoint contradicts --checkpoint and --checkpoint-every");
+    if (!a->out.checkpoint_path && a->out.out_dir && !no_checkpoint) {
+        snprintf(a->checkpoint_buf, sizeof a->checkpoint_buf, "%s/checkpoint.h5", a->out.out_dir);
+        a->out.checkpoint_path = a->checkpoint_buf;
+    }
+    struct stat sb;
+    if (a->in.resume_path && !stat(a->in.resume_path, &sb) && S_ISDIR(sb.st_mode)) {
+        snprintf(a->resume_buf, sizeof a->resume_buf, "%s/checkpoint.h5", a->in.resume_path);
+        a->in.resume_path = a->resume_buf;
+    }
+    return FG_OK;
+}
+
+// Parses the arguments of `fgpipe train` into a (the config loaded, overridden and validated).
+static int parse_train(int argc, char **argv, RunArgs *a, FgError *err) {
+    const char *config_path = NULL, *flag_values[3] = {NULL, NULL, NULL};  // device, budget, dir
+    char mem_budget[64] = "";
+    const char *sets[256];
+    int n_sets = 0, no_checkpoint = 0, rc;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        int more = i + 1 < argc;
+        if (strcmp(f, "--config") == 0 && more) config_path = argv[++i];
+        else if (strcmp(f, "--out") == 0 && more) a->out.out_dir = argv[++i];
+        else if (strcmp(f, "--summary-json") == 0 && more) a->summary_path = argv[++i];
+        else if (strcmp(f, "--trace") == 0 && more) a->out.trace_path = argv[++i];
+        else if (strcmp(f, "--save-params") == 0 && more) a->out.params_path = argv[++i];
+        else if (strcmp(f, "--checkpoint") == 0 && more) a->out.checkpoint_path = argv[++i];
+        else if (strcmp(f, "--no-checkpoint") == 0) no_checkpoint = 1;
+        else if (strcmp(f, "--resume") == 0 && more) a->in.resume_path = argv[++i];
+        else if (strcmp(f, "--log") == 0 && more) a->out.log_path = argv[++i];
+        else if (strcmp(f, "--device") == 0 && more) flag_values[0] = argv[++i];
+        else if (strcmp(f, "--weights-dir") == 0 && more) flag_values[2] = argv[++i];
+        else if (strcmp(f, "--resume-weights") == 0) a->resume_weights = 1;
+        else if (strcmp(f, "--mem-budget") == 0 && more) {
+            if ((rc = parse_bytes(argv[++i], mem_budget, sizeof mem_budget, err))) return rc;
+            flag_values[1] = mem_budget;
+        } else if (strcmp(f, "--checkpoint-every") == 0 && more) {
+            char *end;
+            a->out.checkpoint_every = strtol(argv[++i], &end, 10);
+            if (*end || a->out.checkpoint_every <= 0)
+                return fg_fail(err, FG_ERR_INPUT, "--checkpoint-every '%s': expected a positive step count", argv[i]);
+        } else if (strcmp(f, "--set") == 0 && more && n_sets < 256) {
+            sets[n_sets++] = argv[++i];
+        } else {
+            return fg_fail(err, FG_ERR_INPUT, "unknown or incomplete argument '%s' (see fgpipe --help)", f);
+        }
+    }
+    if (!config_path) return fg_fail(err, FG_ERR_INPUT, "train needs --config FILE (see fgpipe --help)");
+    if ((rc = load_config(a, config_path, sets, n_sets, flag_values, err))) return rc;
+    return resolve_paths(a, no_checkpoint, err);
+}
+
+int cli_parse(int argc, char **argv, RunArgs *a) {
+    FgError err = {0};
+    *a = (RunArgs){0};
+    if (argc >= 2 && strcmp(argv[1], "train") == 0) {
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+                usage(stdout);
+                return 0;
+            }
+        return parse_train(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
+    }
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
                       strcmp(argv[1], "help") == 0)) {
         usage(stdout);
@@ -239,4 +172,39 @@ int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,
     }
     usage(stderr);
     return 2;
+}
+
+int cli_fail(const FgError *err) {
+    fprintf(stderr, "fgpipe: error: %s\n", err->msg);
+    return err->code ? err->code : 1;
+}
+
+// Replica 0's first stage describes the run.
+static void print_run(const Config *c) {
+    char mode[CONFIG_NAME_MAX], tangents[32] = "";
+    if (c->mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->tangents);
+    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
+            config_choice_name("mode", c->mode, mode), tangents, c->model, c->activation,
+            c->micro_batches, c->micro_batch, c->optimizer == OPT_ADAM ? "adam" : "sgd", c->lr, c->seed);
+}
+
+int cli_train(RunArgs *a, const TrainEnv *env) {
+    FgError err = {0};
+    Transport *t = env->tr;
+    if (!env->storage && (a->in.resume_path || a->out.checkpoint_every)) {
+        fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
+        return cli_fail(&err);
+    }
+    a->in.stop_requested = &stop_requested;
+    if (t->stage == 0 && t->replica == 0) print_run(&a->cfg);
+    TrainResult res;
+    if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
+    if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
+    printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
+           "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
+           res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
+           res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    fflush(stdout);
+    if (a->summary_path && train_write_summary(&a->cfg, &res, a->summary_path, &err)) return cli_fail(&err);
+    return 0;
 }

@@ -1,30 +1,36 @@
-// The command line, independent of how ranks are launched: the caller (mpi/main.c) hands in a
-// factory that makes this rank's Transport once the config says how many stages there are.
+// The command line, independent of how ranks are launched: cli_parse reads the arguments and
+// the config; the caller (mpi/main.c) then makes the backend, the transport, the storage and
+// the layer stores the config asks for, and cli_train runs the training with them.
 #ifndef FGPIPE_CLI_H
 #define FGPIPE_CLI_H
 
-#include "backend.h"
 #include "config.h"
-#include "storage.h"
-#include "transport.h"
+#include "train.h"
 
-// Makes this rank's compute backend for a device other than the CPU (the config's `device`).
-typedef int (*BackendFactory)(void *arg, DeviceKind device, const Backend **out, FgError *err);
-
-// Makes this rank's Transport for `replicas` pipelines of `stages` stages, and its Storage
-// (io->save NULL: none). A transport that carries `be`'s device buffers itself sets
-// device_memory; otherwise the CLI stages its messages through host memory.
-typedef int (*TransportFactory)(void *arg, int stages, int replicas, const Backend *be,
-                                Transport *out, Storage *io, FgError *err);
+// `fgpipe train` as parsed: the resolved config and where the run reads and writes.
+typedef struct {
+    Config cfg;
+    TrainInputs in;
+    TrainOutputs out;
+    const char *summary_path;  // --summary-json
+    int resume_weights;        // continue from the layer stores in weights_dir
+    char checkpoint_buf[4096], resume_buf[4096];  // paths made from directories
+} RunArgs;
 
 // From now on SIGTERM and SIGUSR1 ask a training run to checkpoint and stop at its next step
 // boundary instead of killing the process. main calls it first thing: a warning that arrives
 // while MPI starts (Slurm's, at a job's very start) must not kill the rank.
 void fgpipe_catch_stop_signals(void);
 
-// Returns the process exit code: 0 success, 2 bad usage or input, 1 anything else.
-// make_backend may be NULL: a CPU-only build.
-int fgpipe_cli(int argc, char **argv, TransportFactory make_transport,
-               BackendFactory make_backend, void *arg);
+// Parses argv into a. Returns -1 when there is a run to do, else the process exit code: 0
+// (help printed) or 2 (bad usage or config, reported on stderr).
+int cli_parse(int argc, char **argv, RunArgs *a);
+
+// Runs the training in env; replica 0's last stage prints the result line and writes the
+// summary. Returns the process exit code: 0, 2 bad input, 1 anything else.
+int cli_train(RunArgs *a, const TrainEnv *env);
+
+// Reports err on stderr ("fgpipe: error: ...") and returns its exit code.
+int cli_fail(const FgError *err);
 
 #endif

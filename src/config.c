@@ -113,6 +113,12 @@ static const char *choice_name(const char *choices, int index, char *buf, size_t
     return buf;
 }
 
+const char *config_choice_name(const char *key, int value, char *buf) {
+    const ConfigKey *k = find_key(key);
+    if (!k || k->type != KEY_CHOICE) return strcpy(buf, "?");
+    return choice_name(k->choices, value, buf, CONFIG_NAME_MAX);
+}
+
 int config_set(Config *c, const char *key, const char *value, FgError *err) {
     const ConfigKey *k = find_key(key);
     if (!k) {

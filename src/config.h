@@ -60,4 +60,9 @@ void config_write_help(FILE *f);
 
 OptimizerConfig config_optimizer(const Config *c);
 
+// The name of value `value` of a choice key ("mode", 2 -> "fg+bp"), written into buf: the
+// one table of names is config.c's.
+enum { CONFIG_NAME_MAX = 24 };
+const char *config_choice_name(const char *key, int value, char *buf);
+
 #endif

@@ -32,7 +32,17 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     int buffers = 1 + need.opt_buffers + need.guide + need.grad + need.prev + (p->K > 0);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
                        lane_bytes(p, 1);
-    if (c->mem_budget <= 0 || in_memory <= c->mem_budget)
+    // Every stage of the pipeline learns how many stream before any store is opened: resuming
+    // from the stores needs all of them (and their versions are agreed over the whole grid).
+    int streams_here = c->mem_budget > 0 && in_memory > c->mem_budget, rc;
+    double n_streamed = streams_here;
+    if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
+    p->n_streamed = (int)n_streamed;
+    if (streams && streams->resume && p->n_streamed < p->tr->stages)
+        return fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
+                       "have no layer store to resume from (resume them from a checkpoint)",
+                       p->tr->stages - p->n_streamed, p->tr->stages);
+    if (!streams_here)
         return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     if (!streams || !streams->open)
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
@@ -47,7 +57,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     double work = lane_bytes(p, N) + stashes_in_flight(c) * stash +
                   (double)p->largest * sizeof(float) * ((need.grad || p->K) + (p->K > 0));
     long next_step = 0;
-    int rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
+    rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
                                    streams, work, &p->src, &next_step, err);
     p->first_step = next_step;
     return rc;
@@ -150,15 +160,6 @@ static int plan_timetable(Pipeline *p, FgError *err) {
     return rc;
 }
 
-// Whether any stage streams: then every stage runs layer-major, so that neighbours agree on
-// the order of their messages.
-static int agree_on_waves(Pipeline *p, FgError *err) {
-    double v = p->src.streamed ? 1.0 : 0.0;
-    int rc = p->tr->allreduce_sum(p->tr, &v, 1, err);
-    p->n_streamed = (int)v;
-    return rc;
-}
-
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err) {
@@ -179,10 +180,12 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->x_stride = (size_t)B * m->in_features;
     // Messages, and evaluation's inputs on every stage.
     p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
-    if ((rc = open_source(p, streams, err)) || (rc = agree_on_waves(p, err))) return rc;
+    if ((rc = open_source(p, streams, err))) return rc;
     if (streams && streams->resume && (rc = refresh_guide(p, err))) return rc;
     if ((rc = plan_timetable(p, err))) return rc;
     p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
+    // If any stage streams, every stage runs layer-major, so that neighbours agree on the order
+    // of their messages.
     exec_plan_build(&p->sched, s, p->n_streamed > 0, &p->plan);
     for (int i = 0; i < 2; i++) message_plan_build(&p->sched, &p->plan, s, i, &p->messages[i]);
     alloc_buffers(p);

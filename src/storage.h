@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "common.h"
-#include "layer_stream.h"
 #include "model.h"
 
 enum { CHECKPOINT_MAX_BUFFERS = 4, CHECKPOINT_FORMAT_VERSION = 1 };
@@ -73,9 +72,6 @@ struct Storage {
     int (*load)(Storage *io, CheckpointState *st, const char *path, FgError *err);
     // Creates the step log at path (called on one rank: the last stage).
     int (*open_log)(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
-    // Out-of-core stages: a store of the stage's layers on local flash and a stream over it
-    // (LayerStreams.open of layer_stream.h, called with ctx). NULL: not in this build.
-    int (*open_stream)(void *ctx, const LayerStreamSpec *spec, LayerStream *out, FgError *err);
 };
 
 #endif

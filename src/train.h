@@ -34,25 +34,38 @@ typedef struct {
     int stopped;           // ended early on a stop request (after writing a checkpoint)
 } TrainResult;
 
-// Where a run writes; each may be NULL.
+// What a run computes with, made by the caller in this order (mpi/main.c): the backend, the
+// transport between stages (its messages in the backend's memory), the storage of checkpoints
+// and logs, and the layer stores of out-of-core stages.
 typedef struct {
-    const char *out_dir;      // config.txt, loss.csv (written by the last stage)
-    const char *trace_path;   // planned and measured timeline of the last step, Chrome trace JSON
-    const char *params_path;  // final parameters, raw float32 in the flat layout, every stage
-                              // writing its own range (for tests and tools)
-    Storage *storage;       // NULL: no checkpoints
-    const char *checkpoint_path;       // written every checkpoint_every steps and at the end
-    long checkpoint_every;             // 0: only at the end (and on a stop request)
-    const char *resume_path;           // continue from this checkpoint
-    const char *log_path;              // per-step log (docs/log.md), written by the last stage
+    const Backend *be;
+    Transport *tr;
+    Storage *storage;             // NULL: no checkpoints, no log
+    const LayerStreams *streams;  // NULL: no out-of-core stages (cfg mem_budget, weights_dir)
+} TrainEnv;
+
+// What a run reads besides the config; each may be NULL.
+typedef struct {
+    const char *resume_path;                // continue from this checkpoint
     volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint at the next step
                                             // boundary and return (every stage agrees first)
-    const LayerStreams *streams;  // out-of-core stages (cfg mem_budget, weights_dir); NULL: none
+} TrainInputs;
+
+// Where a run writes; each may be NULL.
+typedef struct {
+    const char *out_dir;          // config.txt, loss.csv (written by the last stage)
+    const char *trace_path;       // planned and measured timeline of the last step (Chrome trace)
+    const char *params_path;      // final parameters, raw float32 in the flat layout, every stage
+                                  // writing its own range (for tests and tools)
+    const char *checkpoint_path;  // written every checkpoint_every steps and at the end
+    long checkpoint_every;        // 0: only at the end (and on a stop request)
+    const char *log_path;         // per-step log (docs/log.md), written by the last stage
 } TrainOutputs;
 
-// Runs the configured training as transport t's stage; progress comes from the last stage.
-int train_run(const Config *cfg, const Backend *be, Transport *t, const TrainOutputs *outputs, TrainResult *res,
-              FgError *err);
+// Runs the configured training as env->tr's stage; progress comes from the last stage. in and
+// out may be NULL.
+int train_run(const Config *cfg, const TrainEnv *env, const TrainInputs *in,
+              const TrainOutputs *out, TrainResult *res, FgError *err);
 
 // Writes the result as one JSON object (the --summary-json format).
 int train_write_summary(const Config *cfg, const TrainResult *res, const char *path, FgError *err);

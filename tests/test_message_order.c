@@ -4,18 +4,13 @@
 // stage s sends its forward messages in the order stage s+1 consumes them, and stage s+1 its
 // adjoints in the order stage s consumes them. This test checks it on the timetables of every
 // mode (bp gpipe and 1f1b, fg, fg+bp with lag 0 and 1 and several n_sel), M = 2..8, N = 1..32,
-// uniform and random costs, over a run's first step and the next (lag-1 B ops cross steps), and
-// step by step: every message sent in a step is consumed in that step, so nothing sent in a step
-// is still in a FIFO when the next one, or an evaluation (pipeline_evaluate), begins.
+// uniform and random costs, run micro-batch-major and layer-major (exec_plan.h), over a run's
+// first step and the next (lag-1 B ops cross steps), and step by step: every message sent in a
+// step is consumed in that step, so nothing sent in a step is still in a FIFO when the next
+// one, or an evaluation (pipeline_evaluate), begins.
 //
-// What src/pipeline.c does, which the lists below follow:
-//  - sends: op_forward sends one message to s+1 at each F op (not on the last stage), tagged
-//    (forward, step, mb); op_backward sends one to s-1 at each B op that runs (not on stage 0),
-//    tagged (backward, step + iteration_offset, mb). pipeline_step skips a B op for which
-//    op_runs is false: step + iteration_offset < first_step (a lag-1 op in a run's first step).
-//  - receives: op_receive says which ops consume a message: F ops (not on stage 0) and B ops
-//    that run (not on the last stage); post_next_receive posts them one at a time in timetable
-//    order and pipeline_step waits for each before its op, so they are consumed in op order.
+// The lists are the runtime's own: message_plan_build gives the order in which the engine
+// posts its receives and the order in which its op groups send (src/exec_plan.c).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,67 +22,59 @@
 #include <string.h>
 
 #include "common.h"
+#include "exec_plan.h"
 #include "schedule.h"
 
-typedef struct {
-    long step;  // the step the message belongs to (its tag's step)
-    int mb;
-} Msg;
-
-enum { MAX_MSGS = 2 * SCHED_MAX_MICROBATCHES };
 static long n_checked, n_cross_step;  // messages compared; those of the previous step (lag 1)
 
-// The messages stage s sends towards `to` (s+1: forward, s-1: backward) in step `step` of a run
-// that started at first_step, in the order sent.
-static int sent(const Schedule *S, int s, int to, long step, long first_step, Msg *out) {
-    int n = 0;
-    for (int i = S->stage_first[s]; i < S->stage_first[s] + S->stage_count[s]; i++) {
-        const ScheduledOp *op = &S->ops[i];
-        if (to == s + 1 && op->kind == OP_F) out[n++] = (Msg){step, op->microbatch};
-        if (to == s - 1 && op->kind == OP_B && step + op->iteration_offset >= first_step)
-            out[n++] = (Msg){step + op->iteration_offset, op->microbatch};
-    }
-    return n;
+// The messages of `list` exchanged with `peer`, in order, into out.
+static int with_peer(const PlannedMessage *list, int n, int peer, PlannedMessage *out) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (list[i].peer == peer) out[k++] = list[i];
+    return k;
 }
 
-// The messages stage s consumes from `from`, in the order consumed.
-static int consumed(const Schedule *S, int s, int from, long step, long first_step, Msg *out) {
-    int n = 0;
-    for (int i = S->stage_first[s]; i < S->stage_first[s] + S->stage_count[s]; i++) {
-        const ScheduledOp *op = &S->ops[i];
-        if (from == s - 1 && op->kind == OP_F) out[n++] = (Msg){step, op->microbatch};
-        if (from == s + 1 && op->kind == OP_B && step + op->iteration_offset >= first_step)
-            out[n++] = (Msg){step + op->iteration_offset, op->microbatch};
+// "" when every FIFO of S matches in a run's first step and the next one, with every stage
+// run micro-batch-major or layer-major; else the first mismatch.
+static void check_fifos(const Schedule *S, int layer_major, char *why, size_t cap) {
+    ExecPlan plan[SCHED_MAX_STAGES];
+    MessagePlan msgs[SCHED_MAX_STAGES][2];
+    for (int s = 0; s < S->M; s++) {
+        exec_plan_build(S, s, layer_major, &plan[s]);
+        for (int f = 0; f < 2; f++) message_plan_build(S, &plan[s], s, f, &msgs[s][f]);
     }
-    return n;
-}
-
-// "" when every FIFO of S matches in steps first_step and first_step + 1 of a run that
-// started at first_step (a lag-1 B op runs only in the second); else the first mismatch.
-static void check_fifos(const Schedule *S, long first_step, char *why, size_t cap) {
-    static Msg a[MAX_MSGS], b[MAX_MSGS];
+    PlannedMessage *a = malloc((size_t)2 * S->n_ops * sizeof *a), *b = a + S->n_ops;
     why[0] = 0;
-    for (long step = first_step; step <= first_step + 1; step++)
-        for (int s = 0; s + 1 < S->M; s++)
-            for (int dir = 0; dir < 2; dir++) {
+    for (int first = 1; first >= 0 && !why[0]; first--)
+        for (int s = 0; s + 1 < S->M && !why[0]; s++)
+            for (int dir = 0; dir < 2 && !why[0]; dir++) {
                 // dir 0: s -> s+1 (activations); dir 1: s+1 -> s (adjoints)
                 int from = dir ? s + 1 : s, to = dir ? s : s + 1;
-                int na = sent(S, from, to, step, first_step, a);
-                int nb = consumed(S, to, from, step, first_step, b);
+                const MessagePlan *src = &msgs[from][first], *dst = &msgs[to][first];
+                int na = with_peer(src->send, src->n_send, to, a);
+                int nb = with_peer(dst->recv, dst->n_recv, from, b);
                 for (int k = 0; k < (na > nb ? na : nb); k++) {
-                    if (k < na && k < nb && a[k].step == b[k].step && a[k].mb == b[k].mb) {
-                        n_checked++, n_cross_step += a[k].step < step;
+                    if (k < na && k < nb && a[k].kind == b[k].kind && a[k].microbatch == b[k].microbatch &&
+                        a[k].step_offset == b[k].step_offset) {
+                        n_checked++, n_cross_step += a[k].step_offset < 0;
                         continue;
                     }
-                    // Steps relative to the run's first; (none) where one side has no k-th message.
-                    snprintf(why, cap, "step %ld, %s stage %d -> %d: message %d sent (%ld, %d), "
-                             "consumed (%ld, %d) as (step, micro-batch)",
-                             step - first_step, dir ? "adjoints" : "activations", from, to, k,
-                             k < na ? a[k].step - first_step : -1, k < na ? a[k].mb : -1,
-                             k < nb ? b[k].step - first_step : -1, k < nb ? b[k].mb : -1);
-                    return;
+                    // (none) where one side has no k-th message.
+                    snprintf(why, cap, "%s step, %s, %s stage %d -> %d: message %d sent (%d, %d), "
+                             "consumed (%d, %d) as (step offset, micro-batch)",
+                             first ? "first" : "second", layer_major ? "layer-major" : "micro-batch-major",
+                             dir ? "adjoints" : "activations", from, to, k,
+                             k < na ? a[k].step_offset : -9, k < na ? a[k].microbatch : -1,
+                             k < nb ? b[k].step_offset : -9, k < nb ? b[k].microbatch : -1);
+                    break;
                 }
             }
+    free(a);
+    for (int s = 0; s < S->M; s++) {
+        for (int f = 0; f < 2; f++) message_plan_free(&msgs[s][f]);
+        exec_plan_free(&plan[s]);
+    }
 }
 
 static void costs_for(int kind, int M, double *f, double *b, double *u) {
@@ -122,10 +109,13 @@ static void test_every_timetable(void **state) {
                         FgError err = {0};
                         if (schedule_build(&spec, &S, &err)) fail_msg("schedule_build: %s", err.msg);
                         char why[256];
-                        check_fifos(&S, 0, why, sizeof why);
-                        if (why[0])
-                            fail_msg("%s, lag %d, n_sel %d, M %d, N %d, costs %d: %s",
-                                     schedule_mode_name(spec.mode), spec.lag, spec.n_sel, M, N, kind, why);
+                        for (int major = 0; major < 2; major++) {
+                            check_fifos(&S, major, why, sizeof why);
+                            if (why[0])
+                                fail_msg("%s, lag %d, n_sel %d, M %d, N %d, costs %d: %s",
+                                         schedule_mode_name(spec.mode), spec.lag, spec.n_sel, M, N,
+                                         kind, why);
+                        }
                         schedule_free(&S);
                         checked++;
                     }
@@ -155,6 +145,8 @@ static void test_detects_reordering(void **state) {
     S.ops[first_b].microbatch = S.ops[first_b + 1].microbatch;
     S.ops[first_b + 1].microbatch = mb;
     check_fifos(&S, 0, why, sizeof why);
+    assert_non_null(strstr(why, "adjoints stage 1 -> 0: message 0"));
+    check_fifos(&S, 1, why, sizeof why);
     assert_non_null(strstr(why, "adjoints stage 1 -> 0: message 0"));
     schedule_free(&S);
 }

@@ -21,7 +21,8 @@ static TrainResult run(const char *mode, const char *optimizer, const char *step
         assert_int_equal(config_set(&c, sets[i][0], sets[i][1], &err), FG_OK);
     TrainResult r;
     Transport local = transport_local();
-    if (train_run(&c, &backend_cpu, &local, NULL, &r, &err)) fail_msg("train_run: %s", err.msg);
+    TrainEnv env = {&backend_cpu, &local, NULL, NULL};
+    if (train_run(&c, &env, NULL, NULL, &r, &err)) fail_msg("train_run: %s", err.msg);
     printf("# %s: loss %.4f -> %.4f, test accuracy %.4f\n", mode, r.first_loss, r.final_loss,
            r.test_acc);
     return r;

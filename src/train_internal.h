@@ -1,0 +1,30 @@
+// What the parts of the run driver share: train.c (the run: open, steps, stop and checkpoint
+// policy, finish), train_state.c (checkpoints, --save-params, the replica check) and
+// train_report.c (files and lines that report the run).
+#ifndef FGPIPE_TRAIN_INTERNAL_H
+#define FGPIPE_TRAIN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "pipeline.h"
+#include "train.h"
+
+// The stage's state from checkpoint `path` (refused if it does not fit the run of `total`
+// steps); the pipeline's first step becomes the checkpoint's.
+int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
+                    FgError *err);
+// A checkpoint of the state on which step next_step runs (collective over the pipeline).
+int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
+                    FgError *err);
+int check_replicas_agree(Pipeline *p, FgError *err);
+int save_params(Pipeline *p, const char *path, FgError *err);
+
+char *config_text(const Config *c);  // the resolved config in file syntax (free it)
+FILE *open_in_dir(const char *dir, const char *name, FgError *err);
+FILE *open_loss_csv(const char *dir, long first_step, FgError *err);
+void print_layout(const Model *m, const int *first, int M, const Pipeline *p);
+// The last step as it ran, on every stage (free measured->ops).
+int gather_measured(Pipeline *p, Schedule *measured, FgError *err);
+int write_trace(const Schedule *planned, const Schedule *measured, const char *path, FgError *err);
+
+#endif

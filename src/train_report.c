@@ -1,0 +1,135 @@
+// What a run reports: progress files (config.txt, loss.csv), the layout, the measured timeline
+// and its Chrome trace, the summary JSON, peak memory.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "train_internal.h"
+
+char *config_text(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    config_write(c, f);
+    fclose(f);
+    return text;
+}
+
+size_t peak_rss_bytes(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
+}
+
+FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+// loss.csv, started over; a resumed run keeps the rows of the steps before its first one, so a
+// requeued job writing into the same directory continues the file.
+FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
+    char path[1024], line[512], *kept = NULL;
+    size_t kept_len = 0;
+    snprintf(path, sizeof path, "%s/loss.csv", dir);
+    FILE *old = first_step > 0 ? fopen(path, "r") : NULL;
+    if (old) {
+        FILE *mem = open_memstream(&kept, &kept_len);
+        while (fgets(line, sizeof line, old)) {
+            char *end;
+            long step = strtol(line, &end, 10);
+            if (end != line && *end == ',' && step < first_step) fputs(line, mem);
+        }
+        fclose(old);
+        fclose(mem);
+    }
+    FILE *f = open_in_dir(dir, "loss.csv", err);
+    if (f) {
+        fprintf(f, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
+        if (kept) fputs(kept, f);
+    }
+    free(kept);
+    return f;
+}
+
+void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
+    if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
+    else fprintf(stderr, "fgpipe: ");
+    fprintf(stderr, "%d stage%s:", M, M > 1 ? "s" : "");
+    for (int s = 0; s < M; s++)
+        fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
+                m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
+    ScheduleStats st = schedule_stats(&p->sched);
+    fprintf(stderr, "\nfgpipe: timetable %s, %d of %d micro-batches backpropagated, planned bubble %.1f%%",
+            schedule_mode_name(p->sched.mode), p->n_sel, p->sched.N, 100 * st.bubble_fraction);
+    if (p->sched.mode == SCHED_FG_BP)
+        fprintf(stderr, ", %.1f%% of it used by B ops (lag %d)", 100 * st.bubble_used_by_b, p->sched.lag);
+    fputc('\n', stderr);
+}
+
+// The last step as it ran: every stage contributes the times of its own ops, one sum gathers
+// them, and every stage gets the timetable with measured times (free measured->ops).
+int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
+    int n = p->sched.n_ops, s = p->tr->stage;
+    int lo = p->sched.stage_first[s], hi = lo + p->sched.stage_count[s];
+    double *times = calloc((size_t)2 * n, sizeof(double));
+    memcpy(times + 2 * lo, p->measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
+    int rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
+    *measured = p->sched;
+    measured->ops = malloc((size_t)n * sizeof(ScheduledOp));
+    memcpy(measured->ops, p->sched.ops, (size_t)n * sizeof(ScheduledOp));
+    measured->makespan = 0;
+    for (int i = 0; i < n; i++) {
+        measured->ops[i].start = times[2 * i];
+        measured->ops[i].end = times[2 * i + 1];
+        measured->makespan = fmax(measured->makespan, times[2 * i + 1]);
+    }
+    // As run there is no separate fg timetable: the bubble is all time not spent in F or U.
+    measured->fg_makespan = measured->makespan;
+    free(times);
+    return rc;
+}
+
+// Planned (pid 0) and measured (pid 1) timelines as Chrome trace JSON.
+int write_trace(const Schedule *planned, const Schedule *measured, const char *path,
+                       FgError *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));
+    const Schedule *both[2] = {planned, measured};
+    const char *labels[2] = {"planned", "measured"};
+    int rc = schedule_write_chrome_traces(both, labels, 2, f, err);
+    if (fclose(f) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: write failed", path);
+    return rc;
+}
+
+int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
+    char mode[CONFIG_NAME_MAX];
+    FILE *f = fopen(path, "w");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
+    fprintf(f, "{\"mode\": \"%s\", \"tangents\": %d, \"stages\": %d, \"layout\": [", config_choice_name("mode", c->mode, mode),
+            c->mode == MODE_BP ? 0 : c->tangents, r->stages);
+    for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
+    fprintf(f,
+            "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"n_sel\": %d, "
+            "\"replicas\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
+            "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
+            "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
+            "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
+            "\"seed\": %u, \"peak_rss_stage\": [",
+            r->steps, c->micro_batch, c->micro_batches, r->n_sel, c->replicas, r->n_params, r->first_loss,
+            r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
+            r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
+            r->bubble_used_measured, r->peak_rss_bytes, c->seed);
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->peak_rss_stage[s]);
+    fprintf(f, "], \"stash_bytes_stage\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->stash_bytes_stage[s]);
+    fprintf(f, "]}\n");
+    if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
+    return FG_OK;
+}

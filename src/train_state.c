@@ -1,0 +1,138 @@
+// A stage's saved state: HDF5 checkpoints through Storage, --save-params, and the check that
+// replicas hold the same weights. All of it goes through pipeline_visit_layers, so a stage
+// that streams its layers passes each through memory once.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "train_internal.h"
+
+// The stage's share of a checkpoint: parameters, optimizer state, and the guide direction of
+// the guided estimator; everything else follows from the config, the seed and the step. The
+// tensors come from pipeline_visit_layers (out of core: one slot at a time).
+typedef struct {
+    Pipeline *p;
+    CheckpointState st;
+    const char *path;  // a load's
+    long total;        // a load's: the run's steps
+} StageCheckpoint;
+
+static int stage_visit_layers(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
+    StageCheckpoint *sc = source;
+    const Config *c = sc->p->cfg;
+    // Checked before the state is overwritten (an out-of-core stage's store).
+    if (writable && sc->st.seed != c->seed)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
+                       sc->path, sc->st.seed, c->seed);
+    if (writable && sc->st.step >= sc->total)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
+                       sc->path, sc->st.step, sc->total);
+    return pipeline_visit_layers(sc->p, writable, sc->st.step, visit, arg, err);
+}
+
+static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout, const char *config_text) {
+    const Config *c = p->cfg;
+    *sc = (StageCheckpoint){.p = p};
+    CheckpointState *st = &sc->st;
+    *st = (CheckpointState){.model = p->model, .first = p->stage.first, .last = p->stage.last,
+                            .visit_layers = stage_visit_layers, .source = sc, .seed = c->seed,
+                            .config_text = config_text, .stages = p->tr->stages, .layout = layout};
+    st->buffers[st->n_buffers++] = "params";
+    if (c->optimizer == OPT_ADAM) {
+        st->buffers[st->n_buffers++] = "optimizer/m";
+        st->buffers[st->n_buffers++] = "optimizer/v";
+    } else {
+        st->buffers[st->n_buffers++] = "optimizer/velocity";
+    }
+    if (p->need.guide) st->buffers[st->n_buffers++] = "estimator/guide";
+}
+
+int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
+                    FgError *err) {
+    StageCheckpoint sc;
+    checkpoint_state(&sc, p, layout, NULL);
+    sc.path = path, sc.total = total;
+    return io->load(io, &sc.st, path, err);
+}
+
+// Replicas hold the same weights: replica 0's pipeline writes, the others go on at once.
+int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
+                    FgError *err) {
+    if (p->tr->replica != 0) return FG_OK;
+    char *text = config_text(p->cfg);
+    StageCheckpoint sc;
+    checkpoint_state(&sc, p, layout, text);
+    sc.st.step = next_step;
+    double t0 = wall_seconds();
+    int rc = io->save(io, &sc.st, path, err);
+    double seconds = wall_seconds() - t0;
+    free(text);
+    double mib = (double)sc.st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
+    if (!rc && p->tr->stage == 0)
+        fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
+                isatty(2) ? "\n" : "", next_step, path, mib, seconds, mib / seconds);
+    return rc;
+}
+
+// FNV-1a over the parameters, layer after layer (one slot at a time out of core).
+static int hash_layer(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+    (void)err;
+    uint64_t *h = arg;
+    const unsigned char *b = (const unsigned char *)bufs[0];
+    for (size_t i = 0; i < L->param_count * sizeof(float); i++) *h = (*h ^ b[i]) * 1099511628211ull;
+    return FG_OK;
+}
+
+// Replicas apply the same summed gradient and so hold bit-identical weights; one that drifted
+// (a sum that gave replicas different bits, a replica that missed a step) is an error, not a
+// silent fork. Every rank contributes 52 bits of its stage's hash (exact in a double); one sum
+// over the grid gathers them.
+int check_replicas_agree(Pipeline *p, FgError *err) {
+    Transport *t = p->tr;
+    int M = t->stages, R = t->replicas;
+    if (R == 1) return FG_OK;
+    uint64_t hash = 1469598103934665603ull;
+    int rc = pipeline_visit_layers(p, 0, 0, hash_layer, &hash, err);
+    if (rc) return rc;
+    double *h = calloc((size_t)M * R, sizeof(double));
+    h[t->replica * M + t->stage] = (double)(hash >> 12);
+    rc = t->allreduce_sum_world(t, h, M * R, err);
+    for (int r = 1; r < R && !rc; r++)
+        for (int s = 0; s < M && !rc; s++)
+            if (h[r * M + s] != h[s])
+                rc = fg_fail(err, FG_ERR_INTERNAL,
+                             "the weights of stage %d differ between replica 0 and replica %d", s, r);
+    free(h);
+    return rc;
+}
+
+typedef struct {
+    int fd;
+    const char *path;
+} ParamsFile;
+
+static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+    ParamsFile *f = arg;
+    size_t bytes = L->param_count * sizeof(float);
+    if (pwrite(f->fd, bufs[0], bytes, (off_t)(L->param_offset * sizeof(float))) != (ssize_t)bytes)
+        return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", f->path, strerror(errno));
+    return FG_OK;
+}
+
+// Layer by layer, so an out-of-core stage writes from its slots.
+int save_params(Pipeline *p, const char *path, FgError *err) {
+    int rc = FG_OK;
+    ParamsFile f = {open(path, O_WRONLY | O_CREAT, 0644), path};
+    if (f.fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
+    // Every stage sets the same final size, so no old tail survives and no write is cut.
+    if (ftruncate(f.fd, (off_t)(p->model->n_params * sizeof(float))))
+        rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
+    if (!rc) rc = pipeline_visit_layers(p, 0, 0, write_layer_params, &f, err);
+    if (close(f.fd) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "writing %s: %s", path, strerror(errno));
+    return rc;
+}
+
