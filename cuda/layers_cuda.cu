@@ -1,6 +1,7 @@
 // Layers on the GPU: linear through cuBLAS (row-major data seen as column-major transposes),
 // elementwise activations and bias sums as kernels. Same shapes and contracts as layer.h.
 #include "cuda_internal.h"
+#include "activation_math.h"
 
 // ---------------------------------------------------------------------------------------------
 // Linear: y = x W^T + b with W [out, in] row-major, then b [out].
@@ -81,17 +82,8 @@ static void linear_backward(const Backend *be, const Layer *L, const float *p, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Activations: y = f(x), ydot = f'(x) xdot, dx = f'(x) dy.
-
-__device__ static inline float relu_f(float x) { return x > 0.0f ? x : 0.0f; }
-__device__ static inline float relu_df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
-__device__ static inline float gelu_f(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-}
-__device__ static inline float gelu_df(float x) {
-    float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
-}
+// Activations: y = f(x), ydot = f'(x) xdot, dx = f'(x) dy, with f and f' from
+// activation_math.h (the CPU's own).
 
 enum { ACT_FORWARD, ACT_JVP, ACT_BACKWARD };
 
@@ -102,9 +94,9 @@ __global__ void activation_kernel(const float *x, const float *in, float *out, s
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float xi = x[i];
         if (WHAT == ACT_FORWARD) {
-            out[i] = GELU ? gelu_f(xi) : relu_f(xi);
+            out[i] = GELU ? fg_gelu(xi) : fg_relu(xi);
         } else {
-            float g = GELU ? gelu_df(xi) : relu_df(xi);
+            float g = GELU ? fg_gelu_grad(xi) : fg_relu_grad(xi);
             for (int k = 0; k < K; k++) out[k * n + i] = in ? g * in[k * n + i] : 0.0f;
         }
     }

@@ -1,33 +1,23 @@
 // Softmax cross-entropy on the GPU: one thread per row writes its loss, hit and directional
 // derivatives (and dz); the host sums the rows in order, as loss.c does.
 #include "cuda_internal.h"
+#include "loss_math.h"
 
-// Per row r: out[r] = loss_r, out[B + r] = hit_r, out[2B + k*B + r] = (p_r - e_label) . zdot_k,r;
-// dz (when not NULL) = (p - e_label) / B.
+// Per row r, with loss_math.h's formulas (loss.c's): out[r] = loss_r, out[B + r] = hit_r,
+// out[2B + k*B + r] = (p_r - e_label) . zdot_k,r; dz (when not NULL) = (p - e_label) / B.
 __global__ void loss_rows_kernel(const float *z, const float *zdot, const uint8_t *labels, int B,
                                  int C, int K, double *out, float *dz) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= B) return;
     const float *zr = z + (size_t)r * C;
-    int label = labels[r], best = 0;
-    float zmax = zr[0];
-    for (int j = 1; j < C; j++) {
-        zmax = zr[j] > zmax ? zr[j] : zmax;
-        best = zr[j] > zr[best] ? j : best;
-    }
-    double sum = 0.0;
-    for (int j = 0; j < C; j++) sum += expf(zr[j] - zmax);
-    float inv = (float)(1.0 / sum);
-    out[r] = log(sum) - (double)(zr[label] - zmax);
-    out[B + r] = best == label;
-    for (int k = 0; k < K; k++) {
-        const float *zd = zdot + ((size_t)k * B + r) * C;
-        double s = 0.0;
-        for (int j = 0; j < C; j++) s += (double)(expf(zr[j] - zmax) * inv - (j == label)) * zd[j];
-        out[2 * B + (size_t)k * B + r] = s;
-    }
+    int label = labels[r];
+    SoftmaxRow s = fg_softmax_row(zr, C);
+    out[r] = fg_xent_loss(s, zr, label);
+    out[B + r] = s.best == label;
+    for (int k = 0; k < K; k++)
+        out[2 * B + (size_t)k * B + r] = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C, C);
     if (dz)
-        for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = (expf(zr[j] - zmax) * inv - (j == label)) / B;
+        for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = fg_xent_grad(s, zr, label, j) / B;
 }
 
 static float loss_rows(const Backend *be, const float *z, const float *zdot, const uint8_t *labels,

@@ -1,7 +1,5 @@
 // Vector kernels of the CUDA backend: scale, dot (fixed grid, partial sums added on the host in
-// order: the same bits every run) and the optimizer step (optimizer.c's formulas).
-#include <math.h>
-
+// order: the same bits every run) and the optimizer step.
 #include "cuda_internal.h"
 
 #define GRID_LOOP(i, n) \
@@ -42,39 +40,26 @@ double cuda_dot(const Backend *be, const float *a, const float *b, size_t n) {
     return s;
 }
 
-__global__ void sgd_kernel(float *params, const float *g, float g_scale, float *vel, size_t n,
-                           float mu, float a, float decay) {
-    GRID_LOOP(i, n) {
-        vel[i] = mu * vel[i] + g_scale * g[i];
-        params[i] = decay * params[i] - a * vel[i];
-    }
+// The updates are optimizer_math.h's, and the scalars optimizer.c's: the CPU's bits.
+__global__ void sgd_kernel(OptScalars s, float *params, const float *g, float g_scale, float *vel,
+                           size_t n) {
+    GRID_LOOP(i, n) fg_sgd_update(s, g_scale * g[i], &params[i], &vel[i]);
 }
 
-__global__ void adam_kernel(float *params, const float *g, float g_scale, float *m, float *v,
-                            size_t n, float b1, float b2, float a, float eps_hat, float decay) {
-    GRID_LOOP(i, n) {
-        float gi = g_scale * g[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        params[i] = decay * params[i] - a * m[i] / (sqrtf(v[i]) + eps_hat);
-    }
+__global__ void adam_kernel(OptScalars s, float *params, const float *g, float g_scale, float *m,
+                            float *v, size_t n) {
+    GRID_LOOP(i, n) fg_adam_update(s, g_scale * g[i], &params[i], &m[i], &v[i]);
 }
 
 void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
                          float *params, const float *g, float g_scale, float *state,
                          size_t state_stride, size_t n) {
-    cudaStream_t s = cuda_ctx(be)->stream;
+    cudaStream_t st = cuda_ctx(be)->stream;
     unsigned grid = grid_for(n, 256, 65535);
-    const float decay = (float)(1.0 - lr * c->weight_decay);
-    if (c->kind == OPT_SGD) {
-        sgd_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, n, (float)c->momentum, (float)lr, decay);
-    } else {
-        // Bias corrections folded into the step size, as in optimizer.c.
-        const double t = (double)step + 1;
-        const float a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
-        const float eps_hat = (float)(c->eps * sqrt(1.0 - pow(c->beta2, t)));
-        adam_kernel<<<grid, 256, 0, s>>>(params, g, g_scale, state, state + state_stride, n, (float)c->beta1,
-                                         (float)c->beta2, a, eps_hat, decay);
-    }
+    const OptScalars s = optimizer_scalars(c, step, lr);
+    if (c->kind == OPT_SGD)
+        sgd_kernel<<<grid, 256, 0, st>>>(s, params, g, g_scale, state, n);
+    else
+        adam_kernel<<<grid, 256, 0, st>>>(s, params, g, g_scale, state, state + state_stride, n);
     launch_check(be, "optimizer step");
 }

@@ -1,26 +1,14 @@
 // Elementwise activations: ReLU and GELU (tanh form). Both are y = f(x) with no parameters,
-// so their jvp is ydot = f'(x) xdot and their backward dx = f'(x) dy; only f and f' differ.
-#include <math.h>
+// so their jvp is ydot = f'(x) xdot and their backward dx = f'(x) dy; only f and f' differ
+// (activation_math.h, shared with the GPU).
 #include <string.h>
 
+#include "activation_math.h"
 #include "layer.h"
 
 static size_t no_params(int in, int out) {
     (void)in, (void)out;
     return 0;
-}
-
-static inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
-static inline float relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
-
-// gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-static const float GELU_C = 0.7978845608f, GELU_A = 0.044715f;
-static inline float gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(GELU_C * (x + GELU_A * x * x * x)));
-}
-static inline float gelu_grad(float x) {
-    float t = tanhf(GELU_C * (x + GELU_A * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * x * x);
 }
 
 // One definition of the three functions per activation, from f and f'.
@@ -56,5 +44,5 @@ static inline float gelu_grad(float x) {
     }                                                                                          \
     const LayerOps NAME##_ops = {#NAME, no_params, NAME##_forward, NAME##_jvp, NAME##_backward};
 
-DEFINE_ACTIVATION(relu, relu, relu_grad)
-DEFINE_ACTIVATION(gelu, gelu, gelu_grad)
+DEFINE_ACTIVATION(relu, fg_relu, fg_relu_grad)
+DEFINE_ACTIVATION(gelu, fg_gelu, fg_gelu_grad)

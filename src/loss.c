@@ -1,53 +1,27 @@
-// Softmax + cross-entropy, mean over the micro-batch.
-#include <math.h>
-#include <stdlib.h>
-
+// Softmax + cross-entropy, mean over the micro-batch; the row formulas are loss_math.h's,
+// shared with the GPU.
 #include "layer.h"
-
-// Writes the softmax of one row into prob and returns -log prob[label].
-static float softmax_row(const float *z, int C, int label, float *prob) {
-    float zmax = z[0];
-    for (int j = 1; j < C; j++) zmax = z[j] > zmax ? z[j] : zmax;
-    double sum = 0.0;
-    for (int j = 0; j < C; j++) {
-        prob[j] = expf(z[j] - zmax);
-        sum += prob[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < C; j++) prob[j] *= inv;
-    return (float)(log(sum) - (z[label] - zmax));
-}
-
-static int argmax(const float *z, int C) {
-    int best = 0;
-    for (int j = 1; j < C; j++) best = z[j] > z[best] ? j : best;
-    return best;
-}
+#include "loss_math.h"
 
 // One walk over the rows serves all three entry points: the loss, and optionally the
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
 static float loss_walk(const float *z, const float *zdot, const unsigned char *labels, int B,
                        int C, int K, float *d, float *dz, int *correct) {
-    float *prob = malloc((size_t)C * sizeof(float));  // heap: C may be large
     double loss = 0.0, dsum[K > 0 ? K : 1];
     int hits = 0;
     for (int k = 0; k < K; k++) dsum[k] = 0.0;
     for (int r = 0; r < B; r++) {
         const float *zr = z + (size_t)r * C;
-        loss += softmax_row(zr, C, labels[r], prob);
-        hits += argmax(zr, C) == labels[r];
-        prob[labels[r]] -= 1.0f;  // now d(loss_r)/dz_r
+        int label = labels[r];
+        SoftmaxRow s = fg_softmax_row(zr, C);
+        loss += fg_xent_loss(s, zr, label);
+        hits += s.best == label;
         if (dz)
-            for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = prob[j] / B;
-        for (int k = 0; d && k < K; k++) {
-            const float *zd = zdot + ((size_t)k * B + r) * C;
-            double s = 0.0;
-            for (int j = 0; j < C; j++) s += (double)prob[j] * zd[j];
-            dsum[k] += s;
-        }
+            for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = fg_xent_grad(s, zr, label, j) / B;
+        for (int k = 0; d && k < K; k++)
+            dsum[k] += fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C, C);
     }
     for (int k = 0; d && k < K; k++) d[k] = (float)(dsum[k] / B);
-    free(prob);
     if (correct) *correct = hits;
     return (float)(loss / B);
 }

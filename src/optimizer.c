@@ -24,30 +24,33 @@ float optimizer_clip_scale(const OptimizerConfig *c, double norm2) {
     return c->clip_norm > 0 && norm > c->clip_norm ? (float)(c->clip_norm / norm) : 1.0f;
 }
 
-void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float g_scale, float *state, size_t state_stride, size_t n) {
-    const float decay = (float)(1.0 - lr * c->weight_decay);
+OptScalars optimizer_scalars(const OptimizerConfig *c, long step, double lr) {
+    OptScalars s = {0};
+    s.decay = (float)(1.0 - lr * c->weight_decay);
     if (c->kind == OPT_SGD) {
-        const float mu = (float)c->momentum, a = (float)lr;
-        float *vel = state;
-#pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) {
-            vel[i] = mu * vel[i] + g_scale * g[i];
-            params[i] = decay * params[i] - a * vel[i];
-        }
-        return;
+        s.mu = (float)c->momentum;
+        s.a = (float)lr;
+        return s;
     }
-    const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+    s.b1 = (float)c->beta1;
+    s.b2 = (float)c->beta2;
     // Bias corrections folded into the step size: lr * sqrt(1-b2^t) / (1-b1^t).
     const double t = (double)step + 1;
-    const float a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
-    const float eps_hat = (float)(eps * sqrt(1.0 - pow(c->beta2, t)));
+    s.a = (float)(lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
+    s.eps_hat = (float)((float)c->eps * sqrt(1.0 - pow(c->beta2, t)));
+    return s;
+}
+
+void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
+                    float g_scale, float *state, size_t state_stride, size_t n) {
+    const OptScalars s = optimizer_scalars(c, step, lr);
+    if (c->kind == OPT_SGD) {
+        float *vel = state;
+#pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) fg_sgd_update(s, g_scale * g[i], &params[i], &vel[i]);
+        return;
+    }
     float *m = state, *v = state + state_stride;
 #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g_scale * g[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        params[i] = decay * params[i] - a * m[i] / (sqrtf(v[i]) + eps_hat);
-    }
+    for (size_t i = 0; i < n; i++) fg_adam_update(s, g_scale * g[i], &params[i], &m[i], &v[i]);
 }

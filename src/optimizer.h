@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "optimizer_math.h"
+
 typedef enum { OPT_SGD, OPT_ADAM } OptimizerKind;
 typedef enum { LR_CONSTANT, LR_COSINE } LrSchedule;
 
@@ -26,6 +28,9 @@ double lr_at(const OptimizerConfig *c, long step, long total_steps);
 // The factor that brings a gradient of squared norm `norm2` down to clip_norm (1 if off or
 // already smaller). With pipeline stages, norm2 is the sum of the stages' parts.
 float optimizer_clip_scale(const OptimizerConfig *c, double norm2);
+
+// The scalars of step `step` (from 0) at learning rate lr, for optimizer_math.h's updates.
+OptScalars optimizer_scalars(const OptimizerConfig *c, long step, double lr);
 
 // One update of n parameters with gradient g. step counts from 0 (Adam's bias correction);
 // state holds optimizer_state_buffers(kind) buffers of n floats, buffer i at state + i *

@@ -10,11 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define FG_HD __host__ __device__ static inline
-#else
-#define FG_HD static inline
-#endif
+#include "host_device.h"
 
 typedef struct { uint32_t v[4]; } Philox4;
 
