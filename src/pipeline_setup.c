@@ -48,12 +48,10 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->mem_budget);
-    if (p->be->on_device)
-        return fg_fail(err, FG_ERR_INPUT, "stage %d does not fit mem_budget and would stream its "
-                       "layers from %s, but out-of-core stages run on the CPU only (device = cuda)",
-                       p->tr->stage, c->weights_dir);
     // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
-    // gradient, update and parameter tangents (the stage's).
+    // gradient, update and parameter tangents (the stage's). On a device these are device
+    // memory, and so is a copy of the layer being computed on; the budget counts host and
+    // device bytes alike.
     double work = lane_bytes(p, N) + stashes_in_flight(c) * stash +
                   (double)p->largest * sizeof(float) * ((need.grad || p->K) + (p->K > 0));
     long next_step = 0;

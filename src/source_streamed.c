@@ -28,7 +28,28 @@ typedef struct {
     float *grad;              // one layer's gradient: the B wave's accumulator (layer_buffer)
     long version;             // of the weights store
     char name[64];
+    // A device backend computes on its own memory: the acquired layer's slot buffers are copied
+    // into these (the engine holds one layer at a time) and back when released dirty.
+    float *dev_weights, *dev_step;  // [n_bufs][largest], NULL on the CPU
+    size_t largest;
+    LayerView held_weights, held_step;  // the host views of the acquired layer
 } Streamed;
+
+// The host view's buffers on the device (uploaded), or the host view itself on the CPU.
+static float *stage_in(Streamed *st, const LayerView *v, float *dev, int b) {
+    if (!dev) return v->buf[b];
+    float *d = dev + (size_t)b * st->largest;
+    st->be->upload(st->be, d, v->buf[b], v->count * sizeof(float));
+    return d;
+}
+
+// A dirty layer's device copies back into its host slot before the store writes it.
+static int stage_out(Streamed *st, const LayerView *v, const float *dev, FgError *err) {
+    if (!dev) return FG_OK;
+    for (int b = 0; b < v->n_bufs; b++)
+        st->be->download(st->be, v->buf[b], dev + (size_t)b * st->largest, v->count * sizeof(float));
+    return st->be->sync(st->be, err);
+}
 
 static int streamed_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
     Streamed *st = s->ctx;
@@ -45,19 +66,22 @@ static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
     *out = (LayerSlot){0};
     if (parts & LAYER_WEIGHTS) {
         if ((rc = st->weights.acquire(&st->weights, layer, &v, err))) return rc;
-        // Buffers of a slot are padded for direct I/O: all the same distance apart.
-        size_t stride = v.n_bufs > 1 ? (size_t)(v.buf[1] - v.buf[0]) : v.count;
-        out->params = v.buf[0];
-        out->state = st->need.opt_buffers ? v.buf[1] : NULL;
-        out->state_stride = stride;
-        out->guide = st->need.guide ? v.buf[1 + st->need.opt_buffers] : NULL;
+        st->held_weights = v;
+        float *bufs[4] = {NULL};
+        for (int b = 0; b < v.n_bufs; b++) bufs[b] = stage_in(st, &v, st->dev_weights, b);
+        // Buffers of a host slot are padded for direct I/O: all the same distance apart.
+        out->params = bufs[0];
+        out->state = st->need.opt_buffers ? bufs[1] : NULL;
+        out->state_stride = st->dev_weights ? st->largest : v.n_bufs > 1 ? (size_t)(v.buf[1] - v.buf[0]) : v.count;
+        out->guide = st->need.guide ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = st->grad;
         if (st->step.ctx) {
             if ((rc = st->step.acquire(&st->step, layer, &v, err))) return rc;
-            if (st->kept_buf >= 0) out->kept = v.buf[st->kept_buf];
-            if (st->prev_buf >= 0) out->prev = v.buf[st->prev_buf];
+            st->held_step = v;
+            if (st->kept_buf >= 0) out->kept = stage_in(st, &v, st->dev_step, st->kept_buf);
+            if (st->prev_buf >= 0) out->prev = stage_in(st, &v, st->dev_step, st->prev_buf);
         }
     }
     return FG_OK;
@@ -67,9 +91,13 @@ static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned 
                             FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK, rc2 = FG_OK;
-    if (parts & LAYER_WEIGHTS) rc = st->weights.release(&st->weights, layer, (dirty & LAYER_WEIGHTS) != 0, err);
+    if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
+    if (!rc && (dirty & LAYER_STEP) && st->step.ctx) rc = stage_out(st, &st->held_step, st->dev_step, err);
+    if (parts & LAYER_WEIGHTS)
+        rc2 = st->weights.release(&st->weights, layer, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
+    if (!rc) rc = rc2;
     if ((parts & LAYER_STEP) && st->step.ctx)
-        rc2 = st->step.release(&st->step, layer, (dirty & LAYER_STEP) != 0, rc ? &(FgError){0} : err);
+        rc2 = st->step.release(&st->step, layer, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
     return rc ? rc : rc2;
 }
 
@@ -111,6 +139,8 @@ static int streamed_close(LayerSource *s, FgError *err) {
         if (!rc) rc = rc2;
     }
     st->be->free(st->be, st->grad);
+    st->be->free(st->be, st->dev_weights);
+    st->be->free(st->be, st->dev_step);
     free(st);
     s->ctx = NULL;
     return rc;
@@ -164,6 +194,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     int n_weights = 1 + need.opt_buffers + need.guide, n_step = need.keep_grad + need.prev;
     size_t slot = (size_t)n_weights * page_round(largest * sizeof(float));
     size_t step_slot = (size_t)n_step * page_round(largest * sizeof(float));
+    // A device also holds a copy of the layer it computes on.
+    work_bytes += be->on_device ? (double)(n_weights + n_step) * largest * sizeof(float) : 0.0;
     double room = c->mem_budget - work_bytes;
     int n_slots = room > 0 ? (int)FG_MIN(room / (double)(slot + step_slot), (double)param_layers) : 0;
     if (n_slots < 2)
@@ -200,6 +232,11 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
         rc = ls->open(ls->arg, &ss, &st->step, err);
     }
     if (!rc && (need.grad || c->mode != MODE_BP)) out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
+    st->largest = largest;
+    if (!rc && be->on_device) {
+        st->dev_weights = backend_alloc_floats(be, (size_t)n_weights * largest);
+        if (n_step) st->dev_step = backend_alloc_floats(be, (size_t)n_step * largest);
+    }
     if (rc) streamed_close(out, &(FgError){0});
     return rc;
 }
