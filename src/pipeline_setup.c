@@ -49,11 +49,11 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->mem_budget);
     // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
-    // gradient, update and parameter tangents (the stage's). On a device these are device
+    // gradient and update, the parameter tangents of one layer (K). On a device these are device
     // memory, and so is a copy of the layer being computed on; the budget counts host and
     // device bytes alike.
     double work = lane_bytes(p, N) + stashes_in_flight(c) * stash +
-                  (double)p->largest * sizeof(float) * ((need.grad || p->K) + (p->K > 0));
+                  (double)p->largest * sizeof(float) * ((need.grad || p->K) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
                                    streams, work, &p->src, &next_step, err);
