@@ -28,6 +28,12 @@ int updates_in_backward(const Pipeline *p) {
     return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
 }
 
+// Whether op U needs |grad_l|^2 (a serial pass over the gradient): to clip bp's gradient, for
+// the guide's scale and for the log's |c| or |g|.
+static int needs_grad_norms(const Pipeline *p) {
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->need.guide || p->want_stats;
+}
+
 // Whether the estimate uses c as its control variate (fg+bp's cv).
 static int uses_cv(const Pipeline *p) {
     int e = p->cfg->estimator;
@@ -83,7 +89,8 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
         *dirty |= LAYER_STEP;
     }
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
-    if (p->tr->replica == 0) p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->grad, s->grad, n);
+    if (p->tr->replica == 0 && needs_grad_norms(p))
+        p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->grad, s->grad, n);
     if (uses_cv(p)) add_ref_dots(p, step, l, s->grad);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);

@@ -46,7 +46,7 @@ cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp-replicas|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
        "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2"
        "fgbp-lag1|26M|22M|mode=fg+bp estimator=cv lag=1 select=2 optimizer=sgd lr=0.0001"
-       "guided|24M|22M|mode=fg+bp estimator=guided tangents=2 lag=0 select=2 optimizer=sgd lr=0.0001"
+       "guided|24M|22M|mode=fg+bp estimator=guided tangents=1 lag=0 select=2 optimizer=sgd lr=0.0001"
        "guided-adam|30M|-|mode=fg+bp estimator=guided tangents=2 lag=0 select=2 optimizer=adam lr=0.0001"
        "fg-clip|14M|12.5M|mode=fg optimizer=sgd lr=0.001 clip_norm=0.05"
        "bp-clip|22M|-|mode=bp optimizer=sgd clip_norm=0.05")
