@@ -86,7 +86,7 @@ typedef struct {
     float **free_stash;       // reusable stash buffers
     int n_free_stash, n_stash_alloc;
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
-    float *scratch;           // want_stats: one layer's plain fg estimate
+    float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;
     int guide_active;         // guided: the guide holds a direction (tangent 0 follows it)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K], then
