@@ -191,10 +191,6 @@ static void print_run(const Config *c) {
 int cli_train(RunArgs *a, const TrainEnv *env) {
     FgError err = {0};
     Transport *t = env->tr;
-    if (!env->storage && (a->in.resume_path || a->out.checkpoint_every)) {
-        fg_fail(&err, FG_ERR_INPUT, "this build of fgpipe has no checkpoint storage");
-        return cli_fail(&err);
-    }
     a->in.stop_requested = &stop_requested;
     if (t->stage == 0 && t->replica == 0) print_run(&a->cfg);
     TrainResult res;

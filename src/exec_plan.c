@@ -43,7 +43,7 @@ int op_runs(const ScheduledOp *op, long step, long first_step) {
     return step + op->iteration_offset >= first_step;
 }
 
-void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int first_step,
+void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int run_start,
                         MessagePlan *out) {
     int last = s->M - 1;
     *out = (MessagePlan){0};
@@ -57,7 +57,7 @@ void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int 
         if (op->kind == OP_F) {
             if (stage > 0) out->recv[out->n_recv++] = (PlannedMessage){idx, stage - 1, MSG_FORWARD, op->microbatch, 0};
             if (stage < last) out->send[out->n_send++] = (PlannedMessage){idx, stage + 1, MSG_FORWARD, op->microbatch, 0};
-        } else if (op->kind == OP_B && (!first_step || op->iteration_offset == 0)) {
+        } else if (op->kind == OP_B && op_runs(op, run_start ? 0 : 1, 0)) {  // a run's step 0 or 1
             PlannedMessage m = {idx, 0, MSG_BACKWARD, op->microbatch, op->iteration_offset};
             if (stage < last) m.peer = stage + 1, out->recv[out->n_recv++] = m;
             if (stage > 0) m.peer = stage - 1, out->send[out->n_send++] = m;

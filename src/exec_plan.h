@@ -51,9 +51,9 @@ typedef struct {
     PlannedMessage *send;  // in the order the stage sends them
 } MessagePlan;
 
-// The messages of stage `stage` in one step run by `plan`; first_step: the run's first step
-// (its lag-1 B ops do not run).
-void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int first_step,
+// The messages of stage `stage` in one step run by `plan`; run_start: 1 for the run's first
+// step (its lag-1 B ops do not run), 0 for any other.
+void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int run_start,
                         MessagePlan *out);
 void message_plan_free(MessagePlan *m);
 

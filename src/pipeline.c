@@ -145,9 +145,9 @@ int refresh_guide(Pipeline *p, FgError *err) {
     double norm2 = 0.0;
     int rc = FG_OK;
     if (!p->need.guide) return FG_OK;
-    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
-        if ((rc = p->src.acquire(&p->src, l, LAYER_WEIGHTS, &s, err))) break;
+        if ((rc = acquire_layer(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
         norm2 += p->be->dot(p->be, s.guide, s.guide, p->model->layers[l].param_count);
         rc = release_layer(p, l, LAYER_WEIGHTS, 0, err);
     }
@@ -177,12 +177,9 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // Writing replaces the state, so a pending update is dropped, not applied.
     if (writable) p->pending.active = 0;
     int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
-    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
-        int next = next_param_layer(p, l, 1);
-        if ((rc = p->src.acquire(&p->src, l, LAYER_WEIGHTS, &s, err)) ||
-            (next >= 0 && (rc = p->src.prefetch(&p->src, next, LAYER_WEIGHTS, err))))
-            break;
+        if ((rc = acquire_layer(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
         rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
         int rc2 = release_layer(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
         if (!rc) rc = rc2;
@@ -195,10 +192,4 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 double pipeline_stash_bytes(const Pipeline *p) {
     return (double)p->n_stash_alloc * (double)stage_stash_floats(&p->stage, p->cfg->micro_batch) *
            sizeof(float);
-}
-
-int pipeline_streamed_stages(Pipeline *p, int *n, FgError *err) {
-    (void)err;
-    *n = p->n_streamed;
-    return FG_OK;
 }

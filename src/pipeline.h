@@ -111,9 +111,6 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model
 // Returns the first error of closing the stage's layer source (its last writes).
 int pipeline_free(Pipeline *p, FgError *err);
 
-// How many stages of the pipeline stream their layers (the same answer on every stage).
-int pipeline_streamed_stages(Pipeline *p, int *n, FgError *err);
-
 // One optimizer step on samples order[sample0 ..) of the epoch's order.
 int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err);

@@ -30,8 +30,9 @@ size_t scalars_d(const Pipeline *p);          // d [N*K]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 
-// The next layer after l (before l when dir < 0) that has parameters, or -1.
+// The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
 int next_param_layer(const Pipeline *p, int l, int dir);
+int first_param_layer(const Pipeline *p);
 
 // Floats of a forward message into `layer` for `rows` samples: activations, then K times as
 // many tangents.
@@ -66,6 +67,9 @@ int updates_in_backward(const Pipeline *p);
 int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
                         unsigned *parts, unsigned *dirty, FgError *err);
 int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+// Acquires layer l's parts and starts reading the next layer with parameters in direction dir
+// (a streamed stage's read-ahead).
+int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 
 // After the step's last B op on layer l: the gradient summed over the replicas (streamed:
 // here; resident: the whole stage before), kept for the update, its squared norm and (cv) its

@@ -21,6 +21,8 @@ int next_param_layer(const Pipeline *p, int l, int dir) {
     return -1;
 }
 
+int first_param_layer(const Pipeline *p) { return next_param_layer(p, p->stage.first - 1, 1); }
+
 size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
     return (size_t)rows * p->model->layers[layer].in * (1 + p->K);
 }
@@ -113,6 +115,13 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
 
 int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
     return p->src.release(&p->src, l, parts, dirty, err);
+}
+
+int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
+    int next = next_param_layer(p, l, dir);
+    int rc = p->src.acquire(&p->src, l, parts, s, err);
+    if (!rc && next >= 0) rc = p->src.prefetch(&p->src, next, parts, err);
+    return rc;
 }
 
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
@@ -225,10 +234,7 @@ int backward_group(Pipeline *p, long step, long total, int n, int first_b, int l
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
-        int next = next_param_layer(p, l, -1);
-        if (parts && ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
-                      (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err)))))
-            break;
+        if (parts && (rc = acquire_layer(p, l, -1, parts, &s, err))) break;
         backward_layer(p, l, &s, n, first_b);
         if (parts && last_b && p->src.streamed)
             rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err);

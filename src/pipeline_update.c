@@ -67,10 +67,8 @@ int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerS
     int reads_step = u->active && (u->ref == REF_KEPT || u->set_guide || p->need.prev);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
-    int next = next_param_layer(p, l, 1), rc;
-    if ((rc = p->src.acquire(&p->src, l, *parts, s, err)) ||
-        (next >= 0 && (rc = p->src.prefetch(&p->src, next, *parts, err))))
-        return rc;
+    int rc = acquire_layer(p, l, 1, *parts, s, err);
+    if (rc) return rc;
     if (u->active) *dirty = apply_update(p, l, s);
     if (first_of_step && p->guide_active && p->K) add_ref_dots(p, step, l, s->guide);
     return FG_OK;
@@ -144,12 +142,12 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, double *wai
         if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
         *waited += wall_seconds() - t;
     }
-    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0; l = next_param_layer(p, l, 1)) {
+    for (int l = first_param_layer(p); l >= 0; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         unsigned dirty = 0;
-        if ((rc = p->src.acquire(&p->src, l, LAYER_WEIGHTS | LAYER_STEP, &s, err)) ||
+        if ((rc = acquire_layer(p, l, 1, LAYER_STEP, &s, err)) ||
             (rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err)) ||
-            (rc = release_layer(p, l, LAYER_WEIGHTS | LAYER_STEP, dirty, err)))
+            (rc = release_layer(p, l, LAYER_STEP, dirty, err)))
             return rc;
     }
     return FG_OK;
@@ -184,14 +182,12 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
-    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         size_t n = p->model->layers[l].param_count;
-        unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
+        // The weights only for the guide: a streamed stage reads no more than the pass uses.
+        unsigned parts = LAYER_STEP | (p->pending.ref == REF_GUIDE ? LAYER_WEIGHTS : 0);
         LayerSlot s;
-        int next = next_param_layer(p, l, 1);
-        if ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
-            (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err))))
-            break;
+        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         form_estimate(p, l, &s, upd);
@@ -247,13 +243,10 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
-    for (int l = next_param_layer(p, p->stage.first - 1, 1); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
-        int next = next_param_layer(p, l, 1);
-        if ((rc = p->src.acquire(&p->src, l, parts, &s, err)) ||
-            (next >= 0 && (rc = p->src.prefetch(&p->src, next, parts, err))))
-            break;
+        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         rc = release_layer(p, l, parts, apply_update(p, l, &s), err);
     }
     p->pending.active = 0;
@@ -277,9 +270,8 @@ int update_op(Pipeline *p, long step, long total, int ran_backward, double *wait
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
-    double norms[1], c2 = 0, sums[ROW_WIDTH] = {0};
-    sum_layer_rows(p->scalars + scalars_grad_norms(p), L, 1, norms);
-    c2 = norms[0];
+    double c2, sums[ROW_WIDTH] = {0};  // c2: |c|^2, or bp's |grad|^2
+    sum_layer_rows(p->scalars + scalars_grad_norms(p), L, 1, &c2);
     OptimizerConfig oc = config_optimizer(c);
     PendingUpdate *u = &p->pending;
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),

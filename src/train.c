@@ -77,7 +77,6 @@ static int find_first_step(Run *r, FgError *err) {
     const TrainEnv *e = r->env;
     int first_of_grid = e->tr->stage == 0 && e->tr->replica == 0, rc;
     if (r->in.resume_path) {
-        if (!e->storage) return fg_fail(err, FG_ERR_INPUT, "--resume: this build has no checkpoint storage");
         if ((rc = load_checkpoint(&r->p, e->storage, r->in.resume_path, r->res->layout, r->total, err)))
             return rc;
         if (first_of_grid)
@@ -98,8 +97,6 @@ static int open_outputs(Run *r, FgError *err) {
     const Config *c = r->cfg;
     const char *dir = r->out.out_dir;
     int rc = FG_OK;
-    if (r->out.log_path && !r->env->storage)
-        return fg_fail(err, FG_ERR_INPUT, "--log needs a build with HDF5 storage");
     if (!r->reporter) return FG_OK;
     if (dir) {
         if (mkdir(dir, 0755) && errno != EEXIST)
@@ -308,6 +305,9 @@ static int close_run(Run *r, int rc, FgError *err) {
 
 int train_run(const Config *cfg, const TrainEnv *env, const TrainInputs *in,
               const TrainOutputs *out, TrainResult *res, FgError *err) {
+    if (!env->storage && ((in && in->resume_path) || (out && (out->checkpoint_every || out->log_path))))
+        return fg_fail(err, FG_ERR_INPUT, "--resume, --checkpoint-every and --log need checkpoint "
+                       "storage, which this build of fgpipe does not have");
     Run *r = calloc(1, sizeof *r);
     *r = (Run){.cfg = cfg, .env = env, .res = res};
     if (in) r->in = *in;
