@@ -66,7 +66,8 @@ __global__ void column_sums_kernel(const float *dy, float *db, int rows, int out
     db[j] += s;
 }
 
-// dx = dy W;  dW += dy^T x;  db += column sums of dy
+// dx = dy W;  dW += dy^T x;  db += column sums of dy. dx == NULL: W is not read (p may be
+// NULL); dp == NULL: no parameter gradient.
 static void linear_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                             const float *dy, float *dx, float *dp, int B) {
     int in = L->in, out = L->out;
@@ -75,6 +76,7 @@ static void linear_backward(const Backend *be, const Layer *L, const float *p, c
     if (dx)
         cublas_check(be, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, &one, p, in, dy, out,
                                      &zero, dx, in), "linear backward: dx");
+    if (!dp) return;
     cublas_check(be, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, x, in, dy, out, &one,
                                  dp, in), "linear backward: dW");
     column_sums_kernel<<<(out + 255) / 256, 256, 0, cuda_ctx(be)->stream>>>(dy, dp + (size_t)in * out, B, out);

@@ -8,6 +8,8 @@
 // (the first layer: the data has no tangent).
 // backward adds this micro-batch's parameter gradient into dp (+=) and writes the input
 // adjoint into dx (skipped when dx == NULL, e.g. for the first layer).
+// Either half can run alone (the split Bi / Bw of zero-bubble schedules): dp == NULL skips the
+// parameter gradient; dx == NULL reads no parameters (p may be NULL).
 #ifndef FGPIPE_LAYER_H
 #define FGPIPE_LAYER_H
 

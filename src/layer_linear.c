@@ -40,13 +40,15 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
     }
 }
 
-// dx = dy W;  dW += dy^T x;  db += column sums of dy
+// dx = dy W;  dW += dy^T x;  db += column sums of dy. Only dx reads W: the weight half
+// (dx == NULL) runs without it.
 static void linear_backward(const Layer *L, const float *p, const float *x, const float *dy,
                             float *dx, float *dp, int B) {
     int in = L->in, out = L->out;
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, p, in,
                     0.0f, dx, in);
+    if (!dp) return;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 1.0f,
                 dp, in);
     float *db = dp + (size_t)in * out;

@@ -123,6 +123,57 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     }
 }
 
+// Adjoints layout (op Bi to op Bw): the output adjoints of the parameter layers, in layer order.
+size_t stage_adjoint_offset(const Stage *st, int layer, int rows) {
+    size_t off = 0;
+    for (int i = st->first; i < layer; i++) {
+        const Layer *L = &st->model->layers[i];
+        if (L->param_count) off += (size_t)rows * L->out;
+    }
+    return off;
+}
+
+size_t stage_adjoint_floats(const Stage *st, int rows) {
+    return stage_adjoint_offset(st, st->last, rows);
+}
+
+// The input-adjoint half of stage_backward: the same dx GEMMs in the same order. A layer's
+// input adjoint goes straight into `adjoints` when the layer below has parameters (it is that
+// layer's output adjoint, which Bw needs), else into the ping-pong buffers.
+void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
+                          float *dx, float *adjoints, int rows) {
+    const Model *m = st->model;
+    const Backend *be = st->be;
+    whole_stage_buffers(st);
+    const Layer *top = &m->layers[st->last - 1];
+    if (top->param_count)  // the only adjoint not written by a layer of this stage
+        be->copy(be, adjoints + stage_adjoint_offset(st, st->last - 1, rows), dy,
+                 (size_t)rows * top->out * sizeof(float));
+    for (int l = st->last - 1; l >= st->first; l--) {
+        const Layer *L = &m->layers[l];
+        float *dx_l = dx;
+        if (l > st->first)
+            dx_l = m->layers[l - 1].param_count ? adjoints + stage_adjoint_offset(st, l - 1, rows)
+                                                : st->adj[(l - st->first) & 1];
+        be->backward(be, L, layer_params(st, params, L), stash + stage_stash_offset(st, l, rows),
+                     dy, dx_l, NULL, rows);
+        dy = dx_l;
+    }
+}
+
+// The weight half: the same dW GEMMs and bias sums as stage_backward, on the same inputs.
+void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
+                           int rows) {
+    const Model *m = st->model;
+    for (int l = st->last - 1; l >= st->first; l--) {
+        const Layer *L = &m->layers[l];
+        if (!L->param_count) continue;
+        st->be->backward(st->be, L, NULL, stash + stage_stash_offset(st, l, rows),
+                         adjoints + stage_adjoint_offset(st, l, rows), NULL,
+                         grad + (L->param_offset - st->param_base), rows);
+    }
+}
+
 // Visits every (layer with parameters, micro-batch, tangent) of the stage in one fixed order
 // and either adds coeff * v into grad or accumulates v . x into dots (per layer: one row of
 // n_mb*K per layer of the stage).

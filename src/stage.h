@@ -60,6 +60,22 @@ size_t stage_stash_offset(const Stage *st, int layer, int rows);
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
                     float *dx, float *grad, int rows);
 
+// Op B split in two (zero-bubble schedules): Bi, the input adjoint the previous stage waits
+// for, then Bw, the parameter gradient, whenever there is time. Bi then Bw gives the same bits
+// as stage_backward.
+// Floats Bi keeps for Bw: the output adjoint [rows, out] of each layer with parameters.
+size_t stage_adjoint_floats(const Stage *st, int rows);
+// Where that buffer keeps layer `layer`'s output adjoint (a layer with parameters), in floats.
+size_t stage_adjoint_offset(const Stage *st, int layer, int rows);
+// Op Bi: from the stash and dy [rows, out], writes the input adjoint into dx (NULL: skip) and
+// keeps each parameter layer's output adjoint in `adjoints`; no parameter gradient.
+void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
+                          float *dx, float *adjoints, int rows);
+// Op Bw: adds the parameter gradient into grad (+=) from the stash's layer inputs and the
+// adjoints kept by Bi; reads no parameters.
+void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
+                           int rows);
+
 // grad += sum over micro-batches b < n_mb and tangents k < K of
 //         coeff[b*K + k] * v(key with microbatch = key.microbatch + b, k),
 // the forward-gradient estimate regenerated from the seed.

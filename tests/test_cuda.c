@@ -122,7 +122,7 @@ static void test_vectors_and_optimizers(void **state) {
 }
 
 // Every layer kind and shape: forward, jvp (with and without input and parameter tangents),
-// backward (with and without dx), on both backends from the same inputs.
+// backward (fused, without dx, and each half alone), on both backends from the same inputs.
 static void check_layer(LayerKind kind, int in, int out, int B, int K) {
     Layer L = {.kind = kind, .in = in, .out = kind == LAYER_LINEAR ? out : in};
     L.param_count = layer_ops(&L)->param_count(L.in, L.out);
@@ -159,6 +159,13 @@ static void check_layer(LayerKind kind, int in, int out, int B, int K) {
     if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
     cpu->backward(cpu, &L, p, x, dy, NULL, dpar, B);  // dx skipped: only dp accumulates
     gpu.backward(&gpu, &L, g_p, g_x, g_dy, NULL, g_dpar, B);
+    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
+    // The halves (zero-bubble Bi and Bw): dx alone (dp NULL), dp alone without the weights.
+    gpu.zero(&gpu, g_dx, nx * sizeof(float));
+    gpu.backward(&gpu, &L, g_p, g_x, g_dy, g_dx, NULL, B);
+    assert_close(g_dx, dx, nx, tol, what);
+    cpu->backward(cpu, &L, NULL, x, dy, NULL, dpar, B);
+    gpu.backward(&gpu, &L, NULL, g_x, g_dy, NULL, g_dpar, B);
     if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
 
     float *host[] = {p, pdot, x, xdot, dy, y, ydot, dx, dpar};
@@ -219,7 +226,7 @@ static void test_whole_model(void **state) {
         uint8_t labels[16];
         for (int r = 0; r < B; r++) labels[r] = (uint8_t)(r % 10);
         const Backend *bes[2] = {cpu, &gpu};
-        float *grads[2], d[2][4], loss[2];
+        float *grads[2], *split[2], d[2][4], loss[2];
         for (int i = 0; i < 2; i++) {
             const Backend *be = bes[i];
             Stage st;
@@ -235,6 +242,12 @@ static void test_whole_model(void **state) {
             stage_forward(&st, p, NULL, xd, NULL, B, stash, &y, NULL);
             loss[i] = be->loss_backward(be, y, lab, B, 10, dz);
             stage_backward(&st, p, stash, dz, NULL, g, B);
+            // The same gradient split in Bi and Bw (on the CPU, the same bits).
+            float *g2 = backend_alloc_floats(be, m.n_params), *adj = backend_alloc_floats(be, stage_adjoint_floats(&st, B));
+            stage_backward_input(&st, p, stash, dz, NULL, adj, B);
+            stage_backward_weight(&st, stash, adj, g2, B);
+            split[i] = fg_alloc_floats(m.n_params);
+            be->download(be, split[i], g2, m.n_params * sizeof(float));
             TangentKey key = {.seed = 5, .stream = STREAM_TANGENT, .step = 2, .microbatch = 1};
             stage_forward(&st, p, &key, xd, NULL, B, NULL, &y, &ydot);
             be->loss_jvp(be, y, ydot, lab, B, 10, K, d[i]);
@@ -242,15 +255,21 @@ static void test_whole_model(void **state) {
             be->download(be, grads[i], g, m.n_params * sizeof(float));
             assert_int_equal(be->sync(be, &err), FG_OK);
             be->free(be, p), be->free(be, xd), be->free(be, g), be->free(be, stash), be->free(be, dz), be->free(be, lab);
+            be->free(be, g2), be->free(be, adj);
             stage_free(&st);
         }
         double e = rel_error(grads[1], grads[0], m.n_params);
         if (e > 1e-4) fail_msg("%s model: bp gradient differs by %.3g", acts[a], e);
+        if (memcmp(split[0], grads[0], m.n_params * sizeof(float)) != 0)
+            fail_msg("%s model: CPU Bi + Bw differs from the fused backward", acts[a]);
+        e = rel_error(split[1], grads[0], m.n_params);
+        if (e > 1e-4) fail_msg("%s model: GPU Bi + Bw gradient differs by %.3g", acts[a], e);
         assert_true(fabsf(loss[1] - loss[0]) <= 1e-5f * loss[0]);
         for (int k = 0; k < K; k++)
             if (fabsf(d[1][k] - d[0][k]) > 1e-4f * fmaxf(1.0f, fabsf(d[0][k])))
                 fail_msg("%s model: fg d[%d] GPU %g CPU %g", acts[a], k, d[1][k], d[0][k]);
-        fg_free(grads[0]), fg_free(grads[1]), fg_free(params), fg_free(x);
+        fg_free(grads[0]), fg_free(grads[1]), fg_free(split[0]), fg_free(split[1]);
+        fg_free(params), fg_free(x);
     }
 }
 

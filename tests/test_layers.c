@@ -1,6 +1,7 @@
 // Layers and loss against finite differences and against each other: jvp is J v, backward is
 // J^T u, and both agree with the numerical derivative of forward, for every layer kind on
-// many shapes, including the degenerate ones (one sample, one feature).
+// many shapes, including the degenerate ones (one sample, one feature). Backward split in its
+// input and weight halves gives the fused bits, per layer and per stage.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,8 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
 #include "layer.h"
+#include "model.h"
+#include "stage.h"
 #include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -305,6 +309,90 @@ static void test_jvp_primal_and_null_tangents(void **state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4b. Backward in two halves (zero-bubble Bi and Bw): dp == NULL gives the fused dx, dx == NULL
+//     (without the parameters: p == NULL) gives the fused dp, bit for bit.
+
+static void test_backward_halves_match_fused(void **state) {
+    (void)state;
+    FOR_EACH_CASE(c) {
+        float *dx0 = fg_alloc_floats(c.nx), *dx1 = fg_alloc_floats(c.nx);
+        float *dp0 = fg_alloc_floats(c.np), *dp1 = fg_alloc_floats(c.np);
+        Rng r = {9u + c.np + c.nx};
+        fill_uniform(&r, dp0, c.np, 1.0f);  // accumulating on top of nonzero values
+        memcpy(dp1, dp0, c.np * sizeof(float));
+        c.ops->backward(&c.L, c.p, c.x, c.u, dx0, dp0, c.B);
+        for (size_t i = 0; i < c.nx; i++) dx1[i] = 1e3f;
+        c.ops->backward(&c.L, c.p, c.x, c.u, dx1, NULL, c.B);  // Bi
+        assert_floats_equal(dx0, dx1, c.nx);
+        c.ops->backward(&c.L, NULL, c.x, c.u, NULL, dp1, c.B);  // Bw: no weights
+        assert_floats_equal(dp0, dp1, c.np);
+        fg_free(dx0), fg_free(dx1), fg_free(dp0), fg_free(dp1);
+    }
+}
+
+// Bi then Bw over every stage [first, last) of a small MLP (stages that start or end on an
+// activation, single layers) gives stage_backward's dx and grad bit for bit, grad accumulating
+// on top of nonzero values; with dx and without (a first stage).
+static void check_stage_split(const Model *m, const float *params, int first, int last) {
+    enum { R = 5 };
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, m, first, last, R, 0, NULL), FG_OK);
+    const float *p = params + st.param_base, *y;
+    size_t nx = (size_t)R * m->layers[first].in, ny = (size_t)R * m->layers[last - 1].out;
+    size_t np = st.param_count, na = stage_adjoint_floats(&st, R);
+    float *x = fg_alloc_floats(nx), *dy = fg_alloc_floats(ny), *g0 = fg_alloc_floats(np + 1);
+    float *g_fused = fg_alloc_floats(np + 1), *g_split = fg_alloc_floats(np + 1);
+    float *dx_fused = fg_alloc_floats(nx), *dx_split = fg_alloc_floats(nx);
+    float *adj = fg_alloc_floats(na + 1), *stash = fg_alloc_floats(stage_stash_floats(&st, R));
+    Rng r = {31u * (uint64_t)first + (uint64_t)last};
+    fill_uniform(&r, x, nx, 2.0f);
+    fill_uniform(&r, dy, ny, 1.0f);
+    fill_uniform(&r, g0, np, 1.0f);
+    stage_forward(&st, p, NULL, x, NULL, R, stash, &y, NULL);
+    for (int with_dx = 1; with_dx >= 0; with_dx--) {
+        memcpy(g_fused, g0, np * sizeof(float));
+        memcpy(g_split, g0, np * sizeof(float));
+        for (size_t i = 0; i < nx; i++) dx_split[i] = 1e3f;
+        for (size_t i = 0; i < na; i++) adj[i] = -1e3f;  // stale values must not matter
+        stage_backward(&st, p, stash, dy, with_dx ? dx_fused : NULL, g_fused, R);
+        stage_backward_input(&st, p, stash, dy, with_dx ? dx_split : NULL, adj, R);
+        stage_backward_weight(&st, stash, adj, g_split, R);
+        if (with_dx) assert_floats_equal(dx_fused, dx_split, nx);
+        assert_floats_equal(g_fused, g_split, np);
+        if (np) assert_true(memcmp(g_fused, g0, np * sizeof(float)) != 0);  // grad did change
+    }
+    float *bufs[] = {x, dy, g0, g_fused, g_split, dx_fused, dx_split, adj, stash};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fg_free(bufs[i]);
+    stage_free(&st);
+}
+
+static void test_stage_backward_split_matches_fused(void **state) {
+    (void)state;
+    const char *acts[] = {"relu", "gelu"};
+    for (int a = 0; a < 2; a++) {
+        Model m;
+        FgError err = {0};
+        assert_int_equal(model_build_mlp(&m, "7-6-5-4-3", acts[a], &err), FG_OK);
+        float *params = fg_alloc_floats(m.n_params);
+        model_init_params(&m, params, 7);
+        Rng r = {3};
+        for (size_t i = 0; i < m.n_params; i++) params[i] += 0.2f * rng_uniform(&r);
+        for (int first = 0; first < m.n_layers; first++)
+            for (int last = first + 1; last <= m.n_layers; last++)
+                check_stage_split(&m, params, first, last);
+
+        // Layout: the outputs of fc layers 0, 2, 4, 6 (6, 5, 4, 3 wide), in order.
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &m, 0, m.n_layers, 2, 0, &err), FG_OK);
+        assert_int_equal(stage_adjoint_offset(&st, 2, 2), 2 * 6);
+        assert_int_equal(stage_adjoint_offset(&st, 6, 2), 2 * (6 + 5 + 4));
+        assert_int_equal(stage_adjoint_floats(&st, 2), 2 * (6 + 5 + 4 + 3));
+        stage_free(&st);
+        fg_free(params);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // 5. Softmax + cross-entropy.
 
 typedef struct {
@@ -444,6 +532,8 @@ int main(void) {
         cmocka_unit_test(test_backward_matches_finite_differences),
         cmocka_unit_test(test_jvp_backward_dot_product),
         cmocka_unit_test(test_jvp_primal_and_null_tangents),
+        cmocka_unit_test(test_backward_halves_match_fused),
+        cmocka_unit_test(test_stage_backward_split_matches_fused),
         cmocka_unit_test(test_loss_derivatives),
         cmocka_unit_test(test_loss_values_and_accuracy),
     };
