@@ -31,8 +31,9 @@ static const ConfigKey KEYS[] = {
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
     CHOICE(estimator, "auto|fg|cv|guided", "fg+bp estimator: cv (control variate, the auto choice), plain fg, or guided (tangent 0 follows the last exact gradient)"),
-    NUM(KEY_INT, lag, 0, 1, "fg+bp: 0 uses this step's exact gradient, 1 the previous step's (fits more bubbles)"),
-    NUM(KEY_INT, select, -1, 1024, "fg+bp: micro-batches backpropagated per step; -1: auto, as many as fit the bubbles"),
+    NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
+    NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
+    NUM(KEY_INT, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
@@ -68,6 +69,7 @@ void config_defaults(Config *c) {
     snprintf(c->activation, sizeof c->activation, "relu");
     c->mode = MODE_BP;
     c->select = -1;
+    c->max_lag = 2;
     c->stages = 1;
     c->replicas = 1;
     snprintf(c->boundaries, sizeof c->boundaries, "auto");

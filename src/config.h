@@ -23,7 +23,8 @@ typedef struct {
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
-    int lag;               // fg+bp: 0 corrects with this step's exact gradient, 1 with the last
+    int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
+    int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     int stages;            // M pipeline stages (one per rank)
     int replicas;          // R data-parallel replicas of the pipeline (stages x replicas ranks)

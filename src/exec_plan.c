@@ -10,25 +10,28 @@ static void add_group(ExecPlan *p, OpKind kind, int first, int count) {
     if (kind != OP_U) p->max_group = FG_MAX(p->max_group, count);
 }
 
-void exec_plan_build(const Schedule *s, int stage, int layer_major, ExecPlan *out) {
-    int first = s->stage_first[stage], n = s->stage_count[stage];
+static OpKind group_kind(OpKind k) { return k == OP_BI || k == OP_BW ? OP_B : k; }
+
+void exec_plan_build(const Schedule *s, int phase, int stage, int layer_major, ExecPlan *out) {
+    const ScheduledOp *ops;
+    int n = schedule_stage_ops(s, phase, stage, &ops), first = (int)(ops - s->ops);
     *out = (ExecPlan){.layer_major = layer_major, .n_ops = n};
     out->op = fg_alloc_bytes((size_t)FG_MAX(n, 1) * sizeof(int));
     out->groups = fg_alloc_bytes((size_t)FG_MAX(n, 1) * sizeof(OpGroup));
     if (!layer_major) {
         for (int i = 0; i < n; i++) {
             out->op[i] = first + i;
-            add_group(out, s->ops[first + i].kind, i, 1);
+            add_group(out, group_kind(ops[i].kind), i, 1);
         }
         return;
     }
-    // Layer-major: F ops, then B ops, then U, each kind in timetable order.
+    // Layer-major: F ops, then backward ops, then U, each kind in timetable order.
     static const OpKind order[] = {OP_F, OP_B, OP_U};
     int k = 0;
     for (int o = 0; o < 3; o++) {
         int start = k;
         for (int i = 0; i < n; i++)
-            if (s->ops[first + i].kind == order[o]) out->op[k++] = first + i;
+            if (group_kind(ops[i].kind) == order[o]) out->op[k++] = first + i;
         add_group(out, order[o], start, k - start);
     }
 }
@@ -39,12 +42,25 @@ void exec_plan_free(ExecPlan *p) {
     *p = (ExecPlan){0};
 }
 
-int op_runs(const ScheduledOp *op, long step, long first_step) {
-    return step + op->iteration_offset >= first_step;
+int op_runs(const ScheduledOp *op, long step, long first_step) { return step - op->lag >= first_step; }
+
+int op_adjoint_taker_lag(const Schedule *s, int phase, const ScheduledOp *op) {
+    if (op->stage == 0 || (op->kind != OP_B && op->kind != OP_BI)) return -1;
+    if (op->kind == OP_B) return 0;
+    const int source = ((phase - op->lag) % s->n_phases + s->n_phases) % s->n_phases;
+    for (int q = 0; q < s->n_phases; q++) {
+        const ScheduledOp *ops;
+        const int n = schedule_stage_ops(s, q, op->stage - 1, &ops);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == OP_BI && ops[i].microbatch == op->microbatch &&
+                ((q - ops[i].lag) % s->n_phases + s->n_phases) % s->n_phases == source)
+                return ops[i].lag;
+    }
+    return -1;
 }
 
-void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int run_start,
-                        MessagePlan *out) {
+void message_plan_build(const Schedule *s, const ExecPlan *plan, int phase, int stage,
+                        long into_run, MessagePlan *out) {
     int last = s->M - 1;
     *out = (MessagePlan){0};
     out->recv = fg_alloc_bytes((size_t)FG_MAX(plan->n_ops, 1) * sizeof(PlannedMessage));
@@ -57,10 +73,10 @@ void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int 
         if (op->kind == OP_F) {
             if (stage > 0) out->recv[out->n_recv++] = (PlannedMessage){idx, stage - 1, MSG_FORWARD, op->microbatch, 0};
             if (stage < last) out->send[out->n_send++] = (PlannedMessage){idx, stage + 1, MSG_FORWARD, op->microbatch, 0};
-        } else if (op->kind == OP_B && op_runs(op, run_start ? 0 : 1, 0)) {  // a run's step 0 or 1
-            PlannedMessage m = {idx, 0, MSG_BACKWARD, op->microbatch, op->iteration_offset};
+        } else if ((op->kind == OP_B || op->kind == OP_BI) && op_runs(op, into_run, 0)) {
+            PlannedMessage m = {idx, 0, MSG_BACKWARD, op->microbatch, op->lag};
             if (stage < last) m.peer = stage + 1, out->recv[out->n_recv++] = m;
-            if (stage > 0) m.peer = stage - 1, out->send[out->n_send++] = m;
+            if (op_adjoint_taker_lag(s, phase, op) >= 0) m.peer = stage - 1, out->send[out->n_send++] = m;
         }
     }
 }
@@ -72,5 +88,5 @@ void message_plan_free(MessagePlan *m) {
 }
 
 int message_tag(int kind, long step, int mb) {
-    return (kind << 13) | (int)((step & 1) << 12) | mb;
+    return (kind << 12) | (int)((step & 3) << 10) | (mb & 1023);
 }

@@ -4,8 +4,8 @@
 // is one or more ops of one kind whose micro-batches pass through the stage's layers together,
 // each layer once for the group. Micro-batch-major (the timetable as it is): every op is its
 // own group. Layer-major (a stage that streams its layers, so each layer is read once per
-// wave): all F ops form one group, all B ops the next, then U; the order inside a group is the
-// timetable's. The message plan lists what each stage receives and sends in the order it does
+// wave): all F ops form one group, all backward ops (B, Bi, Bw) the next, then U; the order
+// inside a group is the timetable's. A timetable of several phases has one plan per phase. The message plan lists what each stage receives and sends in the order it does
 // so; the runtime posts its receives from it and tests/test_message_order.c checks with it that
 // every link delivers in the order its receiver consumes (NCCL matches by order, not by tag).
 #ifndef FGPIPE_EXEC_PLAN_H
@@ -14,7 +14,7 @@
 #include "schedule.h"
 
 typedef struct {
-    OpKind kind;
+    OpKind kind;           // OP_F, OP_U, or OP_B: backward ops of any kind (B, Bi, Bw)
     int first, count;      // ExecPlan.op[first .. first + count)
 } OpGroup;
 
@@ -27,12 +27,16 @@ typedef struct {
     int max_group;         // ops in the largest F or B group
 } ExecPlan;
 
-void exec_plan_build(const Schedule *s, int stage, int layer_major, ExecPlan *out);
+void exec_plan_build(const Schedule *s, int phase, int stage, int layer_major, ExecPlan *out);
 void exec_plan_free(ExecPlan *p);
 
-// Whether op runs in a step of a run that started at first_step: a lag-1 B op needs the stash
-// of the step before, which the run's first step does not have.
+// Whether op runs in a step of a run that started at first_step: a B op of lag l needs the
+// stash of l steps before, which the run's first l steps do not have.
 int op_runs(const ScheduledOp *op, long step, long first_step);
+
+// Whether a Bi or B op sends its input adjoint to the stage before (its chain goes on there):
+// the lag of the op there that takes it, or -1.
+int op_adjoint_taker_lag(const Schedule *s, int phase, const ScheduledOp *op);
 
 // Message kinds, also the first part of their tags.
 enum { MSG_FORWARD = 0, MSG_BACKWARD = 1, MSG_EVAL = 2 };
@@ -42,7 +46,7 @@ typedef struct {
     int peer;              // the other stage
     int kind;              // MSG_FORWARD (activations and tangents) or MSG_BACKWARD (adjoint)
     int microbatch;
-    int step_offset;       // 0, or -1 for a lag-1 B op's adjoint (the previous step's)
+    int lag;               // an adjoint's: of the micro-batch of `lag` steps before
 } PlannedMessage;
 
 typedef struct {
@@ -51,14 +55,14 @@ typedef struct {
     PlannedMessage *send;  // in the order the stage sends them
 } MessagePlan;
 
-// The messages of stage `stage` in one step run by `plan`; run_start: 1 for the run's first
-// step (its lag-1 B ops do not run), 0 for any other.
-void message_plan_build(const Schedule *s, const ExecPlan *plan, int stage, int run_start,
-                        MessagePlan *out);
+// The messages of stage `stage` in a step run by `plan` (of the step's phase), the run's
+// step number `into_run` (0 for its first: ops with a lag beyond it do not run).
+void message_plan_build(const Schedule *s, const ExecPlan *plan, int phase, int stage,
+                        long into_run, MessagePlan *out);
 void message_plan_free(MessagePlan *m);
 
-// The tag of a message: kind, the step's parity and the micro-batch, so a stage can never
-// take one micro-batch's data for another's.
+// The tag of a message: kind, the step (mod 4, beyond the largest lag) and the micro-batch
+// (< 1024), so a stage can never take one micro-batch's data for another's.
 int message_tag(int kind, long step, int mb);
 
 #endif

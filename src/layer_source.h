@@ -8,7 +8,8 @@
 //    state of the run, saved in checkpoints and (streamed) versioned for crash recovery;
 //  - LAYER_STEP: what a step hands to the next one: the kept gradient (c of fg+bp, or bp's
 //    gradient when the update must wait for a global norm) and the weights before the last
-//    update (lag 1). Rebuilt every step, never saved.
+//    update, and the one before (ops with lag 1 and 2 differentiate at the weights their
+//    stash was made with). Rebuilt every step, never saved.
 // The gradient accumulator (what B ops add into) is always memory: the stage's whole buffer
 // (resident), or one layer's (streamed: its B ops run layer-major, one layer at a time).
 #ifndef FGPIPE_LAYER_SOURCE_H
@@ -23,7 +24,7 @@
 #include "model.h"
 #include "transport.h"
 
-enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2 };
+enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_MAX_LAG = 2 };
 
 // One layer's buffers, each of the layer's param_count floats (NULL: not in this run).
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
     float *grad;           // B ops add into it (bp: the gradient; fg+bp: c)
     float *kept;           // the gradient the next update reads: grad itself (resident), or
                            // its copy in the step store (streamed)
-    float *prev;           // lag 1: the weights before the last update
+    float *prev[LAYER_MAX_LAG];  // prev[j]: the weights of j + 1 steps ago (lag j + 1)
 } LayerSlot;
 
 // What a stage's run needs of its layers, derived from the config (layer_needs).
@@ -43,7 +44,7 @@ typedef struct {
     int guide;             // guided estimator
     int grad;              // B ops run (bp, fg+bp)
     int keep_grad;         // the update reads the gradient after the B wave that made it
-    int prev;              // lag 1
+    int prev;              // previous weight versions kept: the largest lag of a B op
 } LayerNeeds;
 
 LayerNeeds layer_needs(const Config *c);

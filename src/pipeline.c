@@ -17,7 +17,7 @@
 static void record_times(Pipeline *p, const OpGroup *g, int n_lanes, double t0, double t1) {
     int n = g->kind == OP_U ? 1 : n_lanes;
     for (int i = 0; i < n; i++) {
-        int op = g->kind == OP_U ? p->plan.op[g->first] : p->lanes[i].op;
+        int op = g->kind == OP_U ? p->plan->op[g->first] : p->lanes[i].op;
         p->measured[2 * op] = t0 + (t1 - t0) * i / n;
         p->measured[2 * op + 1] = t0 + (t1 - t0) * (i + 1) / n;
     }
@@ -29,24 +29,24 @@ typedef struct {
     const size_t *order;
     size_t sample0;
     double t_start, loss_sum;
-    int ran_backward;
-    int first_f, first_b, last_b;  // groups of the first F op and first and last B ops that run
+    int first_f, last_w;  // groups of the first F op and of the last B or Bw op that runs
 } StepRun;
 
 static void find_roles(const Pipeline *p, StepRun *r) {
-    r->first_f = r->first_b = r->last_b = -1;
-    for (int gi = 0; gi < p->plan.n_groups; gi++) {
-        const OpGroup *g = &p->plan.groups[gi];
-        int runs = 0;
-        for (int i = 0; i < g->count; i++)
-            runs |= op_runs(&p->sched.ops[p->plan.op[g->first + i]], r->step, p->first_step);
+    r->first_f = r->last_w = -1;
+    for (int gi = 0; gi < p->plan->n_groups; gi++) {
+        const OpGroup *g = &p->plan->groups[gi];
+        for (int i = 0; i < g->count; i++) {
+            const ScheduledOp *op = &p->sched.ops[p->plan->op[g->first + i]];
+            if ((op->kind == OP_B || op->kind == OP_BW) && op_runs(op, r->step, p->first_step))
+                r->last_w = gi;
+        }
         if (g->kind == OP_F && r->first_f < 0) r->first_f = gi;
-        if (g->kind == OP_B && runs) r->last_b = gi, r->first_b = r->first_b < 0 ? gi : r->first_b;
     }
 }
 
 static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
-    const OpGroup *g = &p->plan.groups[gi];
+    const OpGroup *g = &p->plan->groups[gi];
     int n = 0, rc;
     // Waiting for the group's messages counts as idle time, before the op starts.
     if (g->kind != OP_U &&
@@ -56,14 +56,13 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     if (g->kind == OP_F) {
         rc = forward_group(p, r->step, n, gi == r->first_f, r->order, r->sample0, &r->loss_sum, err);
     } else if (g->kind == OP_B) {
-        rc = backward_group(p, r->step, r->total, n, gi == r->first_b, gi == r->last_b, err);
-        r->ran_backward = 1;
+        rc = backward_group(p, r->step, r->total, n, gi == r->last_w, err);
         // The stage's gradient is complete: its sum over the replicas runs while the stage idles.
-        if (!rc && gi == r->last_b && !p->src.streamed && p->tr->replicas > 1)
+        if (!rc && gi == r->last_w && !p->src.streamed && p->tr->replicas > 1)
             rc = p->tr->start_replica_sum(p->tr, p->src.stage_grad, p->n, err);
     } else {
         p->scalars[0] = r->loss_sum;
-        rc = update_op(p, r->step, r->total, r->ran_backward, &waited, err);
+        rc = update_op(p, r->step, r->total, &waited, err);
         t0 += waited;  // drawn after its waits, with the duration of its work
     }
     // A device queues the group's work: it ends when the device is done (and any fault in it
@@ -77,10 +76,12 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
                   StepResult *out, FgError *err) {
     StepRun r = {.step = step, .total = total, .order = order, .sample0 = sample0,
                  .t_start = wall_seconds()};
+    p->plan = &p->plans[step_phase(p, step)];
+    p->weight_lanes = 0;
     find_roles(p, &r);
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
     int rc = start_messages(p, step, err);
-    for (int gi = 0; gi < p->plan.n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
+    for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
     *out = p->stats;
     out->loss = p->scalars[0] / all_microbatches(p);
     out->seconds = wall_seconds() - r.t_start;
@@ -96,7 +97,7 @@ int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *
         p->be->upload(p->be, x, ds->x + chunk * rows * ds->features, (size_t)n * ds->features * sizeof(float));
         return FG_OK;
     }
-    return p->tr->recv(p->tr, p->tr->stage - 1, message_tag(MSG_EVAL, 0, (int)(chunk % 4096)), x,
+    return p->tr->recv(p->tr, p->tr->stage - 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), x,
                        (size_t)n * p->model->layers[p->stage.first].in, err);
 }
 
@@ -104,7 +105,7 @@ int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, do
                 FgError *err) {
     int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
     if (!p->is_last)
-        return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 4096)), y,
+        return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
     p->be->upload(p->be, p->labels, ds->labels + chunk * rows, (size_t)n);
     totals[0] += (double)p->be->loss_forward(p->be, y, p->labels, n, p->model->classes, &correct) * n;
@@ -115,7 +116,7 @@ int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, do
 // Chunks of micro_batch rows in groups as large as the step's (a streamed stage reads its
 // weights once per group).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
-    int rows = p->cfg->micro_batch, group = p->plan.max_group, rc;
+    int rows = p->cfg->micro_batch, group = p->plans[0].max_group, rc;
     double totals[2] = {0, 0};  // loss * rows, hits
     if ((rc = pipeline_apply_pending(p, err))) return rc;
     size_t chunks = (ds->count + rows - 1) / rows;

@@ -56,11 +56,15 @@ typedef struct {
     LayerSource src;          // the stage's layers: resident or streamed
     LayerNeeds need;
     Schedule sched;
-    ExecPlan plan;
-    MessagePlan messages[2];  // [1]: the run's first step (no lag-1 B ops), [0]: every other
+    ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
+    const ExecPlan *plan;     // this step's (phase step mod n_phases)
+    MessagePlan messages;     // this step's
+    unsigned char *stashes;   // [n_phases][N]: F of micro-batch b in phase p keeps a stash
+    int corrections[SCHED_MAX_LAG + 1];  // per phase: Bw (or B) ops of this stage
+    long first_c_step;        // fg+bp: the first step with an exact gradient c
+    int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
-    int n_sel;                // micro-batches backpropagated per step
     size_t n;                 // parameters of this stage
     size_t largest;           // parameters of its largest layer
     // Lanes: the micro-batches of one op group on their way through the layers.
@@ -81,10 +85,13 @@ typedef struct {
     uint8_t *host_labels;     // host: labels as gathered
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
-    float *dz[2];             // last stage: loss adjoints of selected micro-batches, per parity
-    float *stash[2][SCHED_MAX_MICROBATCHES];  // live stashes by (step parity, micro-batch)
-    float **free_stash;       // reusable stash buffers
-    int n_free_stash, n_stash_alloc;
+    // Live stashes, the last stage's loss adjoints and Bi's kept adjoints, by the step of their
+    // F (mod SCHED_MAX_LAG + 1) and micro-batch.
+    float *dz[SCHED_MAX_LAG + 1];
+    float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_stash, **free_adj;  // reusable buffers
+    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;

@@ -9,13 +9,17 @@
 // One micro-batch of an op group on its way through the stage's layers.
 typedef struct Lane {
     int op;                   // timetable index
+    OpKind kind;
     int microbatch;           // of this replica
-    int offset;               // B: 0, or -1 for the previous step's micro-batch (lag 1)
+    int lag;                  // B, Bi, Bw: the micro-batch of `lag` steps before
+    int taker_lag;            // B, Bi: the lag of the op of the stage before that takes the
+                              // input adjoint (-1: none)
     int rows;
     TangentKey key;           // F: its tangents (layer set per layer)
     const float *x, *xdot;    // F: the input, then each layer's output (evaluation: no xdot)
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
+    float *keep;              // Bi, Bw: each parameter layer's output adjoint
 } Lane;
 
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
@@ -23,7 +27,13 @@ typedef struct Lane {
 // R*N micro-batches computes.
 int global_microbatch(const Pipeline *p, int mb);
 int all_microbatches(const Pipeline *p);
-int is_selected(const Pipeline *p, int mb);
+// Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
+int keeps_stash(const Pipeline *p, long step, int mb);
+// Whether micro-batch mb's exact gradient is inside c this very step (explicit select, lag 0):
+// its forward-gradient term is left out.
+int inside_c(const Pipeline *p, int mb);
+// The timetable's phase of a step.
+int step_phase(const Pipeline *p, long step);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N*K]
@@ -47,14 +57,13 @@ int start_messages(Pipeline *p, long step, FgError *err);
 // Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->lanes with
 // those that run this step and takes their messages (stage 0: gathers its inputs); the group
 // then passes its lanes through the stage's layers together. *loss_sum collects the last
-// stage's losses; first_of_step: the step's first F group; first_b, last_b: whether this is
-// the step's first and last B group.
+// stage's losses; first_of_step: the step's first F group; last_w: whether this is the step's
+// last group with B or Bw ops (the gradient is complete after it).
 int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err);
 int forward_group(Pipeline *p, long step, int n_lanes, int first_of_step, const size_t *order,
                   size_t sample0, double *loss_sum, FgError *err);
-int backward_group(Pipeline *p, long step, long total, int n_lanes, int first_b, int last_b,
-                   FgError *err);
+int backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
 // The lanes through every layer of the stage; step < 0: without tangents (evaluation).
 int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step, FgError *err);
 
@@ -71,16 +80,17 @@ int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *e
 // (a streamed stage's read-ahead).
 int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 
-// After the step's last B op on layer l: the gradient summed over the replicas (streamed:
-// here; resident: the whole stage before), kept for the update, its squared norm and (cv) its
-// dots with the step's tangents in the scalars; bp streamed without clipping updates the
-// layer here. Returns the parts written in *dirty.
-int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
-                          FgError *err);
+// Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
+// gradient: summed over the replicas (streamed: here; resident: the whole stage before),
+// averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
+// streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
+// squared norm and (cv) its dots with the step's tangents into the scalars. Returns the parts
+// written in *dirty.
+int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
+                          unsigned *dirty, FgError *err);
 
-// Op U; ran_backward: the step's B ops ran. *waited: seconds spent in sums waiting for other
-// ranks (idle time, not work).
-int update_op(Pipeline *p, long step, long total, int ran_backward, double *waited, FgError *err);
+// Op U. *waited: seconds spent in sums waiting for other ranks (idle time, not work).
+int update_op(Pipeline *p, long step, long total, double *waited, FgError *err);
 
 // The pending update applied to layer l's slot (weights acquired, and the step part when the
 // update reads it). Returns the parts written.

@@ -13,7 +13,19 @@ int global_microbatch(const Pipeline *p, int mb) {
 
 int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
 
-int is_selected(const Pipeline *p, int mb) { return mb < p->n_sel; }
+int step_phase(const Pipeline *p, long step) { return (int)(step % p->sched.n_phases); }
+
+int keeps_stash(const Pipeline *p, long step, int mb) {
+    return p->stashes[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
+}
+
+int inside_c(const Pipeline *p, int mb) {
+    const Config *c = p->cfg;
+    return c->mode == MODE_FG_BP && c->select >= 0 && c->lag == 0 && mb < c->select;
+}
+
+// Buffers live from F (or Bi) to the step of their last use, by the step of their F.
+static int ring(long step) { return (int)(step % (SCHED_MAX_LAG + 1)); }
 
 int next_param_layer(const Pipeline *p, int l, int dir) {
     for (l += dir; l >= p->stage.first && l < p->stage.last; l += dir)
@@ -39,14 +51,17 @@ static int post_receive(Pipeline *p, long step, FgError *err) {
     size_t n = m->kind == MSG_FORWARD ? forward_msg_floats(p, p->stage.first, B)
                                       : (size_t)B * p->model->layers[p->stage.last - 1].out;
     float *slot = p->inbox + (size_t)(p->recv_posted % p->n_inbox) * p->inbox_stride;
-    int tag = message_tag(m->kind, step + m->step_offset, m->microbatch);
+    int tag = message_tag(m->kind, step - m->lag, m->microbatch);
     int rc = p->tr->post_recv(p->tr, m->peer, tag, slot, n, &p->recv_handle, err);
     if (!rc) p->recv_posted++;
     return rc;
 }
 
 int start_messages(Pipeline *p, long step, FgError *err) {
-    p->recv_plan = &p->messages[step == p->first_step];
+    message_plan_free(&p->messages);
+    message_plan_build(&p->sched, p->plan, step_phase(p, step), p->tr->stage, step - p->first_step,
+                       &p->messages);
+    p->recv_plan = &p->messages;
     p->recv_taken = p->recv_posted = 0;
     return post_receive(p, step, err);
 }
@@ -62,8 +77,9 @@ int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Stashes: a stage keeps one per micro-batch it will backpropagate, from F until B. Freed
-// buffers are reused, so memory grows with the number in flight, not with N.
+// Stashes: a stage keeps one per micro-batch it will backpropagate, from F until its B (or
+// Bw); Bi keeps the adjoints Bw needs until Bw. Freed buffers are reused, so memory grows with
+// the number in flight, not with N.
 
 static float *stash_take(Pipeline *p) {
     if (p->n_free_stash) return p->free_stash[--p->n_free_stash];
@@ -73,21 +89,51 @@ static float *stash_take(Pipeline *p) {
 
 static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
 
+static float *adj_take(Pipeline *p) {
+    if (p->n_free_adj) return p->free_adj[--p->n_free_adj];
+    p->n_adj_alloc++;
+    return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->micro_batch));
+}
+
+static void adj_give(Pipeline *p, float *s) { p->free_adj[p->n_free_adj++] = s; }
+
+// A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
+// loss's on the last stage, else a message).
+static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
+    const int B = p->cfg->micro_batch, C = p->model->classes, r = ring(step - a->lag), mb = a->microbatch;
+    a->stash = p->stash[r][mb];
+    if (a->kind == OP_BI) p->kept_adj[r][mb] = a->keep = adj_take(p);
+    if (a->kind == OP_BW) a->keep = p->kept_adj[r][mb], p->kept_adj[r][mb] = NULL;
+    if (a->kind != OP_BI) p->stash[r][mb] = NULL;  // the lane's last use
+    if (!a->stash || (a->kind == OP_BW && !a->keep))
+        return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
+                       p->tr->stage, op_kind_name(a->kind), mb, a->lag);
+    if (a->kind == OP_BW) return FG_OK;
+    if (p->is_last) {
+        a->dy = p->dz[r] + (size_t)mb * B * C;
+        return FG_OK;
+    }
+    const float *msg = NULL;
+    int rc = take_message(p, step, &msg, err);
+    a->dy = msg;
+    return rc;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lanes
 
 int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err) {
     const Backend *be = p->be;
-    int B = p->cfg->micro_batch, C = p->model->classes, n = 0, rc = FG_OK;
+    int B = p->cfg->micro_batch, n = 0, rc = FG_OK;
     size_t in = (size_t)B * p->model->layers[p->stage.first].in;
     for (int i = 0; i < g->count && !rc; i++) {
-        int idx = p->plan.op[g->first + i];
+        int idx = p->plan->op[g->first + i];
         const ScheduledOp *op = &p->sched.ops[idx];
         if (!op_runs(op, step, p->first_step)) continue;
         Lane *a = &p->lanes[n];
-        *a = (Lane){.op = idx, .microbatch = op->microbatch, .offset = op->iteration_offset, .rows = B};
-        long of_step = step + a->offset;
+        *a = (Lane){.op = idx, .kind = op->kind, .microbatch = op->microbatch, .lag = op->lag,
+                    .taker_lag = op_adjoint_taker_lag(&p->sched, step_phase(p, step), op), .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
             a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);
@@ -99,13 +145,10 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
             } else if (!(rc = take_message(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->K ? msg + in : NULL;
             }
-            if (is_selected(p, a->microbatch))
-                p->stash[step & 1][a->microbatch] = a->stash = stash_take(p);
+            if (keeps_stash(p, step, a->microbatch))
+                p->stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
         } else {
-            a->stash = p->stash[of_step & 1][a->microbatch];
-            p->stash[of_step & 1][a->microbatch] = NULL;
-            if (p->is_last) a->dy = p->dz[of_step & 1] + (size_t)a->microbatch * B * C;
-            else if (!(rc = take_message(p, step, &msg, err))) a->dy = msg;
+            rc = backward_lane(p, step, a, err);
         }
         n++;
     }
@@ -176,12 +219,12 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     } else {
         loss = be->loss_forward(be, a->x, p->labels, B, C, NULL);
     }
-    if (is_selected(p, mb)) {
-        // bp averages over all N micro-batches; the exact gradient c over the n_sel selected;
-        // both over the R replicas too (the replica sum adds them up).
-        float *dz = p->dz[step & 1] + (size_t)mb * B * C;
+    if (keeps_stash(p, step, mb)) {
+        // bp averages over all N micro-batches and the R replicas (the replica sum adds them
+        // up); fg+bp's c over the replicas here and over the stage's corrections in op U.
+        float *dz = p->dz[ring(step)] + (size_t)mb * B * C;
         be->loss_backward(be, a->x, p->labels, B, C, dz);
-        float scale = 1.0f / (float)((c->mode == MODE_BP ? N : p->n_sel) * p->tr->replicas);
+        float scale = 1.0f / (float)((c->mode == MODE_BP ? N : 1) * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)B * C);
     }
     *loss_sum += loss;
@@ -209,35 +252,46 @@ int forward_group(Pipeline *p, long step, int n, int first_of_step, const size_t
     return rc;
 }
 
-// One layer of op B for every lane; zero: the step's first B group (the gradient starts here).
+// One layer of the backward ops for every lane: B both halves, Bi the input adjoint (keeping
+// the layer's output adjoint for Bw), Bw the weight gradient. zero: the step's first
+// gradient (it starts here).
 static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Layer *L = &p->model->layers[l];
+    const Backend *be = p->be;
     Stage *st = &p->stage;
     int B = p->cfg->micro_batch, cur = (st->last - 1 - l) & 1;
-    if (zero && L->param_count) p->be->zero(p->be, s->grad, L->param_count * sizeof(float));
+    if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->lanes[i];
-        // A lag-1 op differentiates at the weights its activations were computed with.
-        const float *params = a->offset ? s->prev : s->params;
+        const float *x = a->stash + stage_stash_offset(st, l, B);
+        float *kept = L->param_count && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
+        if (a->kind == OP_BW) {
+            if (kept) be->backward(be, L, NULL, x, kept, NULL, s->grad, B);
+            continue;
+        }
+        // An op with a lag differentiates at the weights its activations were computed with.
+        const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
         float *dx = p->is_first && l == st->first ? NULL : p->adj[cur] + (size_t)i * p->adj_stride;
-        p->be->backward(p->be, L, params, a->stash + stage_stash_offset(st, l, B), a->dy, dx,
-                        s->grad, B);
+        if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
+        be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B ? s->grad : NULL, B);
         a->dy = dx;
     }
 }
 
-int backward_group(Pipeline *p, long step, long total, int n, int first_b, int last_b,
-                   FgError *err) {
+int backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
-    int B = p->cfg->micro_batch, rc = FG_OK;
-    if (last_b && updates_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    int B = p->cfg->micro_batch, rc = FG_OK, weights = 0;
+    for (int i = 0; i < n; i++) weights += p->lanes[i].kind != OP_BI;
+    const int zero = weights && !p->weight_lanes;
+    p->weight_lanes += weights;
+    if (last_w && updates_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
         if (parts && (rc = acquire_layer(p, l, -1, parts, &s, err))) break;
-        backward_layer(p, l, &s, n, first_b);
-        if (parts && last_b && p->src.streamed)
-            rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err);
+        backward_layer(p, l, &s, n, zero);
+        if (parts && last_w && p->src.streamed)
+            rc = finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
         if (parts) {
             int rc2 = release_layer(p, l, parts, dirty, err);
             if (!rc) rc = rc2;
@@ -246,11 +300,13 @@ int backward_group(Pipeline *p, long step, long total, int n, int first_b, int l
     size_t n_dx = (size_t)B * p->model->layers[st->first].in;
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &p->lanes[i];
-        stash_give(p, a->stash);
-        if (!p->is_first)
+        if (a->kind != OP_BI) stash_give(p, a->stash);
+        if (a->kind == OP_BW) adj_give(p, a->keep);
+        // Not to a step after the run's last: nobody would take it.
+        if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)
             rc = p->tr->send(p->tr, p->tr->stage - 1,
-                             message_tag(MSG_BACKWARD, step + a->offset, a->microbatch), a->dy,
-                             n_dx, err);
+                             message_tag(MSG_BACKWARD, step - a->lag, a->microbatch), a->dy, n_dx,
+                             err);
     }
     return rc;
 }

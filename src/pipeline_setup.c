@@ -1,5 +1,6 @@
 // Setting up a stage of the step engine: where its layers live (resident or streamed), the
 // buffers its op groups need, the measured op costs and the timetable.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,12 +9,13 @@
 #include "pipeline_internal.h"
 #include "progress.h"
 
-// Micro-batches a stage keeps stashes for at once: all in bp, the selected ones in fg+bp (of
-// two steps with lag 1).
+// Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
+// selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
 static int stashes_in_flight(const Config *c) {
     if (c->mode == MODE_BP) return c->micro_batches;
     if (c->mode == MODE_FG) return 0;
-    return (c->select >= 0 ? c->select : c->micro_batches) * (1 + c->lag);
+    if (c->select >= 0) return c->select * (1 + c->lag);
+    return FG_MIN(c->micro_batches, c->stages) * (1 + c->max_lag);
 }
 
 // Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
@@ -81,14 +83,18 @@ static void alloc_buffers(Pipeline *p) {
     const Config *c = p->cfg;
     const Backend *be = p->be;
     int N = c->micro_batches, B = c->micro_batch, NR = N * p->tr->replicas, K = p->K;
-    alloc_lanes(p, p->plan.max_group);
+    int group = 0;
+    for (int ph = 0; ph < p->sched.n_phases; ph++) group = FG_MAX(group, p->plans[ph].max_group);
+    alloc_lanes(p, group);
     p->labels = be->alloc(be, (size_t)B);
     p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
     p->host_labels = fg_alloc_bytes((size_t)B);
     p->loss_d = fg_alloc_floats((size_t)FG_MAX(K, 1));
     if (p->is_last && c->mode != MODE_FG)
-        for (int i = 0; i < 2; i++) p->dz[i] = backend_alloc_floats(be, (size_t)N * B * p->model->classes);
-    p->free_stash = fg_alloc_bytes(2 * (size_t)(N + 1) * sizeof(float *));
+        for (int i = 0; i <= SCHED_MAX_LAG; i++)
+            p->dz[i] = backend_alloc_floats(be, (size_t)N * B * p->model->classes);
+    p->free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
+    p->free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(K, 1));
@@ -106,11 +112,14 @@ static ScheduleMode schedule_mode(const Config *c) {
 // Seconds for one F and one B op of this stage (best of three), to plan the timetable. A
 // streamed stage would have to read its whole store for that: it plans with its GEMM work at
 // a nominal 10 GFLOP/s instead.
-static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *err) {
+// The stage's op costs, measured (best of three): cost[0] F, [1] Bi, [2] Bw, [3] U (fg: one
+// pass regenerating the step's tangents; the optimizer's elementwise work is left out).
+static int measure_costs(Pipeline *p, double cost[4], FgError *err) {
     int B = p->cfg->micro_batch, rc = FG_OK;
-    if (p->src.streamed) {
-        *cost_f = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
-        *cost_b = 4.0 * (double)p->n * B / 1e10;
+    if (p->src.streamed) {  // out of core the I/O of each wave dominates: modelled, not timed
+        cost[0] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
+        cost[1] = cost[2] = 2.0 * (double)p->n * B / 1e10;
+        cost[3] = 0.0;
         return FG_OK;
     }
     const Backend *be = p->be;
@@ -118,23 +127,39 @@ static int measure_costs(Pipeline *p, double *cost_f, double *cost_b, FgError *e
     // Costs do not depend on the values: zero weights and inputs will do.
     float *x = backend_alloc_floats(be, in * (1 + p->K));
     float *stash = backend_alloc_floats(be, stage_stash_floats(&p->stage, B));
+    float *adjoints = backend_alloc_floats(be, stage_adjoint_floats(&p->stage, B));
     float *dy = backend_alloc_floats(be, (size_t)B * p->model->max_width);
     float *w = backend_alloc_floats(be, p->n), *g = backend_alloc_floats(be, p->n);
     TangentKey key = tangent_key(p->cfg->seed, 0, 0, 0);
-    *cost_f = *cost_b = INFINITY;
+    for (int i = 0; i < 4; i++) cost[i] = INFINITY;
     for (int r = 0; r < 3 && !rc; r++) {
         const float *y, *ydot;
-        double t0 = wall_seconds();
+        double t[4];
+        t[0] = wall_seconds();
         stage_forward(&p->stage, w, p->K ? &key : NULL, x, p->is_first || !p->K ? NULL : x + in,
                       B, stash, &y, &ydot);
         rc = be->sync(be, err);
-        double t1 = wall_seconds();
-        stage_backward(&p->stage, w, stash, dy, p->is_first ? NULL : x, g, B);
+        t[1] = wall_seconds();
+        stage_backward_input(&p->stage, w, stash, dy, p->is_first ? NULL : x, adjoints, B);
         if (!rc) rc = be->sync(be, err);
-        *cost_f = fmin(*cost_f, t1 - t0);
-        *cost_b = fmin(*cost_b, wall_seconds() - t1);
+        t[2] = wall_seconds();
+        stage_backward_weight(&p->stage, stash, adjoints, g, B);
+        if (!rc) rc = be->sync(be, err);
+        t[3] = wall_seconds();
+        for (int i = 0; i < 3; i++) cost[i] = fmin(cost[i], t[i + 1] - t[i]);
     }
-    be->free(be, x), be->free(be, stash), be->free(be, dy), be->free(be, w), be->free(be, g);
+    cost[3] = 0.0;
+    if (p->K && !rc) {
+        int n_mb = all_microbatches(p);
+        float *coeff = fg_alloc_floats((size_t)n_mb * p->K);
+        double t0 = wall_seconds();
+        stage_add_tangents(&p->stage, key, n_mb, coeff, g);
+        rc = be->sync(be, err);
+        cost[3] = wall_seconds() - t0;
+        fg_free(coeff);
+    }
+    be->free(be, x), be->free(be, stash), be->free(be, adjoints), be->free(be, dy);
+    be->free(be, w), be->free(be, g);
     return rc;
 }
 
@@ -145,17 +170,43 @@ static int plan_timetable(Pipeline *p, FgError *err) {
     const Config *c = p->cfg;
     Transport *t = p->tr;
     int M = t->stages, s = t->stage;
-    double *costs = calloc((size_t)3 * M, sizeof(double));
-    int rc = measure_costs(p, &costs[s], &costs[M + s], err);
-    if (!rc) rc = t->allreduce_sum_world(t, costs, 2 * M, err);
-    for (int i = 0; i < 2 * M; i++) costs[i] /= t->replicas;
+    double *costs = calloc((size_t)4 * M, sizeof(double)), mine[4];
+    int rc = measure_costs(p, mine, err);
+    for (int i = 0; i < 4; i++) costs[i * M + s] = mine[i];
+    if (!rc) rc = t->allreduce_sum_world(t, costs, 4 * M, err);
+    for (int i = 0; i < 4 * M; i++) costs[i] /= t->replicas;
     if (!rc) {
-        ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), c->mode == MODE_FG_BP ? c->lag : 0,
-                             c->select, costs, costs + M, costs + 2 * M};
+        int fg_bp = c->mode == MODE_FG_BP;
+        ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c),
+                             fg_bp ? (c->select >= 0 ? c->lag : c->max_lag) : 0, fg_bp ? c->select : -1,
+                             costs, costs + M, costs + 2 * M, costs + 3 * M};
         rc = schedule_build(&spec, &p->sched, err);
     }
     free(costs);
     return rc;
+}
+
+// What the timetable asks of this stage: which F ops keep stashes, how many corrections each
+// phase averages, and the first step with an exact gradient.
+static void plan_stage(Pipeline *p) {
+    const Schedule *S = &p->sched;
+    int N = p->cfg->micro_batches, s = p->tr->stage;
+    p->stashes = fg_alloc_bytes((size_t)S->n_phases * N);
+    for (int ph = 0; ph < S->n_phases; ph++) {
+        for (int b = 0; b < N; b++) p->stashes[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
+        const ScheduledOp *ops;
+        int n = schedule_stage_ops(S, ph, s, &ops);
+        for (int i = 0; i < n; i++) p->corrections[ph] += ops[i].kind == OP_B || ops[i].kind == OP_BW;
+    }
+    p->first_c_step = LONG_MAX;
+    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG + 1; k++)
+        for (int i = 0; i < S->n_ops && p->first_c_step == LONG_MAX; i++) {
+            const ScheduledOp *o = &S->ops[i];
+            int phase = 0;
+            while (phase + 1 < S->n_phases && i >= S->stage_first[(phase + 1) * S->M]) phase++;
+            if (o->kind == OP_BW && phase == (int)(k % S->n_phases) && op_runs(o, k, p->first_step))
+                p->first_c_step = k;
+        }
 }
 
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
@@ -181,11 +232,12 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if ((rc = open_source(p, streams, err))) return rc;
     if (streams && streams->resume && (rc = refresh_guide(p, err))) return rc;
     if ((rc = plan_timetable(p, err))) return rc;
-    p->n_sel = c->mode == MODE_BP ? N : c->mode == MODE_FG ? 0 : p->sched.n_sel;
+    plan_stage(p);
     // If any stage streams, every stage runs layer-major, so that neighbours agree on the order
     // of their messages.
-    exec_plan_build(&p->sched, s, p->n_streamed > 0, &p->plan);
-    for (int i = 0; i < 2; i++) message_plan_build(&p->sched, &p->plan, s, i, &p->messages[i]);
+    for (int ph = 0; ph < p->sched.n_phases; ph++)
+        exec_plan_build(&p->sched, ph, s, p->n_streamed > 0, &p->plans[ph]);
+    p->plan = &p->plans[0];
     alloc_buffers(p);
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
     p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
@@ -203,20 +255,25 @@ int pipeline_free(Pipeline *p, FgError *err) {
         if (p->src.streamed) p->src.report(&p->src, who);
         rc = p->src.close(&p->src, err);
     }
-    for (int i = 0; i < 2; i++)
-        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) be->free(be, p->stash[i][b]);
+    for (int i = 0; i <= SCHED_MAX_LAG; i++)
+        for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) {
+            be->free(be, p->stash[i][b]);
+            be->free(be, p->kept_adj[i][b]);
+        }
     for (int i = 0; i < p->n_free_stash; i++) be->free(be, p->free_stash[i]);
+    for (int i = 0; i < p->n_free_adj; i++) be->free(be, p->free_adj[i]);
     void *on_backend[] = {p->act[0], p->act[1], p->tan[0], p->tan[1], p->adj[0], p->adj[1],
-                          p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1],
+                          p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1], p->dz[2],
                           p->src.streamed ? NULL : p->update, p->scratch};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
-    void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->scalars,
+    void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
+                       p->stashes, p->scalars,
                        p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3]};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(p->lanes);
-    for (int i = 0; i < 2; i++) message_plan_free(&p->messages[i]);
-    exec_plan_free(&p->plan);
+    message_plan_free(&p->messages);
+    for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->plans[i]);
     stage_free(&p->stage);
     schedule_free(&p->sched);
     memset(p, 0, sizeof *p);

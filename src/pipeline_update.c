@@ -64,7 +64,7 @@ static void add_ref_dots(Pipeline *p, long step, int l, const float *x) {
 int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
                         unsigned *parts, unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->pending;
-    int reads_step = u->active && (u->ref == REF_KEPT || u->set_guide || p->need.prev);
+    int reads_step = u->active && (u->ref == REF_KEPT || u->set_guide || p->need.prev > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = acquire_layer(p, l, 1, *parts, s, err);
@@ -74,22 +74,24 @@ int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerS
     return FG_OK;
 }
 
-int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
-                          FgError *err) {
+int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
+                          unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     int rc;
-    if (p->src.streamed && p->tr->replicas > 1 &&
+    if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;
-    if (s->kept != s->grad && s->kept) {
+    if (fresh && p->cfg->mode == MODE_FG_BP)
+        be->scale(be, s->grad, 1.0f / (float)p->weight_lanes, s->grad, n);
+    if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
     if (p->tr->replica == 0 && needs_grad_norms(p))
-        p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->grad, s->grad, n);
-    if (uses_cv(p)) add_ref_dots(p, step, l, s->grad);
+        p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->kept, s->kept, n);
+    if (uses_cv(p)) add_ref_dots(p, step, l, s->kept);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->grad, 1.0f,
@@ -122,8 +124,8 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
         g = upd;
     }
     unsigned dirty = LAYER_WEIGHTS;
-    if (s->prev) {
-        be->copy(be, s->prev, s->params, n * sizeof(float));
+    for (int j = p->need.prev - 1; j >= 0; j--) {  // the weights this step ran with age by one
+        be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
@@ -133,11 +135,13 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     return dirty;
 }
 
-// Resident stages finish their gradient here, once the sum over the replicas (started after
-// the last B op, to run while the stage idles) is in.
-static int finish_stage_gradient(Pipeline *p, long step, long total, double *waited, FgError *err) {
+// The stage's gradient for op U (finish_layer_gradient on every layer). A resident stage's
+// fresh gradient is finished here, once the sum over the replicas (started after the last B op,
+// to run while the stage idles) is in.
+static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, double *waited,
+                                 FgError *err) {
     int rc;
-    if (p->tr->replicas > 1) {
+    if (fresh && p->tr->replicas > 1) {
         double t = wall_seconds();
         if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
         *waited += wall_seconds() - t;
@@ -146,7 +150,7 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, double *wai
         LayerSlot s;
         unsigned dirty = 0;
         if ((rc = acquire_layer(p, l, 1, LAYER_STEP, &s, err)) ||
-            (rc = finish_layer_gradient(p, step, total, l, &s, &dirty, err)) ||
+            (rc = finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
             (rc = release_layer(p, l, LAYER_STEP, dirty, err)))
             return rc;
     }
@@ -164,9 +168,9 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
     Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
     estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &u->base);
-    // With lag 0 the selected micro-batches contribute their exact gradient (inside c).
+    // Micro-batches inside c contribute their exact gradient, not their estimate.
     for (int i = 0; use_cv && i < NK; i++)
-        if (p->cfg->lag == 0 && (i / K) % Nr < p->n_sel) u->coeff[i] = 0.0f;
+        if (inside_c(p, (i / K) % Nr)) u->coeff[i] = 0.0f;
     u->tangents = 1;
     u->ref = use_cv ? REF_KEPT : guided ? REF_GUIDE : REF_NONE;
 }
@@ -227,7 +231,7 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     if (!cdots) return;
     double plain = 0, corrected = 0;
     for (int i = 0; i < NK; i++) {
-        if (p->cfg->lag == 0 && (i / K) % Nr < p->n_sel) continue;  // inside c
+        if (inside_c(p, (i / K) % Nr)) continue;
         plain += (double)d[i] * d[i];
         corrected += ((double)d[i] - cdots[i]) * ((double)d[i] - cdots[i]);
     }
@@ -261,12 +265,15 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
     return rc;
 }
 
-int update_op(Pipeline *p, long step, long total, int ran_backward, double *waited, FgError *err) {
+int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
     int N = all_microbatches(p), K = p->K, L = p->model->n_layers, rc;
-    int have_c = c->mode == MODE_FG_BP && p->n_sel > 0 && step - c->lag >= p->first_step;
-    if (!p->src.streamed && ran_backward && (rc = finish_stage_gradient(p, step, total, waited, err)))
-        return rc;
+    int have_c = c->mode == MODE_FG_BP && step >= p->first_c_step;
+    // fg+bp: a stage without corrections this step keeps its last c (an exact gradient,
+    // independent of this step's tangents), whose dots with them the estimate needs.
+    int fresh = p->weight_lanes > 0;
+    int finish = fresh ? !p->src.streamed : have_c;
+    if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;

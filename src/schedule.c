@@ -266,6 +266,9 @@ static int build_bp(const ScheduleSpec *sp, Build *bd, FgError *err) {
             rc = fg_fail(err, FG_ERR_INTERNAL, "schedule: %s op orders deadlock (%d ops unplaced)",
                          schedule_mode_name(sp->mode), remaining);
     }
+    // The last F ends later than FG's: the B ops run in between.
+    bd->S->last_f = 0.0;
+    for (int i = 0; i < M * N; i++) bd->S->last_f = FG_MAX(bd->S->last_f, end_f[i]);
     fg_free(order);
     fg_free(n_order);
     fg_free(next);

@@ -240,7 +240,7 @@ int schedule_check(const Schedule *S, const ScheduleSpec *sp, FgError *err) {
     if (S->mode != SCHED_FG_BP && S->n_phases != 1)
         return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s has %d phases", schedule_mode_name(S->mode), S->n_phases);
     const int M = S->M, N = S->N, P = S->n_phases;
-    Check c = {.S = S, .sp = sp, .eps = 1e-9 * FG_MAX(S->makespan, 1e-300), .T = S->fg_makespan};
+    Check c = {.S = S, .sp = sp, .eps = 1e-9 * FG_MAX(S->makespan, 1e-300), .T = S->makespan};
     c.f = calloc((size_t)M * N, sizeof *c.f);
     c.b = calloc((size_t)M * N, sizeof *c.b);
     c.bi = calloc((size_t)P * N * M, sizeof *c.bi);

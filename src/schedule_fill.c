@@ -44,7 +44,8 @@ typedef struct {
 static int place(const Fill *f, int s, double ready, double c, int last_q, int late, int *q_out,
                  double *t_out, int *pos_out) {
     int found = 0;
-    for (int q = (int)floor(ready / f->T); q <= last_q; q++) {
+    // Explicit lags place past the step's end (limit infinite): ready may lie beyond last_q.
+    for (int q = FG_MIN((int)floor(ready / f->T), last_q); q <= last_q; q++) {
         const int phase = q % f->b.S->n_phases;
         const ScheduledOp *ops = segment(&f->b, phase, s);
         const int n = *segment_count(&f->b, phase, s);
@@ -99,8 +100,9 @@ static void place_inputs(Fill *f, int i, int explicit_lag) {
         double t;
         if (!place(f, s, r, sp->cost_bi[s], last_q, 0, &q, &t, &pos)) return;
         // Link order across periods too: before the first chain's op of the next period.
+        // (Explicit lags keep every op in one step, however long: no period overtakes.)
         const Chain *first = &f->chains[0];
-        if (i > 0 && first->bi_q[s] >= 0 &&
+        if (i > 0 && !explicit_lag && first->bi_q[s] >= 0 &&
             q * f->T + t >= (first->bi_q[s] + f->b.S->n_phases) * f->T + first->bi_t[s])
             return;
         put(f, OP_BI, s, ch, q, t, pos);

@@ -13,7 +13,7 @@ LayerNeeds layer_needs(const Config *c) {
         // fg+bp's c is read by the update (cv) or becomes the next guide; bp's gradient is read
         // after the B wave only when a global norm (clipping) must come first.
         .keep_grad = fg_bp || (c->mode == MODE_BP && c->clip_norm > 0),
-        .prev = fg_bp && c->lag == 1,
+        .prev = fg_bp ? (c->select >= 0 ? c->lag : c->max_lag) : 0,
     };
 }
 
@@ -21,7 +21,7 @@ typedef struct {
     const Backend *be;
     const Model *model;
     size_t base, n;        // the stage's offset in the model's flat layout, its parameters
-    float *params, *state, *guide, *grad, *prev;
+    float *params, *state, *guide, *grad, *prev[LAYER_MAX_LAG];
 } Resident;
 
 static int resident_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
@@ -44,7 +44,7 @@ static int resident_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = view(r->grad, off);
-        out->prev = view(r->prev, off);
+        for (int j = 0; j < LAYER_MAX_LAG; j++) out->prev[j] = view(r->prev[j], off);
     }
     return FG_OK;
 }
@@ -71,7 +71,7 @@ static int resident_close(LayerSource *s, FgError *err) {
     (void)err;
     Resident *r = s->ctx;
     if (!r) return FG_OK;
-    float *bufs[] = {r->params, r->state, r->guide, r->grad, r->prev};
+    float *bufs[] = {r->params, r->state, r->guide, r->grad, r->prev[0], r->prev[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) r->be->free(r->be, bufs[i]);
     free(r);
     s->ctx = NULL;
@@ -90,7 +90,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     r->state = backend_alloc_floats(be, r->n * need.opt_buffers);
     if (need.guide) r->guide = backend_alloc_floats(be, r->n);
     if (need.grad) r->grad = backend_alloc_floats(be, r->n);
-    if (need.prev) r->prev = backend_alloc_floats(be, r->n);
+    for (int j = 0; j < need.prev; j++) r->prev[j] = backend_alloc_floats(be, r->n);
     float *init = fg_alloc_floats(r->n);
     model_init_range(m, first, last, init, c->seed);
     be->upload(be, r->params, init, r->n * sizeof(float));

@@ -24,7 +24,8 @@ typedef struct {
     LayerNeeds need;
     LayerStream weights;      // params, optimizer state (, guide)
     LayerStream step;         // kept gradient (, previous weights); .ctx NULL: none
-    int kept_buf, prev_buf;   // their buffer index in the step store (-1: none)
+    int kept_buf, prev_buf;   // their buffer index in the step store (-1: none); prev_buf:
+                              // the first of need.prev
     float *grad;              // one layer's gradient: the B wave's accumulator (layer_buffer)
     long version;             // of the weights store
     char name[64];
@@ -81,7 +82,8 @@ static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
             if ((rc = st->step.acquire(&st->step, layer, &v, err))) return rc;
             st->held_step = v;
             if (st->kept_buf >= 0) out->kept = stage_in(st, &v, st->dev_step, st->kept_buf);
-            if (st->prev_buf >= 0) out->prev = stage_in(st, &v, st->dev_step, st->prev_buf);
+            for (int j = 0; j < st->need.prev; j++)
+                out->prev[j] = stage_in(st, &v, st->dev_step, st->prev_buf + j);
         }
     }
     return FG_OK;
@@ -206,7 +208,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->need = need;
     st->kept_buf = need.keep_grad ? 0 : -1;
-    st->prev_buf = need.prev ? need.keep_grad : -1;
+    st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
                          .acquire = streamed_acquire, .release = streamed_release,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,

@@ -159,9 +159,9 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
         memset(r->busy, 0, (size_t)3 * M * sizeof(double));
         for (int i = 0; i < measured.n_ops; i++) {
             const ScheduledOp *op = &measured.ops[i];
-            r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_B ? 1 : 2)] += op->end - op->start;
+            r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_U ? 2 : 1)] += op->end - op->start;
         }
-        free(measured.ops);
+        free_measured(&measured);
         if (rc) return rc;
         if (r->loss_csv)
             fprintf(r->loss_csv, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr, sr->seconds,
@@ -236,7 +236,7 @@ static int compare_doubles(const void *a, const void *b) {
 }
 
 // The run's numbers: losses, speed, layout, timetable and memory.
-static int fill_result(Run *r, const ScheduleStats *ms, FgError *err) {
+static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, FgError *err) {
     TrainResult *res = r->res;
     Transport *t = r->env->tr;
     int M = t->stages, rc;
@@ -256,7 +256,14 @@ static int fill_result(Run *r, const ScheduleStats *ms, FgError *err) {
     res->step_seconds = r->step_times[n_times / 2];
     res->n_params = r->model.n_params;
     res->stages = M;
-    res->n_sel = r->p.n_sel;
+    for (int s = 0; s < M; s++) {
+        StageBubbles planned = schedule_stage_bubbles(&r->p.sched, s);
+        res->n_corr_stage[s] = (double)planned.corrections / r->p.sched.n_phases;
+        res->lag_stage[s] = planned.max_lag;
+        res->bubble_used_stage[s] = planned.bubble_used;
+        res->bubble_used_stage_measured[s] = ms_stage[s];
+    }
+    res->makespan_vs_fg = r->p.sched.makespan / r->p.sched.fg_makespan;
     res->bubble_planned = st.bubble_fraction;
     res->bubble_used_by_b = st.bubble_used_by_b;
     res->bubble_measured = ms->bubble_fraction;
@@ -285,9 +292,11 @@ static int finish_run(Run *r, FgError *err) {
     if (!rc && r->out.trace_path && t->stage == 0 && t->replica == 0)
         rc = write_trace(&r->p.sched, &measured, r->out.trace_path, err);
     ScheduleStats ms = schedule_stats(&measured);
-    free(measured.ops);
+    double ms_stage[SCHED_MAX_STAGES];
+    for (int s = 0; s < measured.M; s++) ms_stage[s] = schedule_stage_bubbles(&measured, s).bubble_used;
+    free_measured(&measured);
     if (!rc && r->out.params_path && t->replica == 0) rc = save_params(&r->p, r->out.params_path, err);
-    return rc ? rc : fill_result(r, &ms, err);
+    return rc ? rc : fill_result(r, &ms, ms_stage, err);
 }
 
 // The stage's last writes can fail at close (a full disk): that fails the run too.

@@ -26,7 +26,13 @@ typedef struct {
     double peak_rss_stage[SCHED_MAX_STAGES];  // bytes, every stage's
     double stash_bytes_stage[SCHED_MAX_STAGES];  // activations kept for B ops, at most at once
     size_t n_params;
-    int stages, n_sel;
+    int stages;
+    // fg+bp, per stage: corrections (Bw ops) per step, the largest lag of its B ops, the share
+    // of its bubble used by B ops planned and in the last step as it ran.
+    double n_corr_stage[SCHED_MAX_STAGES], bubble_used_stage[SCHED_MAX_STAGES];
+    double bubble_used_stage_measured[SCHED_MAX_STAGES];
+    int lag_stage[SCHED_MAX_STAGES];
+    double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double bubble_measured, bubble_used_measured;  // of the last step as it ran

@@ -24,7 +24,9 @@ FILE *open_in_dir(const char *dir, const char *name, FgError *err);
 FILE *open_loss_csv(const char *dir, long first_step, FgError *err);
 void print_layout(const Model *m, const int *first, int M, const Pipeline *p);
 // The last step as it ran, on every stage (free measured->ops).
+// The last step's phase with the times it ran (one phase); free with free_measured.
 int gather_measured(Pipeline *p, Schedule *measured, FgError *err);
+void free_measured(Schedule *measured);
 int write_trace(const Schedule *planned, const Schedule *measured, const char *path, FgError *err);
 
 #endif

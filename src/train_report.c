@@ -65,35 +65,60 @@ void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
     for (int s = 0; s < M; s++)
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
-    ScheduleStats st = schedule_stats(&p->sched);
-    fprintf(stderr, "\nfgpipe: timetable %s, %d of %d micro-batches backpropagated, planned bubble %.1f%%",
-            schedule_mode_name(p->sched.mode), p->n_sel, p->sched.N, 100 * st.bubble_fraction);
-    if (p->sched.mode == SCHED_FG_BP)
-        fprintf(stderr, ", %.1f%% of it used by B ops (lag %d)", 100 * st.bubble_used_by_b, p->sched.lag);
+    const Schedule *S = &p->sched;
+    ScheduleStats st = schedule_stats(S);
+    fprintf(stderr, "\nfgpipe: timetable %s, planned bubble %.1f%%", schedule_mode_name(S->mode),
+            100 * st.bubble_fraction);
+    if (S->mode == SCHED_FG_BP) {
+        fprintf(stderr, ", %.1f%% of it used by Bi/Bw ops, step %.3f x fg's\n"
+                "fgpipe: corrections per step by stage (of %d micro-batches; max lag):",
+                100 * st.bubble_used_by_b, S->makespan / S->fg_makespan, S->N);
+        for (int s = 0; s < S->M; s++) {
+            StageBubbles b = schedule_stage_bubbles(S, s);
+            fprintf(stderr, " %g (lag %d)", (double)b.corrections / S->n_phases, b.max_lag);
+        }
+    }
     fputc('\n', stderr);
 }
 
 // The last step as it ran: every stage contributes the times of its own ops, one sum gathers
 // them, and every stage gets the timetable with measured times (free measured->ops).
 int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
-    int n = p->sched.n_ops, s = p->tr->stage;
-    int lo = p->sched.stage_first[s], hi = lo + p->sched.stage_count[s];
+    const Schedule *S = &p->sched;
+    int n = S->n_ops, s = p->tr->stage, M = S->M, phase = (int)(p->plan - p->plans);
+    int lo = S->stage_first[phase * M + s], hi = lo + S->stage_count[phase * M + s];
     double *times = calloc((size_t)2 * n, sizeof(double));
     memcpy(times + 2 * lo, p->measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
     int rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
-    *measured = p->sched;
-    measured->ops = malloc((size_t)n * sizeof(ScheduledOp));
-    memcpy(measured->ops, p->sched.ops, (size_t)n * sizeof(ScheduledOp));
-    measured->makespan = 0;
-    for (int i = 0; i < n; i++) {
-        measured->ops[i].start = times[2 * i];
-        measured->ops[i].end = times[2 * i + 1];
-        measured->makespan = fmax(measured->makespan, times[2 * i + 1]);
+    int first = S->stage_first[phase * M], count = 0;
+    for (int t = 0; t < M; t++) count += S->stage_count[phase * M + t];
+    *measured = *S;
+    measured->n_phases = 1, measured->n_ops = count;
+    measured->ops = malloc((size_t)count * sizeof(ScheduledOp));
+    measured->stage_first = malloc((size_t)M * sizeof(int));
+    measured->stage_count = malloc((size_t)M * sizeof(int));
+    memcpy(measured->ops, S->ops + first, (size_t)count * sizeof(ScheduledOp));
+    measured->makespan = measured->last_f = 0;
+    for (int t = 0; t < M; t++) {
+        measured->stage_first[t] = S->stage_first[phase * M + t] - first;
+        measured->stage_count[t] = S->stage_count[phase * M + t];
+    }
+    for (int i = 0; i < count; i++) {
+        ScheduledOp *o = &measured->ops[i];
+        o->start = times[2 * (first + i)], o->end = times[2 * (first + i) + 1];
+        measured->makespan = fmax(measured->makespan, o->end);
+        if (o->kind == OP_F) measured->last_f = fmax(measured->last_f, o->end);
     }
     // As run there is no separate fg timetable: the bubble is all time not spent in F or U.
     measured->fg_makespan = measured->makespan;
     free(times);
     return rc;
+}
+
+void free_measured(Schedule *m) {
+    free(m->ops);
+    free(m->stage_first);
+    free(m->stage_count);
 }
 
 // Planned (pid 0) and measured (pid 1) timelines as Chrome trace JSON.
@@ -116,19 +141,27 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             c->mode == MODE_BP ? 0 : c->tangents, r->stages);
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
-            "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"n_sel\": %d, "
+            "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"makespan_vs_fg\": %.4f, "
             "\"replicas\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
             "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
             "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
             "\"seed\": %u, \"peak_rss_stage\": [",
-            r->steps, c->micro_batch, c->micro_batches, r->n_sel, c->replicas, r->n_params, r->first_loss,
+            r->steps, c->micro_batch, c->micro_batches, r->makespan_vs_fg, c->replicas, r->n_params, r->first_loss,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->seed);
     for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->peak_rss_stage[s]);
     fprintf(f, "], \"stash_bytes_stage\": [");
     for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->stash_bytes_stage[s]);
+    fprintf(f, "], \"n_corr_stage\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%g", s ? ", " : "", r->n_corr_stage[s]);
+    fprintf(f, "], \"lag_stage\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->lag_stage[s]);
+    fprintf(f, "], \"bubble_used_by_b_stage\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.4f", s ? ", " : "", r->bubble_used_stage[s]);
+    fprintf(f, "], \"bubble_used_by_b_stage_measured\": [");
+    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.4f", s ? ", " : "", r->bubble_used_stage_measured[s]);
     fprintf(f, "]}\n");
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;
