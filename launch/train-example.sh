@@ -17,5 +17,5 @@ if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 exec mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
-  --set stages=4 --set mode=fg+bp --set estimator=cv --set select=1 --set epochs=1 \
+  --set stages=4 --set mode=fg+bp --set estimator=cv --set epochs=1 \
   --out out/example --summary-json out/example/summary.json --trace out/example/trace.json "$@"

@@ -221,10 +221,12 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     }
     if (keeps_stash(p, step, mb)) {
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
-        // up); fg+bp's c over the replicas here and over the stage's corrections in op U.
+        // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
+        // here and over each stage's own corrections in op U.
         float *dz = p->dz[ring(step)] + (size_t)mb * B * C;
         be->loss_backward(be, a->x, p->labels, B, C, dz);
-        float scale = 1.0f / (float)((c->mode == MODE_BP ? N : 1) * p->tr->replicas);
+        int n = c->mode == MODE_BP ? N : c->select >= 0 ? c->select : 1;
+        float scale = 1.0f / (float)(n * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)B * C);
     }
     *loss_sum += loss;

@@ -82,7 +82,7 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;
-    if (fresh && p->cfg->mode == MODE_FG_BP)
+    if (fresh && p->cfg->mode == MODE_FG_BP && p->cfg->select < 0)
         be->scale(be, s->grad, 1.0f / (float)p->weight_lanes, s->grad, n);
     if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));

@@ -93,16 +93,20 @@ static void place_inputs(Fill *f, int i, int explicit_lag) {
     if (explicit_lag) ready = FG_MAX(ready, last_q * f->T);
     for (int s = M - 1; s >= 0; s--) {
         double r = FG_MAX(ready, base + f->end_f[s * N + ch->b]);
-        const Chain *prev = i > 0 ? &f->chains[i - 1] : NULL;
-        if (prev && prev->bi_q[s] >= 0)
-            r = FG_MAX(r, prev->bi_q[s] * f->T + prev->bi_t[s] + sp->cost_bi[s]);
+        // The chains on a stage run in chain order: after the last earlier chain that reached
+        // it (chain i-1 may not have: round robin's ready times are not in chain order).
+        const Chain *prev = NULL, *first = NULL;
+        for (int j = i - 1; j >= 0 && !prev; j--)
+            if (f->chains[j].bi_q[s] >= 0) prev = &f->chains[j];
+        for (int j = 0; j < i && !first; j++)
+            if (f->chains[j].bi_q[s] >= 0) first = &f->chains[j];
+        if (prev) r = FG_MAX(r, prev->bi_q[s] * f->T + prev->bi_t[s] + sp->cost_bi[s]);
         int q, pos;
         double t;
         if (!place(f, s, r, sp->cost_bi[s], last_q, 0, &q, &t, &pos)) return;
         // Link order across periods too: before the first chain's op of the next period.
         // (Explicit lags keep every op in one step, however long: no period overtakes.)
-        const Chain *first = &f->chains[0];
-        if (i > 0 && !explicit_lag && first->bi_q[s] >= 0 &&
+        if (first && !explicit_lag &&
             q * f->T + t >= (first->bi_q[s] + f->b.S->n_phases) * f->T + first->bi_t[s])
             return;
         put(f, OP_BI, s, ch, q, t, pos);
