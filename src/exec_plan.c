@@ -47,16 +47,9 @@ int op_runs(const ScheduledOp *op, long step, long first_step) { return step - o
 int op_adjoint_taker_lag(const Schedule *s, int phase, const ScheduledOp *op) {
     if (op->stage == 0 || (op->kind != OP_B && op->kind != OP_BI)) return -1;
     if (op->kind == OP_B) return 0;
-    const int source = ((phase - op->lag) % s->n_phases + s->n_phases) % s->n_phases;
-    for (int q = 0; q < s->n_phases; q++) {
-        const ScheduledOp *ops;
-        const int n = schedule_stage_ops(s, q, op->stage - 1, &ops);
-        for (int i = 0; i < n; i++)
-            if (ops[i].kind == OP_BI && ops[i].microbatch == op->microbatch &&
-                ((q - ops[i].lag) % s->n_phases + s->n_phases) % s->n_phases == source)
-                return ops[i].lag;
-    }
-    return -1;
+    const ScheduledOp *taker = schedule_chain_op(s, OP_BI, schedule_source_phase(s, phase, op->lag),
+                                                 op->microbatch, op->stage - 1);
+    return taker ? taker->lag : -1;
 }
 
 void message_plan_build(const Schedule *s, const ExecPlan *plan, int phase, int stage,

@@ -191,6 +191,7 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 }
 
 double pipeline_stash_bytes(const Pipeline *p) {
-    return (double)p->n_stash_alloc * (double)stage_stash_floats(&p->stage, p->cfg->micro_batch) *
-           sizeof(float);
+    int B = p->cfg->micro_batch;
+    return ((double)p->n_stash_alloc * stage_stash_floats(&p->stage, B) +
+            (double)p->n_adj_alloc * stage_adjoint_floats(&p->stage, B)) * sizeof(float);
 }

@@ -60,7 +60,7 @@ typedef struct {
     const ExecPlan *plan;     // this step's (phase step mod n_phases)
     MessagePlan messages;     // this step's
     unsigned char *stashes;   // [n_phases][N]: F of micro-batch b in phase p keeps a stash
-    int corrections[SCHED_MAX_LAG + 1];  // per phase: Bw (or B) ops of this stage
+    int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
     long first_c_step;        // fg+bp: the first step with an exact gradient c
     int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
     int is_first, is_last;
@@ -135,7 +135,7 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
 
-// Bytes of activations kept for B ops, at most at once.
+// Bytes kept for backward ops at most at once: stashes of activations and Bi's adjoints.
 double pipeline_stash_bytes(const Pipeline *p);
 
 #endif

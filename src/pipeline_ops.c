@@ -133,7 +133,7 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
         if (!op_runs(op, step, p->first_step)) continue;
         Lane *a = &p->lanes[n];
         *a = (Lane){.op = idx, .kind = op->kind, .microbatch = op->microbatch, .lag = op->lag,
-                    .taker_lag = op_adjoint_taker_lag(&p->sched, step_phase(p, step), op), .rows = B};
+                    .taker_lag = p->taker_lag[idx], .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
             a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);

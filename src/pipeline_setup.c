@@ -186,26 +186,27 @@ static int plan_timetable(Pipeline *p, FgError *err) {
     return rc;
 }
 
-// What the timetable asks of this stage: which F ops keep stashes, how many corrections each
-// phase averages, and the first step with an exact gradient.
+// What the timetable asks of this stage: which F ops keep stashes, where its B and Bi ops send
+// their adjoints, and the first step with an exact gradient.
 static void plan_stage(Pipeline *p) {
     const Schedule *S = &p->sched;
     int N = p->cfg->micro_batches, s = p->tr->stage;
     p->stashes = fg_alloc_bytes((size_t)S->n_phases * N);
+    p->taker_lag = fg_alloc_bytes(sizeof(int) * (size_t)FG_MAX(S->n_ops, 1));
     for (int ph = 0; ph < S->n_phases; ph++) {
         for (int b = 0; b < N; b++) p->stashes[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
         const ScheduledOp *ops;
         int n = schedule_stage_ops(S, ph, s, &ops);
-        for (int i = 0; i < n; i++) p->corrections[ph] += ops[i].kind == OP_B || ops[i].kind == OP_BW;
+        for (int i = 0; i < n; i++) p->taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
     }
+    // Every phase recurs within n_phases steps once the lags have passed.
     p->first_c_step = LONG_MAX;
-    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG + 1; k++)
-        for (int i = 0; i < S->n_ops && p->first_c_step == LONG_MAX; i++) {
-            const ScheduledOp *o = &S->ops[i];
-            int phase = 0;
-            while (phase + 1 < S->n_phases && i >= S->stage_first[(phase + 1) * S->M]) phase++;
-            if (o->kind == OP_BW && phase == (int)(k % S->n_phases) && op_runs(o, k, p->first_step))
-                p->first_c_step = k;
+    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG && p->first_c_step == LONG_MAX; k++)
+        for (int t = 0; t < S->M; t++) {
+            const ScheduledOp *ops;
+            int n = schedule_stage_ops(S, (int)(k % S->n_phases), t, &ops);
+            for (int i = 0; i < n; i++)
+                if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->first_c_step = k;
         }
 }
 
@@ -267,7 +268,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           p->src.streamed ? NULL : p->update, p->scratch};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
-                       p->stashes, p->scalars,
+                       p->stashes, p->taker_lag, p->scalars,
                        p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3]};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);

@@ -310,17 +310,24 @@ int schedule_stage_ops(const Schedule *S, int phase, int stage, const ScheduledO
     return S->stage_count[i];
 }
 
-int schedule_stashes(const Schedule *S, int phase, int stage, int b) {
-    if (schedule_is_bp(S->mode)) return 1;
+int schedule_source_phase(const Schedule *S, int phase, int lag) {
+    return ((phase - lag) % S->n_phases + S->n_phases) % S->n_phases;
+}
+
+const ScheduledOp *schedule_chain_op(const Schedule *S, OpKind kind, int source, int b, int stage) {
     for (int q = 0; q < S->n_phases; q++) {
         const ScheduledOp *ops;
         const int n = schedule_stage_ops(S, q, stage, &ops);
         for (int i = 0; i < n; i++)
-            if (ops[i].kind == OP_BI && ops[i].microbatch == b &&
-                ((q - ops[i].lag) % S->n_phases + S->n_phases) % S->n_phases == phase)
-                return 1;
+            if (ops[i].kind == kind && ops[i].microbatch == b &&
+                schedule_source_phase(S, q, ops[i].lag) == source)
+                return &ops[i];
     }
-    return 0;
+    return NULL;
+}
+
+int schedule_stashes(const Schedule *S, int phase, int stage, int b) {
+    return schedule_is_bp(S->mode) || schedule_chain_op(S, OP_BI, phase, b, stage);
 }
 
 // B time before the last F, and FG's idle time before the last F, of one stage over the phases.

@@ -106,6 +106,13 @@ StageBubbles schedule_stage_bubbles(const Schedule *s, int stage);
 // The ops of phase `phase`, stage s: *first, and the count as the return value.
 int schedule_stage_ops(const Schedule *s, int phase, int stage, const ScheduledOp **first);
 
+// The phase whose step made the stash of an op with `lag` running in `phase` (its chain's
+// source phase).
+int schedule_source_phase(const Schedule *s, int phase, int lag);
+// fg+bp: the Bi or Bw op (kind) of chain (source phase, micro-batch b) on stage `stage`, or
+// NULL where the chain does not reach it.
+const ScheduledOp *schedule_chain_op(const Schedule *s, OpKind kind, int source, int b, int stage);
+
 // Whether stage s keeps a stash of micro-batch b made in phase `phase` (some Bi or B op of a
 // later or the same phase works on it).
 int schedule_stashes(const Schedule *s, int phase, int stage, int b);

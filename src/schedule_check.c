@@ -20,10 +20,6 @@ static int fail_dep(FgError *err, const ScheduledOp *o, const ScheduledOp *dep) 
                    op_name(o, a, sizeof a), o->start, op_name(dep, b, sizeof b), dep->end);
 }
 
-static int source_phase(const Schedule *S, int phase, int lag) {
-    return ((phase - lag) % S->n_phases + S->n_phases) % S->n_phases;
-}
-
 // One phase of one stage: well-formed ops with their costs, in order without overlap, U last.
 static int check_list(Check *c, int p, int s, FgError *err) {
     const Schedule *S = c->S;
@@ -60,7 +56,7 @@ static int check_list(Check *c, int p, int s, FgError *err) {
         const ScheduledOp **slot = NULL;
         if (o->kind == OP_B) slot = &c->b[s * N + o->microbatch];
         if (o->kind == OP_BI || o->kind == OP_BW)
-            slot = &(o->kind == OP_BI ? c->bi : c->bw)[((size_t)source_phase(S, p, o->lag) * N + o->microbatch) * M + s];
+            slot = &(o->kind == OP_BI ? c->bi : c->bw)[((size_t)schedule_source_phase(S, p, o->lag) * N + o->microbatch) * M + s];
         if ((o->kind == OP_B || o->kind == OP_BI || o->kind == OP_BW) && S->mode != (o->kind == OP_B ? S->mode : SCHED_FG_BP))
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s in a %s timetable", op_name(o, a, sizeof a),
                            schedule_mode_name(S->mode));

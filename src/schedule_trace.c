@@ -98,19 +98,13 @@ StageBubbles schedule_stage_bubbles(const Schedule *S, int s) {
         for (int i = 0; i < count; i++) {
             if (ops[i].kind != OP_BW) continue;
             const ScheduledOp *bw = &ops[i];
-            const int source = ((p - bw->lag) % S->n_phases + S->n_phases) % S->n_phases;
+            const int source = schedule_source_phase(S, p, bw->lag);
             const int n_f = schedule_stage_ops(S, source, s, &f_ops);
-            double f_start = 0.0, bi_end = 0.0;
+            double f_start = 0.0;
             for (int j = 0; j < n_f; j++)
                 if (f_ops[j].kind == OP_F && f_ops[j].microbatch == bw->microbatch) f_start = f_ops[j].start;
-            for (int q = 0; q < S->n_phases; q++) {
-                const ScheduledOp *o;
-                const int m = schedule_stage_ops(S, q, s, &o);
-                for (int j = 0; j < m; j++)
-                    if (o[j].kind == OP_BI && o[j].microbatch == bw->microbatch &&
-                        ((q - o[j].lag) % S->n_phases + S->n_phases) % S->n_phases == source)
-                        bi_end = source * T + o[j].lag * T + o[j].end;
-            }
+            const ScheduledOp *bi = schedule_chain_op(S, OP_BI, source, bw->microbatch, s);
+            const double bi_end = bi ? source * T + bi->lag * T + bi->end : 0.0;
             // Unrolled time, the source step starting at source * T.
             stash_lo[n] = source * T + f_start, stash_hi[n] = source * T + bw->lag * T + bw->end;
             kept_lo[n] = bi_end, kept_hi[n] = stash_hi[n];

@@ -31,7 +31,7 @@ typedef struct {
     // of its bubble used by B ops planned and in the last step as it ran.
     double n_corr_stage[SCHED_MAX_STAGES], bubble_used_stage[SCHED_MAX_STAGES];
     double bubble_used_stage_measured[SCHED_MAX_STAGES];
-    int lag_stage[SCHED_MAX_STAGES];
+    double lag_stage[SCHED_MAX_STAGES];
     double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
     double bubble_planned, bubble_used_by_b;    // of the timetable

@@ -133,6 +133,13 @@ int write_trace(const Schedule *planned, const Schedule *measured, const char *p
     return rc;
 }
 
+// , "name": [v0, v1, ...]: whole numbers whole, others with 4 decimals.
+static void json_array(FILE *f, const char *name, const double *v, int n) {
+    fprintf(f, ", \"%s\": [", name);
+    for (int i = 0; i < n; i++) fprintf(f, v[i] == floor(v[i]) ? "%s%.0f" : "%s%.4f", i ? ", " : "", v[i]);
+    fputc(']', f);
+}
+
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
     char mode[CONFIG_NAME_MAX];
     FILE *f = fopen(path, "w");
@@ -146,23 +153,18 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
             "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
-            "\"seed\": %u, \"peak_rss_stage\": [",
+            "\"seed\": %u",
             r->steps, c->micro_batch, c->micro_batches, r->makespan_vs_fg, c->replicas, r->n_params, r->first_loss,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->seed);
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->peak_rss_stage[s]);
-    fprintf(f, "], \"stash_bytes_stage\": [");
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.0f", s ? ", " : "", r->stash_bytes_stage[s]);
-    fprintf(f, "], \"n_corr_stage\": [");
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%g", s ? ", " : "", r->n_corr_stage[s]);
-    fprintf(f, "], \"lag_stage\": [");
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->lag_stage[s]);
-    fprintf(f, "], \"bubble_used_by_b_stage\": [");
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.4f", s ? ", " : "", r->bubble_used_stage[s]);
-    fprintf(f, "], \"bubble_used_by_b_stage_measured\": [");
-    for (int s = 0; s < r->stages; s++) fprintf(f, "%s%.4f", s ? ", " : "", r->bubble_used_stage_measured[s]);
-    fprintf(f, "]}\n");
+    json_array(f, "peak_rss_stage", r->peak_rss_stage, r->stages);
+    json_array(f, "stash_bytes_stage", r->stash_bytes_stage, r->stages);
+    json_array(f, "n_corr_stage", r->n_corr_stage, r->stages);
+    json_array(f, "lag_stage", r->lag_stage, r->stages);
+    json_array(f, "bubble_used_by_b_stage", r->bubble_used_stage, r->stages);
+    json_array(f, "bubble_used_by_b_stage_measured", r->bubble_used_stage_measured, r->stages);
+    fputs("}\n", f);
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;
 }
