@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
     FgError err = {0};
     Model m;
     int layout[SCHED_MAX_STAGES + 1];
-    if (model_build_mlp(&m, argv[1], "relu", &err) || partition_layers(&m, M, "auto", layout, &err)) {
+    if (model_build_mlp(&m, argv[1], "relu", &err) || partition_layers(&m, M, "auto", NULL, layout, &err)) {
         if (!rank) fprintf(stderr, "bench_checkpoint: %s\n", err.msg);
         MPI_Finalize();
         return 2;

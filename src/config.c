@@ -37,7 +37,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
-    STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance by parameter count"),
+    STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),

@@ -7,7 +7,8 @@
 
 #include "schedule.h"
 
-int partition_layers(const Model *m, int M, const char *boundaries, int *first, FgError *err) {
+int partition_layers(const Model *m, int M, const char *boundaries, const double *layer_cost,
+                     int *first, FgError *err) {
     int L = m->n_layers;
     if (M > L)
         return fg_fail(err, FG_ERR_INPUT, "stages: %d stages for a model of %d layers", M, L);
@@ -31,10 +32,11 @@ int partition_layers(const Model *m, int M, const char *boundaries, int *first, 
                            boundaries, M - 1);
         return FG_OK;
     }
-    // Smallest possible largest stage, by dynamic programming over cut positions; a layer's
-    // cost is its parameter count plus one so that activation layers are not free.
+    // Smallest possible largest stage, by dynamic programming over cut positions; counted in
+    // parameters, a layer costs one more so that activation layers are not free.
     double cost[MODEL_MAX_LAYERS + 1] = {0};
-    for (int l = 0; l < L; l++) cost[l + 1] = cost[l] + (double)m->layers[l].param_count + 1.0;
+    for (int l = 0; l < L; l++)
+        cost[l + 1] = cost[l] + (layer_cost ? layer_cost[l] : (double)m->layers[l].param_count + 1.0);
     double best[SCHED_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
     int cut[SCHED_MAX_STAGES + 1][MODEL_MAX_LAYERS + 1];
     for (int j = 0; j <= L; j++) best[1][j] = cost[j], cut[1][j] = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_cost.h"
 #include "pipeline_internal.h"
 #include "progress.h"
 
@@ -109,61 +110,27 @@ static ScheduleMode schedule_mode(const Config *c) {
     return c->mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
 }
 
-// Seconds for one F and one B op of this stage (best of three), to plan the timetable. A
-// streamed stage would have to read its whole store for that: it plans with its GEMM work at
-// a nominal 10 GFLOP/s instead.
-// The stage's op costs, measured (best of three): cost[0] F, [1] Bi, [2] Bw, [3] U (fg: one
-// pass regenerating the step's tangents; the optimizer's elementwise work is left out).
-static int measure_costs(Pipeline *p, double cost[4], FgError *err) {
-    int B = p->cfg->micro_batch, rc = FG_OK;
-    if (p->src.streamed) {  // out of core the I/O of each wave dominates: modelled, not timed
-        cost[0] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
-        cost[1] = cost[2] = 2.0 * (double)p->n * B / 1e10;
-        cost[3] = 0.0;
+typedef struct {
+    Pipeline *p;
+    double *cost;
+} StageTiming;
+
+// The stage's op costs (op_cost.h). Out of core, the I/O of each wave dominates and timing
+// would read the whole store: the GEMM work at a nominal 10 GFLOP/s is planned instead.
+static int measure_costs(void *arg, FgError *err) {
+    Pipeline *p = ((StageTiming *)arg)->p;
+    double *cost = ((StageTiming *)arg)->cost;
+    int B = p->cfg->micro_batch;
+    if (p->src.streamed) {
+        cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
+        cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
+        cost[COST_U] = 0.0;
         return FG_OK;
     }
-    const Backend *be = p->be;
-    size_t in = (size_t)B * p->model->layers[p->stage.first].in;
-    // Costs do not depend on the values: zero weights and inputs will do.
-    float *x = backend_alloc_floats(be, in * (1 + p->K));
-    float *stash = backend_alloc_floats(be, stage_stash_floats(&p->stage, B));
-    float *adjoints = backend_alloc_floats(be, stage_adjoint_floats(&p->stage, B));
-    float *dy = backend_alloc_floats(be, (size_t)B * p->model->max_width);
-    float *w = backend_alloc_floats(be, p->n), *g = backend_alloc_floats(be, p->n);
-    TangentKey key = tangent_key(p->cfg->seed, 0, 0, 0);
-    for (int i = 0; i < 4; i++) cost[i] = INFINITY;
-    for (int r = 0; r < 3 && !rc; r++) {
-        const float *y, *ydot;
-        double t[4];
-        t[0] = wall_seconds();
-        stage_forward(&p->stage, w, p->K ? &key : NULL, x, p->is_first || !p->K ? NULL : x + in,
-                      B, stash, &y, &ydot);
-        rc = be->sync(be, err);
-        t[1] = wall_seconds();
-        stage_backward_input(&p->stage, w, stash, dy, p->is_first ? NULL : x, adjoints, B);
-        if (!rc) rc = be->sync(be, err);
-        t[2] = wall_seconds();
-        stage_backward_weight(&p->stage, stash, adjoints, g, B);
-        if (!rc) rc = be->sync(be, err);
-        t[3] = wall_seconds();
-        for (int i = 0; i < 3; i++) cost[i] = fmin(cost[i], t[i + 1] - t[i]);
-    }
-    cost[3] = 0.0;
-    if (p->K && !rc) {
-        int n_mb = all_microbatches(p);
-        float *coeff = fg_alloc_floats((size_t)n_mb * p->K);
-        double t0 = wall_seconds();
-        stage_add_tangents(&p->stage, key, n_mb, coeff, g);
-        rc = be->sync(be, err);
-        cost[3] = wall_seconds() - t0;
-        fg_free(coeff);
-    }
-    be->free(be, x), be->free(be, stash), be->free(be, adjoints), be->free(be, dy);
-    be->free(be, w), be->free(be, g);
-    return rc;
+    return stage_measure_costs(&p->stage, B, !p->is_first, all_microbatches(p), p->cfg->seed, cost, err);
 }
 
-// Every stage measures its own ops, one sum gives everyone every stage's costs (the mean over
+// Every stage measures its own ops (in turns), one sum gives everyone every stage's costs (the mean over
 // the replicas), and the deterministic builder turns identical inputs into identical
 // timetables, on every replica.
 static int plan_timetable(Pipeline *p, FgError *err) {
@@ -171,7 +138,7 @@ static int plan_timetable(Pipeline *p, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages, s = t->stage;
     double *costs = calloc((size_t)4 * M, sizeof(double)), mine[4];
-    int rc = measure_costs(p, mine, err);
+    int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine}, err);
     for (int i = 0; i < 4; i++) costs[i * M + s] = mine[i];
     if (!rc) rc = t->allreduce_sum_world(t, costs, 4 * M, err);
     for (int i = 0; i < 4 * M; i++) costs[i] /= t->replicas;

@@ -48,7 +48,7 @@ static int load_model_and_data(Run *r, FgError *err) {
     Model *m = &r->model;
     int rc;
     if ((rc = model_build_mlp(m, c->model, c->activation, err)) ||
-        (rc = partition_layers(m, t->stages, c->boundaries, r->res->layout, err)))
+        (rc = plan_layout(c, r->env, m, r->res, err)))
         return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
@@ -129,7 +129,7 @@ static int open_run(Run *r, FgError *err) {
                             e->streams, want_stats, err)))
         return rc;
     if (e->tr->stage == 0 && e->tr->replica == 0)
-        print_layout(&r->model, r->res->layout, e->tr->stages, &r->p);
+        print_layout(&r->model, r->res, e->tr->stages, &r->p);
     if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err))) return rc;
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));

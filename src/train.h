@@ -34,6 +34,9 @@ typedef struct {
     double lag_stage[SCHED_MAX_STAGES];
     double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
+    const char *layout_by;  // how the stages were cut: "boundaries", "measured work", "parameters"
+    double work_stage[SCHED_MAX_STAGES];  // measured work: seconds of a step's F and U (bp: F
+                                          // and B) ops of each stage, as timed layer by layer
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double bubble_measured, bubble_used_measured;  // of the last step as it ran
     long first_step;       // 0, or where a resumed run started

@@ -19,10 +19,14 @@ int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layou
 int check_replicas_agree(Pipeline *p, FgError *err);
 int save_params(Pipeline *p, const char *path, FgError *err);
 
+// The first layer of each stage into res->layout (how it was cut: res->layout_by, and per stage
+// the timed work it balanced: res->work_stage); collective over the world.
+int plan_layout(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err);
+
 char *config_text(const Config *c);  // the resolved config in file syntax (free it)
 FILE *open_in_dir(const char *dir, const char *name, FgError *err);
 FILE *open_loss_csv(const char *dir, long first_step, FgError *err);
-void print_layout(const Model *m, const int *first, int M, const Pipeline *p);
+void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p);
 // The last step as it ran, on every stage (free measured->ops).
 // The last step's phase with the times it ran (one phase); free with free_measured.
 int gather_measured(Pipeline *p, Schedule *measured, FgError *err);

@@ -58,13 +58,19 @@ FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
     return f;
 }
 
-void print_layout(const Model *m, const int *first, int M, const Pipeline *p) {
+void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p) {
+    const int *first = res->layout;
     if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
     else fprintf(stderr, "fgpipe: ");
     fprintf(stderr, "%d stage%s:", M, M > 1 ? "s" : "");
     for (int s = 0; s < M; s++)
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
+    if (M > 1) fprintf(stderr, "\nfgpipe: stages cut by %s", res->layout_by);
+    if (M > 1 && res->work_stage[0] > 0) {
+        fprintf(stderr, ", ms per step:");
+        for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->work_stage[s]);
+    }
     const Schedule *S = &p->sched;
     ScheduleStats st = schedule_stats(S);
     fprintf(stderr, "\nfgpipe: timetable %s, planned bubble %.1f%%", schedule_mode_name(S->mode),
@@ -144,8 +150,9 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     char mode[CONFIG_NAME_MAX];
     FILE *f = fopen(path, "w");
     if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
-    fprintf(f, "{\"mode\": \"%s\", \"tangents\": %d, \"stages\": %d, \"layout\": [", config_choice_name("mode", c->mode, mode),
-            c->mode == MODE_BP ? 0 : c->tangents, r->stages);
+    fprintf(f, "{\"mode\": \"%s\", \"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
+            config_choice_name("mode", c->mode, mode), c->mode == MODE_BP ? 0 : c->tangents, r->stages,
+            r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
             "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"makespan_vs_fg\": %.4f, "
@@ -158,6 +165,9 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->seed);
+    double work_ms[SCHED_MAX_STAGES];
+    for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->work_stage[s];
+    json_array(f, "work_ms_stage", work_ms, r->stages);
     json_array(f, "peak_rss_stage", r->peak_rss_stage, r->stages);
     json_array(f, "stash_bytes_stage", r->stash_bytes_stage, r->stages);
     json_array(f, "n_corr_stage", r->n_corr_stage, r->stages);

@@ -75,6 +75,13 @@ for c in "${cases[@]}"; do
   same "$name: M=4 vs M=1" "$name-M1" "$name-M4"
 done
 
+# The stages are cut by the work timed on each rank (boundaries=auto), whatever cut that gives.
+if grep -q "stages cut by measured work, ms per step:" "$dir/fg-M2.log"; then
+  verdict "layout: boundaries=auto cuts by measured work" ""
+else
+  verdict "layout: boundaries=auto cuts by measured work" "fg-M2 did not report a cut by measured work"
+fi
+
 # Exact gradient: fg+bp, cv, lag 0, every micro-batch backpropagated (select = N = 4), adam,
 # on 4 stages  ==  bp with the 1F1B order on one rank (bp-1f1b-M1 above: adam, lr 0.001).
 run exact-fgbp-M4 4 mode=fg+bp estimator=cv lag=0 select=4 optimizer=adam

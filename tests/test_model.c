@@ -14,6 +14,8 @@
 #include "common.h"
 #include "layer.h"
 #include "model.h"
+#include "op_cost.h"
+#include "partition.h"
 #include "stage.h"
 #include "tangent.h"
 #include "test_util.h"
@@ -430,6 +432,53 @@ static void test_model_build(void **state) {
     fg_free(p);
 }
 
+// boundaries=auto minimises the largest stage's cost: parameter counts by default, or the given
+// per-layer costs; stages start at linear layers; explicit boundaries are checked.
+static void test_partition(void **state) {
+    (void)state;
+    Model m;
+    FgError err = {0};
+    int first[5];
+    // fc1 relu1 fc2 relu2 fc3 relu3 fc4 relu4 fc5 (layers 0..8)
+    assert_int_equal(model_build_mlp(&m, "100-100-100-100-100-10", "relu", &err), FG_OK);
+    assert_int_equal(partition_layers(&m, 2, "auto", NULL, first, &err), FG_OK);
+    assert_true(first[0] == 0 && first[1] == 4 && first[2] == 9);  // 20200 | 20200 + 1010
+    // A costly head moves the cut: fc1..fc3 | fc4..fc5.
+    double cost[9] = {1, 0, 1, 0, 1, 0, 1, 0, 3};
+    assert_int_equal(partition_layers(&m, 2, "auto", cost, first, &err), FG_OK);
+    assert_true(first[1] == 6);
+    assert_int_equal(partition_layers(&m, 3, "auto", cost, first, &err), FG_OK);
+    assert_true(first[1] == 4 && first[2] == 8 && first[3] == 9);  // 2 | 2 | 3: the head alone
+    for (int l = 0; l < 9; l++) cost[l] = l % 2 ? 100 : 1;  // costly activations stay with their layer
+    assert_int_equal(partition_layers(&m, 4, "auto", cost, first, &err), FG_OK);
+    for (int s = 0; s < 4; s++) assert_int_equal(m.layers[first[s]].kind, LAYER_LINEAR);
+    assert_int_equal(partition_layers(&m, 3, "2,6", NULL, first, &err), FG_OK);
+    assert_true(first[1] == 2 && first[2] == 6 && first[3] == 9);
+    assert_int_equal(partition_layers(&m, 3, "6,2", NULL, first, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "increasing"));
+    assert_int_equal(partition_layers(&m, 6, "auto", NULL, first, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "linear layer"));
+}
+
+// Timed op costs are positive and finite, U only with tangents; every layer is timed.
+static void test_measure_costs(void **state) {
+    (void)state;
+    Model m;
+    FgError err = {0};
+    assert_int_equal(model_build_mlp(&m, "64-128-10", "relu", &err), FG_OK);
+    for (int K = 0; K <= 1; K++) {
+        double cost[3 * N_OP_COSTS];
+        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, 8, K, 4, 1, cost, &err), FG_OK);
+        for (int l = 0; l < 3; l++)
+            for (int i = 0; i < N_OP_COSTS; i++) {
+                double c = cost[l * N_OP_COSTS + i];
+                assert_true(isfinite(c) && c >= 0);
+                if (i == COST_U) assert_true(K ? c >= 0 : c == 0);
+                else if (l != 1) assert_true(c > 0);
+            }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backprop_matches_finite_differences),
@@ -437,6 +486,8 @@ int main(void) {
         cmocka_unit_test(test_batched_tangents_match_single),
         cmocka_unit_test(test_stage_split_is_exact),
         cmocka_unit_test(test_model_build),
+        cmocka_unit_test(test_partition),
+        cmocka_unit_test(test_measure_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

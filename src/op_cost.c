@@ -1,0 +1,75 @@
+// Timing a stage's ops.
+#include "op_cost.h"
+
+#include <math.h>
+
+#include "progress.h"
+
+int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t seed,
+                        double cost[N_OP_COSTS], FgError *err) {
+    const Backend *be = st->be;
+    const Model *m = st->model;
+    int K = st->tangents, rc = FG_OK;
+    size_t in = (size_t)rows * m->layers[st->first].in;
+    float *x = backend_alloc_floats(be, in * (1 + K));
+    float *stash = backend_alloc_floats(be, stage_stash_floats(st, rows));
+    float *adjoints = backend_alloc_floats(be, stage_adjoint_floats(st, rows));
+    float *dy = backend_alloc_floats(be, (size_t)rows * m->max_width);
+    float *dx = backend_alloc_floats(be, in);
+    float *w = backend_alloc_floats(be, st->param_count + 1);
+    float *g = backend_alloc_floats(be, st->param_count + 1);
+    TangentKey key = tangent_key(seed, 0, 0, 0);
+    for (int i = 0; i < N_OP_COSTS; i++) cost[i] = K || i != COST_U ? INFINITY : 0.0;
+    for (int r = 0; r < 3 && !rc; r++) {
+        const float *y, *ydot;
+        double t[5];
+        t[0] = wall_seconds();
+        stage_forward(st, w, K ? &key : NULL, x, with_xdot && K ? x + in : NULL, rows, stash, &y, &ydot);
+        rc = be->sync(be, err);
+        t[1] = wall_seconds();
+        stage_backward_input(st, w, stash, dy, with_xdot ? dx : NULL, adjoints, rows);
+        if (!rc) rc = be->sync(be, err);
+        t[2] = wall_seconds();
+        stage_backward_weight(st, stash, adjoints, g, rows);
+        if (!rc) rc = be->sync(be, err);
+        t[3] = wall_seconds();
+        if (K) {
+            float *coeff = fg_alloc_floats((size_t)n_mb * K);
+            stage_add_tangents(st, key, n_mb, coeff, g);
+            fg_free(coeff);
+            if (!rc) rc = be->sync(be, err);
+        }
+        t[4] = wall_seconds();
+        for (int i = 0; i < N_OP_COSTS; i++)
+            if (K || i != COST_U) cost[i] = fmin(cost[i], t[i + 1] - t[i]);
+    }
+    void *bufs[] = {x, stash, adjoints, dy, dx, w, g};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    return rc;
+}
+
+int model_measure_layer_costs(const Backend *be, const Model *m, int rows, int K, int n_mb,
+                              uint32_t seed, double *cost, FgError *err) {
+    int rc = FG_OK;
+    for (int l = 0; l < m->n_layers && !rc; l++) {
+        Stage st;
+        if ((rc = stage_init(&st, be, m, l, l + 1, rows, K, err))) break;
+        rc = stage_measure_costs(&st, rows, l > 0, n_mb, seed, cost + (size_t)l * N_OP_COSTS, err);
+        stage_free(&st);
+    }
+    return rc;
+}
+
+int measure_in_turns(Transport *t, int (*measure)(void *arg, FgError *err), void *arg,
+                     FgError *err) {
+    int me = t->replica * t->stages + t->stage, world = t->stages * t->replicas, rc = FG_OK;
+    for (int turn = 0; turn < world; turn++) {
+        double failed = 0.0;
+        if (turn == me && (rc = measure(arg, err))) failed = 1.0;
+        // The turn's end; a failure ends every rank's turns (the failing rank keeps its error).
+        int rc2 = t->allreduce_sum_world(t, &failed, 1, err);
+        if (rc || rc2) return rc ? rc : rc2;
+        if (failed > 0) return fg_fail(err, FG_ERR_INPUT, "timing the ops failed on another rank");
+    }
+    return FG_OK;
+}

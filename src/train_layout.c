@@ -1,0 +1,50 @@
+// Cutting the model into this run's stages. boundaries=auto balances the work of a step as
+// timed on this machine: parameter counts miss that tangent generation and small layers cost
+// differently per parameter (the MLP's 10-class head is nearly free).
+#include <stdlib.h>
+#include <string.h>
+
+#include "op_cost.h"
+#include "partition.h"
+#include "train_internal.h"
+
+// A layer's seconds of work in one step of one replica: N F ops and one U pass when the
+// timetable is made of those (fg, fg+bp: Bi and Bw go into the bubbles), N F+Bi+Bw ops for bp.
+static double step_work(const Config *c, const double cost[N_OP_COSTS]) {
+    if (c->mode == MODE_BP) return c->micro_batches * (cost[COST_F] + cost[COST_BI] + cost[COST_BW]);
+    return c->micro_batches * cost[COST_F] + cost[COST_U];
+}
+
+typedef struct {
+    const Config *c;
+    const TrainEnv *e;
+    const Model *m;
+    double *cost;
+} LayerTiming;
+
+static int time_layers(void *arg, FgError *err) {
+    LayerTiming *lt = arg;
+    const Config *c = lt->c;
+    return model_measure_layer_costs(lt->e->be, lt->m, c->micro_batch, c->mode == MODE_BP ? 0 : c->tangents,
+                                     c->micro_batches * lt->e->tr->replicas, c->seed, lt->cost, err);
+}
+
+// Every rank times every layer, in turns, and one sum gives everyone the mean, so that all
+// ranks cut alike. Out-of-core runs cut by parameter count: timing would read the stores.
+int plan_layout(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err) {
+    Transport *t = e->tr;
+    int M = t->stages, L = m->n_layers, world = M * t->replicas, rc;
+    int timed = strcmp(c->boundaries, "auto") == 0 && M > 1 && c->mem_budget <= 0;
+    res->layout_by = strcmp(c->boundaries, "auto") ? "boundaries" : timed ? "measured work" : "parameters";
+    if (!timed) return partition_layers(m, M, c->boundaries, NULL, res->layout, err);
+    double *cost = calloc((size_t)L * N_OP_COSTS, sizeof(double)), work[MODEL_MAX_LAYERS];
+    LayerTiming lt = {c, e, m, cost};
+    rc = measure_in_turns(t, time_layers, &lt, err);
+    if (!rc) rc = t->allreduce_sum_world(t, cost, L * N_OP_COSTS, err);
+    for (int l = 0; l < L; l++) work[l] = step_work(c, cost + (size_t)l * N_OP_COSTS) / world;
+    free(cost);
+    if (!rc) rc = partition_layers(m, M, c->boundaries, work, res->layout, err);
+    for (int s = 0; s < M && !rc; s++)
+        for (int l = res->layout[s]; l < res->layout[s + 1]; l++) res->work_stage[s] += work[l];
+    return rc;
+}
