@@ -14,7 +14,7 @@ static const char *const QUANTITIES[N_QUANTITIES] = {
     "cos_fg_exact", "variance_reduction", "step_seconds", "makespan", "bubble", "bubble_used_by_b"};
 
 typedef struct {
-    hid_t file, data[N_QUANTITIES], busy;
+    hid_t file, data[N_QUANTITIES], busy, bubble_used;
     hsize_t n;
     int stages;
 } LogCtx;
@@ -54,6 +54,7 @@ static int log_append(StepLog *log, const StepRecord *r, FgError *err) {
     for (int i = 1; i < N_QUANTITIES; i++) bad |= append_row(c->data[i], c->n, 1, NULL, H5T_NATIVE_DOUBLE, &v[i]);
     hsize_t inner[2] = {(hsize_t)c->stages, 3};
     bad |= append_row(c->busy, c->n, 3, inner, H5T_NATIVE_DOUBLE, r->busy_seconds);
+    bad |= append_row(c->bubble_used, c->n, 2, inner, H5T_NATIVE_DOUBLE, r->bubble_used_stage);
     c->n++;
     if (!bad && c->n % FLUSH_EVERY == 0) bad = H5Fflush(c->file, H5F_SCOPE_GLOBAL) < 0;
     return bad ? fg_fail(err, FG_ERR_INPUT, "writing step %ld to the log failed", r->step) : FG_OK;
@@ -64,6 +65,7 @@ static int log_close(StepLog *log, FgError *err) {
     if (!c) return FG_OK;
     for (int i = 0; i < N_QUANTITIES; i++) H5Dclose(c->data[i]);
     H5Dclose(c->busy);
+    H5Dclose(c->bubble_used);
     int rc = H5Fclose(c->file) < 0 ? fg_fail(err, FG_ERR_INPUT, "closing the log failed") : FG_OK;
     free(c);
     log->ctx = NULL;
@@ -75,6 +77,37 @@ static void attr_i64(hid_t obj, const char *name, long long v) {
     H5Awrite(a, H5T_NATIVE_LLONG, &v);
     H5Aclose(a);
     H5Sclose(sp);
+}
+
+static void attr_f64(hid_t obj, const char *name, double v) {
+    hid_t sp = H5Screate(H5S_SCALAR), a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+}
+
+// A fixed 1-D dataset of n values; 1 on failure.
+static int fixed(hid_t parent, const char *name, hid_t type, hsize_t n, const void *buf) {
+    hid_t sp = H5Screate_simple(1, &n, NULL);
+    hid_t d = H5Dcreate2(parent, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = d < 0 || H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(sp);
+    return bad;
+}
+
+// The run's plan per stage, in /stages.
+static int write_plan(hid_t stages, const LogInfo *info) {
+    hsize_t M = (hsize_t)info->stages;
+    long long *layout = malloc((M + 1) * sizeof *layout);
+    for (hsize_t s = 0; s <= M; s++) layout[s] = info->layout[s];
+    int bad = fixed(stages, "layout", H5T_NATIVE_LLONG, M + 1, layout) ||
+              fixed(stages, "work_ms", H5T_NATIVE_DOUBLE, M, info->work_ms) ||
+              fixed(stages, "n_corr", H5T_NATIVE_DOUBLE, M, info->n_corr) ||
+              fixed(stages, "lag", H5T_NATIVE_DOUBLE, M, info->lag) ||
+              fixed(stages, "bubble_used_by_b_planned", H5T_NATIVE_DOUBLE, M, info->bubble_used_planned);
+    free(layout);
+    return bad;
 }
 
 static void attr_str(hid_t obj, const char *name, const char *s) {
@@ -101,6 +134,8 @@ int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *o
     attr_i64(f, "micro_batches", info->micro_batches);
     attr_i64(f, "tangents", info->tangents);
     attr_str(f, "config", info->config_text ? info->config_text : "");
+    attr_str(f, "layout_by", info->layout_by ? info->layout_by : "boundaries");
+    attr_f64(f, "makespan_vs_fg", info->makespan_vs_fg);
     hid_t steps = H5Gcreate2(f, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     hid_t stages = H5Gcreate2(f, "stages", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     int bad = steps < 0 || stages < 0;
@@ -108,6 +143,8 @@ int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *o
         bad = (c->data[i] = extendible(steps, QUANTITIES[i], i ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG, 1, NULL)) < 0;
     hsize_t inner[2] = {(hsize_t)info->stages, 3};
     if (!bad) bad = (c->busy = extendible(stages, "busy_seconds", H5T_NATIVE_DOUBLE, 3, inner)) < 0;
+    if (!bad) bad = (c->bubble_used = extendible(stages, "bubble_used_by_b", H5T_NATIVE_DOUBLE, 2, inner)) < 0;
+    if (!bad) bad = write_plan(stages, info);
     H5Gclose(steps);
     H5Gclose(stages);
     StepLog log = {c, log_append, log_close};

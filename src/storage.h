@@ -45,11 +45,17 @@ typedef struct {
     double variance_reduction;  // sum d^2 / sum (d - c.v)^2 over the estimated micro-batches
     double step_seconds, makespan, bubble, bubble_used_by_b;
     const double *busy_seconds;  // [stages][3]: F, B, U seconds of each stage
+    const double *bubble_used_stage;  // [stages]: share of each stage's bubble used by B ops
 } StepRecord;
 
+// The run's constants: the attributes of the log and its per-stage plan (each [stages], the
+// layout [stages + 1]; see TrainResult).
 typedef struct {
-    const char *mode, *estimator, *config_text;
+    const char *mode, *estimator, *config_text, *layout_by;
     int stages, micro_batches, tangents;
+    const int *layout;
+    const double *work_ms, *n_corr, *lag, *bubble_used_planned;
+    double makespan_vs_fg;
 } LogInfo;
 
 typedef struct StepLog StepLog;

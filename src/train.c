@@ -113,12 +113,34 @@ static int open_outputs(Run *r, FgError *err) {
         const char *estimator = c->mode == MODE_FG_BP ? config_choice_name("estimator", e, est)
                                                       : config_choice_name("mode", c->mode, mode);
         char *text = config_text(c);
-        LogInfo info = {config_choice_name("mode", c->mode, mode), estimator, text, r->env->tr->stages,
-                        c->micro_batches, r->p.K};
+        const TrainResult *res = r->res;
+        double work_ms[SCHED_MAX_STAGES];
+        for (int s = 0; s < res->stages; s++) work_ms[s] = 1e3 * res->work_stage[s];
+        LogInfo info = {config_choice_name("mode", c->mode, mode), estimator, text, res->layout_by,
+                        res->stages, c->micro_batches, r->p.K, res->layout, work_ms, res->n_corr_stage,
+                        res->lag_stage, res->bubble_used_stage, res->makespan_vs_fg};
         rc = r->env->storage->open_log(r->env->storage, r->out.log_path, &info, &r->log, err);
         free(text);
     }
     return rc;
+}
+
+// The timetable's figures per stage: corrections per step, their largest lag, the share of the
+// bubble planned for B ops.
+static void plan_figures(Run *r) {
+    TrainResult *res = r->res;
+    const Schedule *S = &r->p.sched;
+    res->stages = S->M;
+    for (int s = 0; s < S->M; s++) {
+        StageBubbles planned = schedule_stage_bubbles(S, s);
+        res->n_corr_stage[s] = (double)planned.corrections / S->n_phases;
+        res->lag_stage[s] = planned.max_lag;
+        res->bubble_used_stage[s] = planned.bubble_used;
+    }
+    res->makespan_vs_fg = S->makespan / S->fg_makespan;
+    ScheduleStats st = schedule_stats(S);
+    res->bubble_planned = st.bubble_fraction;
+    res->bubble_used_by_b = st.bubble_used_by_b;
 }
 
 static int open_run(Run *r, FgError *err) {
@@ -128,6 +150,7 @@ static int open_run(Run *r, FgError *err) {
         (rc = pipeline_init(&r->p, e->be, r->cfg, &r->model, r->res->layout, e->tr, &r->train,
                             e->streams, want_stats, err)))
         return rc;
+    plan_figures(r);
     if (e->tr->stage == 0 && e->tr->replica == 0)
         print_layout(&r->model, r->res, e->tr->stages, &r->p);
     if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err))) return rc;
@@ -156,11 +179,13 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
         Schedule measured;
         int M = r->env->tr->stages, rc = gather_measured(&r->p, &measured, err);
         ScheduleStats ms = schedule_stats(&measured);
+        double used[SCHED_MAX_STAGES];
         memset(r->busy, 0, (size_t)3 * M * sizeof(double));
         for (int i = 0; i < measured.n_ops; i++) {
             const ScheduledOp *op = &measured.ops[i];
             r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_U ? 2 : 1)] += op->end - op->start;
         }
+        for (int s = 0; s < M; s++) used[s] = schedule_stage_bubbles(&measured, s).bubble_used;
         free_measured(&measured);
         if (rc) return rc;
         if (r->loss_csv)
@@ -168,7 +193,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
                     ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
         StepRecord rec = {step, sr->loss, lr, sr->estimate_norm, sr->exact_norm, sr->cos_estimate_exact,
                           sr->cos_fg_exact, sr->variance_reduction, sr->seconds, ms.makespan,
-                          ms.bubble_fraction, ms.bubble_used_by_b, r->busy};
+                          ms.bubble_fraction, ms.bubble_used_by_b, r->busy, used};
         if (r->log.ctx && (rc = r->log.append(&r->log, &rec, err))) return rc;
     }
     if (r->reporter) progress_step(&r->prog, step, sr->loss, lr, (long)((step + 1) * r->batch));
@@ -249,23 +274,12 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
         return rc;
     size_t n_times = (size_t)FG_MIN(r->total - r->first_step, (long)TIMES);
     qsort(r->step_times, n_times, sizeof(double), compare_doubles);
-    ScheduleStats st = schedule_stats(&r->p.sched);
     res->steps = r->total;
     res->train_seconds = r->train_time;
     res->samples_per_s = r->train_time > 0 ? (double)(r->total - r->first_step) * r->batch / r->train_time : 0.0;
     res->step_seconds = r->step_times[n_times / 2];
     res->n_params = r->model.n_params;
-    res->stages = M;
-    for (int s = 0; s < M; s++) {
-        StageBubbles planned = schedule_stage_bubbles(&r->p.sched, s);
-        res->n_corr_stage[s] = (double)planned.corrections / r->p.sched.n_phases;
-        res->lag_stage[s] = planned.max_lag;
-        res->bubble_used_stage[s] = planned.bubble_used;
-        res->bubble_used_stage_measured[s] = ms_stage[s];
-    }
-    res->makespan_vs_fg = r->p.sched.makespan / r->p.sched.fg_makespan;
-    res->bubble_planned = st.bubble_fraction;
-    res->bubble_used_by_b = st.bubble_used_by_b;
+    for (int s = 0; s < M; s++) res->bubble_used_stage_measured[s] = ms_stage[s];
     res->bubble_measured = ms->bubble_fraction;
     res->bubble_used_measured = ms->bubble_used_by_b;
     res->peak_rss_bytes = peak_rss_bytes();

@@ -23,6 +23,17 @@ if not (np.isfinite(s["cos_estimate_exact"][:]).all() and (np.abs(s["cos_estimat
     problems.append("cos_estimate_exact not a cosine")
 if f["stages/busy_seconds"].shape != (37, 2, 3): problems.append(f"busy_seconds {f['stages/busy_seconds'].shape}")
 if f.attrs["schema_version"] != 1: problems.append("schema_version")
+# The plan per stage: select=2 at lag 0 backpropagates micro-batches 0 and 1 on both stages.
+st = f["stages"]
+lay = list(st["layout"][:])  # 7 layers; stage 1 starts at a linear layer (an even index)
+if len(lay) != 3 or lay[0] != 0 or lay[2] != 7 or lay[1] % 2: problems.append(f"layout {lay}")
+if list(st["n_corr"][:]) != [2, 2] or list(st["lag"][:]) != [0, 0]: problems.append(f"n_corr {st['n_corr'][:]} lag {st['lag'][:]}")
+if not (st["work_ms"][:] > 0).all(): problems.append(f"work_ms {st['work_ms'][:]}")
+if f.attrs["layout_by"] != b"measured work": problems.append(f"layout_by {f.attrs['layout_by']}")
+if not 0.999 < f.attrs["makespan_vs_fg"] < 2: problems.append(f"makespan_vs_fg {f.attrs['makespan_vs_fg']}")
+planned, used = st["bubble_used_by_b_planned"][:], st["bubble_used_by_b"][:]
+if planned.shape != (2,) or not ((planned > 0) & (planned <= 1)).all(): problems.append(f"planned bubble use {planned}")
+if used.shape != (37, 2) or not ((used >= 0) & (used <= 1)).all(): problems.append(f"measured bubble use {used.shape}")
 print("; ".join(problems))
 PY
 )

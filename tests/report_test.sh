@@ -70,9 +70,10 @@ for pid in (0, 1):
         for b in range(4):
             ev.append({"name": f"F{b}", "ph": "X", "pid": pid, "tid": s, "ts": t, "dur": 300.0})
             t += 300.0
-        for b in range(2):
-            ev.append({"name": f"B{b}", "ph": "X", "pid": pid, "tid": s, "ts": t, "dur": 150.0})
-            t += 150.0
+        for b in range(2):  # as fg+bp writes them: Bi and Bw of micro-batch b at lag 1 and 2
+            for name in (f"Bi{b}'", f"Bw{b}''"):
+                ev.append({"name": name, "ph": "X", "pid": pid, "tid": s, "ts": t, "dur": 75.0})
+                t += 75.0
         ev.append({"name": "U", "ph": "X", "pid": pid, "tid": s, "ts": 2000.0, "dur": 100.0 * pid})
 with open(f"{d}/trace.json", "w") as fh:
     json.dump({"traceEvents": ev, "otherData": {"mode": "fg+bp", "stages": 2, "microbatches": 4,
@@ -101,6 +102,8 @@ rows=$(grep '^|' "$summary" 2>/dev/null | tail -n +3)
 modes=$(printf '%s\n' "$rows" | awk -F' *\\| *' 'NF > 2 {print $3}' | paste -sd, -)
 verdict "summary.md has one row per run with its mode (fg+bp, fg)" \
   "$([ "$(printf '%s\n' "$rows" | grep -c '^|')" -eq 2 ] && [ "$modes" = "fg+bp,fg" ] || echo "rows: $(printf '%s' "$rows" | tr '\n' ' ')")"
+verdict "the timeline draws the split backward (summary: ops F, Bi, Bw, U)" \
+  "$(grep -q 'timeline.png.*(ops F, Bi, Bw, U)' "$summary" || grep -m1 'timeline.png' "$summary")"
 verdict "summary.md lists the plots" \
   "$(for p in loss cosine variance_reduction bubble timeline; do grep -q "($p.png)" "$summary" || echo -n "$p.png "; done)"
 verdict "summary.md notes that the fg run has no exact gradient" \
