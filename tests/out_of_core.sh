@@ -35,7 +35,7 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
     echo " checkpoints differ"
 }
 
-# 1. Equivalence, for every mode and the options that change what a step streams (lag 1's
+# 1. Equivalence, for every mode and the options that change what a step streams (lags 1 and 2's
 # previous weights, the guide, clipping's second pass). The budgets (on 1 stage, on 2) give a
 # stage two slots, and are below what every stage needs in memory (the test checks that every
 # stage streams).
@@ -46,6 +46,7 @@ cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp-replicas|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
        "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2"
        "fgbp-lag1|26M|22M|mode=fg+bp estimator=cv lag=1 select=2 optimizer=sgd lr=0.0001"
+       "fgbp-lag2|32M|26M|mode=fg+bp estimator=cv lag=2 select=2 optimizer=sgd lr=0.0001"
        "guided|24M|22M|mode=fg+bp estimator=guided tangents=1 lag=0 select=2 optimizer=sgd lr=0.0001"
        "guided-adam|30M|-|mode=fg+bp estimator=guided tangents=2 lag=0 select=2 optimizer=adam lr=0.0001"
        "fg-clip|14M|12.5M|mode=fg optimizer=sgd lr=0.001 clip_norm=0.05"
@@ -80,7 +81,7 @@ ok = len(s["loss"]) == len(csv) and np.allclose(s["loss"][:], csv["loss"], rtol=
 print("" if ok else f"{len(s['loss'])} rows, loss.csv {len(csv)}")
 PY
 )"
-for name in fgbp guided fg-clip fgbp-lag1; do
+for name in fgbp guided fg-clip fgbp-lag1 fgbp-lag2; do
   verdict "$name, M=2: the log's gradient statistics out of core equal in memory's, bitwise" "$(/usr/bin/python3 - "$dir/$name-mem2.h5" "$dir/$name-ooc2.h5" <<'PY'
 import sys, h5py, numpy as np
 a, b = (h5py.File(f, "r")["steps"] for f in sys.argv[1:3])
