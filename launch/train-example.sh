@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build, then train the default MLP on Fashion-MNIST as a 4-stage pipeline (one
 # MPI rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
-# (fg+bp, control-variate estimator, one micro-batch per step backpropagated: select=1;
-# select=-1 takes as many as the timetable fits). The last stage prints progress and the final test
+# (fg+bp, control-variate estimator; the default select=-1 backpropagates as many micro-batches
+# per stage as fit the stage's idle time, and prints how many). The last stage prints progress and the final test
 # accuracy; out/example/ gets the resolved config, the loss per step, a summary and the
 # timeline of the last step (out/example/trace.json: open it in Perfetto).
 # Extra arguments go to `fgpipe train`, e.g. --set epochs=5 or --set mode=bp.
