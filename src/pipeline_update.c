@@ -35,7 +35,7 @@ static int needs_grad_norms(const Pipeline *p) {
 }
 
 // Whether the estimate uses c as its control variate (fg+bp's cv).
-static int uses_cv(const Pipeline *p) {
+int uses_cv(const Pipeline *p) {
     int e = p->cfg->estimator;
     return p->K && p->cfg->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_AUTO);
 }
