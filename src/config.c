@@ -230,6 +230,10 @@ void config_write_help(FILE *f) {
                 KEYS[i].choices ? KEYS[i].choices : "", KEYS[i].choices ? "]" : "");
 }
 
+int config_uses_cv(const Config *c) {
+    return c->mode == MODE_FG_BP && (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_AUTO);
+}
+
 OptimizerConfig config_optimizer(const Config *c) {
     OptimizerConfig o = {
         .kind = (OptimizerKind)c->optimizer,

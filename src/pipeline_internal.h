@@ -27,8 +27,6 @@ typedef struct Lane {
 // R*N micro-batches computes.
 int global_microbatch(const Pipeline *p, int mb);
 int all_microbatches(const Pipeline *p);
-// fg+bp with the control-variate estimator: U also dots c with every tangent of the step.
-int uses_cv(const Pipeline *p);
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int keeps_stash(const Pipeline *p, long step, int mb);
 // Whether micro-batch mb's exact gradient is inside c this very step (explicit select, lag 0):

@@ -127,35 +127,22 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    int n_mb = all_microbatches(p), rc = stage_measure_costs(&p->stage, B, !p->is_first, n_mb, p->cfg->seed, cost, err);
-    if (rc || !uses_cv(p)) return rc;
-    // U of cv also regenerates every tangent for c . v_b: time that pass too (best of three).
-    double *dots = fg_alloc_bytes((size_t)n_mb * p->K * sizeof(double)), best = INFINITY;
-    float *c = backend_alloc_floats(p->be, p->n + 1);
-    for (int r = 0; r < 3 && !rc; r++) {
-        double t0 = wall_seconds();
-        stage_tangent_dots(&p->stage, tangent_key(p->cfg->seed, 0, 0, 0), n_mb, c, dots);
-        rc = p->be->sync(p->be, err);
-        best = fmin(best, wall_seconds() - t0);
-    }
-    cost[COST_U] += best;
-    p->be->free(p->be, c);
-    fg_free(dots);
-    return rc;
+    return stage_measure_costs(&p->stage, B, !p->is_first, all_microbatches(p), config_uses_cv(p->cfg),
+                               p->cfg->seed, cost, err);
 }
 
-// Every stage measures its own ops (in turns), one sum gives everyone every stage's costs (the mean over
-// the replicas), and the deterministic builder turns identical inputs into identical
+// Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
+// mean over the replicas), and the deterministic builder turns identical inputs into identical
 // timetables, on every replica.
 static int plan_timetable(Pipeline *p, FgError *err) {
     const Config *c = p->cfg;
     Transport *t = p->tr;
     int M = t->stages, s = t->stage;
-    double *costs = calloc((size_t)4 * M, sizeof(double)), mine[4];
+    double *costs = calloc((size_t)N_OP_COSTS * M, sizeof(double)), mine[N_OP_COSTS];
     int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine}, err);
-    for (int i = 0; i < 4; i++) costs[i * M + s] = mine[i];
-    if (!rc) rc = t->allreduce_sum_world(t, costs, 4 * M, err);
-    for (int i = 0; i < 4 * M; i++) costs[i] /= t->replicas;
+    for (int i = 0; i < N_OP_COSTS; i++) costs[i * M + s] = mine[i];
+    if (!rc) rc = t->allreduce_sum_world(t, costs, N_OP_COSTS * M, err);
+    for (int i = 0; i < N_OP_COSTS * M; i++) costs[i] /= t->replicas;
     if (!rc) {
         int fg_bp = c->mode == MODE_FG_BP;
         ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c),

@@ -35,10 +35,7 @@ static int needs_grad_norms(const Pipeline *p) {
 }
 
 // Whether the estimate uses c as its control variate (fg+bp's cv).
-int uses_cv(const Pipeline *p) {
-    int e = p->cfg->estimator;
-    return p->K && p->cfg->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_AUTO);
-}
+static int uses_cv(const Pipeline *p) { return p->K && config_uses_cv(p->cfg); }
 
 // Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
 static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
