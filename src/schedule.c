@@ -63,7 +63,7 @@ int schedule_validate(const ScheduleSpec *sp, FgError *err) {
     return rc;
 }
 
-double op_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
+double planned_op_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
     switch (o->kind) {
     case OP_F: return sp->cost_f[o->stage];
     case OP_B: return sp->cost_bi[o->stage] + sp->cost_bw[o->stage];
@@ -252,7 +252,7 @@ static int build_bp(const ScheduleSpec *sp, Build *bd, FgError *err) {
                 }
                 if (dep < 0.0) break;
                 ScheduledOp op = {o.kind, s, o.b, 0, FG_MAX(free_at[s], dep), 0.0};
-                op.end = op.start + op_cost(sp, &op);
+                op.end = op.start + planned_op_cost(sp, &op);
                 segment(bd, 0, s)[(*segment_count(bd, 0, s))++] = op;
                 free_at[s] = op.end;
                 if (o.kind == OP_F) end_f[s * N + o.b] = op.end;

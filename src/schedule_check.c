@@ -38,9 +38,9 @@ static int check_list(Check *c, int p, int s, FgError *err) {
             ((o->kind == OP_F || o->kind == OP_U) && o->lag))
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: op %d of phase %d stage %d is malformed",
                            i, p, s);
-        if (!(o->start >= -c->eps) || fabs(o->end - o->start - op_cost(c->sp, o)) > c->eps)
+        if (!(o->start >= -c->eps) || fabs(o->end - o->start - planned_op_cost(c->sp, o)) > c->eps)
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s runs [%g, %g], its cost is %g",
-                           op_name(o, a, sizeof a), o->start, o->end, op_cost(c->sp, o));
+                           op_name(o, a, sizeof a), o->start, o->end, planned_op_cost(c->sp, o));
         if (i > 0 && o->start < ops[i - 1].end - c->eps)
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: overlap on stage %d: %s and %s", s,
                            op_name(&ops[i - 1], a, sizeof a), op_name(o, b, sizeof b));

@@ -41,7 +41,7 @@ void stage_fill(const Schedule *S, int s, double *used, double *idle);
 // fg+bp: the adjoint chains (schedule_fill.c).
 int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err);
 
-double op_cost(const ScheduleSpec *sp, const ScheduledOp *o);
+double planned_op_cost(const ScheduleSpec *sp, const ScheduledOp *o);
 const char *op_name(const ScheduledOp *o, char *buf, size_t n);
 
 #endif
