@@ -138,6 +138,7 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.copy = cu_copy;
     b.zero = cu_zero;
     b.scale = cuda_scale;
+    b.axpy = cuda_axpy;
     b.dot = cuda_dot;
     b.forward = cuda_forward;
     b.jvp = cuda_jvp;

@@ -72,6 +72,7 @@ void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t
                       const float *x, double *dots);
 // vector_cuda.cu
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
+void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);
 double cuda_dot(const Backend *be, const float *a, const float *b, size_t n);
 void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
                          float *params, const float *g, float g_scale, float *state,

@@ -1,4 +1,4 @@
-// Vector kernels of the CUDA backend: scale, dot (fixed grid, partial sums added on the host in
+// Vector kernels of the CUDA backend: scale, axpy, dot (fixed grid, partial sums added on the host in
 // order: the same bits every run) and the optimizer step.
 #include "cuda_internal.h"
 
@@ -12,6 +12,15 @@ __global__ void scale_kernel(float *y, float a, const float *x, size_t n) {
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n) {
     scale_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, a, x, n);
     launch_check(be, "scale");
+}
+
+__global__ void axpy_kernel(float *y, float a, const float *x, size_t n) {
+    GRID_LOOP(i, n) y[i] += a * x[i];
+}
+
+void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n) {
+    axpy_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, a, x, n);
+    launch_check(be, "axpy");
 }
 
 enum { DOT_THREADS = 256, DOT_GRID = 512 };

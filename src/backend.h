@@ -31,8 +31,9 @@ struct Backend {
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(const Backend *be, void *dst, size_t bytes);
 
-    // Vectors: y = a x (y may be x); a . b accumulated in double.
+    // Vectors: y = a x (y may be x); y += a x; a . b accumulated in double.
     void (*scale)(const Backend *be, float *y, float a, const float *x, size_t n);
+    void (*axpy)(const Backend *be, float *y, float a, const float *x, size_t n);
     double (*dot)(const Backend *be, const float *a, const float *b, size_t n);
 
     // Layers: the LayerOps of layer.h, on this backend's memory.

@@ -4,7 +4,7 @@
 // every op, update, checkpoint and statistic is written once for both.
 //
 // A layer's buffers come in two parts with different lifetimes:
-//  - LAYER_WEIGHTS: parameters, optimizer state and the guided estimator's direction: the
+//  - LAYER_WEIGHTS: parameters, optimizer state and the estimator's reference (fg+bp): the
 //    state of the run, saved in checkpoints and (streamed) versioned for crash recovery;
 //  - LAYER_STEP: what a step hands to the next one: the kept gradient (c of fg+bp, or bp's
 //    gradient when the update must wait for a global norm) and the weights before the last
@@ -31,7 +31,7 @@ typedef struct {
     float *params;
     float *state;          // optimizer state buffers, state_stride floats apart
     size_t state_stride;
-    float *guide;          // guided: the layer's part of c/|c|
+    float *ref;            // fg+bp's reference, the last step's c: as is (cv), or c/|c| (guided)
     float *grad;           // B ops add into it (bp: the gradient; fg+bp: c)
     float *kept;           // the gradient the next update reads: grad itself (resident), or
                            // its copy in the step store (streamed)
@@ -41,7 +41,7 @@ typedef struct {
 // What a stage's run needs of its layers, derived from the config (layer_needs).
 typedef struct {
     int opt_buffers;       // optimizer state buffers
-    int guide;             // guided estimator
+    int ref;               // the estimator keeps a reference (cv, guided)
     int grad;              // B ops run (bp, fg+bp)
     int keep_grad;         // the update reads the gradient after the B wave that made it
     int prev;              // previous weight versions kept: the largest lag of a B op

@@ -7,7 +7,7 @@
 // micro-batch of the wave through l; release(l, dirty).
 //
 // A layer's memory is its store slot: n_bufs buffers (params, then optimizer state: Adam m, v;
-// then the guided estimator's direction) of `count` floats each, host memory aligned for
+// then the estimator's reference c) of `count` floats each, host memory aligned for
 // direct I/O. Versions count the updates a layer has received; releasing a layer dirty writes
 // it back as version + 1, and a crash at any moment leaves a store that reopens at the state
 // after some whole step (all layers at one version). The implementation
@@ -23,8 +23,8 @@
 typedef struct {
     int layer;          // global layer index
     size_t count;       // floats per buffer
-    int n_bufs;         // params + optimizer state (+ guide) buffers
-    float *buf[4];      // buf[0]: params, then optimizer state, then the guide (guided)
+    int n_bufs;         // params + optimizer state (+ reference) buffers
+    float *buf[4];      // buf[0]: params, then optimizer state, then the reference (cv, guided)
     long version;       // updates applied so far
 } LayerView;
 

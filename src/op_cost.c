@@ -5,7 +5,7 @@
 
 #include "progress.h"
 
-int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, int u_dots, uint32_t seed,
+int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t seed,
                         double cost[N_OP_COSTS], FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
@@ -19,7 +19,6 @@ int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, int u_dots
     float *w = backend_alloc_floats(be, st->param_count + 1);
     float *g = backend_alloc_floats(be, st->param_count + 1);
     float *coeff = fg_alloc_floats((size_t)n_mb * FG_MAX(K, 1));
-    double *dots = fg_alloc_bytes((size_t)n_mb * FG_MAX(K, 1) * sizeof(double));
     TangentKey key = tangent_key(seed, 0, 0, 0);
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = K || i != COST_U ? INFINITY : 0.0;
     for (int r = 0; r < 3 && !rc; r++) {
@@ -36,7 +35,6 @@ int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, int u_dots
         if (!rc) rc = be->sync(be, err);
         t[3] = wall_seconds();
         if (K) {
-            if (u_dots) stage_tangent_dots(st, key, n_mb, g, dots);
             stage_add_tangents(st, key, n_mb, coeff, g);
             if (!rc) rc = be->sync(be, err);
         }
@@ -47,17 +45,16 @@ int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, int u_dots
     void *bufs[] = {x, stash, adjoints, dy, dx, w, g};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(coeff);
-    fg_free(dots);
     return rc;
 }
 
 int model_measure_layer_costs(const Backend *be, const Model *m, int rows, int K, int n_mb,
-                              int u_dots, uint32_t seed, double *cost, FgError *err) {
+                              uint32_t seed, double *cost, FgError *err) {
     int rc = FG_OK;
     for (int l = 0; l < m->n_layers && !rc; l++) {
         Stage st;
         if ((rc = stage_init(&st, be, m, l, l + 1, rows, K, err))) break;
-        rc = stage_measure_costs(&st, rows, l > 0, n_mb, u_dots, seed, cost + (size_t)l * N_OP_COSTS, err);
+        rc = stage_measure_costs(&st, rows, l > 0, n_mb, seed, cost + (size_t)l * N_OP_COSTS, err);
         stage_free(&st);
     }
     return rc;

@@ -29,11 +29,11 @@ typedef struct {
     const size_t *order;
     size_t sample0;
     double t_start, loss_sum;
-    int first_f, last_w;  // groups of the first F op and of the last B or Bw op that runs
+    int last_w;  // group of the last B or Bw op that runs
 } StepRun;
 
 static void find_roles(const Pipeline *p, StepRun *r) {
-    r->first_f = r->last_w = -1;
+    r->last_w = -1;
     for (int gi = 0; gi < p->plan->n_groups; gi++) {
         const OpGroup *g = &p->plan->groups[gi];
         for (int i = 0; i < g->count; i++) {
@@ -41,7 +41,6 @@ static void find_roles(const Pipeline *p, StepRun *r) {
             if ((op->kind == OP_B || op->kind == OP_BW) && op_runs(op, r->step, p->first_step))
                 r->last_w = gi;
         }
-        if (g->kind == OP_F && r->first_f < 0) r->first_f = gi;
     }
 }
 
@@ -54,7 +53,7 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
         return rc;
     double t0 = wall_seconds(), waited = 0.0;
     if (g->kind == OP_F) {
-        rc = forward_group(p, r->step, n, gi == r->first_f, r->order, r->sample0, &r->loss_sum, err);
+        rc = forward_group(p, r->step, n, r->order, r->sample0, &r->loss_sum, err);
     } else if (g->kind == OP_B) {
         rc = backward_group(p, r->step, r->total, n, gi == r->last_w, err);
         // The stage's gradient is complete: its sum over the replicas runs while the stage idles.
@@ -127,7 +126,7 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
             p->lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
             rc = eval_input(p, ds, w + i, x, err);
         }
-        if (!rc) rc = forward_layers(p, -1, p->lanes, n, 0, err);
+        if (!rc) rc = forward_layers(p, -1, p->lanes, n, err);
         for (int i = 0; i < n && !rc; i++) rc = eval_output(p, ds, w + i, p->lanes[i].x, totals, err);
         if (!rc) rc = p->be->sync(p->be, err);
     }
@@ -140,20 +139,20 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
 // ---------------------------------------------------------------------------------------------
 // Checkpoints and the replica check see the stage's layers one at a time.
 
-// The guide holds a direction when any stage has a non-zero part: decided together, or the
-// stages would disagree about the estimator.
-int refresh_guide(Pipeline *p, FgError *err) {
+// The reference holds a direction when any stage has a non-zero part: decided together, or
+// the stages would disagree about the guided estimator's tangent 0.
+int refresh_ref(Pipeline *p, FgError *err) {
     double norm2 = 0.0;
     int rc = FG_OK;
-    if (!p->need.guide) return FG_OK;
+    if (!p->need.ref) return FG_OK;
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         if ((rc = acquire_layer(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-        norm2 += p->be->dot(p->be, s.guide, s.guide, p->model->layers[l].param_count);
+        norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
         rc = release_layer(p, l, LAYER_WEIGHTS, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
-    p->guide_active = norm2 > 0;
+    p->ref_active = norm2 > 0;
     return rc;
 }
 
@@ -164,7 +163,7 @@ static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, L
     float *bufs[4] = {s->params};
     int n = 1, rc;
     for (int b = 0; b < p->need.opt_buffers; b++) bufs[n++] = s->state + b * s->state_stride;
-    if (s->guide) bufs[n++] = s->guide;
+    if (s->ref) bufs[n++] = s->ref;
     size_t bytes = L->param_count * sizeof(float);
     if (!be->on_device) return visit(arg, L, bufs, err);
     for (int b = 0; b < n; b++) be->download(be, p->host_layer[b], bufs[b], bytes);
@@ -187,7 +186,7 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     }
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
-    return rc ? rc : refresh_guide(p, err);
+    return rc ? rc : refresh_ref(p, err);
 }
 
 double pipeline_stash_bytes(const Pipeline *p) {

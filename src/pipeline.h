@@ -29,22 +29,21 @@ typedef struct {
 } StepResult;
 
 // An update computed by op U and not yet applied to every layer (a streamed stage applies it
-// as the next forward wave reads each layer): g = base * ref + sum coeff[i] v_i per layer,
-// scaled by clip, then the optimizer step.
+// as the next forward wave reads each layer), per layer, scaled by clip, then the optimizer
+// step: g = the kept gradient (bp), or
+// g = base_kept * kept + base_ref * ref + sum coeff[i] v_i (fg, fg+bp), where kept is this
+// step's c and ref the reference of the step before.
 typedef struct {
     int active;
     long step;
     double lr;
-    float base, clip;
-    int ref;               // REF_NONE, REF_KEPT (c, or bp's gradient with base 1), REF_GUIDE
+    float base_kept, base_ref, clip;
     int tangents;          // the coefficients apply (fg, fg+bp)
     int formed;            // resident: the norm pass left g in Pipeline.update
-    int set_guide;         // afterwards the guide becomes guide_scale * c (guided, c exists)
-    float guide_scale;
+    int set_ref;           // afterwards the reference becomes ref_scale * c (fg+bp, cv, guided)
+    float ref_scale;
     float *coeff;          // [N*K] over every replica's micro-batches
 } PendingUpdate;
-
-enum { REF_NONE, REF_KEPT, REF_GUIDE };
 
 typedef struct {
     const Backend *be;        // every float buffer below is its memory unless marked host
@@ -95,7 +94,7 @@ typedef struct {
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;
-    int guide_active;         // guided: the guide holds a direction (tangent 0 follows it)
+    int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K], then
     // r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
     double *scalars;
@@ -126,7 +125,7 @@ int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order,
 int pipeline_apply_pending(Pipeline *p, FgError *err);
 
 // Calls visit for every layer of the stage with parameters, in order, with the layer's
-// checkpoint buffers as host memory: parameters, optimizer state buffers, guide (guided).
+// checkpoint buffers as host memory: parameters, optimizer state buffers, the reference.
 // Pending updates are applied first. writable (a load): what visit writes becomes the stage's
 // state, on which step next_step runs next (the run's first step).
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,

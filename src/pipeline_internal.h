@@ -61,20 +61,19 @@ int start_messages(Pipeline *p, long step, FgError *err);
 // last group with B or Bw ops (the gradient is complete after it).
 int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err);
-int forward_group(Pipeline *p, long step, int n_lanes, int first_of_step, const size_t *order,
+int forward_group(Pipeline *p, long step, int n_lanes, const size_t *order,
                   size_t sample0, double *loss_sum, FgError *err);
 int backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
 // The lanes through every layer of the stage; step < 0: without tangents (evaluation).
-int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step, FgError *err);
+int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 
 // A streamed bp stage without clipping updates each layer in the backward wave.
 int updates_in_backward(const Pipeline *p);
 
-// Acquires layer l for the forward pass of a step: applies a pending update first (a
-// streamed stage; its weights are written back) and, in the step's first F group, adds the
-// guide's dots with this step's tangents to the scalars. Releases with release_layer.
-int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
-                        unsigned *parts, unsigned *dirty, FgError *err);
+// Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
+// its weights are written back). Releases with release_layer.
+int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
+                        FgError *err);
 int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
 // Acquires layer l's parts and starts reading the next layer with parameters in direction dir
 // (a streamed stage's read-ahead).
@@ -84,8 +83,7 @@ int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgE
 // gradient: summed over the replicas (streamed: here; resident: the whole stage before),
 // averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
 // streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
-// squared norm and (cv) its dots with the step's tangents into the scalars. Returns the parts
-// written in *dirty.
+// squared norm into the scalars. Returns the parts written in *dirty.
 int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                           unsigned *dirty, FgError *err);
 
@@ -96,8 +94,8 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err);
 // update reads it). Returns the parts written.
 unsigned apply_update(Pipeline *p, int l, LayerSlot *s);
 
-// guide_active from the guide's values (after a load): one sum over the stages.
-int refresh_guide(Pipeline *p, FgError *err);
+// ref_active from the reference's values (after a load): one sum over the stages.
+int refresh_ref(Pipeline *p, FgError *err);
 
 // Evaluation's chunks: their input (the data, or the stage before's output) and their output
 // (sent on, or scored into totals: loss * rows, hits).

@@ -168,7 +168,23 @@ int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgE
 }
 
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
-int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step, FgError *err) {
+// The parameter tangents of lane a in layer l (step < 0: none): the guided estimator's tangent
+// 0 is the reference, and the reference's dots with the tangents go into the step's scalars
+// while the tangents are in memory.
+static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const LayerSlot *s,
+                                          const Lane *a, ParamTangents *t) {
+    if (step < 0 || !p->K) return NULL;
+    *t = (ParamTangents){.key = a->key};
+    if (!s->ref) return t;
+    int Nr = p->cfg->micro_batches, L = p->model->n_layers;
+    if (p->ref_active && p->cfg->estimator == ESTIMATOR_GUIDED) t->guide = s->ref;
+    t->ref = s->ref;
+    t->ref_dots = p->scalars + scalars_ref_dots(p) +
+                  (((size_t)p->tr->replica * L + l) * Nr + a->microbatch) * p->K;
+    return t;
+}
+
+int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
     for (int i = 0; i < n; i++)
@@ -181,19 +197,16 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, int first_of_step
         const Layer *L = &p->model->layers[l];
         LayerSlot s = {0};
         unsigned parts = 0, dirty = 0;
-        if (L->param_count &&
-            (rc = acquire_for_forward(p, step, l, first_of_step, &s, &parts, &dirty, err)))
-            break;
-        const float *guide = p->guide_active ? s.guide : NULL;
+        if (L->param_count && (rc = acquire_for_forward(p, l, &s, &parts, &dirty, err))) break;
         int cur = (l - st->first) & 1;
         for (int i = 0; i < n; i++) {
             Lane *a = &lanes[i];
-            int keyed = step >= 0 && p->K;
+            ParamTangents t;
+            const ParamTangents *tangents = lane_tangents(p, step, l, &s, a, &t);
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
                                 : p->act[cur] + (size_t)i * p->act_stride;
-            float *ydot = keyed ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
-            stage_layer_forward(st, l, s.params, guide, keyed ? &a->key : NULL, a->x, a->xdot, y,
-                                ydot, a->rows);
+            float *ydot = tangents ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
+            stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
         }
         if (parts) rc = release_layer(p, l, parts, dirty, err);
@@ -232,13 +245,13 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     *loss_sum += loss;
 }
 
-int forward_group(Pipeline *p, long step, int n, int first_of_step, const size_t *order,
-                  size_t sample0, double *loss_sum, FgError *err) {
+int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
+                  double *loss_sum, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->micro_batch, last = p->stage.last, rc;
     // A streamed stage's pending update is written back as the layers pass: a new version.
     if (p->pending.active && (rc = p->src.begin_version(&p->src, p->pending.step + 1, err))) return rc;
-    if ((rc = forward_layers(p, step, p->lanes, n, first_of_step, err))) return rc;
+    if ((rc = forward_layers(p, step, p->lanes, n, err))) return rc;
     size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
     for (int i = 0; i < n && !rc; i++) {
         const Lane *a = &p->lanes[i];

@@ -32,7 +32,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     int N = c->micro_batches, B = c->micro_batch;
     double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
     LayerNeeds need = p->need;
-    int buffers = 1 + need.opt_buffers + need.guide + need.grad + need.prev + (p->K > 0);
+    int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
                        lane_bytes(p, 1);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
@@ -127,8 +127,8 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    return stage_measure_costs(&p->stage, B, !p->is_first, all_microbatches(p), config_uses_cv(p->cfg),
-                               p->cfg->seed, cost, err);
+    return stage_measure_costs(&p->stage, B, !p->is_first, all_microbatches(p), p->cfg->seed, cost,
+                               err);
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
@@ -199,7 +199,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
-    if (streams && streams->resume && (rc = refresh_guide(p, err))) return rc;
+    if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
     if ((rc = plan_timetable(p, err))) return rc;
     plan_stage(p);
     // If any stage streams, every stage runs layer-major, so that neighbours agree on the order

@@ -28,14 +28,24 @@ int updates_in_backward(const Pipeline *p) {
     return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
 }
 
-// Whether op U needs |grad_l|^2 (a serial pass over the gradient): to clip bp's gradient, for
-// the guide's scale and for the log's |c| or |g|.
-static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->need.guide || p->want_stats;
+// Whether the estimate uses the reference as its control variate (fg+bp's cv).
+static int uses_cv(const Pipeline *p) { return p->K && config_uses_cv(p->cfg); }
+
+// Whether tangent 0 follows the reference (fg+bp's guided estimator).
+static int uses_guide(const Pipeline *p) {
+    return p->K && p->cfg->mode == MODE_FG_BP && p->cfg->estimator == ESTIMATOR_GUIDED;
 }
 
-// Whether the estimate uses c as its control variate (fg+bp's cv).
-static int uses_cv(const Pipeline *p) { return p->K && config_uses_cv(p->cfg); }
+// Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
+// guide's scale and for the log's |c| or |g|.
+static int needs_grad_norms(const Pipeline *p) {
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || p->want_stats;
+}
+
+// Whether applying the update reads the step's kept gradient.
+static int reads_kept(const PendingUpdate *u) {
+    return !u->tangents || u->base_kept != 0.0f || u->set_ref;
+}
 
 // Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
 static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
@@ -49,25 +59,15 @@ static float *update_of_layer(Pipeline *p, int l) {
     return p->update + (p->model->layers[l].param_offset - p->stage.param_base);
 }
 
-// The dots of this replica's micro-batches' tangents in layer l with x, into the scalars'
-// [R][L][Nr*K] rows.
-static void add_ref_dots(Pipeline *p, long step, int l, const float *x) {
-    int Nr = p->cfg->micro_batches, K = p->K, L = p->model->n_layers;
-    double *dots = p->scalars + scalars_ref_dots(p) + ((size_t)p->tr->replica * L + l) * Nr * K;
-    TangentKey key = tangent_key(p->cfg->seed, step, global_microbatch(p, 0), l);
-    p->be->tangent_dot(p->be, key, Nr, K, p->model->layers[l].param_count, x, dots);
-}
-
-int acquire_for_forward(Pipeline *p, long step, int l, int first_of_step, LayerSlot *s,
-                        unsigned *parts, unsigned *dirty, FgError *err) {
+int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
+                        FgError *err) {
     const PendingUpdate *u = &p->pending;
-    int reads_step = u->active && (u->ref == REF_KEPT || u->set_guide || p->need.prev > 0);
+    int reads_step = u->active && (reads_kept(u) || p->need.prev > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = acquire_layer(p, l, 1, *parts, s, err);
     if (rc) return rc;
     if (u->active) *dirty = apply_update(p, l, s);
-    if (first_of_step && p->guide_active && p->K) add_ref_dots(p, step, l, s->guide);
     return FG_OK;
 }
 
@@ -88,7 +88,6 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
     if (p->tr->replica == 0 && needs_grad_norms(p))
         p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->kept, s->kept, n);
-    if (uses_cv(p)) add_ref_dots(p, step, l, s->kept);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->grad, 1.0f,
@@ -98,14 +97,19 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     return FG_OK;
 }
 
-// g = base * ref + sum coeff v for layer l, into upd.
+// g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd.
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
-    const float *ref = u->ref == REF_KEPT ? s->kept : u->ref == REF_GUIDE ? s->guide : NULL;
-    if (ref) be->scale(be, upd, u->base, ref, n);
-    else be->zero(be, upd, n * sizeof(float));
+    if (u->base_kept != 0.0f) {
+        be->scale(be, upd, u->base_kept, s->kept, n);
+        if (u->base_ref != 0.0f) be->axpy(be, upd, u->base_ref, s->ref, n);
+    } else if (u->base_ref != 0.0f) {
+        be->scale(be, upd, u->base_ref, s->ref, n);
+    } else {
+        be->zero(be, upd, n * sizeof(float));
+    }
     TangentKey key = tangent_key(p->cfg->seed, u->step, 0, l);
     be->tangent_axpy(be, key, all_microbatches(p), p->K, u->coeff, n, upd);
 }
@@ -127,8 +131,8 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
     be->optimizer_step(be, &oc, u->step, u->lr, s->params, g, u->clip, s->state, s->state_stride, n);
-    // The next step's tangent 0: this step's c, normalised.
-    if (u->set_guide) be->scale(be, s->guide, u->guide_scale, s->kept, n);
+    // The next step's reference: this step's c (guided: normalised).
+    if (u->set_ref) be->scale(be, s->ref, u->ref_scale, s->kept, n);
     return dirty;
 }
 
@@ -154,9 +158,12 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
     return FG_OK;
 }
 
-// The estimate's coefficients from the summed scalars, into the pending update.
+// The estimate's coefficients from the summed scalars, into the pending update. The
+// reference's dots with the tangents were taken in op F; cv's estimate is
+// ref + (1/N) sum_b (d_b - ref.v_b) v_b, unbiased because the reference (the last step's c)
+// does not depend on this step's tangents.
 static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
-    int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K;
+    int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
     int L = p->model->n_layers;
     PendingUpdate *u = &p->pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
@@ -164,12 +171,15 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
     for (int r = 0; (use_cv || guided) && r < p->tr->replicas; r++)
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
     Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
-    estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &u->base);
-    // Micro-batches inside c contribute their exact gradient, not their estimate.
+    float base;
+    estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &base);
+    // Micro-batches inside this step's c contribute their exact gradient instead of their
+    // estimate: c's weight is their share.
     for (int i = 0; use_cv && i < NK; i++)
-        if (inside_c(p, (i / K) % Nr)) u->coeff[i] = 0.0f;
+        if (inside_c(p, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
+    u->base_kept = (float)inside / (float)NK;
+    u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     u->tangents = 1;
-    u->ref = use_cv ? REF_KEPT : guided ? REF_GUIDE : REF_NONE;
 }
 
 enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
@@ -185,8 +195,8 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         size_t n = p->model->layers[l].param_count;
-        // The weights only for the guide: a streamed stage reads no more than the pass uses.
-        unsigned parts = LAYER_STEP | (p->pending.ref == REF_GUIDE ? LAYER_WEIGHTS : 0);
+        // The weights only for the reference: a streamed stage reads no more than the pass uses.
+        unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
         LayerSlot s;
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
@@ -266,8 +276,8 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     const Config *c = p->cfg;
     int N = all_microbatches(p), K = p->K, L = p->model->n_layers, rc;
     int have_c = c->mode == MODE_FG_BP && step >= p->first_c_step;
-    // fg+bp: a stage without corrections this step keeps its last c (an exact gradient,
-    // independent of this step's tangents), whose dots with them the estimate needs.
+    // fg+bp: a stage without corrections this step keeps its last c, which stays its
+    // reference.
     int fresh = p->weight_lanes > 0;
     int finish = fresh ? !p->src.streamed : have_c;
     if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
@@ -279,8 +289,8 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     OptimizerConfig oc = config_optimizer(c);
     PendingUpdate *u = &p->pending;
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
-                         .clip = 1.0f, .ref = REF_KEPT, .coeff = u->coeff};
-    int use_cv = uses_cv(p) && have_c, guided = K && p->need.guide && p->guide_active;
+                         .clip = 1.0f, .coeff = u->coeff};
+    int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
     float *d = K ? malloc((size_t)N * K * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
     if (K) plan_estimate(p, use_cv, guided, d, rdots);
@@ -290,10 +300,10 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, use_cv ? rdots : NULL);
     free(d);
     free(rdots);
-    if (!rc && p->need.guide && have_c) {
-        u->set_guide = 1;
-        u->guide_scale = c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
-        p->guide_active = c2 > 0;
+    if (!rc && p->need.ref && have_c) {
+        u->set_ref = 1;
+        u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
+        p->ref_active = c2 > 0;
     }
     if (!rc && u->active && !p->src.streamed) rc = apply_everywhere(p, err);
     return rc;

@@ -8,10 +8,11 @@ LayerNeeds layer_needs(const Config *c) {
     int fg_bp = c->mode == MODE_FG_BP;
     return (LayerNeeds){
         .opt_buffers = optimizer_state_buffers(c->optimizer),
-        .guide = fg_bp && c->estimator == ESTIMATOR_GUIDED,
+        .ref = fg_bp && (c->estimator == ESTIMATOR_GUIDED || config_uses_cv(c)),
         .grad = c->mode != MODE_FG,
-        // fg+bp's c is read by the update (cv) or becomes the next guide; bp's gradient is read
-        // after the B wave only when a global norm (clipping) must come first.
+        // fg+bp's c becomes the next step's reference (and with select's lag 0 is part of the
+        // update); bp's gradient is read after the B wave only when a global norm (clipping)
+        // must come first.
         .keep_grad = fg_bp || (c->mode == MODE_BP && c->clip_norm > 0),
         .prev = fg_bp ? (c->select >= 0 ? c->lag : c->max_lag) : 0,
     };
@@ -21,7 +22,7 @@ typedef struct {
     const Backend *be;
     const Model *model;
     size_t base, n;        // the stage's offset in the model's flat layout, its parameters
-    float *params, *state, *guide, *grad, *prev[LAYER_MAX_LAG];
+    float *params, *state, *ref, *grad, *prev[LAYER_MAX_LAG];
 } Resident;
 
 static int resident_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
@@ -40,7 +41,7 @@ static int resident_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
         out->params = r->params + off;
         out->state = view(r->state, off);
         out->state_stride = r->n;
-        out->guide = view(r->guide, off);
+        out->ref = view(r->ref, off);
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = view(r->grad, off);
@@ -71,7 +72,7 @@ static int resident_close(LayerSource *s, FgError *err) {
     (void)err;
     Resident *r = s->ctx;
     if (!r) return FG_OK;
-    float *bufs[] = {r->params, r->state, r->guide, r->grad, r->prev[0], r->prev[1]};
+    float *bufs[] = {r->params, r->state, r->ref, r->grad, r->prev[0], r->prev[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) r->be->free(r->be, bufs[i]);
     free(r);
     s->ctx = NULL;
@@ -88,7 +89,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     r->n = model_range_count(m, first, last);
     r->params = backend_alloc_floats(be, r->n);
     r->state = backend_alloc_floats(be, r->n * need.opt_buffers);
-    if (need.guide) r->guide = backend_alloc_floats(be, r->n);
+    if (need.ref) r->ref = backend_alloc_floats(be, r->n);
     if (need.grad) r->grad = backend_alloc_floats(be, r->n);
     for (int j = 0; j < need.prev; j++) r->prev[j] = backend_alloc_floats(be, r->n);
     float *init = fg_alloc_floats(r->n);

@@ -22,7 +22,7 @@ typedef struct {
     const Backend *be;
     const Config *cfg;
     LayerNeeds need;
-    LayerStream weights;      // params, optimizer state (, guide)
+    LayerStream weights;      // params, optimizer state (, the estimator's reference)
     LayerStream step;         // kept gradient (, previous weights); .ctx NULL: none
     int kept_buf, prev_buf;   // their buffer index in the step store (-1: none); prev_buf:
                               // the first of need.prev
@@ -74,7 +74,7 @@ static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
         out->params = bufs[0];
         out->state = st->need.opt_buffers ? bufs[1] : NULL;
         out->state_stride = st->dev_weights ? st->largest : v.n_bufs > 1 ? (size_t)(v.buf[1] - v.buf[0]) : v.count;
-        out->guide = st->need.guide ? bufs[1 + st->need.opt_buffers] : NULL;
+        out->ref = st->need.ref ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = st->grad;
@@ -193,7 +193,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
         largest = FG_MAX(largest, m->layers[l].param_count);
         param_layers += m->layers[l].param_count > 0;
     }
-    int n_weights = 1 + need.opt_buffers + need.guide, n_step = need.keep_grad + need.prev;
+    int n_weights = 1 + need.opt_buffers + need.ref, n_step = need.keep_grad + need.prev;
     size_t slot = (size_t)n_weights * page_round(largest * sizeof(float));
     size_t step_slot = (size_t)n_step * page_round(largest * sizeof(float));
     // A device also holds a copy of the layer it computes on.

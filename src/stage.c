@@ -76,8 +76,9 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
         float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
-        const float *guide = st->guide ? layer_params(st, st->guide, L) : NULL;
-        stage_layer_forward(st, l, layer_params(st, params, L), guide, key, x, xdot, out,
+        ParamTangents t = {.guide = st->guide ? layer_params(st, st->guide, L) : NULL};
+        if (key) t.key = *key;
+        stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, x, xdot, out,
                             key ? st->tan[slot] : NULL, rows);
         x = out;
         if (key) xdot = st->tan[slot];
@@ -86,24 +87,25 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
     if (ydot) *ydot = key ? xdot : NULL;
 }
 
-void stage_layer_forward(Stage *st, int l, const float *p, const float *guide,
-                         const TangentKey *key, const float *x, const float *xdot, float *y,
-                         float *ydot, int rows) {
+void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
+                         const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
-    if (!key) {
+    size_t n = L->param_count;
+    if (!tangents) {
         be->forward(be, L, p, x, y, rows);
         return;
     }
     const float *pdot = NULL;
-    if (L->param_count) {
-        TangentKey lk = *key;
+    if (n) {
+        TangentKey lk = tangents->key;
         lk.layer = (uint32_t)l;
         for (int k = 0; k < st->tangents; k++) {
             lk.k = (uint32_t)k;
-            float *dst = st->pdot + k * L->param_count;
-            if (k == 0 && guide) be->copy(be, dst, guide, L->param_count * sizeof(float));
-            else be->tangent_fill(be, lk, L->param_count, dst);
+            float *dst = st->pdot + k * n;
+            if (k == 0 && tangents->guide) be->copy(be, dst, tangents->guide, n * sizeof(float));
+            else be->tangent_fill(be, lk, n, dst);
+            if (tangents->ref) tangents->ref_dots[k] = be->dot(be, tangents->ref, dst, n);
         }
         pdot = st->pdot;
     }

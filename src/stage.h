@@ -45,13 +45,20 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot);
 
+// The parameter tangents of one layer in op F, and what F does with them while they are in
+// memory. Every pointer is the layer's own part (not the stage's), or NULL.
+typedef struct {
+    TangentKey key;       // step and micro-batch (the layer is set per layer)
+    const float *guide;   // replaces tangent k = 0 (the guided estimator)
+    const float *ref;     // the estimator's reference: ref_dots[k] = ref . v_k, so the update
+    double *ref_dots;     // needs no second pass over the tangents (cv, guided) [K]
+} ParamTangents;
+
 // One layer l of op F (a layer-major wave runs every micro-batch through layer l before the
 // next): x [rows, in] through the layer with its parameters p (the layer's own, not the
-// stage's) into y; with key, also xdot [K, rows, in] (NULL: zero) into ydot. guide (the
-// layer's own, or NULL) replaces tangent k=0 (the guided estimator).
-void stage_layer_forward(Stage *st, int l, const float *p, const float *guide,
-                         const TangentKey *key, const float *x, const float *xdot, float *y,
-                         float *ydot, int rows);
+// stage's) into y; with tangents (NULL: none), also xdot [K, rows, in] (NULL: zero) into ydot.
+void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
+                         const float *x, const float *xdot, float *y, float *ydot, int rows);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 

@@ -26,8 +26,7 @@ static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
     const Config *c = lt->c;
     return model_measure_layer_costs(lt->e->be, lt->m, c->micro_batch, c->mode == MODE_BP ? 0 : c->tangents,
-                                     c->micro_batches * lt->e->tr->replicas, config_uses_cv(c), c->seed,
-                                     lt->cost, err);
+                                     c->micro_batches * lt->e->tr->replicas, c->seed, lt->cost, err);
 }
 
 // Every rank times every layer, in turns, and one sum gives everyone the mean, so that all

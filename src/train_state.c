@@ -11,9 +11,10 @@
 #include "progress.h"
 #include "train_internal.h"
 
-// The stage's share of a checkpoint: parameters, optimizer state, and the guide direction of
-// the guided estimator; everything else follows from the config, the seed and the step. The
-// tensors come from pipeline_visit_layers (out of core: one slot at a time).
+// The stage's share of a checkpoint: parameters, optimizer state, and the estimator's reference
+// (fg+bp's last exact gradient, cv and guided); everything else follows from the config, the
+// seed and the step. The tensors come from pipeline_visit_layers (out of core: one slot at a
+// time).
 typedef struct {
     Pipeline *p;
     CheckpointState st;
@@ -48,7 +49,7 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
     } else {
         st->buffers[st->n_buffers++] = "optimizer/velocity";
     }
-    if (p->need.guide) st->buffers[st->n_buffers++] = "estimator/guide";
+    if (p->need.ref) st->buffers[st->n_buffers++] = "estimator/reference";
 }
 
 int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,

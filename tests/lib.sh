@@ -16,6 +16,14 @@ verdict() {  # verdict LABEL [PROBLEM]: PASS when PROBLEM is empty
   if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
 }
 
+py_check() {  # py_check ARGS... <SCRIPT: what the Python check prints (its problems); a check
+  # that fails to run (a missing file, an exception) is a problem too, never a silent pass
+  local out
+  out=$(/usr/bin/python3 - "$@" 2>"$dir/py_check.err") ||
+    { echo "the check failed: $(tail -n 1 "$dir/py_check.err")"; return; }
+  echo "$out"
+}
+
 finish() {  # the count, and the script's exit status
   echo "# $SECONDS s"
   echo "$passed passed, $failed failed"

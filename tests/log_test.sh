@@ -9,7 +9,7 @@ run=(mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" 
 
 "${run[@]}" --set steps=37 --out "$dir/a" --log "$dir/a.h5" >"$dir/a.log" 2>&1
 verdict "a 37-step run with --log succeeds" "$([ $? -eq 0 ] || tail -n 3 "$dir/a.log")"
-check=$(/usr/bin/python3 - "$dir/a.h5" "$dir/a/loss.csv" <<'PY'
+check=$(py_check "$dir/a.h5" "$dir/a/loss.csv" <<'PY'
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 csv = np.genfromtxt(sys.argv[2], delimiter=",", names=True)

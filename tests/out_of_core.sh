@@ -40,13 +40,13 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 # stage two slots, and are below what every stage needs in memory (the test checks that every
 # stage streams).
 cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
-       "fgbp|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
+       "fgbp|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
        "bp|20M|18M|mode=bp schedule=1f1b"
        "fg-replicas|14M|12.5M|mode=fg optimizer=sgd lr=0.0001 replicas=2"
-       "fgbp-replicas|20M|18M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
+       "fgbp-replicas|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
        "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2"
-       "fgbp-lag1|26M|22M|mode=fg+bp estimator=cv lag=1 select=2 optimizer=sgd lr=0.0001"
-       "fgbp-lag2|32M|26M|mode=fg+bp estimator=cv lag=2 select=2 optimizer=sgd lr=0.0001"
+       "fgbp-lag1|28M|26M|mode=fg+bp estimator=cv lag=1 select=2 optimizer=sgd lr=0.0001"
+       "fgbp-lag2|32M|31M|mode=fg+bp estimator=cv lag=2 select=2 optimizer=sgd lr=0.0001"
        "guided|24M|22M|mode=fg+bp estimator=guided tangents=1 lag=0 select=2 optimizer=sgd lr=0.0001"
        "guided-adam|30M|-|mode=fg+bp estimator=guided tangents=2 lag=0 select=2 optimizer=adam lr=0.0001"
        "fg-clip|14M|12.5M|mode=fg optimizer=sgd lr=0.001 clip_norm=0.05"
@@ -73,7 +73,7 @@ done
 
 # The step log of a streaming run: its rows are the progress's, and its gradient statistics
 # (a second pass over the layers out of core) are the in-memory run's, bit for bit.
-verdict "fgbp, M=2, out of core: --log rows match loss.csv" "$(/usr/bin/python3 - "$dir/fgbp-ooc2.h5" "$dir/fgbp-ooc2/loss.csv" <<'PY'
+verdict "fgbp, M=2, out of core: --log rows match loss.csv" "$(py_check "$dir/fgbp-ooc2.h5" "$dir/fgbp-ooc2/loss.csv" <<'PY'
 import sys, h5py, numpy as np
 s = h5py.File(sys.argv[1], "r")["steps"]
 csv = np.genfromtxt(sys.argv[2], delimiter=",", names=True)
@@ -82,7 +82,7 @@ print("" if ok else f"{len(s['loss'])} rows, loss.csv {len(csv)}")
 PY
 )"
 for name in fgbp guided fg-clip fgbp-lag1 fgbp-lag2; do
-  verdict "$name, M=2: the log's gradient statistics out of core equal in memory's, bitwise" "$(/usr/bin/python3 - "$dir/$name-mem2.h5" "$dir/$name-ooc2.h5" <<'PY'
+  verdict "$name, M=2: the log's gradient statistics out of core equal in memory's, bitwise" "$(py_check "$dir/$name-mem2.h5" "$dir/$name-ooc2.h5" <<'PY'
 import sys, h5py, numpy as np
 a, b = (h5py.File(f, "r")["steps"] for f in sys.argv[1:3])
 keys = ["estimate_norm", "exact_norm", "cos_estimate_exact", "cos_fg_exact", "variance_reduction"]

@@ -460,6 +460,47 @@ static void test_partition(void **state) {
     assert_non_null(strstr(err.msg, "linear layer"));
 }
 
+// Op F's reference dots (taken while a layer's tangents are in memory) are the dots of the
+// regenerated tangents, per layer; a guide replaces tangent 0 in the output tangent and its dot.
+static void test_forward_reference_dots(void **state) {
+    (void)state;
+    enum { K = 2 };
+    Net n;
+    net_make(&n, "gelu");
+    int L = n.m.n_layers;
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, &n.m, 0, L, ROWS, K, NULL), FG_OK);
+    float *ref = fg_alloc_floats(n.m.n_params), *y = fg_alloc_floats(ROWS * 6);
+    float *ydot = fg_alloc_floats((size_t)K * ROWS * 6), *ydot_guided = fg_alloc_floats((size_t)K * ROWS * 6);
+    Rng r = {7};
+    for (size_t i = 0; i < n.m.n_params; i++) ref[i] = rng_uniform(&r);
+    double by_layer[8 * K] = {0};
+    assert_true(L <= 8);
+    stage_tangent_dots_by_layer(&st, key_at(5), 1, ref, by_layer);
+    for (int l = 0; l < L; l++) {
+        const Layer *Ly = &n.m.layers[l];
+        if (!Ly->param_count) continue;
+        const float *p = n.params + Ly->param_offset, *lref = ref + Ly->param_offset;
+        double dots[K] = {0}, guided_dots[K] = {0};
+        ParamTangents t = {.key = key_at(5), .ref = lref, .ref_dots = dots};
+        stage_layer_forward(&st, l, p, &t, n.x, NULL, y, ydot, ROWS);
+        for (int k = 0; k < K; k++)
+            assert_true(fabs(dots[k] - by_layer[l * K + k]) <= 1e-12 * (1.0 + fabs(dots[k])));
+        // Guided: tangent 0 is the reference itself, tangent 1 unchanged.
+        ParamTangents g = {.key = key_at(5), .guide = lref, .ref = lref, .ref_dots = guided_dots};
+        stage_layer_forward(&st, l, p, &g, n.x, NULL, y, ydot_guided, ROWS);
+        double norm2 = 0.0;
+        for (size_t i = 0; i < Ly->param_count; i++) norm2 += (double)lref[i] * lref[i];
+        assert_true(fabs(guided_dots[0] - norm2) <= 1e-9 * norm2);
+        assert_true(guided_dots[1] == dots[1]);
+        size_t per_k = (size_t)ROWS * Ly->out;
+        assert_memory_equal(ydot + per_k, ydot_guided + per_k, per_k * sizeof(float));
+        assert_memory_not_equal(ydot, ydot_guided, per_k * sizeof(float));
+    }
+    fg_free(ref), fg_free(y), fg_free(ydot), fg_free(ydot_guided), fg_free(n.params);
+    stage_free(&st);
+}
+
 // Timed op costs are positive and finite, U only with tangents; every layer is timed.
 static void test_measure_costs(void **state) {
     (void)state;
@@ -468,7 +509,7 @@ static void test_measure_costs(void **state) {
     assert_int_equal(model_build_mlp(&m, "64-128-10", "relu", &err), FG_OK);
     for (int K = 0; K <= 1; K++) {
         double cost[3 * N_OP_COSTS];
-        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, 8, K, 4, K, 1, cost, &err), FG_OK);
+        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, 8, K, 4, 1, cost, &err), FG_OK);
         for (int l = 0; l < 3; l++)
             for (int i = 0; i < N_OP_COSTS; i++) {
                 double c = cost[l * N_OP_COSTS + i];
@@ -488,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_model_build),
         cmocka_unit_test(test_partition),
         cmocka_unit_test(test_measure_costs),
+        cmocka_unit_test(test_forward_reference_dots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
