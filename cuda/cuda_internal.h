@@ -65,7 +65,7 @@ float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
 float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                          int C, float *dz);
 // tangent_cuda.cu
-void cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out);
+double cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out, const float *ref);
 void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
                        size_t n, float *y);
 void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,

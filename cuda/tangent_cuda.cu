@@ -96,9 +96,11 @@ static unsigned philox_grid(size_t n, unsigned cap) {
     return grid_for((n + BATCH - 1) / BATCH * BLOCKS, 256, cap);
 }
 
-void cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out) {
+double cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out, const float *ref) {
     tangent_fill_kernel<<<philox_grid(n, 65535), 256, 0, cuda_ctx(be)->stream>>>(key, n, out);
     launch_check(be, "tangent fill");
+    // The device reads the values back at memory bandwidth: no fused kernel needed.
+    return ref ? cuda_dot(be, ref, out, n) : 0.0;
 }
 
 void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,

@@ -55,7 +55,9 @@ struct Backend {
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].
-    void (*tangent_fill)(const Backend *be, TangentKey key, size_t n, float *out);
+    // out = v; with ref (else NULL), returns ref . v, taken while the values are at hand.
+    double (*tangent_fill)(const Backend *be, TangentKey key, size_t n, float *out,
+                           const float *ref);
     // y += sum over (b, k) of coeff[b*K + k] v_{b,k}
     void (*tangent_axpy)(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
                          size_t n, float *y);

@@ -96,6 +96,19 @@ void fg_forward_ends(const ScheduleSpec *sp, double *end_f) {
             end_f[s * sp->N + b] = fg_forward_start(end_f, sp->N, s, b) + sp->cost_f[s];
 }
 
+void fg_forward_latest_ends(const ScheduleSpec *sp, double *end_f) {
+    const int M = sp->M, N = sp->N;
+    fg_forward_ends(sp, end_f);
+    const double last_f = end_f[M * N - 1];
+    for (int s = M - 1; s >= 0; s--)
+        for (int b = N - 1; b >= 0; b--) {
+            double t = last_f;
+            if (b < N - 1) t = FG_MIN(t, end_f[s * N + b + 1] - sp->cost_f[s]);
+            if (s < M - 1) t = FG_MIN(t, end_f[(s + 1) * N + b] - sp->cost_f[s + 1]);
+            end_f[s * N + b] = t;
+        }
+}
+
 static double max_cost(const double *c, int M) {
     double m = 0.0;
     for (int s = 0; s < M; s++) m = FG_MAX(m, c[s]);
@@ -149,7 +162,8 @@ double earliest_gap(const ScheduledOp *ops, int n, double ready, double c, doubl
     return t + c <= limit * (1 + 1e-12) ? t : -1.0;
 }
 
-void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, Schedule *S) {
+void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
+                 Schedule *S) {
     const int M = sp->M, N = sp->N;
     *S = (Schedule){.M = M, .N = N, .mode = sp->mode, .lag = sp->lag, .select = sp->select,
                     .n_phases = n_phases};
@@ -157,8 +171,6 @@ void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, Schedu
     S->stage_first = fg_alloc_bytes(sizeof(int) * (size_t)n_phases * M);
     S->stage_count = fg_alloc_bytes(sizeof(int) * (size_t)n_phases * M);
     *b = (Build){S, cap};
-    double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)M * N);
-    fg_forward_ends(sp, end_f);
     S->last_f = end_f[M * N - 1];
     S->fg_makespan = S->last_f + max_cost(sp->cost_u, M);
     if (!schedule_is_bp(sp->mode))
@@ -167,7 +179,6 @@ void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, Schedu
                 for (int mb = 0; mb < N; mb++)
                     segment(b, p, s)[(*segment_count(b, p, s))++] = (ScheduledOp){
                         OP_F, s, mb, 0, end_f[s * N + mb] - sp->cost_f[s], end_f[s * N + mb]};
-    fg_free(end_f);
 }
 
 // U(s) starts when the last stage has ended its last F (then all d_b are known; the scalar
@@ -285,7 +296,10 @@ int schedule_build(const ScheduleSpec *spec, Schedule *out, FgError *err) {
     if (!out) return fg_fail(err, FG_ERR_INPUT, "schedule: out is NULL");
     if (spec->mode == SCHED_FG_BP) return build_chains(spec, out, err);
     Build b;
-    build_start(&b, spec, 1, 2 * spec->N + 1, out);
+    double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)spec->M * spec->N);
+    fg_forward_ends(spec, end_f);
+    build_start(&b, spec, 1, 2 * spec->N + 1, end_f, out);
+    fg_free(end_f);
     if (schedule_is_bp(spec->mode)) rc = build_bp(spec, &b, err);
     else build_updates(&b, spec);
     if (rc) {

@@ -48,9 +48,22 @@ static int check_list(Check *c, int p, int s, FgError *err) {
             if (o->microbatch != next_f++)
                 return fg_fail(err, FG_ERR_INTERNAL,
                                "schedule: stage %d runs %s out of micro-batch order", s, op_name(o, a, sizeof a));
-            if (!schedule_is_bp(S->mode) && fabs(o->end - c->fg_end_f[s * N + o->microbatch]) > c->eps)
-                return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s moved relative to FG: ends at %g, not %g",
-                               op_name(o, a, sizeof a), o->end, c->fg_end_f[s * N + o->microbatch]);
+            // Not before fg has it (its input), and the last F where fg has it.
+            const double fg_end = c->fg_end_f[s * N + o->microbatch];
+            const int last = s == M - 1 && o->microbatch == N - 1;
+            if (!schedule_is_bp(S->mode) &&
+                (o->end < fg_end - c->eps || (last && fabs(o->end - fg_end) > c->eps)))
+                return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s moved relative to FG: ends at %g, fg's at %g",
+                               op_name(o, a, sizeof a), o->end, fg_end);
+            // After its input, and in every phase at the same time (phase 0's F ops are known
+            // here: phases are checked in order, stages in order within a phase).
+            const ScheduledOp *input = s > 0 ? c->f[(s - 1) * N + o->microbatch] : NULL;
+            if (!schedule_is_bp(S->mode) && input && o->start < input->end - c->eps)
+                return fail_dep(err, o, input);
+            const ScheduledOp *first = c->f[s * N + o->microbatch];
+            if (p > 0 && first && fabs(o->end - first->end) > c->eps)
+                return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s ends at %g in phase %d, at %g in phase 0",
+                               op_name(o, a, sizeof a), o->end, p, first->end);
             if (p == 0) c->f[s * N + o->microbatch] = o;
         }
         const ScheduledOp **slot = NULL;

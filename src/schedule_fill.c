@@ -5,8 +5,9 @@
 // [q T, (q+1) T) with T the step length, and an op placed in step q of a chain from source
 // phase p has lag q - p; step q runs in phase q mod n_phases of the periodic timetable.
 //
-// Auto (select = -1) tries a few candidate shapes (1..lag+1 phases, how many chains, their
-// source phases, Bw ops earliest or latest) and keeps the one that fills most of the bubble.
+// Auto (select = -1) tries a few candidate shapes (F ops as early or as late as they can,
+// 1..lag+1 phases, how many chains, their source phases, Bw ops earliest or latest) and keeps
+// the one that fills most of the bubble.
 // Each candidate: first every chain's Bi ops, each in the earliest gap after its input (and
 // after the previous chain's Bi on the same stage, so every link delivers in the order its
 // receiver consumes); then the Bw ops; a Bw op that fits nowhere within the lag bound cuts its
@@ -153,7 +154,7 @@ static double build_shape(const ScheduleSpec *sp, const Shape *sh, const double 
     const int M = sp->M;
     const int explicit_lag = sp->select >= 0;
     Fill f = {.sp = sp, .end_f = end_f, .n = sh->chains};
-    build_start(&f.b, sp, sh->phases, sp->N + 2 * sh->chains + 1, out);
+    build_start(&f.b, sp, sh->phases, sp->N + 2 * sh->chains + 1, end_f, out);
     f.T = out->fg_makespan;
     f.limit = explicit_lag ? INFINITY : out->last_f;
     f.chains = fg_alloc_bytes(sizeof(Chain) * (size_t)FG_MAX(sh->chains, 1));
@@ -192,18 +193,9 @@ static int most_chains(const ScheduleSpec *sp, const double *end_f, int phases) 
     return FG_MIN(phases * N, phases * (per_step + 1));
 }
 
-int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
-    (void)err;
-    double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
-    fg_forward_ends(sp, end_f);
-    if (sp->select >= 0) {
-        Shape sh = {1, sp->select, 1, 0, 0};
-        build_shape(sp, &sh, end_f, out);
-        fg_free(end_f);
-        return FG_OK;
-    }
-    Schedule best = {0};
-    double best_used = -1.0;
+// The best candidate of one F layout into *best (kept when no candidate beats *best_used).
+static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *best,
+                       double *best_used) {
     for (int phases = 1; phases <= sp->lag + 1; phases++)
         for (int variant = 0; variant < (phases > 1 ? 8 : 4); variant++) {
             const int n_max = most_chains(sp, end_f, phases);
@@ -213,19 +205,37 @@ int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
                 Schedule cand;
                 const double used = build_shape(sp, &sh, end_f, &cand);
                 empty_run = cand.n_chains < chains ? empty_run + 1 : 0;
-                if (used > best_used + 1e-9) {
-                    schedule_free(&best);
-                    best = cand, best_used = used;
+                if (used > *best_used + 1e-9) {
+                    schedule_free(best);
+                    *best = cand, *best_used = used;
                 } else {
                     schedule_free(&cand);
                 }
             }
         }
-    if (best_used < 0.0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
-        Shape none = {1, 0, 1, 0, 0};
-        build_shape(sp, &none, end_f, &best);
+}
+
+int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
+    (void)err;
+    double *soon = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
+    double *late = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
+    fg_forward_ends(sp, soon);
+    fg_forward_latest_ends(sp, late);
+    Schedule best = {0};
+    double best_used = -1.0;
+    if (sp->select >= 0) {  // explicit: F ops where fg has them
+        Shape sh = {1, sp->select, 1, 0, 0};
+        build_shape(sp, &sh, soon, &best);
+    } else {
+        best_shape(sp, soon, &best, &best_used);
+        best_shape(sp, late, &best, &best_used);
+        if (best_used < 0.0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
+            Shape none = {1, 0, 1, 0, 0};
+            build_shape(sp, &none, soon, &best);
+        }
     }
-    fg_free(end_f);
+    fg_free(soon);
+    fg_free(late);
     *out = best;
     return FG_OK;
 }

@@ -16,13 +16,18 @@ typedef struct {
 int schedule_validate(const ScheduleSpec *sp, FgError *err);
 int schedule_is_bp(ScheduleMode mode);
 
-// End times of F(s,b) in the pure-FG timetable, end_f[s*N+b].
+// End times of F(s,b) in the pure-FG timetable, end_f[s*N+b]: each F as soon as it can.
 void fg_forward_ends(const ScheduleSpec *sp, double *end_f);
+// The same, each F as late as it can without moving the last F: a stage faster than the one
+// before gathers its idle time before its first F instead of in gaps between its F ops, too
+// short for a B op.
+void fg_forward_latest_ends(const ScheduleSpec *sp, double *end_f);
 double fg_forward_start(const double *end_f, int N, int s, int b);
 
-// Allocates the building segments (n_phases, capacity) and places every phase's F ops at FG
-// times; sets fg_makespan and last_f.
-void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, Schedule *S);
+// Allocates the building segments (n_phases, capacity) and places every phase's F ops to end
+// at end_f (one of the two above); sets fg_makespan and last_f.
+void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
+                 Schedule *S);
 ScheduledOp *segment(const Build *b, int phase, int s);
 int *segment_count(const Build *b, int phase, int s);
 void segment_insert(const Build *b, int phase, int s, int pos, ScheduledOp op);

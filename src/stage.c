@@ -103,9 +103,14 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
         for (int k = 0; k < st->tangents; k++) {
             lk.k = (uint32_t)k;
             float *dst = st->pdot + k * n;
-            if (k == 0 && tangents->guide) be->copy(be, dst, tangents->guide, n * sizeof(float));
-            else be->tangent_fill(be, lk, n, dst);
-            if (tangents->ref) tangents->ref_dots[k] = be->dot(be, tangents->ref, dst, n);
+            double ref_dot;
+            if (k == 0 && tangents->guide) {
+                be->copy(be, dst, tangents->guide, n * sizeof(float));
+                ref_dot = tangents->ref ? be->dot(be, tangents->ref, dst, n) : 0.0;
+            } else {
+                ref_dot = be->tangent_fill(be, lk, n, dst, tangents->ref);
+            }
+            if (tangents->ref) tangents->ref_dots[k] = ref_dot;
         }
         pdot = st->pdot;
     }

@@ -50,7 +50,17 @@ static void normals_batch(TangentKey key, size_t batch, float *restrict out) {
 // calling thread: bitwise reproducible on any number of threads.
 #define GROUP 65536
 
-typedef enum { OP_FILL, OP_AXPY, OP_DOT } TangentOp;
+typedef enum { OP_FILL, OP_AXPY, OP_DOT, OP_FILL_DOT } TangentOp;
+
+// Eight running sums (one chain of dependent adds would cost more than making the values).
+static double dot_batch(const float *x, const float *v, size_t len) {
+    double t[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8)
+        for (int j = 0; j < 8; j++) t[j] += (double)x[i + j] * v[i + j];
+    for (; i < len; i++) t[0] += (double)x[i] * v[i];
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
 
 static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, TangentOp op,
                          float alpha, float *y, const float *x) {
@@ -65,8 +75,11 @@ static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, Tan
             for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
         } else if (op == OP_AXPY) {
             for (size_t i = 0; i < len; i++) y[off + i] += alpha * vv[i];
-        } else {
+        } else if (op == OP_DOT) {
             for (size_t i = 0; i < len; i++) sum += (double)x[off + i] * vv[i];
+        } else {
+            for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
+            sum += dot_batch(x + off, vv, len);
         }
     }
     return sum;
@@ -90,6 +103,10 @@ static double tangent_walk(TangentKey key, size_t first, size_t n, TangentOp op,
 
 void tangent_fill(TangentKey key, size_t first, size_t n, float *out) {
     tangent_walk(key, first, n, OP_FILL, 0.0f, out, NULL);
+}
+
+double tangent_fill_dot(TangentKey key, size_t first, size_t n, float *out, const float *x) {
+    return tangent_walk(key, first, n, OP_FILL_DOT, 0.0f, out, x);
 }
 
 void tangent_axpy(TangentKey key, size_t first, size_t n, float alpha, float *y) {

@@ -29,6 +29,8 @@ static inline TangentKey tangent_key(uint32_t seed, long step, int microbatch, i
 
 // out[i] = v[first + i], i < n, with v ~ N(0, 1) elementwise.
 void tangent_fill(TangentKey key, size_t first, size_t n, float *out);
+// The same, returning sum_i x[i] * v[first + i] (in double) taken as the values are made.
+double tangent_fill_dot(TangentKey key, size_t first, size_t n, float *out, const float *x);
 // y[i] += alpha * v[first + i]
 void tangent_axpy(TangentKey key, size_t first, size_t n, float alpha, float *y);
 // sum_i x[i] * v[first + i], accumulated in double

@@ -69,8 +69,8 @@ static void test_tangents_bit_identical(void **state) {
         TangentKey key = {.seed = 7 + (uint32_t)s, .stream = STREAM_TANGENT, .step = 3,
                           .microbatch = 2, .layer = 5, .k = 1};
         float *want = fg_alloc_floats(n), *dev = backend_alloc_floats(&gpu, n);
-        cpu->tangent_fill(cpu, key, n, want);
-        gpu.tangent_fill(&gpu, key, n, dev);
+        cpu->tangent_fill(cpu, key, n, want, NULL);
+        gpu.tangent_fill(&gpu, key, n, dev, NULL);
         float *got = from_gpu(dev, n);
         if (memcmp(got, want, n * sizeof(float)) != 0) fail_msg("tangent_fill: n = %zu not bit-identical", n);
 

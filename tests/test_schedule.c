@@ -388,9 +388,19 @@ static void verify_independently(const ScheduleSpec *sp, const Schedule *S, cons
                     assert_int_equal(o->microbatch, next_f++);
                     busy_f += o->end - o->start;
                     latest_f = FG_MAX(latest_f, o->end);
-                    if (!bp) {  // F ops at FG's times, in every phase
-                        assert_near(o->end, end_f[s * N + o->microbatch], eps);
-                        if (fg) {
+                    if (!bp) {
+                        // Not before FG has it, the last one where FG has it, after its input,
+                        // and where phase 0 has it.
+                        assert_true(o->end >= end_f[s * N + o->microbatch] - eps);
+                        if (s == M - 1 && o->microbatch == N - 1) assert_near(o->end, last_f, eps);
+                        if (s > 0) {
+                            const ScheduledOp *in = find_op(S, p, s - 1, OP_F, o->microbatch, 0);
+                            assert_true(o->start >= in->end - eps);
+                        }
+                        const ScheduledOp *first = find_op(S, 0, s, OP_F, o->microbatch, 0);
+                        assert_true(o->start == first->start && o->end == first->end);
+                        // Explicit selections keep FG's timetable itself.
+                        if (fg && sp->select >= 0) {
                             const ScheduledOp *x = find_op(fg, 0, s, OP_F, o->microbatch, 0);
                             assert_true(o->start == x->start && o->end == x->end);
                         }
@@ -693,6 +703,27 @@ static void test_bubble_used(void **state) {
             }
 }
 
+// A stage a little faster than the one before idles a little after each F: gaps too short for
+// a B op. Run as late as they can, its F ops gather that time before the first F, where B ops
+// fit: the builder does so when it fills more (M = 2, F 1 and 0.9, N = 32; with F ops as soon
+// as they can, 0.29 of the bubble).
+static void test_late_forward_gathers_gaps(void **state) {
+    (void)state;
+    const int M = 2, N = 32;
+    Costs c = {.f = {1.0, 0.9}, .bi = {0.25, 0.225}, .bw = {0.25, 0.225}, .u = {0.5, 0.5}};
+    const ScheduleSpec sp = spec_of(&c, M, N, SCHED_FG_BP, 2, -1);
+    Schedule S;
+    build_ok(&sp, &S);
+    const double used = schedule_stats(&S).bubble_used_by_b;
+    const ScheduledOp *first = find_op(&S, 0, 1, OP_F, 0, 0);
+    printf("# M=2 N=32 F 1/0.9: %.3f of the bubble used, stage 1's first F at %g (fg: 1)\n", used,
+           first->start);
+    if (used < 0.8) fail_msg("B ops fill %.3f of the bubble, expected >= 0.8", used);
+    assert_true(first->start > 1.0 + 1e-9);
+    assert_near(S.makespan, S.fg_makespan, 1e-9);
+    schedule_free(&S);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. schedule_check catches corrupted timetables and names the broken invariant
 
@@ -820,21 +851,18 @@ static void test_check_detects_violations(void **state) {
     }
     memcpy(S.ops, saved, bytes);
 
-    // An F op moved (into idle time, so that nothing overlaps).
+    // An F op moved before FG's time, into the fill bubble of FG's own timetable (so that
+    // nothing overlaps): stage 1's first F.
     {
-        int done = 0;
-        for (int p = 0; p < S.n_phases && !done; p++)
-            for (int s = 0; s < M && !done; s++)
-                for (int i = 0; i + 1 < S.stage_count[p * M + s] && !done; i++) {
-                    ScheduledOp *o = op_at(&S, p, s, i);
-                    if (o->kind != OP_F || op_at(&S, p, s, i + 1)->start - o->end < 0.25) continue;
-                    o->start += 0.25, o->end += 0.25;
-                    expect_check_fails(&S, &sp, "moved relative to FG");
-                    done = 1;
-                }
-        assert_true(done);
+        const ScheduleSpec fg_spec = spec_of(&c, M, N, SCHED_FG, 0, 0);
+        Schedule fg;
+        build_ok(&fg_spec, &fg);
+        ScheduledOp *o = op_at(&fg, 0, 1, 0);
+        assert_true(o->kind == OP_F && o->start >= 0.25);
+        o->start -= 0.25, o->end -= 0.25;
+        expect_check_fails(&fg, &fg_spec, "moved relative to FG");
+        schedule_free(&fg);
     }
-    memcpy(S.ops, saved, bytes);
 
     // A wrong duration.
     op_at(&S, 1, 0, 0)->end += 0.5;
@@ -1050,6 +1078,7 @@ int main(void) {
         cmocka_unit_test(test_link_order_uneven_stages),
         cmocka_unit_test(test_random_specs),
         cmocka_unit_test(test_bubble_used),
+        cmocka_unit_test(test_late_forward_gathers_gaps),
         cmocka_unit_test(test_check_detects_violations),
         cmocka_unit_test(test_chrome_trace),
         cmocka_unit_test(test_stashes),
