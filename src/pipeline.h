@@ -61,6 +61,8 @@ typedef struct {
     unsigned char *stashes;   // [n_phases][N]: F of micro-batch b in phase p keeps a stash
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
     long first_c_step;        // fg+bp: the first step with an exact gradient c
+    int lags_kept;            // weight versions kept for this stage's ops with a lag: the
+                              // largest lag in its timetable (at most need.prev)
     int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
     int is_first, is_last;
     int K;                    // tangents (0 in bp)

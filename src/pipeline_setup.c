@@ -165,7 +165,11 @@ static void plan_stage(Pipeline *p) {
         for (int b = 0; b < N; b++) p->stashes[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
         const ScheduledOp *ops;
         int n = schedule_stage_ops(S, ph, s, &ops);
-        for (int i = 0; i < n; i++) p->taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
+        for (int i = 0; i < n; i++) {
+            p->taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
+            // Each version kept costs a copy of the stage's weights per step: only those used.
+            if (ops[i].kind != OP_F) p->lags_kept = FG_MAX(p->lags_kept, ops[i].lag);
+        }
     }
     // Every phase recurs within n_phases steps once the lags have passed.
     p->first_c_step = LONG_MAX;

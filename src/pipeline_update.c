@@ -62,7 +62,7 @@ static float *update_of_layer(Pipeline *p, int l) {
 int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err) {
     const PendingUpdate *u = &p->pending;
-    int reads_step = u->active && (reads_kept(u) || p->need.prev > 0);
+    int reads_step = u->active && (reads_kept(u) || p->lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = acquire_layer(p, l, 1, *parts, s, err);
@@ -125,7 +125,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
         g = upd;
     }
     unsigned dirty = LAYER_WEIGHTS;
-    for (int j = p->need.prev - 1; j >= 0; j--) {  // the weights this step ran with age by one
+    for (int j = p->lags_kept - 1; j >= 0; j--) {  // the weights this step ran with age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
