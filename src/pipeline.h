@@ -64,6 +64,7 @@ typedef struct {
     int lags_kept;            // weight versions kept for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
     int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
+    float c_scale;            // c = c_scale * the kept gradient (fg+bp: 1 / its lanes)
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
     size_t n;                 // parameters of this stage

@@ -190,6 +190,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->want_stats = want_stats;
     p->is_first = s == 0, p->is_last = s == t->stages - 1;
     p->K = c->mode == MODE_BP ? 0 : c->tangents;
+    p->c_scale = 1.0f;
     p->need = layer_needs(c);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);

@@ -79,15 +79,18 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;
-    if (fresh && p->cfg->mode == MODE_FG_BP && p->cfg->select < 0)
-        be->scale(be, s->grad, 1.0f / (float)p->weight_lanes, s->grad, n);
+    // fg+bp auto: c is the mean of the stage's corrections; the scale rides on c's readers
+    // (a pass over the stage's weights saved).
+    if (fresh && p->cfg->mode == MODE_FG_BP)
+        p->c_scale = p->cfg->select < 0 ? 1.0f / (float)p->weight_lanes : 1.0f;
     if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
     if (p->tr->replica == 0 && needs_grad_norms(p))
-        p->scalars[scalars_grad_norms(p) + l] = be->dot(be, s->kept, s->kept, n);
+        p->scalars[scalars_grad_norms(p) + l] =
+            (double)p->c_scale * p->c_scale * be->dot(be, s->kept, s->kept, n);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->grad, 1.0f,
@@ -103,7 +106,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     if (u->base_kept != 0.0f) {
-        be->scale(be, upd, u->base_kept, s->kept, n);
+        be->scale(be, upd, u->base_kept * p->c_scale, s->kept, n);
         if (u->base_ref != 0.0f) be->axpy(be, upd, u->base_ref, s->ref, n);
     } else if (u->base_ref != 0.0f) {
         be->scale(be, upd, u->base_ref, s->ref, n);
@@ -132,7 +135,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     OptimizerConfig oc = config_optimizer(p->cfg);
     be->optimizer_step(be, &oc, u->step, u->lr, s->params, g, u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
-    if (u->set_ref) be->scale(be, s->ref, u->ref_scale, s->kept, n);
+    if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->c_scale, s->kept, n);
     return dirty;
 }
 
@@ -203,7 +206,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         double *row = rows + (size_t)l * ROW_WIDTH;
         form_estimate(p, l, &s, upd);
         row[ROW_G2] = be->dot(be, upd, upd, n);
-        if (have_c) row[ROW_GC] = be->dot(be, upd, s.kept, n);
+        if (have_c) row[ROW_GC] = p->c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
             // A streamed stage forms g again when it applies it: f may take its buffer.
             float *f = p->src.streamed ? upd : p->scratch;
@@ -211,7 +214,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
             be->tangent_axpy(be, tangent_key(p->cfg->seed, p->pending.step, 0, l), all_microbatches(p),
                              p->K, fcoeff, n, f);
             row[ROW_F2] = be->dot(be, f, f, n);
-            row[ROW_FC] = be->dot(be, f, s.kept, n);
+            row[ROW_FC] = p->c_scale * be->dot(be, f, s.kept, n);
         }
         rc = release_layer(p, l, parts, 0, err);
     }
