@@ -167,7 +167,6 @@ int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgE
     return rc;
 }
 
-// The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 // The parameter tangents of lane a in layer l (step < 0: none): the guided estimator's tangent
 // 0 is the reference, and the reference's dots with the tangents go into the step's scalars
 // while the tangents are in memory.
@@ -184,6 +183,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     return t;
 }
 
+// The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
