@@ -304,7 +304,9 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     free(d);
     free(rdots);
     if (!rc && p->need.ref && have_c) {
-        u->set_ref = 1;
+        // cv: a stage whose c did not change already holds it as its reference (also the
+        // one a resumed run loaded); guided renormalises every stage's part by the new |c|.
+        u->set_ref = fresh || uses_guide(p);
         u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
         p->ref_active = c2 > 0;
     }
