@@ -35,18 +35,6 @@ static void cpu_axpy(const Backend *be, float *y, float a, const float *x, size_
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-// Eight running sums in a fixed order (one chain of dependent adds would be latency-bound).
-static double dot_block(const float *a, const float *b, size_t n) {
-    enum { LANES = 8 };
-    double t[LANES] = {0}, s = 0.0;
-    size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) t[j] += (double)a[i + j] * b[i + j];
-    for (; i < n; i++) t[0] += (double)a[i] * b[i];
-    for (int j = 0; j < LANES; j++) s += t[j];
-    return s;
-}
-
 // Blocks of a fixed size summed in parallel, then the block sums in order: the same bits
 // whatever the number of threads, and no serial pass over a whole stage.
 static double cpu_dot(const Backend *be, const float *a, const float *b, size_t n) {
@@ -56,7 +44,7 @@ static double cpu_dot(const Backend *be, const float *a, const float *b, size_t 
     double *part = malloc(FG_MAX(n_blocks, 1) * sizeof(double)), s = 0.0;
 #pragma omp parallel for if (n_blocks > 16)
     for (size_t k = 0; k < n_blocks; k++)
-        part[k] = dot_block(a + k * BLOCK, b + k * BLOCK, FG_MIN(n, (k + 1) * BLOCK) - k * BLOCK);
+        part[k] = fg_dot_f64(a + k * BLOCK, b + k * BLOCK, FG_MIN(n, (k + 1) * BLOCK) - k * BLOCK);
     for (size_t k = 0; k < n_blocks; k++) s += part[k];
     free(part);
     return s;

@@ -30,3 +30,13 @@ void *fg_alloc_bytes(size_t n) {
 float *fg_alloc_floats(size_t n) { return fg_alloc_bytes(n * sizeof(float)); }
 
 void fg_free(void *p) { free(p); }
+
+double fg_dot_f64(const float *a, const float *b, size_t n) {
+    enum { LANES = 8 };
+    double t[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) t[j] += (double)a[i + j] * b[i + j];
+    for (; i < n; i++) t[0] += (double)a[i] * b[i];
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}

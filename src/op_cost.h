@@ -11,8 +11,9 @@
 enum { COST_F, COST_BI, COST_BW, COST_U, N_OP_COSTS };
 
 // Seconds of one op F, Bi and Bw on a micro-batch of `rows`, and of U (regenerating and adding
-// the tangents of n_mb micro-batches; 0 without tangents), best of three. with_xdot: F receives an input tangent (every stage
-// but the first). Values do not change the cost, so the buffers are zeros.
+// the tangents of n_mb micro-batches; 0 without tangents), best of three. with_xdot: F
+// receives an input tangent (every stage but the first). Values do not change the cost, so
+// the buffers are zeros.
 int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t seed,
                         double cost[N_OP_COSTS], FgError *err);
 

@@ -69,6 +69,8 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 
 // A streamed bp stage without clipping updates each layer in the backward wave.
 int updates_in_backward(const Pipeline *p);
+// Whether tangent 0 follows the reference (fg+bp's guided estimator).
+int uses_guide(const Pipeline *p);
 
 // Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
 // its weights are written back). Releases with release_layer.

@@ -176,7 +176,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     *t = (ParamTangents){.key = a->key};
     if (!s->ref) return t;
     int Nr = p->cfg->micro_batches, L = p->model->n_layers;
-    if (p->ref_active && p->cfg->estimator == ESTIMATOR_GUIDED) t->guide = s->ref;
+    if (p->ref_active && uses_guide(p)) t->guide = s->ref;
     t->ref = s->ref;
     t->ref_dots = p->scalars + scalars_ref_dots(p) +
                   (((size_t)p->tr->replica * L + l) * Nr + a->microbatch) * p->K;

@@ -31,8 +31,7 @@ int updates_in_backward(const Pipeline *p) {
 // Whether the estimate uses the reference as its control variate (fg+bp's cv).
 static int uses_cv(const Pipeline *p) { return p->K && config_uses_cv(p->cfg); }
 
-// Whether tangent 0 follows the reference (fg+bp's guided estimator).
-static int uses_guide(const Pipeline *p) {
+int uses_guide(const Pipeline *p) {
     return p->K && p->cfg->mode == MODE_FG_BP && p->cfg->estimator == ESTIMATOR_GUIDED;
 }
 

@@ -217,25 +217,24 @@ static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *be
 
 int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
     (void)err;
-    double *soon = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
-    double *late = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
-    fg_forward_ends(sp, soon);
-    fg_forward_latest_ends(sp, late);
+    double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
+    fg_forward_ends(sp, end_f);
     Schedule best = {0};
     double best_used = -1.0;
     if (sp->select >= 0) {  // explicit: F ops where fg has them
         Shape sh = {1, sp->select, 1, 0, 0};
-        build_shape(sp, &sh, soon, &best);
+        build_shape(sp, &sh, end_f, &best);
     } else {
-        best_shape(sp, soon, &best, &best_used);
-        best_shape(sp, late, &best, &best_used);
+        best_shape(sp, end_f, &best, &best_used);
+        fg_forward_latest_ends(sp, end_f);
+        best_shape(sp, end_f, &best, &best_used);
         if (best_used < 0.0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
             Shape none = {1, 0, 1, 0, 0};
-            build_shape(sp, &none, soon, &best);
+            fg_forward_ends(sp, end_f);
+            build_shape(sp, &none, end_f, &best);
         }
     }
-    fg_free(soon);
-    fg_free(late);
+    fg_free(end_f);
     *out = best;
     return FG_OK;
 }

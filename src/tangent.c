@@ -52,15 +52,6 @@ static void normals_batch(TangentKey key, size_t batch, float *restrict out) {
 
 typedef enum { OP_FILL, OP_AXPY, OP_DOT, OP_FILL_DOT } TangentOp;
 
-// Eight running sums (one chain of dependent adds would cost more than making the values).
-static double dot_batch(const float *x, const float *v, size_t len) {
-    double t[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8)
-        for (int j = 0; j < 8; j++) t[j] += (double)x[i + j] * v[i + j];
-    for (; i < len; i++) t[0] += (double)x[i] * v[i];
-    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-}
 
 static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, TangentOp op,
                          float alpha, float *y, const float *x) {
@@ -79,7 +70,7 @@ static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, Tan
             for (size_t i = 0; i < len; i++) sum += (double)x[off + i] * vv[i];
         } else {
             for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
-            sum += dot_batch(x + off, vv, len);
+            sum += fg_dot_f64(x + off, vv, len);
         }
     }
     return sum;
