@@ -130,7 +130,7 @@ static double samples_per_s(const Backend *be, const char *model, int rows, int 
             be->zero(be, g, n * sizeof(float));
             stage_backward(&st, p, stash, dz, NULL, g, rows);
         }
-        be->optimizer_step(be, &oc, steps, oc.lr, p, g, 1.0f, state, n, n);
+        be->optimizer_step(be, &oc, steps, oc.lr, p, p, g, 1.0f, state, n, n);
     }
     be->sync(be, NULL);
     double rate = (double)(steps - 2) * rows / (wall_seconds() - t0);

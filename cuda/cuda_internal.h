@@ -75,7 +75,7 @@ void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
 void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);
 double cuda_dot(const Backend *be, const float *a, const float *b, size_t n);
 void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
-                         float *params, const float *g, float g_scale, float *state,
-                         size_t state_stride, size_t n);
+                         float *params, const float *from, const float *g, float g_scale,
+                         float *state, size_t state_stride, size_t n);
 
 #endif

@@ -50,25 +50,25 @@ double cuda_dot(const Backend *be, const float *a, const float *b, size_t n) {
 }
 
 // The updates are optimizer_math.h's, and the scalars optimizer.c's: the CPU's bits.
-__global__ void sgd_kernel(OptScalars s, float *params, const float *g, float g_scale, float *vel,
-                           size_t n) {
-    GRID_LOOP(i, n) fg_sgd_update(s, g_scale * g[i], &params[i], &vel[i]);
+__global__ void sgd_kernel(OptScalars s, float *params, const float *from, const float *g,
+                           float g_scale, float *vel, size_t n) {
+    GRID_LOOP(i, n) params[i] = fg_sgd_update(s, g_scale * g[i], from[i], &vel[i]);
 }
 
-__global__ void adam_kernel(OptScalars s, float *params, const float *g, float g_scale, float *m,
-                            float *v, size_t n) {
-    GRID_LOOP(i, n) fg_adam_update(s, g_scale * g[i], &params[i], &m[i], &v[i]);
+__global__ void adam_kernel(OptScalars s, float *params, const float *from, const float *g,
+                            float g_scale, float *m, float *v, size_t n) {
+    GRID_LOOP(i, n) params[i] = fg_adam_update(s, g_scale * g[i], from[i], &m[i], &v[i]);
 }
 
 void cuda_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
-                         float *params, const float *g, float g_scale, float *state,
-                         size_t state_stride, size_t n) {
+                         float *params, const float *from, const float *g, float g_scale,
+                         float *state, size_t state_stride, size_t n) {
     cudaStream_t st = cuda_ctx(be)->stream;
     unsigned grid = grid_for(n, 256, 65535);
     const OptScalars s = optimizer_scalars(c, step, lr);
     if (c->kind == OPT_SGD)
-        sgd_kernel<<<grid, 256, 0, st>>>(s, params, g, g_scale, state, n);
+        sgd_kernel<<<grid, 256, 0, st>>>(s, params, from, g, g_scale, state, n);
     else
-        adam_kernel<<<grid, 256, 0, st>>>(s, params, g, g_scale, state, state + state_stride, n);
+        adam_kernel<<<grid, 256, 0, st>>>(s, params, from, g, g_scale, state, state + state_stride, n);
     launch_check(be, "optimizer step");
 }

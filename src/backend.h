@@ -67,8 +67,8 @@ struct Backend {
 
     // optimizer.h's optimizer_step on this backend's memory.
     void (*optimizer_step)(const Backend *be, const OptimizerConfig *c, long step, double lr,
-                           float *params, const float *g, float g_scale, float *state,
-                           size_t state_stride, size_t n);
+                           float *params, const float *from, const float *g, float g_scale,
+                           float *state, size_t state_stride, size_t n);
 
     // Waits for queued work; FG_OK, or an error naming what failed.
     int (*sync)(const Backend *be, FgError *err);

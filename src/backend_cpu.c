@@ -116,10 +116,10 @@ static void cpu_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, 
 }
 
 static void cpu_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
-                               float *params, const float *g, float g_scale, float *state,
-                               size_t state_stride, size_t n) {
+                               float *params, const float *from, const float *g, float g_scale,
+                               float *state, size_t state_stride, size_t n) {
     (void)be;
-    optimizer_step(c, step, lr, params, g, g_scale, state, state_stride, n);
+    optimizer_step(c, step, lr, params, from, g, g_scale, state, state_stride, n);
 }
 
 static int cpu_sync(const Backend *be, FgError *err) {

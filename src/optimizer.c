@@ -41,16 +41,16 @@ OptScalars optimizer_scalars(const OptimizerConfig *c, long step, double lr) {
     return s;
 }
 
-void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float g_scale, float *state, size_t state_stride, size_t n) {
+void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *from,
+                    const float *g, float g_scale, float *state, size_t state_stride, size_t n) {
     const OptScalars s = optimizer_scalars(c, step, lr);
     if (c->kind == OPT_SGD) {
         float *vel = state;
 #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) fg_sgd_update(s, g_scale * g[i], &params[i], &vel[i]);
+        for (size_t i = 0; i < n; i++) params[i] = fg_sgd_update(s, g_scale * g[i], from[i], &vel[i]);
         return;
     }
     float *m = state, *v = state + state_stride;
 #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) fg_adam_update(s, g_scale * g[i], &params[i], &m[i], &v[i]);
+    for (size_t i = 0; i < n; i++) params[i] = fg_adam_update(s, g_scale * g[i], from[i], &m[i], &v[i]);
 }

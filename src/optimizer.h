@@ -35,9 +35,10 @@ OptScalars optimizer_scalars(const OptimizerConfig *c, long step, double lr);
 // One update of n parameters with gradient g. step counts from 0 (Adam's bias correction);
 // state holds optimizer_state_buffers(kind) buffers of n floats, buffer i at state + i *
 // state_stride (n when back to back; an out-of-core layer slot pads them for direct I/O).
-// g_scale multiplies the gradient (the clip scale).
-void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *g,
-                    float g_scale, float *state, size_t state_stride, size_t n);
+// g_scale multiplies the gradient (the clip scale). The new weights go to params, computed
+// from `from` (params itself: in place; another buffer keeps the weights before the step).
+void optimizer_step(const OptimizerConfig *c, long step, double lr, float *params, const float *from,
+                    const float *g, float g_scale, float *state, size_t state_stride, size_t n);
 
 double squared_norm(const float *x, size_t n);
 

@@ -18,17 +18,17 @@ typedef struct {
     float eps_hat;       // Adam's eps with the second moment's bias correction folded in
 } OptScalars;
 
-// SGD with momentum, g already scaled: vel <- mu vel + g, p <- decay p - a vel.
-FG_HD void fg_sgd_update(OptScalars s, float g, float *p, float *vel) {
+// SGD with momentum, g already scaled: vel <- mu vel + g; returns decay p - a vel.
+FG_HD float fg_sgd_update(OptScalars s, float g, float p, float *vel) {
     *vel = s.mu * *vel + g;
-    *p = s.decay * *p - s.a * *vel;
+    return s.decay * p - s.a * *vel;
 }
 
-// Adam/AdamW, g already scaled: the moments m and v, then p <- decay p - a m / (sqrt v + eps_hat).
-FG_HD void fg_adam_update(OptScalars s, float g, float *p, float *m, float *v) {
+// Adam/AdamW, g already scaled: the moments m and v; returns decay p - a m / (sqrt v + eps_hat).
+FG_HD float fg_adam_update(OptScalars s, float g, float p, float *m, float *v) {
     *m = s.b1 * *m + (1.0f - s.b1) * g;
     *v = s.b2 * *v + (1.0f - s.b2) * g * g;
-    *p = s.decay * *p - s.a * *m / (sqrtf(*v) + s.eps_hat);
+    return s.decay * p - s.a * *m / (sqrtf(*v) + s.eps_hat);
 }
 
 #endif

@@ -40,6 +40,8 @@ typedef struct {
     float base_kept, base_ref, clip;
     int tangents;          // the coefficients apply (fg, fg+bp)
     int formed;            // resident: the norm pass left g in Pipeline.update
+    int aged;              // the source moved the weights to prev[0] (age_weights): the
+                           // update reads them there
     int set_ref;           // afterwards the reference becomes ref_scale * c (fg+bp, cv, guided)
     float ref_scale;
     float *coeff;          // [N*K] over every replica's micro-batches

@@ -92,8 +92,8 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
             (double)p->c_scale * p->c_scale * be->dot(be, s->kept, s->kept, n);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
-        be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->grad, 1.0f,
-                           s->state, s->state_stride, n);
+        be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
+                           1.0f, s->state, s->state_stride, n);
         *dirty |= LAYER_WEIGHTS;
     }
     return FG_OK;
@@ -127,12 +127,13 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
         g = upd;
     }
     unsigned dirty = LAYER_WEIGHTS;
-    for (int j = p->lags_kept - 1; j >= 0; j--) {  // the weights this step ran with age by one
+    for (int j = p->lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
-    be->optimizer_step(be, &oc, u->step, u->lr, s->params, g, u->clip, s->state, s->state_stride, n);
+    be->optimizer_step(be, &oc, u->step, u->lr, s->params, u->aged ? s->prev[0] : s->params, g,
+                       u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
     if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->c_scale, s->kept, n);
     return dirty;
@@ -256,6 +257,8 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
+    // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
+    p->pending.aged = p->lags_kept > 0 && p->src.age_weights && p->src.age_weights(&p->src);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
@@ -309,6 +312,6 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
         p->ref_active = c2 > 0;
     }
-    if (!rc && u->active && !p->src.streamed) rc = apply_everywhere(p, err);
+    if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
     return rc;
 }

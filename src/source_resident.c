@@ -61,6 +61,18 @@ static int resident_begin_version(LayerSource *s, long next_step, FgError *err) 
     return FG_OK;
 }
 
+static int resident_age_weights(LayerSource *s) {
+    Resident *r = s->ctx;
+    int kept = 0;
+    while (kept < LAYER_MAX_LAG && r->prev[kept]) kept++;
+    if (!kept) return 0;
+    float *oldest = r->prev[kept - 1];
+    for (int j = kept - 1; j > 0; j--) r->prev[j] = r->prev[j - 1];
+    r->prev[0] = r->params;
+    r->params = oldest;
+    return 1;
+}
+
 static int resident_flush(LayerSource *s, FgError *err) {
     (void)s, (void)err;
     return FG_OK;
@@ -99,6 +111,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,
                          .prefetch = resident_prefetch, .acquire = resident_acquire,
                          .release = resident_release, .begin_version = resident_begin_version,
+                         .age_weights = resident_age_weights,
                          .flush = resident_flush, .report = resident_report, .close = resident_close};
     return FG_OK;
 }

@@ -111,8 +111,8 @@ static void test_vectors_and_optimizers(void **state) {
         for (size_t i = 0; i < ns; i++) st[i] = fabsf(st[i]);  // Adam's v is >= 0
         float *dp = on_gpu(p, n), *dst = on_gpu(st, ns);
         for (long step = 0; step < 3; step++) {
-            cpu->optimizer_step(cpu, &oc, step, oc.lr, p, a, 0.5f, st, n, n);
-            gpu.optimizer_step(&gpu, &oc, step, oc.lr, dp, da, 0.5f, dst, n, n);
+            cpu->optimizer_step(cpu, &oc, step, oc.lr, p, p, a, 0.5f, st, n, n);
+            gpu.optimizer_step(&gpu, &oc, step, oc.lr, dp, dp, da, 0.5f, dst, n, n);
         }
         assert_close(dp, p, n, 1e-6, kind == OPT_SGD ? "sgd params" : "adam params");
         assert_close(dst, st, ns, 1e-6, kind == OPT_SGD ? "sgd state" : "adam state");
