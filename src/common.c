@@ -40,3 +40,13 @@ double fg_dot_f64(const float *a, const float *b, size_t n) {
     for (; i < n; i++) t[0] += (double)a[i] * b[i];
     return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
 }
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double fg_median(double *v, size_t n) {
+    qsort(v, n, sizeof *v, compare_doubles);
+    return v[n / 2];
+}

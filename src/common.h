@@ -26,6 +26,8 @@ void fg_free(void *p);
 // a . b over n floats, accumulated in double in eight running sums added in a fixed order: the
 // same bits every call, without one chain of dependent adds (latency-bound).
 double fg_dot_f64(const float *a, const float *b, size_t n);
+// The median of v[0..n) (n > 0; the upper one of two middles); sorts v.
+double fg_median(double *v, size_t n);
 
 #define FG_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define FG_MAX(a, b) ((a) > (b) ? (a) : (b))

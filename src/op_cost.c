@@ -2,14 +2,18 @@
 #include "op_cost.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "progress.h"
 
-int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t seed,
-                        double cost[N_OP_COSTS], FgError *err) {
+// The timetable packs ops back to back, so it plans with their typical cost (the median), not
+// their best: a plan of best cases overruns on every stage it fills.
+enum { COST_ROUNDS = 5 };
+
+int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
-    int K = st->tangents, rc = FG_OK;
+    int K = st->tangents, rows = setup->rows, n_mb = setup->n_mb, rc = FG_OK;
     size_t in = (size_t)rows * m->layers[st->first].in;
     float *x = backend_alloc_floats(be, in * (1 + K));
     float *stash = backend_alloc_floats(be, stage_stash_floats(st, rows));
@@ -18,17 +22,21 @@ int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t s
     float *dx = backend_alloc_floats(be, in);
     float *w = backend_alloc_floats(be, st->param_count + 1);
     float *g = backend_alloc_floats(be, st->param_count + 1);
+    float *ref = setup->with_ref && K ? backend_alloc_floats(be, st->param_count + 1) : NULL;
     float *coeff = fg_alloc_floats((size_t)n_mb * FG_MAX(K, 1));
-    TangentKey key = tangent_key(seed, 0, 0, 0);
-    for (int i = 0; i < N_OP_COSTS; i++) cost[i] = K || i != COST_U ? INFINITY : 0.0;
-    for (int r = 0; r < 3 && !rc; r++) {
+    double *ref_dots = calloc((size_t)FG_MAX(K, 1), sizeof(double));
+    TangentKey key = tangent_key(setup->seed, 0, 0, 0);
+    st->ref = ref, st->ref_dots = ref_dots;
+    double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
+    for (int r = 0; r < COST_ROUNDS && !rc; r++) {
         const float *y, *ydot;
         double t[5];
         t[0] = wall_seconds();
-        stage_forward(st, w, K ? &key : NULL, x, with_xdot && K ? x + in : NULL, rows, stash, &y, &ydot);
+        stage_forward(st, w, K ? &key : NULL, x, setup->with_xdot && K ? x + in : NULL, rows, stash,
+                      &y, &ydot);
         rc = be->sync(be, err);
         t[1] = wall_seconds();
-        stage_backward_input(st, w, stash, dy, with_xdot ? dx : NULL, adjoints, rows);
+        stage_backward_input(st, w, stash, dy, setup->with_xdot ? dx : NULL, adjoints, rows);
         if (!rc) rc = be->sync(be, err);
         t[2] = wall_seconds();
         stage_backward_weight(st, stash, adjoints, g, rows);
@@ -39,22 +47,26 @@ int stage_measure_costs(Stage *st, int rows, int with_xdot, int n_mb, uint32_t s
             if (!rc) rc = be->sync(be, err);
         }
         t[4] = wall_seconds();
-        for (int i = 0; i < N_OP_COSTS; i++)
-            if (K || i != COST_U) cost[i] = fmin(cost[i], t[i + 1] - t[i]);
+        for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = K || i != COST_U ? t[i + 1] - t[i] : 0.0;
     }
-    void *bufs[] = {x, stash, adjoints, dy, dx, w, g};
+    for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
+    st->ref = NULL, st->ref_dots = NULL;
+    void *bufs[] = {x, stash, adjoints, dy, dx, w, g, ref};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(coeff);
+    free(ref_dots);
     return rc;
 }
 
-int model_measure_layer_costs(const Backend *be, const Model *m, int rows, int K, int n_mb,
-                              uint32_t seed, double *cost, FgError *err) {
+int model_measure_layer_costs(const Backend *be, const Model *m, int K, const CostSetup *setup,
+                              double *cost, FgError *err) {
     int rc = FG_OK;
     for (int l = 0; l < m->n_layers && !rc; l++) {
         Stage st;
-        if ((rc = stage_init(&st, be, m, l, l + 1, rows, K, err))) break;
-        rc = stage_measure_costs(&st, rows, l > 0, n_mb, seed, cost + (size_t)l * N_OP_COSTS, err);
+        if ((rc = stage_init(&st, be, m, l, l + 1, setup->rows, K, err))) break;
+        CostSetup layer = *setup;
+        layer.with_xdot = l > 0;
+        rc = stage_measure_costs(&st, &layer, cost + (size_t)l * N_OP_COSTS, err);
         stage_free(&st);
     }
     return rc;

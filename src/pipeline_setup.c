@@ -127,8 +127,8 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    return stage_measure_costs(&p->stage, B, !p->is_first, all_microbatches(p), p->cfg->seed, cost,
-                               err);
+    CostSetup setup = {B, !p->is_first, p->need.ref, all_microbatches(p), p->cfg->seed};
+    return stage_measure_costs(&p->stage, &setup, cost, err);
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the

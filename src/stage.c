@@ -76,7 +76,9 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
         float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
-        ParamTangents t = {.guide = st->guide ? layer_params(st, st->guide, L) : NULL};
+        ParamTangents t = {.guide = st->guide ? layer_params(st, st->guide, L) : NULL,
+                           .ref = st->ref ? layer_params(st, st->ref, L) : NULL,
+                           .ref_dots = st->ref_dots};
         if (key) t.key = *key;
         stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, x, xdot, out,
                             key ? st->tan[slot] : NULL, rows);
@@ -110,7 +112,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
             } else {
                 ref_dot = be->tangent_fill(be, lk, n, dst, tangents->ref);
             }
-            if (tangents->ref) tangents->ref_dots[k] = ref_dot;
+            if (tangents->ref) tangents->ref_dots[k] += ref_dot;
         }
         pdot = st->pdot;
     }

@@ -25,8 +25,11 @@ typedef struct {
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
-    const float *guide;  // stage_forward: NULL, or a direction (the stage's slice) that replaces
-                         // tangent k=0 (the guided estimator); set by the caller
+    // stage_forward's estimator buffers, the stage's slices, set by the caller (NULL: none):
+    // guide replaces tangent k = 0 (the guided estimator); with ref, ref_dots[k] += ref . v_k
+    // over the stage's layers [K].
+    const float *guide, *ref;
+    double *ref_dots;
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -50,7 +53,7 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
 typedef struct {
     TangentKey key;       // step and micro-batch (the layer is set per layer)
     const float *guide;   // replaces tangent k = 0 (the guided estimator)
-    const float *ref;     // the estimator's reference: ref_dots[k] = ref . v_k, so the update
+    const float *ref;     // the estimator's reference: ref_dots[k] += ref . v_k, so the update
     double *ref_dots;     // needs no second pass over the tangents (cv, guided) [K]
 } ParamTangents;
 

@@ -255,11 +255,6 @@ static int run_steps(Run *r, FgError *err) {
     return rc;
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 // The run's numbers: losses, speed, layout, timetable and memory.
 static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, FgError *err) {
     TrainResult *res = r->res;
@@ -273,11 +268,10 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
         (rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err)))
         return rc;
     size_t n_times = (size_t)FG_MIN(r->total - r->first_step, (long)TIMES);
-    qsort(r->step_times, n_times, sizeof(double), compare_doubles);
     res->steps = r->total;
     res->train_seconds = r->train_time;
     res->samples_per_s = r->train_time > 0 ? (double)(r->total - r->first_step) * r->batch / r->train_time : 0.0;
-    res->step_seconds = r->step_times[n_times / 2];
+    res->step_seconds = n_times ? fg_median(r->step_times, n_times) : 0.0;
     res->n_params = r->model.n_params;
     for (int s = 0; s < M; s++) res->bubble_used_stage_measured[s] = ms_stage[s];
     res->bubble_measured = ms->bubble_fraction;

@@ -25,8 +25,10 @@ typedef struct {
 static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
     const Config *c = lt->c;
-    return model_measure_layer_costs(lt->e->be, lt->m, c->micro_batch, c->mode == MODE_BP ? 0 : c->tangents,
-                                     c->micro_batches * lt->e->tr->replicas, c->seed, lt->cost, err);
+    CostSetup setup = {c->micro_batch, 1, layer_needs(c).ref, c->micro_batches * lt->e->tr->replicas,
+                       c->seed};
+    return model_measure_layer_costs(lt->e->be, lt->m, c->mode == MODE_BP ? 0 : c->tangents, &setup,
+                                     lt->cost, err);
 }
 
 // Every rank times every layer, in turns, and one sum gives everyone the mean, so that all

@@ -509,7 +509,8 @@ static void test_measure_costs(void **state) {
     assert_int_equal(model_build_mlp(&m, "64-128-10", "relu", &err), FG_OK);
     for (int K = 0; K <= 1; K++) {
         double cost[3 * N_OP_COSTS];
-        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, 8, K, 4, 1, cost, &err), FG_OK);
+        CostSetup setup = {.rows = 8, .with_ref = K, .n_mb = 4, .seed = 1};
+        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, K, &setup, cost, &err), FG_OK);
         for (int l = 0; l < 3; l++)
             for (int i = 0; i < N_OP_COSTS; i++) {
                 double c = cost[l * N_OP_COSTS + i];
