@@ -97,8 +97,8 @@ for png in loss cosine variance_reduction bubble timeline; do
   verdict "$png.png is a PNG of more than 5 KB" "$why"
 done
 summary=$dir/report/summary.md
-# table rows: lines starting with '|', minus the header and the separator
-rows=$(grep '^|' "$summary" 2>/dev/null | tail -n +3)
+# the first table's rows: its lines starting with '|', minus the header and the separator
+rows=$(awk '/^\|/ {t = 1; print; next} t {exit}' "$summary" 2>/dev/null | tail -n +3)
 modes=$(printf '%s\n' "$rows" | awk -F' *\\| *' 'NF > 2 {print $3}' | paste -sd, -)
 verdict "summary.md has one row per run with its mode (fg+bp, fg)" \
   "$([ "$(printf '%s\n' "$rows" | grep -c '^|')" -eq 2 ] && [ "$modes" = "fg+bp,fg" ] || echo "rows: $(printf '%s' "$rows" | tr '\n' ' ')")"
@@ -106,6 +106,9 @@ verdict "the timeline draws the split backward (summary: ops F, Bi, Bw, U)" \
   "$(grep -q 'timeline.png.*(ops F, Bi, Bw, U)' "$summary" || grep -m1 'timeline.png' "$summary")"
 verdict "summary.md lists the plots" \
   "$(for p in loss cosine variance_reduction bubble timeline; do grep -q "($p.png)" "$summary" || echo -n "$p.png "; done)"
+ops=$(sed -n '/^## Ops of the traced step/,/^## /p' "$summary" 2>/dev/null)
+verdict "summary.md tabulates the traced step's ops, planned against measured (stage 0 F, U)" \
+  "$(for k in F U; do printf '%s\n' "$ops" | grep -Eq "^\| 0 \| $k \| [1-9][0-9]* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" || echo -n "no stage 0 $k row "; done)"
 verdict "summary.md notes that the fg run has no exact gradient" \
   "$(grep -q 'cosine.png skips runs without an exact gradient' "$summary" || echo 'no note')"
 
