@@ -60,8 +60,8 @@ void config_write(const Config *c, FILE *f);
 void config_write_help(FILE *f);
 
 OptimizerConfig config_optimizer(const Config *c);
-// fg+bp with the control-variate estimator (auto resolves to it): the update also dots c with
-// every tangent of the step.
+// fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
+// (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);
 
 // The name of value `value` of a choice key ("mode", 2 -> "fg+bp"), written into buf: the

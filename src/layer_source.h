@@ -71,9 +71,9 @@ struct LayerSource {
     int (*begin_version)(LayerSource *s, long next_step, FgError *err);
     // Resident (NULL when streamed, whose slots are copied): before an update of every layer,
     // the weights become prev[0] and each prev[j] prev[j + 1] by swapping buffers, not
-    // copying them; params is then free for the update to write from prev[0]. Returns
-    // whether it moved them (no previous versions kept: nothing to move).
-    int (*age_weights)(LayerSource *s);
+    // copying them; params is then free for the update to write from prev[0]. Called only
+    // when previous versions are kept.
+    void (*age_weights)(LayerSource *s);
     // Waits for every write; returns the first I/O error.
     int (*flush)(LayerSource *s, FgError *err);
     // One line of statistics on stderr (streamed: bytes moved, waits), or nothing.

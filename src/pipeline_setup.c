@@ -127,7 +127,8 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    CostSetup setup = {B, !p->is_first, p->need.ref, all_microbatches(p), p->cfg->seed};
+    CostSetup setup = {.rows = B, .with_xdot = !p->is_first, .with_ref = p->need.ref,
+                       .n_mb = all_microbatches(p), .seed = p->cfg->seed};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }
 

@@ -258,7 +258,8 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
-    p->pending.aged = p->lags_kept > 0 && p->src.age_weights && p->src.age_weights(&p->src);
+    p->pending.aged = p->lags_kept > 0 && p->src.age_weights;
+    if (p->pending.aged) p->src.age_weights(&p->src);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;

@@ -61,16 +61,16 @@ static int resident_begin_version(LayerSource *s, long next_step, FgError *err) 
     return FG_OK;
 }
 
-static int resident_age_weights(LayerSource *s) {
+// Every version allocated moves, also one this timetable's lags do not use: swaps are free.
+static void resident_age_weights(LayerSource *s) {
     Resident *r = s->ctx;
     int kept = 0;
     while (kept < LAYER_MAX_LAG && r->prev[kept]) kept++;
-    if (!kept) return 0;
+    if (!kept) return;
     float *oldest = r->prev[kept - 1];
     for (int j = kept - 1; j > 0; j--) r->prev[j] = r->prev[j - 1];
     r->prev[0] = r->params;
     r->params = oldest;
-    return 1;
 }
 
 static int resident_flush(LayerSource *s, FgError *err) {
