@@ -145,10 +145,12 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.backward = cuda_backward;
     b.loss_forward = cuda_loss_forward;
     b.loss_jvp = cuda_loss_jvp;
+    b.loss_jvp_rows = cuda_loss_jvp_rows;
     b.loss_backward = cuda_loss_backward;
     b.tangent_fill = cuda_tangent_fill;
     b.tangent_axpy = cuda_tangent_axpy;
     b.tangent_dot = cuda_tangent_dot;
+    b.tangent_add_rows = cuda_tangent_add_rows;
     b.optimizer_step = cuda_optimizer_step;
     b.sync = cu_sync;
     *out = b;

@@ -62,6 +62,8 @@ float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *l
                         int C, int *correct);
 float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
                     const uint8_t *labels, int B, int C, int K, float *d);
+float cuda_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
+                         const uint8_t *labels, int B, int C, int K, float *d_rows);
 float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                          int C, float *dz);
 // tangent_cuda.cu
@@ -70,6 +72,8 @@ void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const
                        size_t n, float *y);
 void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
                       const float *x, double *dots);
+void cuda_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
+                           const float *coeff, float *y, size_t y_stride);
 // vector_cuda.cu
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
 void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);

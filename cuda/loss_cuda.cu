@@ -20,8 +20,9 @@ __global__ void loss_rows_kernel(const float *z, const float *zdot, const uint8_
         for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = fg_xent_grad(s, zr, label, j) / B;
 }
 
+// d: the mean over rows per k; d_rows (instead): each row's value.
 static float loss_rows(const Backend *be, const float *z, const float *zdot, const uint8_t *labels,
-                       int B, int C, int K, float *d, float *dz, int *correct) {
+                       int B, int C, int K, float *d, float *d_rows, float *dz, int *correct) {
     double *rows = cuda_partials(be, (size_t)(2 + K) * B);
     loss_rows_kernel<<<(B + 127) / 128, 128, 0, cuda_ctx(be)->stream>>>(z, zdot, labels, B, C, K, rows, dz);
     launch_check(be, "loss");
@@ -29,7 +30,9 @@ static float loss_rows(const Backend *be, const float *z, const float *zdot, con
     double loss = 0.0;
     int hits = 0;
     for (int r = 0; r < B; r++) loss += h[r], hits += h[B + r] != 0.0;
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < K && d_rows; k++)
+        for (int r = 0; r < B; r++) d_rows[(size_t)k * B + r] = (float)h[2 * B + (size_t)k * B + r];
+    for (int k = 0; k < K && d; k++) {
         double s = 0.0;
         for (int r = 0; r < B; r++) s += h[2 * B + (size_t)k * B + r];
         d[k] = (float)(s / B);
@@ -40,15 +43,20 @@ static float loss_rows(const Backend *be, const float *z, const float *zdot, con
 
 float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                         int C, int *correct) {
-    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, correct);
+    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, NULL, correct);
 }
 
 float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
                     const uint8_t *labels, int B, int C, int K, float *d) {
-    return loss_rows(be, logits, zdot, labels, B, C, K, d, NULL, NULL);
+    return loss_rows(be, logits, zdot, labels, B, C, K, d, NULL, NULL, NULL);
+}
+
+float cuda_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
+                         const uint8_t *labels, int B, int C, int K, float *d_rows) {
+    return loss_rows(be, logits, zdot, labels, B, C, K, NULL, d_rows, NULL, NULL);
 }
 
 float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                          int C, float *dz) {
-    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, dz, NULL);
+    return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, dz, NULL);
 }

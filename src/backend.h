@@ -48,6 +48,10 @@ struct Backend {
     // loss, d [K] and *correct on the host.
     float (*loss_forward)(const Backend *be, const float *logits, const uint8_t *labels, int B,
                           int C, int *correct);
+    // loss_jvp per sample (activity perturbation): d_rows[k*B + r] (host) = the directional
+    // derivative of row r's own loss along tangent block k.
+    float (*loss_jvp_rows)(const Backend *be, const float *logits, const float *zdot,
+                           const uint8_t *labels, int B, int C, int K, float *d_rows);
     float (*loss_jvp)(const Backend *be, const float *logits, const float *zdot,
                       const uint8_t *labels, int B, int C, int K, float *d);
     float (*loss_backward)(const Backend *be, const float *logits, const uint8_t *labels, int B,
@@ -64,6 +68,11 @@ struct Backend {
     // dots[b*K + k] += v_{b,k} . x
     void (*tangent_dot)(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
                         const float *x, double *dots);
+    // Activity tangents, one row per sample: for k < K, y + k * y_stride += diag(coeff_k) v_k
+    // with v_k tangent k of key as [rows, width], coeff_k = coeff + k * rows (host), or 1 when
+    // coeff is NULL. y_stride 0 adds every k into one y, in order of k.
+    void (*tangent_add_rows)(const Backend *be, TangentKey key, int K, int rows, int width,
+                             const float *coeff, float *y, size_t y_stride);
 
     // optimizer.h's optimizer_step on this backend's memory.
     void (*optimizer_step)(const Backend *be, const OptimizerConfig *c, long step, double lr,

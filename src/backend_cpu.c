@@ -80,6 +80,12 @@ static float cpu_loss_jvp(const Backend *be, const float *logits, const float *z
     return loss_jvp(logits, zdot, labels, B, C, K, d);
 }
 
+static float cpu_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
+                               const uint8_t *labels, int B, int C, int K, float *d_rows) {
+    (void)be;
+    return loss_jvp_rows(logits, zdot, labels, B, C, K, d_rows);
+}
+
 static float cpu_loss_backward(const Backend *be, const float *logits, const uint8_t *labels,
                                int B, int C, float *dz) {
     (void)be;
@@ -115,6 +121,17 @@ static void cpu_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, 
         for (int k = 0; k < K; k++) dots[b * K + k] += tangent_dot(key_at(key, b, k), 0, n, x);
 }
 
+static void cpu_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
+                                 const float *coeff, float *y, size_t y_stride) {
+    (void)be;
+    size_t n = (size_t)rows * width;
+    for (int k = 0; k < K; k++) {
+        TangentKey kk = key_at(key, 0, k);
+        if (coeff) tangent_axpy_rows(kk, (size_t)rows, (size_t)width, coeff + (size_t)k * rows, y + k * y_stride);
+        else tangent_axpy(kk, 0, n, 1.0f, y + k * y_stride);
+    }
+}
+
 static void cpu_optimizer_step(const Backend *be, const OptimizerConfig *c, long step, double lr,
                                float *params, const float *from, const float *g, float g_scale,
                                float *state, size_t state_stride, size_t n) {
@@ -144,10 +161,12 @@ const Backend backend_cpu = {
     .backward = cpu_backward,
     .loss_forward = cpu_loss_forward,
     .loss_jvp = cpu_loss_jvp,
+    .loss_jvp_rows = cpu_loss_jvp_rows,
     .loss_backward = cpu_loss_backward,
     .tangent_fill = cpu_tangent_fill,
     .tangent_axpy = cpu_tangent_axpy,
     .tangent_dot = cpu_tangent_dot,
+    .tangent_add_rows = cpu_tangent_add_rows,
     .optimizer_step = cpu_optimizer_step,
     .sync = cpu_sync,
 };

@@ -31,6 +31,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
     CHOICE(estimator, "auto|fg|cv|guided", "fg+bp estimator: cv (control variate, the auto choice), plain fg, or guided (tangent 0 follows the last exact gradient)"),
+    CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
     NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
     NUM(KEY_INT, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
@@ -200,6 +201,9 @@ int config_validate(const Config *c, FgError *err) {
     if (c->select > c->micro_batches)
         return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
                        c->micro_batches);
+    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP && c->estimator != ESTIMATOR_FG)
+        return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp only with "
+                       "estimator = fg (cv and guided dot weight tangents)");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

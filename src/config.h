@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "optimizer.h"
+#include "tangent.h"
 
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
@@ -23,6 +24,7 @@ typedef struct {
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
+    int perturb;           // Perturbation (tangent.h): where fg's tangents enter
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit

@@ -50,6 +50,10 @@ float loss_forward(const float *logits, const unsigned char *labels, int B, int 
 // Also writes d[k] = directional derivative of the loss along tangent block k of zdot.
 float loss_jvp(const float *logits, const float *zdot, const unsigned char *labels, int B, int C,
                int K, float *d);
+// The same per sample: d_rows[k*B + r] = directional derivative of row r's own loss (not
+// divided by B) along tangent block k, for activity perturbation.
+float loss_jvp_rows(const float *logits, const float *zdot, const unsigned char *labels, int B,
+                    int C, int K, float *d_rows);
 // dz = d(mean loss)/d(logits), [B, C].
 float loss_backward(const float *logits, const unsigned char *labels, int B, int C, float *dz);
 

@@ -5,8 +5,9 @@
 
 // One walk over the rows serves all three entry points: the loss, and optionally the
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
+// d_rows (when not NULL) takes each row's derivative instead of d's mean.
 static float loss_walk(const float *z, const float *zdot, const unsigned char *labels, int B,
-                       int C, int K, float *d, float *dz, int *correct) {
+                       int C, int K, float *d, float *d_rows, float *dz, int *correct) {
     double loss = 0.0, dsum[K > 0 ? K : 1];
     int hits = 0;
     for (int k = 0; k < K; k++) dsum[k] = 0.0;
@@ -18,8 +19,11 @@ static float loss_walk(const float *z, const float *zdot, const unsigned char *l
         hits += s.best == label;
         if (dz)
             for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = fg_xent_grad(s, zr, label, j) / B;
-        for (int k = 0; d && k < K; k++)
-            dsum[k] += fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C, C);
+        for (int k = 0; (d || d_rows) && k < K; k++) {
+            double dr = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C, C);
+            if (d_rows) d_rows[(size_t)k * B + r] = (float)dr;
+            dsum[k] += dr;
+        }
     }
     for (int k = 0; d && k < K; k++) d[k] = (float)(dsum[k] / B);
     if (correct) *correct = hits;
@@ -27,14 +31,19 @@ static float loss_walk(const float *z, const float *zdot, const unsigned char *l
 }
 
 float loss_forward(const float *logits, const unsigned char *labels, int B, int C, int *correct) {
-    return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, correct);
+    return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, NULL, correct);
 }
 
 float loss_jvp(const float *logits, const float *zdot, const unsigned char *labels, int B, int C,
                int K, float *d) {
-    return loss_walk(logits, zdot, labels, B, C, K, d, NULL, NULL);
+    return loss_walk(logits, zdot, labels, B, C, K, d, NULL, NULL, NULL);
+}
+
+float loss_jvp_rows(const float *logits, const float *zdot, const unsigned char *labels, int B,
+                    int C, int K, float *d_rows) {
+    return loss_walk(logits, zdot, labels, B, C, K, NULL, d_rows, NULL, NULL);
 }
 
 float loss_backward(const float *logits, const unsigned char *labels, int B, int C, float *dz) {
-    return loss_walk(logits, NULL, labels, B, C, 0, NULL, dz, NULL);
+    return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, dz, NULL);
 }

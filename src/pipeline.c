@@ -191,6 +191,8 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 
 double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->micro_batch;
+    double kept = p->act_inputs[0] ? (1 + (p->act_inputs[1] != NULL)) *
+                  (double)stage_activity_floats(&p->stage, p->cfg->micro_batches * B) : 0.0;
     return ((double)p->n_stash_alloc * stage_stash_floats(&p->stage, B) +
-            (double)p->n_adj_alloc * stage_adjoint_floats(&p->stage, B)) * sizeof(float);
+            (double)p->n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
 }

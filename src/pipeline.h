@@ -96,11 +96,16 @@ typedef struct {
     float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;  // reusable buffers
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+    // Activity perturbation: the inputs of the stage's linear layers for every micro-batch of a
+    // step (stage_activity_offset's layout), from F to the update; two when the update is
+    // applied in the next step (streamed). act_work: one layer's G for the update.
+    float *act_inputs[2], *act_work;
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;
     int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
-    // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K], then
+    // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
+    // [N*K*B]), then
     // r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
     double *scalars;
     size_t n_scalars;
@@ -139,7 +144,8 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
 
-// Bytes kept for backward ops at most at once: stashes of activations and Bi's adjoints.
+// Bytes kept for backward ops at most at once: stashes of activations and Bi's adjoints, and
+// the layer inputs that activity perturbation keeps for the update.
 double pipeline_stash_bytes(const Pipeline *p);
 
 #endif

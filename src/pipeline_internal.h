@@ -35,8 +35,13 @@ int inside_c(const Pipeline *p, int mb);
 // The timetable's phase of a step.
 int step_phase(const Pipeline *p, long step);
 
+// Whether op F perturbs every linear layer's output (tangent.h) instead of the weights.
+int perturbs_activity(const Pipeline *p);
+// Directional derivatives per micro-batch: K, or K per sample under activity perturbation.
+int d_per_microbatch(const Pipeline *p);
+
 // Offsets into p->scalars.
-size_t scalars_d(const Pipeline *p);          // d [N*K]
+size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 

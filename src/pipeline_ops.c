@@ -13,6 +13,12 @@ int global_microbatch(const Pipeline *p, int mb) {
 
 int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
 
+int perturbs_activity(const Pipeline *p) { return p->K && p->stage.perturb == PERTURB_ACTIVITY; }
+
+int d_per_microbatch(const Pipeline *p) {
+    return p->K * (perturbs_activity(p) ? p->cfg->micro_batch : 1);
+}
+
 int step_phase(const Pipeline *p, long step) { return (int)(step % p->sched.n_phases); }
 
 int keeps_stash(const Pipeline *p, long step, int mb) {
@@ -183,6 +189,15 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     return t;
 }
 
+// Activity perturbation: the update needs layer l's input of lane a.
+static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
+    int B = p->cfg->micro_batch, in = p->model->layers[l].in;
+    float *kept = p->act_inputs[p->act_inputs[1] ? step & 1 : 0] +
+                  stage_activity_offset(&p->stage, l, p->cfg->micro_batches * B) +
+                  (size_t)a->microbatch * B * in;
+    p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
+}
+
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
@@ -206,6 +221,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
                                 : p->act[cur] + (size_t)i * p->act_stride;
             float *ydot = tangents ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
+            if (tangents && L->param_count && perturbs_activity(p)) keep_layer_input(p, step, l, a);
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
         }
@@ -226,9 +242,11 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     be->upload(be, p->labels, p->host_labels, (size_t)B);
     double loss;
     if (p->K) {
-        loss = be->loss_jvp(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d);
-        double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * p->K;
-        for (int k = 0; k < p->K; k++) d[k] = p->loss_d[k];
+        int n_d = d_per_microbatch(p);
+        loss = perturbs_activity(p) ? be->loss_jvp_rows(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d)
+                                    : be->loss_jvp(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d);
+        double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
+        for (int i = 0; i < n_d; i++) d[i] = p->loss_d[i];
     } else {
         loss = be->loss_forward(be, a->x, p->labels, B, C, NULL);
     }

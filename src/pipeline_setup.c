@@ -33,8 +33,10 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
+    // Activity perturbation keeps every micro-batch's layer inputs until the update.
+    double kept = perturbs_activity(p) ? (double)stage_activity_floats(&p->stage, N * B) * sizeof(float) : 0;
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
-                       lane_bytes(p, 1);
+                       lane_bytes(p, 1) + kept;
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int streams_here = c->mem_budget > 0 && in_memory > c->mem_budget, rc;
@@ -55,7 +57,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     // gradient and update, the parameter tangents of one layer (K). On a device these are device
     // memory, and so is a copy of the layer being computed on; the budget counts host and
     // device bytes alike.
-    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash +
+    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept +
                   (double)p->largest * sizeof(float) * ((need.grad || p->K) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
@@ -90,7 +92,7 @@ static void alloc_buffers(Pipeline *p) {
     p->labels = be->alloc(be, (size_t)B);
     p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
     p->host_labels = fg_alloc_bytes((size_t)B);
-    p->loss_d = fg_alloc_floats((size_t)FG_MAX(K, 1));
+    p->loss_d = fg_alloc_floats((size_t)FG_MAX(d_per_microbatch(p), 1));
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
             p->dz[i] = backend_alloc_floats(be, (size_t)N * B * p->model->classes);
@@ -98,7 +100,12 @@ static void alloc_buffers(Pipeline *p) {
     p->free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
-    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(K, 1));
+    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(d_per_microbatch(p), 1));
+    if (perturbs_activity(p)) {
+        size_t kept = stage_activity_floats(&p->stage, N * B);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->act_inputs[i] = backend_alloc_floats(be, kept);
+        p->act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
+    }
     if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
@@ -196,6 +203,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
+    p->stage.perturb = (Perturbation)c->perturb;
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;
@@ -205,6 +213,9 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
+    if (perturbs_activity(p) && p->src.streamed && t->replicas > 1)
+        return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
+                       "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
     if ((rc = plan_timetable(p, err))) return rc;
     plan_stage(p);
@@ -239,7 +250,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     for (int i = 0; i < p->n_free_adj; i++) be->free(be, p->free_adj[i]);
     void *on_backend[] = {p->act[0], p->act[1], p->tan[0], p->tan[1], p->adj[0], p->adj[1],
                           p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1], p->dz[2],
-                          p->src.streamed ? NULL : p->update, p->scratch};
+                          p->src.streamed ? NULL : p->update, p->scratch, p->act_inputs[0],
+                          p->act_inputs[1], p->act_work};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
                        p->stashes, p->taker_lag, p->scalars,

@@ -17,7 +17,7 @@
 size_t scalars_d(const Pipeline *p) { (void)p; return 1; }
 
 size_t scalars_ref_dots(const Pipeline *p) {
-    return scalars_d(p) + (size_t)all_microbatches(p) * p->K;
+    return scalars_d(p) + (size_t)all_microbatches(p) * d_per_microbatch(p);
 }
 
 size_t scalars_grad_norms(const Pipeline *p) {
@@ -112,8 +112,33 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     } else {
         be->zero(be, upd, n * sizeof(float));
     }
+    if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
+        int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
+        const float *x = p->act_inputs[p->act_inputs[1] ? u->step & 1 : 0] +
+                         stage_activity_offset(&p->stage, l, Nr * B);
+        stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l), Nr,
+                                      B, u->coeff + (size_t)mb0 * d_per_microbatch(p), x,
+                                      p->act_work, upd);
+        return;
+    }
     TangentKey key = tangent_key(p->cfg->seed, u->step, 0, l);
     be->tangent_axpy(be, key, all_microbatches(p), p->K, u->coeff, n, upd);
+}
+
+// Activity perturbation on a resident stage: every layer's estimate formed at once, so that
+// replicas (each with the layer inputs of its own micro-batches) can sum them.
+static int form_activity_estimates(Pipeline *p, FgError *err) {
+    int rc = FG_OK;
+    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+        LayerSlot s;
+        if ((rc = acquire_layer(p, l, 1, LAYER_STEP, &s, err))) break;
+        form_estimate(p, l, &s, update_of_layer(p, l));
+        rc = release_layer(p, l, LAYER_STEP, 0, err);
+    }
+    if (!rc && p->tr->replicas > 1 && !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
+        rc = p->tr->wait_replica_sum(p->tr, err);
+    p->pending.formed = 1;
+    return rc;
 }
 
 unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
@@ -167,13 +192,15 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // does not depend on this step's tangents.
 static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
     int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
-    int L = p->model->n_layers;
+    int L = p->model->n_layers, n_d = N * d_per_microbatch(p);
     PendingUpdate *u = &p->pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
-    for (int i = 0; i < NK; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
+    for (int i = 0; i < n_d; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
     for (int r = 0; (use_cv || guided) && r < p->tr->replicas; r++)
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
-    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, N, K};
+    // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
+    // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
+    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, n_d / K, K};
     float base;
     estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &base);
     // Micro-batches inside this step's c contribute their exact gradient instead of their
@@ -192,7 +219,7 @@ enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
     const Backend *be = p->be;
     int L = p->model->n_layers, NK = all_microbatches(p) * p->K, rc = FG_OK;
-    int with_fg = p->want_stats && have_c;
+    int with_fg = p->want_stats && have_c && !perturbs_activity(p);  // activity: g is fg's
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -204,7 +231,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
-        form_estimate(p, l, &s, upd);
+        if (!p->pending.formed) form_estimate(p, l, &s, upd);
         row[ROW_G2] = be->dot(be, upd, upd, n);
         if (have_c) row[ROW_GC] = p->c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
@@ -237,7 +264,8 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     if (!have_c) return;
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
-    if (K) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    if (K) r->cos_fg_exact = perturbs_activity(p) ? r->cos_estimate_exact
+                                                  : sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
     if (!cdots) return;
     double plain = 0, corrected = 0;
     for (int i = 0; i < NK; i++) {
@@ -297,10 +325,11 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
     int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
-    float *d = K ? malloc((size_t)N * K * sizeof(float)) : NULL;
+    float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
     if (K) plan_estimate(p, use_cv, guided, d, rdots);
-    if (K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
+    if (perturbs_activity(p) && !p->src.streamed) rc = form_activity_estimates(p, err);
+    if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);
     if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, use_cv ? rdots : NULL);

@@ -98,6 +98,15 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
         be->forward(be, L, p, x, y, rows);
         return;
     }
+    if (st->perturb == PERTURB_ACTIVITY) {  // ydot_k = xdot_k W^T + u_k: no parameter tangents
+        be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+        if (!n) return;
+        TangentKey ak = tangents->key;
+        ak.layer = (uint32_t)l;
+        ak.stream = STREAM_ACTIVITY;
+        be->tangent_add_rows(be, ak, st->tangents, rows, L->out, NULL, ydot, (size_t)rows * L->out);
+        return;
+    }
     const float *pdot = NULL;
     if (n) {
         TangentKey lk = tangents->key;
@@ -216,4 +225,35 @@ void stage_tangent_dots_by_layer(const Stage *st, TangentKey key, int n_mb, cons
     size_t n = (size_t)(st->last - st->first) * n_mb * st->tangents;
     for (size_t i = 0; i < n; i++) dots[i] = 0.0;
     tangent_pass(st, key, n_mb, NULL, NULL, x, dots, 1);
+}
+
+size_t stage_activity_offset(const Stage *st, int layer, int rows) {
+    size_t off = 0;
+    for (int i = st->first; i < layer; i++) {
+        const Layer *L = &st->model->layers[i];
+        if (L->param_count) off += (size_t)rows * L->in;
+    }
+    return off;
+}
+
+size_t stage_activity_floats(const Stage *st, int rows) {
+    return stage_activity_offset(st, st->last, rows);
+}
+
+void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
+                                   const float *coeff, const float *x, float *work, float *grad) {
+    const Backend *be = st->be;
+    const Layer *L = &st->model->layers[l];
+    int K = st->tangents;
+    size_t block = (size_t)rows * L->out;
+    be->zero(be, work, (size_t)n_mb * block * sizeof(float));
+    key.layer = (uint32_t)l;
+    key.stream = STREAM_ACTIVITY;
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < n_mb; b++) {
+        key.microbatch = mb0 + (uint32_t)b;
+        be->tangent_add_rows(be, key, K, rows, L->out, coeff + (size_t)b * K * rows, work + b * block, 0);
+    }
+    // The weight half of the layer's backward: dW += G^T x, db += column sums of G.
+    be->backward(be, L, NULL, x, work, NULL, grad, n_mb * rows);
 }

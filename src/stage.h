@@ -21,6 +21,7 @@ typedef struct {
     size_t param_count;  // parameters owned by the stage
     int max_rows;        // largest micro-batch the buffers hold
     int tangents;        // K (0: no forward-mode work)
+    Perturbation perturb;  // where F's tangents enter (weight after stage_init; tangent.h)
     float *act[2];       // ping-pong activations [max_rows, max_width]
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
@@ -85,6 +86,20 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
 // adjoints kept by Bi; reads no parameters.
 void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
                            int rows);
+
+// Activity perturbation (perturb == PERTURB_ACTIVITY): op F adds tangent u_{b,k} [rows, out] of
+// activity_key to every linear layer's output tangent instead of making parameter tangents, and
+// the update needs each such layer's input x_{l,b}, kept from F until then. Layout of what is
+// kept for `rows` rows (the step's micro-batches one after the other): per layer with
+// parameters, in layer order, its inputs [rows, in].
+size_t stage_activity_floats(const Stage *st, int rows);
+size_t stage_activity_offset(const Stage *st, int layer, int rows);
+// The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
+// sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
+// sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
+// x [n_mb * rows, in] are the layer's kept inputs. work holds G.
+void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
+                                   const float *coeff, const float *x, float *work, float *grad);
 
 // grad += sum over micro-batches b < n_mb and tangents k < K of
 //         coeff[b*K + k] * v(key with microbatch = key.microbatch + b, k),

@@ -50,11 +50,22 @@ static void normals_batch(TangentKey key, size_t batch, float *restrict out) {
 // calling thread: bitwise reproducible on any number of threads.
 #define GROUP 65536
 
-typedef enum { OP_FILL, OP_AXPY, OP_DOT, OP_FILL_DOT } TangentOp;
+typedef enum { OP_FILL, OP_AXPY, OP_DOT, OP_FILL_DOT, OP_AXPY_ROWS } TangentOp;
 
+// What a walk does with the values: y, x and alpha as in the entry points; OP_AXPY_ROWS scales
+// element i by x[(i - first) / width] (a coefficient per row of `width` elements).
+typedef struct {
+    TangentOp op;
+    float alpha;
+    float *y;
+    const float *x;
+    size_t width;
+} Walk;
 
-static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, TangentOp op,
-                         float alpha, float *y, const float *x) {
+static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, const Walk *w) {
+    const TangentOp op = w->op;
+    const float alpha = w->alpha, *x = w->x;
+    float *y = w->y;
     double sum = 0.0;
     float v[BATCH];
     for (size_t blo = lo / BATCH * BATCH; blo < hi; blo += BATCH) {
@@ -66,6 +77,8 @@ static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, Tan
             for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
         } else if (op == OP_AXPY) {
             for (size_t i = 0; i < len; i++) y[off + i] += alpha * vv[i];
+        } else if (op == OP_AXPY_ROWS) {
+            for (size_t i = 0; i < len; i++) y[off + i] += x[(off + i) / w->width] * vv[i];
         } else if (op == OP_DOT) {
             for (size_t i = 0; i < len; i++) sum += (double)x[off + i] * vv[i];
         } else {
@@ -76,15 +89,14 @@ static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, Tan
     return sum;
 }
 
-static double tangent_walk(TangentKey key, size_t first, size_t n, TangentOp op, float alpha,
-                           float *y, const float *x) {
+static double tangent_walk(TangentKey key, size_t first, size_t n, const Walk *w) {
     size_t groups = (n + GROUP - 1) / GROUP;
     double small[64];
     double *partial = groups <= 64 ? small : fg_alloc_bytes(groups * sizeof(double));
 #pragma omp parallel for schedule(static) if (groups > 1)
     for (size_t g = 0; g < groups; g++) {
         size_t lo = first + g * GROUP, hi = FG_MIN(lo + GROUP, first + n);
-        partial[g] = walk_group(key, lo, hi, first, op, alpha, y, x);
+        partial[g] = walk_group(key, lo, hi, first, w);
     }
     double total = 0.0;
     for (size_t g = 0; g < groups; g++) total += partial[g];
@@ -93,17 +105,22 @@ static double tangent_walk(TangentKey key, size_t first, size_t n, TangentOp op,
 }
 
 void tangent_fill(TangentKey key, size_t first, size_t n, float *out) {
-    tangent_walk(key, first, n, OP_FILL, 0.0f, out, NULL);
+    tangent_walk(key, first, n, &(Walk){.op = OP_FILL, .y = out});
 }
 
 double tangent_fill_dot(TangentKey key, size_t first, size_t n, float *out, const float *x) {
-    return tangent_walk(key, first, n, OP_FILL_DOT, 0.0f, out, x);
+    return tangent_walk(key, first, n, &(Walk){.op = OP_FILL_DOT, .y = out, .x = x});
 }
 
 void tangent_axpy(TangentKey key, size_t first, size_t n, float alpha, float *y) {
-    tangent_walk(key, first, n, OP_AXPY, alpha, y, NULL);
+    tangent_walk(key, first, n, &(Walk){.op = OP_AXPY, .alpha = alpha, .y = y});
 }
 
 double tangent_dot(TangentKey key, size_t first, size_t n, const float *x) {
-    return tangent_walk(key, first, n, OP_DOT, 0.0f, NULL, x);
+    return tangent_walk(key, first, n, &(Walk){.op = OP_DOT, .x = x});
+}
+
+void tangent_axpy_rows(TangentKey key, size_t rows, size_t width, const float *row_alpha,
+                       float *y) {
+    tangent_walk(key, 0, rows * width, &(Walk){.op = OP_AXPY_ROWS, .y = y, .x = row_alpha, .width = width});
 }

@@ -10,7 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { STREAM_TANGENT = 0, STREAM_INIT = 1, STREAM_SHUFFLE = 2 };
+enum { STREAM_TANGENT = 0, STREAM_INIT = 1, STREAM_SHUFFLE = 2, STREAM_ACTIVITY = 3 };
+
+// Where the random direction lives (docs/estimators.md): `weight` perturbs every parameter
+// (v over the stage's weights); `activity` perturbs every linear layer's output, one tangent
+// per sample, and never touches parameter tangents.
+typedef enum { PERTURB_WEIGHT, PERTURB_ACTIVITY } Perturbation;
 
 typedef struct {
     uint32_t seed;
@@ -27,6 +32,14 @@ static inline TangentKey tangent_key(uint32_t seed, long step, int microbatch, i
                         .microbatch = (uint32_t)microbatch, .layer = (uint32_t)layer};
 }
 
+// The key of the activity tangents of a micro-batch in one layer: a [rows, out] block, one
+// row per sample, from their own stream (never equal to a weight tangent).
+static inline TangentKey activity_key(uint32_t seed, long step, int microbatch, int layer) {
+    TangentKey key = tangent_key(seed, step, microbatch, layer);
+    key.stream = STREAM_ACTIVITY;
+    return key;
+}
+
 // out[i] = v[first + i], i < n, with v ~ N(0, 1) elementwise.
 void tangent_fill(TangentKey key, size_t first, size_t n, float *out);
 // The same, returning sum_i x[i] * v[first + i] (in double) taken as the values are made.
@@ -35,5 +48,8 @@ double tangent_fill_dot(TangentKey key, size_t first, size_t n, float *out, cons
 void tangent_axpy(TangentKey key, size_t first, size_t n, float alpha, float *y);
 // sum_i x[i] * v[first + i], accumulated in double
 double tangent_dot(TangentKey key, size_t first, size_t n, const float *x);
+// y[r, j] += row_alpha[r] * v[r * width + j] for r < rows, j < width
+void tangent_axpy_rows(TangentKey key, size_t rows, size_t width, const float *row_alpha,
+                       float *y);
 
 #endif

@@ -1,0 +1,251 @@
+// Activity perturbation (docs/estimators.md) through the Stage API, on a small "6-5-4-3" MLP:
+//   1. op F's output tangent is the derivative of the output when every linear layer's output
+//      z_l is moved to z_l + eps u_l (central differences);
+//   2. the per-sample directional derivatives d_i satisfy d_i = sum_l delta_{l,i} . u_{l,i}
+//      with delta the backprop adjoints of sample i's own loss;
+//   3. the estimate is unbiased for the batch gradient and its per-draw variance is the formula
+//      of docs/estimators.md:
+//        V = 1/((N B)^2 K) sum_i sum_l |x~_{l,i}|^2 (out_l |a_i|^2 + |a_{l,i}|^2),
+//      a_i = (delta_{l,i})_l over every linear layer, x~ = (x, 1): the layer input with the bias.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "layer.h"
+#include "model.h"
+#include "stage.h"
+#include "tangent.h"
+#include "test_util.h"
+
+enum { N = 3, ROWS = 4, IN = 6, C = 3, KMAX = 2, SEED = 77, T = 4000 };
+#define WIDTHS "6-5-4-3"
+
+typedef struct {
+    Model m;
+    size_t dim;
+    float *params;
+    float x[N][ROWS * IN];
+    unsigned char labels[N][ROWS];
+    float *g_true;  // gradient of the mean loss over the N * ROWS samples (backprop)
+    double pred1;   // V for K = 1 (header)
+} Problem;
+
+// Layer l's output adjoint of every row of micro-batch b, each of its own row's loss (not the
+// mean's), into delta (stage_adjoint_offset layout); inputs into stash; the gradient into g.
+static void backprop(const Problem *p, int b, float *stash, float *delta, float *g) {
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
+    const float *y;
+    float dz[ROWS * C];
+    stage_forward(&st, p->params, NULL, p->x[b], NULL, ROWS, stash, &y, NULL);
+    loss_backward(y, p->labels[b], ROWS, C, dz);
+    stage_backward_input(&st, p->params, stash, dz, NULL, delta, ROWS);
+    stage_backward_weight(&st, stash, delta, g, ROWS);
+    for (size_t i = 0; i < stage_adjoint_floats(&st, ROWS); i++) delta[i] *= ROWS;
+    stage_free(&st);
+}
+
+static void problem_make(Problem *p) {
+    FgError err = {0};
+    assert_int_equal(model_build_mlp(&p->m, WIDTHS, "gelu", &err), FG_OK);
+    p->dim = p->m.n_params;
+    p->params = fg_alloc_floats(p->dim);
+    model_init_params(&p->m, p->params, SEED);
+    Rng r = {SEED};
+    for (int b = 0; b < N; b++) {
+        fill_uniform(&r, p->x[b], ROWS * IN, 1.5f);
+        for (int i = 0; i < ROWS; i++) p->labels[b][i] = (unsigned char)rng_int(&r, 0, C - 1);
+    }
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
+    float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS));
+    float *delta = fg_alloc_floats(stage_adjoint_floats(&st, ROWS));
+    float *g = fg_alloc_floats(p->dim);
+    p->g_true = fg_alloc_floats(p->dim);
+    for (int b = 0; b < N; b++) {
+        memset(g, 0, p->dim * sizeof(float));
+        backprop(p, b, stash, delta, g);
+        for (size_t i = 0; i < p->dim; i++) p->g_true[i] += g[i] / N;
+        for (int i = 0; i < ROWS; i++) {
+            double a2 = 0, sum = 0;
+            for (int l = 0; l < p->m.n_layers; l++) {
+                const Layer *L = &p->m.layers[l];
+                if (!L->param_count) continue;
+                const float *al = delta + stage_adjoint_offset(&st, l, ROWS) + (size_t)i * L->out;
+                a2 += dot(al, al, L->out);
+            }
+            for (int l = 0; l < p->m.n_layers; l++) {
+                const Layer *L = &p->m.layers[l];
+                if (!L->param_count) continue;
+                const float *al = delta + stage_adjoint_offset(&st, l, ROWS) + (size_t)i * L->out;
+                const float *xl = stash + stage_stash_offset(&st, l, ROWS) + (size_t)i * L->in;
+                sum += (dot(xl, xl, L->in) + 1.0) * (L->out * a2 + dot(al, al, L->out));
+            }
+            p->pred1 += sum;
+        }
+    }
+    p->pred1 /= (double)(N * ROWS) * (N * ROWS);
+    fg_free(stash), fg_free(delta), fg_free(g);
+    stage_free(&st);
+}
+
+static void problem_free(Problem *p) { fg_free(p->g_true), fg_free(p->params); }
+
+// ---------------------------------------------------------------------------------------------
+// 1. The output tangent against central differences of the perturbed forward pass.
+
+typedef struct {
+    const Problem *p;
+    TangentKey key;
+    int K, k, out;  // which tangent and which output element the difference is of
+    float eps;
+} Perturbed;
+
+// Output element `out` with every linear layer's output moved by eps * u_{l,k}.
+static double perturbed_output(void *ctx) {
+    const Perturbed *q = ctx;
+    const Model *m = &q->p->m;
+    float a[ROWS * 8], b[ROWS * 8], u[ROWS * 8];
+    memcpy(a, q->p->x[0], sizeof(float) * ROWS * IN);
+    for (int l = 0; l < m->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        layer_ops(L)->forward(L, q->p->params + L->param_offset, a, b, ROWS);
+        if (L->param_count) {
+            TangentKey k = q->key;
+            k.layer = (uint32_t)l, k.k = (uint32_t)q->k, k.stream = STREAM_ACTIVITY;
+            tangent_fill(k, 0, (size_t)ROWS * L->out, u);
+            for (int i = 0; i < ROWS * L->out; i++) b[i] += q->eps * u[i];
+        }
+        memcpy(a, b, sizeof(float) * ROWS * L->out);
+    }
+    return a[q->out];
+}
+
+static void test_jvp_against_differences(void **state) {
+    (void)state;
+    Problem p = {0};
+    problem_make(&p);
+    for (int K = 1; K <= KMAX; K++) {
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, p.m.n_layers, ROWS, K, NULL), FG_OK);
+        st.perturb = PERTURB_ACTIVITY;
+        TangentKey key = tangent_key(SEED, 3, 1, 0);
+        const float *y, *ydot;
+        stage_forward(&st, p.params, &key, p.x[0], NULL, ROWS, NULL, &y, &ydot);
+        for (int k = 0; k < K; k++)
+            for (int o = 0; o < ROWS * C; o++) {
+                Perturbed q = {&p, key, K, k, o, 1e-2f};
+                double up = perturbed_output(&q);
+                q.eps = -1e-2f;
+                double down = perturbed_output(&q);
+                double diff = (up - down) / 2e-2;
+                double jvp = ydot[(size_t)k * ROWS * C + o];
+                if (!(fabs(diff - jvp) <= 2e-3 * (1.0 + fabs(jvp))))
+                    fail_msg("K %d tangent %d output %d: jvp %.6g, central difference %.6g", K, k,
+                             o, jvp, diff);
+            }
+        stage_free(&st);
+    }
+    problem_free(&p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2 and 3. d per sample, and the estimate's mean and variance over T draws.
+
+static void draws(const Problem *p, int K, double *err2, double *var, double *var_se) {
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, K, NULL), FG_OK);
+    st.perturb = PERTURB_ACTIVITY;
+    size_t dim = p->dim;
+    float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS));
+    float *work = fg_alloc_floats((size_t)ROWS * 8);
+    float *est = fg_alloc_floats(dim), *mean_sum = fg_alloc_floats(dim);
+    double *sum = calloc(dim, sizeof(double)), s1 = 0, s2 = 0;
+    float d[KMAX * ROWS], coeff[KMAX * ROWS];
+    for (uint32_t t = 0; t < T; t++) {
+        memset(est, 0, dim * sizeof(float));
+        for (int b = 0; b < N; b++) {
+            TangentKey key = tangent_key(SEED, t, b, 0);
+            const float *y, *ydot;
+            stage_forward(&st, p->params, &key, p->x[b], NULL, ROWS, stash, &y, &ydot);
+            loss_jvp_rows(y, ydot, p->labels[b], ROWS, C, K, d);
+            if (t < 4 && b == 0) {  // d_i = sum_l delta_{l,i} . u_{l,i}
+                Stage s0;
+                assert_int_equal(stage_init(&s0, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
+                float *delta = fg_alloc_floats(stage_adjoint_floats(&s0, ROWS)), *g = fg_alloc_floats(dim);
+                float *st0 = fg_alloc_floats(stage_stash_floats(&s0, ROWS)), u[ROWS * 8];
+                backprop(p, b, st0, delta, g);
+                for (int k = 0; k < K; k++)
+                    for (int i = 0; i < ROWS; i++) {
+                        double want = 0;
+                        for (int l = 0; l < p->m.n_layers; l++) {
+                            const Layer *L = &p->m.layers[l];
+                            if (!L->param_count) continue;
+                            TangentKey lk = key;
+                            lk.layer = (uint32_t)l, lk.k = (uint32_t)k, lk.stream = STREAM_ACTIVITY;
+                            tangent_fill(lk, 0, (size_t)ROWS * L->out, u);
+                            want += dot(delta + stage_adjoint_offset(&s0, l, ROWS) + (size_t)i * L->out,
+                                        u + (size_t)i * L->out, L->out);
+                        }
+                        if (!(fabs(d[k * ROWS + i] - want) <= 1e-4 * (1.0 + fabs(want))))
+                            fail_msg("d of row %d, tangent %d: %.7g, adjoints . u = %.7g", i, k,
+                                     d[k * ROWS + i], want);
+                    }
+                fg_free(delta), fg_free(g), fg_free(st0);
+                stage_free(&s0);
+            }
+            for (int i = 0; i < K * ROWS; i++) coeff[i] = d[i] / (float)(N * ROWS * K);
+            for (int l = 0; l < p->m.n_layers; l++) {
+                const Layer *L = &p->m.layers[l];
+                if (!L->param_count) continue;
+                stage_layer_activity_estimate(&st, l, key, 1, ROWS, coeff,
+                                              stash + stage_stash_offset(&st, l, ROWS), work,
+                                              est + L->param_offset);
+            }
+        }
+        double e2 = dist2(est, p->g_true, dim);
+        s1 += e2, s2 += e2 * e2;
+        for (size_t i = 0; i < dim; i++) sum[i] += est[i];
+    }
+    for (size_t i = 0; i < dim; i++) mean_sum[i] = (float)(sum[i] / T);
+    *err2 = dist2(mean_sum, p->g_true, dim);
+    *var = s1 / T;
+    *var_se = sqrt(fmax(s2 / T - *var * *var, 0.0) / T);
+    free(sum);
+    fg_free(stash), fg_free(work), fg_free(est), fg_free(mean_sum);
+    stage_free(&st);
+}
+
+static void test_unbiased_with_formula_variance(void **state) {
+    (void)state;
+    Problem p = {0};
+    problem_make(&p);
+    for (int K = 1; K <= KMAX; K++) {
+        double err2, var, se, pred = p.pred1 / K;
+        draws(&p, K, &err2, &var, &se);
+        printf("# activity K=%d  |mean - g|^2 = %.4g  var/T = %.4g  var = %.4g +- %.2g  "
+               "predicted %.4g (ratio %.3f)\n", K, err2, var / T, var, se, pred, var / pred);
+        if (!(err2 <= 4.0 * pred / T && err2 >= pred / (4.0 * T)))
+            fail_msg("K %d: |mean - g_true|^2 = %g, not within 4x of V/T = %g", K, err2, pred / T);
+        assert_true(se < 0.05 * pred);
+        if (!(fabs(var - pred) <= 5.0 * se))
+            fail_msg("K %d: per-draw variance %g +- %g, formula %g", K, var, se, pred);
+    }
+    problem_free(&p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jvp_against_differences),
+        cmocka_unit_test(test_unbiased_with_formula_variance),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
