@@ -30,7 +30,8 @@ static const ConfigKey KEYS[] = {
     STR(activation, "activation after each hidden linear layer: relu | gelu"),
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
-    CHOICE(estimator, "auto|fg|cv|guided", "fg+bp estimator: cv (control variate, the auto choice), plain fg, or guided (tangent 0 follows the last exact gradient)"),
+    CHOICE(estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
+    NUM(KEY_REAL, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance"),
     CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
     NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
@@ -70,6 +71,7 @@ void config_defaults(Config *c) {
     snprintf(c->activation, sizeof c->activation, "relu");
     c->mode = MODE_BP;
     c->select = -1;
+    c->shrink = 1.0;
     c->max_lag = 2;
     c->stages = 1;
     c->replicas = 1;
@@ -201,9 +203,10 @@ int config_validate(const Config *c, FgError *err) {
     if (c->select > c->micro_batches)
         return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
                        c->micro_batches);
-    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP && c->estimator != ESTIMATOR_FG)
-        return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp only with "
-                       "estimator = fg (cv and guided dot weight tangents)");
+    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP &&
+        (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_GUIDED))
+        return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
+                       "= mix, fg or auto (cv and guided dot c with weight tangents)");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
@@ -234,8 +237,13 @@ void config_write_help(FILE *f) {
                 KEYS[i].choices ? KEYS[i].choices : "", KEYS[i].choices ? "]" : "");
 }
 
+int config_estimator(const Config *c) {
+    if (c->estimator != ESTIMATOR_AUTO) return c->estimator;
+    return c->perturb == PERTURB_ACTIVITY ? ESTIMATOR_MIX : ESTIMATOR_CV;
+}
+
 int config_uses_cv(const Config *c) {
-    return c->mode == MODE_FG_BP && (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_AUTO);
+    return c->mode == MODE_FG_BP && config_estimator(c) == ESTIMATOR_CV;
 }
 
 OptimizerConfig config_optimizer(const Config *c) {

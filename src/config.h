@@ -14,7 +14,7 @@
 
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
-typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED } EstimatorChoice;
+typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED, ESTIMATOR_MIX } EstimatorChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 
 typedef struct {
@@ -25,6 +25,7 @@ typedef struct {
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
     int perturb;           // Perturbation (tangent.h): where fg's tangents enter
+    double shrink;         // fg+bp cv and mix: weight of the step's own noisy term (estimator.h)
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
@@ -62,6 +63,8 @@ void config_write(const Config *c, FILE *f);
 void config_write_help(FILE *f);
 
 OptimizerConfig config_optimizer(const Config *c);
+// The estimator auto resolves to: cv for perturb = weight, mix for activity.
+int config_estimator(const Config *c);
 // fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);

@@ -13,8 +13,12 @@ int estimator_coefficients(const Estimator *e, const float *d, const double *rdo
         return 0;
     case EST_CV:
         if (!rdots) return -1;
-        for (int i = 0; i < n; i++) coeff[i] = scale * (float)((double)d[i] - rdots[i]);
+        for (int i = 0; i < n; i++) coeff[i] = e->shrink * scale * (float)((double)d[i] - rdots[i]);
         *base = 1.0f;
+        return 0;
+    case EST_MIX:
+        for (int i = 0; i < n; i++) coeff[i] = e->shrink * scale * d[i];
+        *base = 1.0f - e->shrink;
         return 0;
     case EST_GUIDED: {
         if (!rdots) return -1;

@@ -15,17 +15,21 @@ typedef enum {
                  // d_{b,0} = grad(loss_b) . u exactly; the K-1 random tangents estimate the rest
                  // of the gradient, projected off u:
                  // g = (1/N) sum_b [d_{b,0} u + 1/(K-1) sum_{k>0} d_{b,k} (v_{b,k} - (u.v_{b,k}) u)]
+    EST_MIX,     // g = (1 - s) r + s (1/(N K)) sum d_{b,k} v_{b,k}: the exact (stale, partial)
+                 // gradient and the fresh estimate, weighted; biased toward r for s < 1
 } EstimatorKind;
 
 typedef struct {
     EstimatorKind kind;
     int micro_batches;  // N
     int tangents;       // K
+    float shrink;       // s: the weight of the step's own noisy term (cv: of the residual
+                        // sum (d - r.v) v, biased for s < 1; mix: above); 1 for fg and guided
 } Estimator;
 
 // Fills coeff[N*K] and *base from d[N*K] and, for EST_CV and EST_GUIDED, rdots[N*K] = r . v_{b,k}
-// (NULL for EST_FG; entries k=0 are ignored by EST_GUIDED). Returns 0, or -1 when rdots is
-// missing.
+// (NULL for EST_FG and EST_MIX; entries k=0 are ignored by EST_GUIDED). Returns 0, or -1 when
+// rdots is missing.
 int estimator_coefficients(const Estimator *e, const float *d, const double *rdots, float *coeff,
                            float *base);
 

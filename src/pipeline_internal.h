@@ -76,6 +76,8 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 int updates_in_backward(const Pipeline *p);
 // Whether tangent 0 follows the reference (fg+bp's guided estimator).
 int uses_guide(const Pipeline *p);
+// Whether op F dots the reference with its tangents (cv, guided).
+int dots_reference(const Pipeline *p);
 
 // Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
 // its weights are written back). Releases with release_layer.

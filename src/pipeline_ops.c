@@ -180,7 +180,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
                                           const Lane *a, ParamTangents *t) {
     if (step < 0 || !p->K) return NULL;
     *t = (ParamTangents){.key = a->key};
-    if (!s->ref) return t;
+    if (!s->ref || !dots_reference(p)) return t;
     int Nr = p->cfg->micro_batches, L = p->model->n_layers;
     if (p->ref_active && uses_guide(p)) t->guide = s->ref;
     t->ref = s->ref;

@@ -134,7 +134,7 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    CostSetup setup = {.rows = B, .with_xdot = !p->is_first, .with_ref = p->need.ref,
+    CostSetup setup = {.rows = B, .with_xdot = !p->is_first, .with_ref = dots_reference(p),
                        .n_mb = all_microbatches(p), .seed = p->cfg->seed};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }

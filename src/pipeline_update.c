@@ -35,6 +35,14 @@ int uses_guide(const Pipeline *p) {
     return p->K && p->cfg->mode == MODE_FG_BP && p->cfg->estimator == ESTIMATOR_GUIDED;
 }
 
+int dots_reference(const Pipeline *p) { return uses_cv(p) || uses_guide(p); }
+
+// fg+bp's mix: the estimate weighed against the reference, once there is one.
+static int uses_mix(const Pipeline *p) {
+    return p->K && p->cfg->mode == MODE_FG_BP && config_estimator(p->cfg) == ESTIMATOR_MIX &&
+           p->ref_active;
+}
+
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
@@ -200,7 +208,9 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
-    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : EST_FG, n_d / K, K};
+    int mix = uses_mix(p);
+    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : mix ? EST_MIX : EST_FG, n_d / K, K,
+                     use_cv || mix ? (float)p->cfg->shrink : 1.0f};
     float base;
     estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &base);
     // Micro-batches inside this step's c contribute their exact gradient instead of their

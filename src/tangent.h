@@ -12,7 +12,7 @@
 
 enum { STREAM_TANGENT = 0, STREAM_INIT = 1, STREAM_SHUFFLE = 2, STREAM_ACTIVITY = 3 };
 
-// Where the random direction lives (docs/estimators.md): `weight` perturbs every parameter
+// Where the random direction lives (docs/design.md section 4): `weight` perturbs every parameter
 // (v over the stage's weights); `activity` perturbs every linear layer's output, one tangent
 // per sample, and never touches parameter tangents.
 typedef enum { PERTURB_WEIGHT, PERTURB_ACTIVITY } Perturbation;

@@ -109,7 +109,7 @@ static int open_outputs(Run *r, FgError *err) {
     }
     if (r->out.log_path) {
         char mode[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
-        int e = c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_AUTO ? ESTIMATOR_CV : c->estimator;
+        int e = config_estimator(c);
         const char *estimator = c->mode == MODE_FG_BP ? config_choice_name("estimator", e, est)
                                                       : config_choice_name("mode", c->mode, mode);
         char *text = config_text(c);

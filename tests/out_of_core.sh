@@ -42,6 +42,7 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
        "bp|20M|18M|mode=bp schedule=1f1b"
+       "fg-activity|17M|-|mode=fg perturb=activity optimizer=sgd lr=0.0001"
        "fg-replicas|14M|12.5M|mode=fg optimizer=sgd lr=0.0001 replicas=2"
        "fgbp-replicas|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001 replicas=2"
        "bp-replicas|20M|18M|mode=bp schedule=1f1b replicas=2"

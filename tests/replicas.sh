@@ -2,7 +2,9 @@
 # Data-parallel replicas: R = 2 pipelines of M = 2 stages with N = 2 micro-batches each train
 # the same global batch as R = 1 with N = 4 (replica r's micro-batch b is global micro-batch
 # r*N + b: same samples, same tangents), so after 20 steps the weights and losses agree:
-#   fg     bitwise (only scalars cross replicas, each in its own slot: no rounding),
+#   fg     bitwise (only scalars cross replicas, each in its own slot: no rounding); with
+#          perturb = activity within the tolerance (each replica forms the estimate of its own
+#          micro-batches from their layer inputs, and the estimates are summed),
 #   bp     within the tolerance of summation order (the gradient is summed over replicas),
 #   fg+bp  (cv, lag 1 and lag 0, every micro-batch backpropagated) the same for the exact
 #          gradient c, summed over replicas with a non-blocking allreduce.
@@ -68,6 +70,7 @@ close() {
 cases=(
   "bp|mode=bp schedule=1f1b|"
   "fg|mode=fg tangents=2 ${sgd[*]}|bitwise"
+  "fg-activity|mode=fg perturb=activity tangents=2 ${sgd[*]}|"
   "fgbp|mode=fg+bp estimator=cv lag=1 ${sgd[*]}|"
   "fgbp-lag0|mode=fg+bp estimator=cv lag=0 ${sgd[*]}|"
 )

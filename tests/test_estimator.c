@@ -138,7 +138,7 @@ static Draws draw(const Batch *p, Spec s) {
     const int K = s.K;
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, K, NULL), FG_OK);
-    Estimator e = {s.kind, N, K};
+    Estimator e = {s.kind, N, K, 1.0f};
     float *est = fg_alloc_floats(dim);
     double *sum = calloc(dim, sizeof(double)), s1 = 0.0, s2 = 0.0;
     float d[N * KMAX], coeff[N * KMAX], base = -1.0f;
@@ -213,7 +213,7 @@ static void test_coefficients(void **state) {
     const float d[NB * K] = {1.0f, -2.0f, 0.5f, 4.0f};
     const double rdots[NB * K] = {0.25, 1.0, -0.5, 2.0};
     float coeff[NB * K], base = -7.0f;
-    Estimator fg = {EST_FG, NB, K}, cv = {EST_CV, NB, K};
+    Estimator fg = {EST_FG, NB, K, 1.0f}, cv = {EST_CV, NB, K, 1.0f};
     // fg: coeff = d / (N K), base 0.
     assert_int_equal(estimator_coefficients(&fg, d, NULL, coeff, &base), 0);
     assert_true(base == 0.0f);
@@ -223,6 +223,14 @@ static void test_coefficients(void **state) {
     assert_int_equal(estimator_coefficients(&cv, d, rdots, coeff, &base), 0);
     assert_true(base == 1.0f);
     for (int i = 0; i < NB * K; i++) assert_true(coeff[i] == (float)((d[i] - rdots[i]) / (NB * K)));
+    // Shrunk: cv scales the residual term, mix weighs fg's term against the reference.
+    Estimator half = {EST_CV, NB, K, 0.5f}, mix = {EST_MIX, NB, K, 0.25f};
+    estimator_coefficients(&half, d, rdots, coeff, &base);
+    assert_true(base == 1.0f);
+    for (int i = 0; i < NB * K; i++) assert_true(coeff[i] == (float)((d[i] - rdots[i]) / (2 * NB * K)));
+    assert_int_equal(estimator_coefficients(&mix, d, NULL, coeff, &base), 0);
+    assert_true(base == 0.75f);
+    for (int i = 0; i < NB * K; i++) assert_true(coeff[i] == d[i] / (4 * NB * K));
     // cv with c = 0 is fg.
     const double zero[NB * K] = {0};
     float coeff_fg[NB * K];
@@ -230,7 +238,7 @@ static void test_coefficients(void **state) {
     estimator_coefficients(&cv, d, zero, coeff, &base);
     assert_memory_equal(coeff, coeff_fg, sizeof coeff);
     // cv and guided need the dots.
-    Estimator guided = {EST_GUIDED, NB, K};
+    Estimator guided = {EST_GUIDED, NB, K, 1.0f};
     assert_int_equal(estimator_coefficients(&cv, d, NULL, coeff, &base), -1);
     assert_int_equal(estimator_coefficients(&guided, d, NULL, coeff, &base), -1);
 }
@@ -375,7 +383,7 @@ static void test_guided(void **state) {
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, p.m.n_layers, ROWS, K, NULL), FG_OK);
     st.guide = u;
-    Estimator e = {EST_GUIDED, N, K};
+    Estimator e = {EST_GUIDED, N, K, 1.0f};
     double *sum = calloc(dim, sizeof(double)), var = 0.0, udots[N * K];
     float d[N * K], coeff[N * K], base;
     for (uint32_t t = 0; t < T; t++) {

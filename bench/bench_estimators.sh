@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Estimator benchmark: test accuracy of every way fgpipe estimates the gradient, on the default
+# MLP (Fashion-MNIST, 784-1024-1024-1024-10, steps of 4 micro-batches of 32), with the same
+# steps and micro-batches for all: bp; fg with weight and activity perturbation (K = 1 and 4)
+# on 1 rank; fg+bp on 4 stages (one rank each, the default selection: the corrections the
+# 4-stage timetable gives) with each estimator. Prints one table: test accuracy, final train
+# loss, samples/s, peak RSS of the largest rank, kept activations (stash) of the largest stage,
+# and for fg+bp the median over the steps of the cosine between the update and the exact
+# gradient c (from the --log file). Each row's options are the row's config on top of
+# launch/configs/fashion-mnist-mlp-fg.conf, so a row can be rerun by hand.
+#
+# usage: bench/bench_estimators.sh [EPOCHS] [ROW ...]
+#   default EPOCHS 1 (the 5-epoch table: bench/bench_estimators.sh 5); ROW: names to run
+#   (default all). samples/s of the 4-stage rows is 4 ranks on this machine's cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+epochs=${1:-1}; shift || true
+fgpipe=build/fgpipe config=launch/configs/fashion-mnist-mlp-fg.conf
+[ -x "$fgpipe" ] || { echo "bench_estimators: build first (launch/build.sh)" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+adam=(optimizer=adam lr=0.001)
+act=(perturb=activity optimizer=adam lr=0.0003)
+rows=(
+  "bp|1|mode=bp ${adam[*]}"
+  "fg weight K=1|1|mode=fg perturb=weight"
+  "fg weight K=4|1|mode=fg perturb=weight tangents=4"
+  "fg activity K=1|1|mode=fg ${act[*]}"
+  "fg activity K=4|1|mode=fg ${act[*]} tangents=4"
+  "fg+bp weight cv|4|mode=fg+bp perturb=weight estimator=cv"
+  "fg+bp weight cv shrink=0.1|4|mode=fg+bp perturb=weight estimator=cv shrink=0.1"
+  "fg+bp activity mix shrink=1 (fg)|4|mode=fg+bp ${act[*]} estimator=mix shrink=1"
+  "fg+bp activity mix shrink=0.5|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.5"
+  "fg+bp activity mix shrink=0.2|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.2"
+)
+want=("$@")
+printf '| %-34s | %-6s | %-8s | %-10s | %-9s | %-9s | %-9s | %-10s |\n' row ranks "test acc" "train loss" samples/s "RSS MiB" "stash MiB" "median cos"
+printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' ---------------------------------- ------ -------- ---------- --------- --------- --------- ----------
+for r in "${rows[@]}"; do
+  IFS='|' read -r name ranks sets <<<"$r"
+  if [ ${#want[@]} -gt 0 ]; then
+    hit=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && hit=1; done
+    [ "$hit" -eq 1 ] || continue
+  fi
+  args=(); for kv in $sets; do args+=(--set "$kv"); done
+  threads=$(( $(nproc) / ranks )); [ "$threads" -ge 1 ] || threads=1
+  over=(); [ "$ranks" -gt "$(nproc)" ] && over=(--oversubscribe)
+  out=$dir/run
+  rm -rf "$out" "$out.h5"
+  log=()
+  [ "$ranks" -gt 1 ] && log=(--log "$out.h5")
+  if ! mpirun -np "$ranks" "${over[@]}" --bind-to none -x OMP_NUM_THREADS=$threads "$fgpipe" train \
+       --config "$config" "${args[@]}" --set stages="$ranks" --set epochs="$epochs" \
+       --set print_every=1000000 --out "$out" --summary-json "$out.json" "${log[@]}" >"$out.txt" 2>&1; then
+    printf '| %-34s | %-6s | failed: %s |\n' "$name" "$ranks" "$(grep -m1 error "$out.txt" || tail -n 1 "$out.txt")"
+    continue
+  fi
+  /usr/bin/python3 - "$name" "$ranks" "$out.json" "$out.h5" <<'PY'
+import json, os, sys
+name, ranks, summary, log = sys.argv[1:5]
+s = json.load(open(summary))
+cos = "-"
+if os.path.exists(log):
+    import h5py, numpy as np
+    c = h5py.File(log, "r")["steps"]["cos_estimate_exact"][:]
+    c = c[np.isfinite(c)]
+    if len(c): cos = f"{np.median(c):.3f}"
+rss = max(s.get("peak_rss_stage", [s["peak_rss_bytes"]])) / 2**20
+stash = max(s.get("stash_bytes_stage", [0])) / 2**20
+print(f"| {name:<34} | {ranks:<6} | {s['test_acc']:<8.4f} | {s['final_loss']:<10.4f} | "
+      f"{s['samples_per_s']:<9.0f} | {rss:<9.0f} | {stash:<9.2f} | {cos:<10} |")
+PY
+done
