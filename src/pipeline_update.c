@@ -137,11 +137,13 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
 // replicas (each with the layer inputs of its own micro-batches) can sum them.
 static int form_activity_estimates(Pipeline *p, FgError *err) {
     int rc = FG_OK;
+    // The weights' part holds the reference (mix).
+    unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
-        if ((rc = acquire_layer(p, l, 1, LAYER_STEP, &s, err))) break;
+        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         form_estimate(p, l, &s, update_of_layer(p, l));
-        rc = release_layer(p, l, LAYER_STEP, 0, err);
+        rc = release_layer(p, l, parts, 0, err);
     }
     if (!rc && p->tr->replicas > 1 && !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
