@@ -28,10 +28,11 @@ rows=(
   "fg activity K=1|1|mode=fg ${act[*]}"
   "fg activity K=4|1|mode=fg ${act[*]} tangents=4"
   "fg+bp weight cv|4|mode=fg+bp perturb=weight estimator=cv"
-  "fg+bp weight cv shrink=0.1|4|mode=fg+bp perturb=weight estimator=cv shrink=0.1"
+  "fg+bp weight cv shrink=0.05|4|mode=fg+bp perturb=weight estimator=cv shrink=0.05"
   "fg+bp activity mix shrink=1 (fg)|4|mode=fg+bp ${act[*]} estimator=mix shrink=1"
-  "fg+bp activity mix shrink=0.5|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.5"
   "fg+bp activity mix shrink=0.2|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.2"
+  "fg+bp activity mix shrink=0.05|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.05"
+  "fg+bp activity mix shrink=0 (c)|4|mode=fg+bp ${act[*]} estimator=mix shrink=0"
 )
 want=("$@")
 printf '| %-34s | %-6s | %-8s | %-10s | %-9s | %-9s | %-9s | %-10s |\n' row ranks "test acc" "train loss" samples/s "RSS MiB" "stash MiB" "median cos"

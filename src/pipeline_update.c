@@ -37,16 +37,16 @@ int uses_guide(const Pipeline *p) {
 
 int dots_reference(const Pipeline *p) { return uses_cv(p) || uses_guide(p); }
 
-// fg+bp's mix: the estimate weighed against the reference, once there is one.
-static int uses_mix(const Pipeline *p) {
-    return p->K && p->cfg->mode == MODE_FG_BP && config_estimator(p->cfg) == ESTIMATOR_MIX &&
-           p->ref_active;
+// fg+bp's mix: the estimate weighed against the reference (once there is one: ref_active).
+static int mixes(const Pipeline *p) {
+    return p->K && p->cfg->mode == MODE_FG_BP && config_estimator(p->cfg) == ESTIMATOR_MIX;
 }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
-// guide's scale and for the log's |c| or |g|.
+// guide's scale, to know whether mix's reference is zero, and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || p->want_stats;
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || mixes(p) ||
+           p->want_stats;
 }
 
 // Whether applying the update reads the step's kept gradient.
@@ -210,7 +210,7 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
-    int mix = uses_mix(p);
+    int mix = mixes(p) && p->ref_active;
     Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : mix ? EST_MIX : EST_FG, n_d / K, K,
                      use_cv || mix ? (float)p->cfg->shrink : 1.0f};
     float base;
