@@ -24,7 +24,7 @@ model=784-1024-1024-1024-1024-1024-1024-1024-10
 [ -x "$fgpipe" ] || { echo "bench_pipeline: build first (launch/build.sh)" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-cases=("fg mode=fg" "fg+bp mode=fg+bp estimator=cv" "bp-1f1b mode=bp schedule=1f1b optimizer=adam lr=0.001")
+cases=("fg mode=fg" "fg+bp mode=fg+bp" "bp-1f1b mode=bp schedule=1f1b optimizer=adam lr=0.001")
 for M in "${Ms[@]}"; do
   threads=$(( $(nproc) / M )); [ "$threads" -ge 1 ] || threads=1
   over=(); [ "$M" -gt "$(nproc)" ] && over=(--oversubscribe)

@@ -144,6 +144,7 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.jvp = cuda_jvp;
     b.backward = cuda_backward;
     b.loss_forward = cuda_loss_forward;
+    b.matmul = cuda_matmul;
     b.loss_jvp = cuda_loss_jvp;
     b.loss_jvp_rows = cuda_loss_jvp_rows;
     b.loss_backward = cuda_loss_backward;

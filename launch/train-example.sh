@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: build, then train the default MLP on Fashion-MNIST as a 4-stage pipeline (one
 # MPI rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
-# (fg+bp, control-variate estimator; the default select=-1 backpropagates as many micro-batches
-# per stage as fit the stage's idle time, and prints how many). The last stage prints progress and the final test
+# (fg+bp with activity perturbation and the mix estimator of the config; the default select=-1
+# backpropagates as many micro-batches per stage as fit the stage's idle time, and prints how
+# many). The last stage prints progress and the final test
 # accuracy; out/example/ gets the resolved config, the loss per step, a summary and the
 # timeline of the last step (out/example/trace.json: open it in Perfetto).
 # Extra arguments go to `fgpipe train`, e.g. --set epochs=5 or --set mode=bp.
@@ -17,5 +18,5 @@ if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 exec mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
-  --set stages=4 --set mode=fg+bp --set estimator=cv --set epochs=1 \
+  --set stages=4 --set mode=fg+bp --set epochs=1 \
   --out out/example --summary-json out/example/summary.json --trace out/example/trace.json "$@"

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "backend.h"
 
 static void *cpu_alloc(const Backend *be, size_t bytes) {
@@ -33,6 +35,13 @@ static void cpu_scale(const Backend *be, float *y, float a, const float *x, size
 static void cpu_axpy(const Backend *be, float *y, float a, const float *x, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void cpu_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *A, const float *B, float beta, float *C) {
+    (void)be;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, A, trans_a ? m : k, B, trans_b ? k : n, beta, C, n);
 }
 
 // Blocks of a fixed size summed in parallel, then the block sums in order: the same bits
@@ -156,6 +165,7 @@ const Backend backend_cpu = {
     .scale = cpu_scale,
     .axpy = cpu_axpy,
     .dot = cpu_dot,
+    .matmul = cpu_matmul,
     .forward = cpu_forward,
     .jvp = cpu_jvp,
     .backward = cpu_backward,

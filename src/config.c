@@ -41,6 +41,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
+    NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out); 0: full Gaussian"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),
     NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
@@ -207,6 +208,12 @@ int config_validate(const Config *c, FgError *err) {
         (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_GUIDED))
         return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
                        "= mix, fg or auto (cv and guided dot c with weight tangents)");
+    if (c->tangent_rank > 0 && c->perturb != PERTURB_WEIGHT)
+        return fg_fail(err, FG_ERR_INPUT, "tangent_rank applies to perturb = weight (activity "
+                       "perturbation has no weight tangents)");
+    if (c->tangent_rank > 0 && c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED)
+        return fg_fail(err, FG_ERR_INPUT, "tangent_rank > 0 and estimator = guided: the guide "
+                       "is a full vector, not of rank tangent_rank");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

@@ -204,6 +204,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
     p->stage.perturb = (Perturbation)c->perturb;
+    if (p->K) stage_set_tangent_rank(&p->stage, c->tangent_rank);
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;

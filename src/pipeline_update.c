@@ -129,8 +129,8 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                                       p->act_work, upd);
         return;
     }
-    TangentKey key = tangent_key(p->cfg->seed, u->step, 0, l);
-    be->tangent_axpy(be, key, all_microbatches(p), p->K, u->coeff, n, upd);
+    stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),
+                             all_microbatches(p), u->coeff, upd);
 }
 
 // Activity perturbation on a resident stage: every layer's estimate formed at once, so that
@@ -250,8 +250,8 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
             // A streamed stage forms g again when it applies it: f may take its buffer.
             float *f = p->src.streamed ? upd : p->scratch;
             be->zero(be, f, n * sizeof(float));
-            be->tangent_axpy(be, tangent_key(p->cfg->seed, p->pending.step, 0, l), all_microbatches(p),
-                             p->K, fcoeff, n, f);
+            stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->pending.step, 0, l),
+                                     all_microbatches(p), fcoeff, f);
             row[ROW_F2] = be->dot(be, f, f, n);
             row[ROW_FC] = p->c_scale * be->dot(be, f, s.kept, n);
         }

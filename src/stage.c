@@ -43,6 +43,8 @@ void stage_free(Stage *st) {
         be->free(be, st->tan[i]);
     }
     be->free(be, st->pdot);
+    be->free(be, st->lowrank_work);
+    be->free(be, st->ones);
     memset(st, 0, sizeof *st);
 }
 
@@ -105,6 +107,19 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
         ak.layer = (uint32_t)l;
         ak.stream = STREAM_ACTIVITY;
         be->tangent_add_rows(be, ak, st->tangents, rows, L->out, NULL, ydot, (size_t)rows * L->out);
+        return;
+    }
+    if (n && st->tangent_rank) {
+        be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+        TangentKey lk = tangents->key;
+        lk.layer = (uint32_t)l;
+        for (int k = 0; k < st->tangents; k++) {
+            double ref_dot = 0.0;
+            lk.k = (uint32_t)k;
+            stage_lowrank_jvp_term(st, L, lk, x, rows, ydot + (size_t)k * rows * L->out,
+                                   tangents->ref, &ref_dot);
+            if (tangents->ref) tangents->ref_dots[k] += ref_dot;
+        }
         return;
     }
     const float *pdot = NULL;
@@ -197,16 +212,14 @@ void stage_backward_weight(Stage *st, const float *stash, const float *adjoints,
 // n_mb*K per layer of the stage).
 static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float *coeff,
                          float *grad, const float *x, double *dots, int per_layer) {
-    const Backend *be = st->be;
     int K = st->tangents;
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
         size_t off = L->param_offset - st->param_base;
         if (!L->param_count) continue;
-        key.layer = (uint32_t)l;
-        if (grad) be->tangent_axpy(be, key, n_mb, K, coeff, L->param_count, grad + off);
-        else be->tangent_dot(be, key, n_mb, K, L->param_count, x + off,
-                             dots + (per_layer ? (size_t)(l - st->first) * n_mb * K : 0));
+        if (grad) stage_layer_add_tangents(st, l, key, n_mb, coeff, grad + off);
+        else stage_layer_tangent_dots(st, l, key, n_mb, x + off,
+                                      dots + (per_layer ? (size_t)(l - st->first) * n_mb * K : 0));
     }
 }
 

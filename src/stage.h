@@ -22,6 +22,9 @@ typedef struct {
     int max_rows;        // largest micro-batch the buffers hold
     int tangents;        // K (0: no forward-mode work)
     Perturbation perturb;  // where F's tangents enter (weight after stage_init; tangent.h)
+    int tangent_rank;      // weight tangents of rank r (0: full; stage_set_tangent_rank)
+    float *lowrank_work;   // one low-rank tangent's factors and products
+    float *ones;           // [max_rows] of 1: adds a bias tangent to every row
     float *act[2];       // ping-pong activations [max_rows, max_width]
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
@@ -100,6 +103,24 @@ size_t stage_activity_offset(const Stage *st, int layer, int rows);
 // x [n_mb * rows, in] are the layer's kept inputs. work holds G.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
                                    const float *coeff, const float *x, float *work, float *grad);
+
+// Low-rank weight tangents (perturb = weight, rank r > 0; docs/design.md section 4): a linear
+// layer's weight tangent is V = At^T Bt / sqrt(r) with At [r, out] and Bt [r, in] ~ N(0, 1),
+// so that E[vec V vec V^T] = I; its bias tangent vb [out] ~ N(0, 1). Making one costs
+// r (in + out) + out values instead of in * out + out, and its JVP term x V^T + vb two thin
+// GEMMs. Allocates the work buffers.
+void stage_set_tangent_rank(Stage *st, int rank);
+// Op F's parameter term of a low-rank tangent (key's layer and k set): ydot [rows, out] +=
+// x V^T + vb; with ref (the layer's part of the reference), *ref_dot += ref . v.
+void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
+                            float *ydot, const float *ref, double *ref_dot);
+// grad_l += sum over b < n_mb, k < K of coeff[b*K + k] v(key.microbatch + b, k) for layer l
+// (with parameters): the forward-gradient estimate of one layer, full or low-rank.
+void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,
+                              const float *coeff, float *grad_l);
+// dots[b*K + k] += v(key.microbatch + b, k) . x_l over layer l's parameters.
+void stage_layer_tangent_dots(const Stage *st, int l, TangentKey key, int n_mb, const float *x_l,
+                              double *dots);
 
 // grad += sum over micro-batches b < n_mb and tangents k < K of
 //         coeff[b*K + k] * v(key with microbatch = key.microbatch + b, k),

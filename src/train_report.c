@@ -147,11 +147,15 @@ static void json_array(FILE *f, const char *name, const double *v, int n) {
 }
 
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
-    char mode[CONFIG_NAME_MAX];
+    char mode[CONFIG_NAME_MAX], perturb[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
     FILE *f = fopen(path, "w");
     if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
-    fprintf(f, "{\"mode\": \"%s\", \"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
-            config_choice_name("mode", c->mode, mode), c->mode == MODE_BP ? 0 : c->tangents, r->stages,
+    fprintf(f, "{\"mode\": \"%s\", \"perturb\": \"%s\", \"estimator\": \"%s\", \"shrink\": %g, "
+            "\"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
+            config_choice_name("mode", c->mode, mode),
+            c->mode == MODE_BP ? "none" : config_choice_name("perturb", c->perturb, perturb),
+            c->mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
+            c->shrink, c->mode == MODE_BP ? 0 : c->tangents, r->stages,
             r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,

@@ -93,6 +93,28 @@ static void test_tangents_bit_identical(void **state) {
     }
 }
 
+// Activity tangents (rows of `width`, a coefficient per row): into K blocks, and every k
+// into one block; the same float roundings as the CPU.
+static void test_activity_tangents(void **state) {
+    (void)state;
+    int K = 3, shapes[][2] = {{1, 1}, {32, 10}, {64, 1024}, {7, 333}};
+    TangentKey key = {.seed = 9, .stream = STREAM_ACTIVITY, .step = 4, .microbatch = 1, .layer = 2};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], width = shapes[s][1];
+        size_t n = (size_t)rows * width;
+        float *coeff = random_floats((size_t)K * rows, 30 + s);
+        float *y = random_floats(n * K, 40 + s), *ydev = on_gpu(y, n * K);
+        cpu->tangent_add_rows(cpu, key, K, rows, width, NULL, y, n);
+        gpu.tangent_add_rows(&gpu, key, K, rows, width, NULL, ydev, n);
+        assert_close(ydev, y, n * K, 0.0, "tangent_add_rows, K blocks");
+        cpu->tangent_add_rows(cpu, key, K, rows, width, coeff, y, 0);
+        gpu.tangent_add_rows(&gpu, key, K, rows, width, coeff, ydev, 0);
+        assert_close(ydev, y, n * K, 0.0, "tangent_add_rows, one block");
+        fg_free(coeff), fg_free(y);
+        gpu.free(&gpu, ydev);
+    }
+}
+
 static void test_vectors_and_optimizers(void **state) {
     (void)state;
     size_t n = 100003;
@@ -203,6 +225,12 @@ static void test_loss(void **state) {
     gpu.loss_jvp(&gpu, g_z, g_zdot, g_labels, B, C, K, gd);
     for (int k = 0; k < K; k++)
         if (fabsf(gd[k] - d[k]) > 1e-5f * fmaxf(1.0f, fabsf(d[k]))) fail_msg("loss_jvp d[%d]: GPU %g, CPU %g", k, gd[k], d[k]);
+    float rows[3 * 37], grows[3 * 37];  // per sample (activity perturbation)
+    cpu->loss_jvp_rows(cpu, z, zdot, labels, B, C, K, rows);
+    gpu.loss_jvp_rows(&gpu, g_z, g_zdot, g_labels, B, C, K, grows);
+    for (int i = 0; i < K * B; i++)
+        if (fabsf(grows[i] - rows[i]) > 1e-5f * fmaxf(1.0f, fabsf(rows[i])))
+            fail_msg("loss_jvp_rows[%d]: GPU %g, CPU %g", i, grows[i], rows[i]);
     cpu->loss_backward(cpu, z, labels, B, C, dz);
     gpu.loss_backward(&gpu, g_z, g_labels, B, C, g_dz);
     assert_close(g_dz, dz, (size_t)B * C, 1e-6, "loss_backward");
@@ -287,6 +315,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tangents_bit_identical),
+        cmocka_unit_test(test_activity_tangents),
         cmocka_unit_test(test_vectors_and_optimizers),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_loss),

@@ -1,12 +1,21 @@
-// Activity perturbation (docs/estimators.md) through the Stage API, on a small "6-5-4-3" MLP:
+// The perturbations of docs/design.md section 4 through the Stage API, on a small "6-5-4-3"
+// MLP with N micro-batches.
+// Activity perturbation:
 //   1. op F's output tangent is the derivative of the output when every linear layer's output
 //      z_l is moved to z_l + eps u_l (central differences);
 //   2. the per-sample directional derivatives d_i satisfy d_i = sum_l delta_{l,i} . u_{l,i}
 //      with delta the backprop adjoints of sample i's own loss;
-//   3. the estimate is unbiased for the batch gradient and its per-draw variance is the formula
-//      of docs/estimators.md:
+//   3. the estimate is unbiased for the batch gradient and its per-draw variance is
 //        V = 1/((N B)^2 K) sum_i sum_l |x~_{l,i}|^2 (out_l |a_i|^2 + |a_{l,i}|^2),
 //      a_i = (delta_{l,i})_l over every linear layer, x~ = (x, 1): the layer input with the bias.
+// Low-rank weight tangents (rank r):
+//   4. op F's output tangent equals the JVP along the tangent formed explicitly from its factors,
+//      and d_b = grad l_b . v (the dots of the regenerated tangents);
+//   5. the fg estimate is unbiased and its per-draw variance is
+//        V = 1/N^2 sum_b (E[(g_b.v)^2 |v|^2] - |g_b|^2), with E[(g.v)^2 |v|^2] summed over blocks
+//      (a layer's weights W, its bias b): sum_blocks T + sum_{blocks i != j} |g_i|^2 n_j, where a
+//      Gaussian block of n values has T = (n + 2)|g|^2 and a rank-r weight block [out, in] has
+//      T = ((out + 2)(in + 2) + (r - 1)(out in + 2)) |G|^2 / r.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +43,8 @@ typedef struct {
     float *params;
     float x[N][ROWS * IN];
     unsigned char labels[N][ROWS];
-    float *g_true;  // gradient of the mean loss over the N * ROWS samples (backprop)
+    float *g[N];    // gradient of micro-batch b's mean loss (backprop)
+    float *g_true;  // gradient of the mean loss over the N * ROWS samples
     double pred1;   // V for K = 1 (header)
 } Problem;
 
@@ -68,10 +78,9 @@ static void problem_make(Problem *p) {
     assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
     float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS));
     float *delta = fg_alloc_floats(stage_adjoint_floats(&st, ROWS));
-    float *g = fg_alloc_floats(p->dim);
     p->g_true = fg_alloc_floats(p->dim);
     for (int b = 0; b < N; b++) {
-        memset(g, 0, p->dim * sizeof(float));
+        float *g = p->g[b] = fg_alloc_floats(p->dim);
         backprop(p, b, stash, delta, g);
         for (size_t i = 0; i < p->dim; i++) p->g_true[i] += g[i] / N;
         for (int i = 0; i < ROWS; i++) {
@@ -93,11 +102,14 @@ static void problem_make(Problem *p) {
         }
     }
     p->pred1 /= (double)(N * ROWS) * (N * ROWS);
-    fg_free(stash), fg_free(delta), fg_free(g);
+    fg_free(stash), fg_free(delta);
     stage_free(&st);
 }
 
-static void problem_free(Problem *p) { fg_free(p->g_true), fg_free(p->params); }
+static void problem_free(Problem *p) {
+    for (int b = 0; b < N; b++) fg_free(p->g[b]);
+    fg_free(p->g_true), fg_free(p->params);
+}
 
 // ---------------------------------------------------------------------------------------------
 // 1. The output tangent against central differences of the perturbed forward pass.
@@ -160,6 +172,34 @@ static void test_jvp_against_differences(void **state) {
 // ---------------------------------------------------------------------------------------------
 // 2 and 3. d per sample, and the estimate's mean and variance over T draws.
 
+// d_i = sum_l delta_{l,i} . u_{l,i}: op F's per-sample derivatives against backprop's adjoints
+// of each sample's own loss, for micro-batch b along the activity tangents of key.
+static void check_d(const Problem *p, int b, TangentKey key, int K, const float *d) {
+    Stage st;
+    assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
+    float *delta = fg_alloc_floats(stage_adjoint_floats(&st, ROWS)), *g = fg_alloc_floats(p->dim);
+    float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS)), u[ROWS * 8];
+    backprop(p, b, stash, delta, g);
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < ROWS; i++) {
+            double want = 0;
+            for (int l = 0; l < p->m.n_layers; l++) {
+                const Layer *L = &p->m.layers[l];
+                if (!L->param_count) continue;
+                TangentKey lk = key;
+                lk.layer = (uint32_t)l, lk.k = (uint32_t)k, lk.stream = STREAM_ACTIVITY;
+                tangent_fill(lk, 0, (size_t)ROWS * L->out, u);
+                want += dot(delta + stage_adjoint_offset(&st, l, ROWS) + (size_t)i * L->out,
+                            u + (size_t)i * L->out, L->out);
+            }
+            if (!(fabs(d[k * ROWS + i] - want) <= 1e-4 * (1.0 + fabs(want))))
+                fail_msg("d of row %d, tangent %d: %.7g, adjoints . u = %.7g", i, k,
+                         d[k * ROWS + i], want);
+        }
+    fg_free(delta), fg_free(g), fg_free(stash);
+    stage_free(&st);
+}
+
 static void draws(const Problem *p, int K, double *err2, double *var, double *var_se) {
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, K, NULL), FG_OK);
@@ -177,31 +217,7 @@ static void draws(const Problem *p, int K, double *err2, double *var, double *va
             const float *y, *ydot;
             stage_forward(&st, p->params, &key, p->x[b], NULL, ROWS, stash, &y, &ydot);
             loss_jvp_rows(y, ydot, p->labels[b], ROWS, C, K, d);
-            if (t < 4 && b == 0) {  // d_i = sum_l delta_{l,i} . u_{l,i}
-                Stage s0;
-                assert_int_equal(stage_init(&s0, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);
-                float *delta = fg_alloc_floats(stage_adjoint_floats(&s0, ROWS)), *g = fg_alloc_floats(dim);
-                float *st0 = fg_alloc_floats(stage_stash_floats(&s0, ROWS)), u[ROWS * 8];
-                backprop(p, b, st0, delta, g);
-                for (int k = 0; k < K; k++)
-                    for (int i = 0; i < ROWS; i++) {
-                        double want = 0;
-                        for (int l = 0; l < p->m.n_layers; l++) {
-                            const Layer *L = &p->m.layers[l];
-                            if (!L->param_count) continue;
-                            TangentKey lk = key;
-                            lk.layer = (uint32_t)l, lk.k = (uint32_t)k, lk.stream = STREAM_ACTIVITY;
-                            tangent_fill(lk, 0, (size_t)ROWS * L->out, u);
-                            want += dot(delta + stage_adjoint_offset(&s0, l, ROWS) + (size_t)i * L->out,
-                                        u + (size_t)i * L->out, L->out);
-                        }
-                        if (!(fabs(d[k * ROWS + i] - want) <= 1e-4 * (1.0 + fabs(want))))
-                            fail_msg("d of row %d, tangent %d: %.7g, adjoints . u = %.7g", i, k,
-                                     d[k * ROWS + i], want);
-                    }
-                fg_free(delta), fg_free(g), fg_free(st0);
-                stage_free(&s0);
-            }
+            if (t < 4) check_d(p, b, key, K, d);
             for (int i = 0; i < K * ROWS; i++) coeff[i] = d[i] / (float)(N * ROWS * K);
             for (int l = 0; l < p->m.n_layers; l++) {
                 const Layer *L = &p->m.layers[l];
@@ -242,10 +258,127 @@ static void test_unbiased_with_formula_variance(void **state) {
     problem_free(&p);
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4 and 5. Low-rank weight tangents.
+
+// Tangent (key's micro-batch and k) of layer l formed explicitly, [W (out x in), b (out)].
+static void explicit_lowrank(const Layer *L, TangentKey key, int r, float *v) {
+    float At[8 * 8], Bt[8 * 8];
+    key.layer = (uint32_t)L->index;
+    key.stream = STREAM_LOWRANK_OUT;
+    tangent_fill(key, 0, (size_t)r * L->out, At);
+    key.stream = STREAM_LOWRANK_IN;
+    tangent_fill(key, 0, (size_t)r * L->in, Bt);
+    key.stream = STREAM_LOWRANK_BIAS;
+    tangent_fill(key, 0, (size_t)L->out, v + (size_t)L->out * L->in);
+    for (int o = 0; o < L->out; o++)
+        for (int i = 0; i < L->in; i++) {
+            double sum = 0;
+            for (int j = 0; j < r; j++) sum += (double)At[j * L->out + o] * Bt[j * L->in + i];
+            v[o * L->in + i] = (float)(sum / sqrt((double)r));
+        }
+}
+
+static void test_lowrank_jvp_and_dots(void **state) {
+    (void)state;
+    Problem p = {0};
+    problem_make(&p);
+    const Layer *L = &p.m.layers[0];  // fc 6 -> 5
+    for (int r = 1; r <= 4; r += 3) {
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, 1, ROWS, 1, NULL), FG_OK);
+        stage_set_tangent_rank(&st, r);
+        TangentKey key = tangent_key(SEED, 5, 2, 0);
+        const float *y, *ydot;
+        stage_forward(&st, p.params, &key, p.x[0], NULL, ROWS, NULL, &y, &ydot);
+        float v[6 * 5 + 5], want[ROWS * 5], yy[ROWS * 5];
+        explicit_lowrank(L, key, r, v);
+        layer_ops(L)->jvp(L, p.params, v, p.x[0], NULL, yy, want, ROWS, 1);
+        for (int i = 0; i < ROWS * L->out; i++)
+            if (!(fabs(ydot[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i]))))
+                fail_msg("rank %d: jvp[%d] = %.7g, along the explicit tangent %.7g", r, i, ydot[i], want[i]);
+        double dots = 0;
+        stage_tangent_dots(&st, key, 1, p.params, &dots);
+        if (!(fabs(dots - dot(p.params, v, L->param_count)) <= 1e-5 * (1.0 + fabs(dots))))
+            fail_msg("rank %d: tangent dots %.7g, explicit %.7g", r, dots, dot(p.params, v, L->param_count));
+        float g[6 * 5 + 5] = {0}, coeff = 0.5f;
+        stage_add_tangents(&st, key, 1, &coeff, g);
+        for (size_t i = 0; i < L->param_count; i++)
+            if (!(fabsf(g[i] - 0.5f * v[i]) <= 1e-6f * (1.0f + fabsf(v[i]))))
+                fail_msg("rank %d: add_tangents[%zu] = %.7g, want %.7g", r, i, g[i], 0.5f * v[i]);
+        stage_free(&st);
+    }
+    problem_free(&p);
+}
+
+// E[(g.v)^2 |v|^2] - |g|^2 for rank-r weight tangents (header, 5).
+static double lowrank_variance(const Model *m, const float *g, int r) {
+    double t = 0, g2_total = 0, n_total = 0, g2n = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        if (!L->param_count) continue;
+        const float *gw = g + L->param_offset, *gb = gw + (size_t)L->in * L->out;
+        double w2 = dot(gw, gw, (size_t)L->in * L->out), b2 = dot(gb, gb, L->out);
+        double nw = (double)L->in * L->out, nb = L->out;
+        t += ((L->out + 2.0) * (L->in + 2.0) + (r - 1.0) * (nw + 2.0)) * w2 / r + (nb + 2.0) * b2;
+        g2_total += w2 + b2, n_total += nw + nb, g2n += w2 * nw + b2 * nb;
+    }
+    // sum over blocks i != j of |g_i|^2 n_j = |g|^2 n - sum_i |g_i|^2 n_i
+    return t + g2_total * n_total - g2n - g2_total;
+}
+
+static void test_lowrank_unbiased_with_formula_variance(void **state) {
+    (void)state;
+    Problem p = {0};
+    problem_make(&p);
+    size_t dim = p.dim;
+    for (int r = 1; r <= 3; r += 2) {
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, p.m.n_layers, ROWS, 1, NULL), FG_OK);
+        stage_set_tangent_rank(&st, r);
+        float *est = fg_alloc_floats(dim);
+        double *sum = calloc(dim, sizeof(double)), s1 = 0, s2 = 0, pred = 0;
+        for (int b = 0; b < N; b++) pred += lowrank_variance(&p.m, p.g[b], r) / ((double)N * N);
+        for (uint32_t t = 0; t < T; t++) {
+            float d[N], coeff[N];
+            TangentKey key = tangent_key(SEED, 10000 + t, 0, 0);
+            for (int b = 0; b < N; b++) {
+                const float *y, *ydot;
+                key.microbatch = (uint32_t)b;
+                stage_forward(&st, p.params, &key, p.x[b], NULL, ROWS, NULL, &y, &ydot);
+                loss_jvp(y, ydot, p.labels[b], ROWS, C, 1, &d[b]);
+                coeff[b] = d[b] / N;
+            }
+            key.microbatch = 0;
+            memset(est, 0, dim * sizeof(float));
+            stage_add_tangents(&st, key, N, coeff, est);
+            double e2 = dist2(est, p.g_true, dim);
+            s1 += e2, s2 += e2 * e2;
+            for (size_t i = 0; i < dim; i++) sum[i] += est[i];
+        }
+        float *mean = fg_alloc_floats(dim);
+        for (size_t i = 0; i < dim; i++) mean[i] = (float)(sum[i] / T);
+        double err2 = dist2(mean, p.g_true, dim), var = s1 / T;
+        double se = sqrt(fmax(s2 / T - var * var, 0.0) / T);
+        printf("# low-rank r=%d  |mean - g|^2 = %.4g  var/T = %.4g  var = %.4g +- %.2g  "
+               "predicted %.4g (ratio %.3f)\n", r, err2, var / T, var, se, pred, var / pred);
+        if (!(err2 <= 4.0 * pred / T && err2 >= pred / (4.0 * T)))
+            fail_msg("rank %d: |mean - g_true|^2 = %g, not within 4x of V/T = %g", r, err2, pred / T);
+        if (!(se < 0.05 * pred && fabs(var - pred) <= 5.0 * se))
+            fail_msg("rank %d: per-draw variance %g +- %g, formula %g", r, var, se, pred);
+        free(sum);
+        fg_free(est), fg_free(mean);
+        stage_free(&st);
+    }
+    problem_free(&p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jvp_against_differences),
         cmocka_unit_test(test_unbiased_with_formula_variance),
+        cmocka_unit_test(test_lowrank_jvp_and_dots),
+        cmocka_unit_test(test_lowrank_unbiased_with_formula_variance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
