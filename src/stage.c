@@ -91,6 +91,35 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
     if (ydot) *ydot = key ? xdot : NULL;
 }
 
+// The parameter term of op F for tangents that are not made whole: activity perturbation adds
+// u_k to the output tangent (no parameter tangents), low-rank weight tangents add x V_k^T + vb_k.
+// Returns 0 when the layer takes full weight tangents instead.
+static int jvp_without_full_tangents(Stage *st, int l, const float *p,
+                                     const ParamTangents *tangents, const float *x,
+                                     const float *xdot, float *y, float *ydot, int rows) {
+    const Layer *L = &st->model->layers[l];
+    const Backend *be = st->be;
+    int activity = st->perturb == PERTURB_ACTIVITY, K = st->tangents;
+    if (!activity && !(L->param_count && st->tangent_rank)) return 0;
+    be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, K);
+    if (!L->param_count) return 1;
+    TangentKey key = tangents->key;
+    key.layer = (uint32_t)l;
+    if (activity) {
+        key.stream = STREAM_ACTIVITY;
+        be->tangent_add_rows(be, key, K, rows, L->out, NULL, ydot, (size_t)rows * L->out);
+        return 1;
+    }
+    for (int k = 0; k < K; k++) {
+        double ref_dot = 0.0;
+        key.k = (uint32_t)k;
+        stage_lowrank_jvp_term(st, L, key, x, rows, ydot + (size_t)k * rows * L->out,
+                               tangents->ref, &ref_dot);
+        if (tangents->ref) tangents->ref_dots[k] += ref_dot;
+    }
+    return 1;
+}
+
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
@@ -100,28 +129,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
         be->forward(be, L, p, x, y, rows);
         return;
     }
-    if (st->perturb == PERTURB_ACTIVITY) {  // ydot_k = xdot_k W^T + u_k: no parameter tangents
-        be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
-        if (!n) return;
-        TangentKey ak = tangents->key;
-        ak.layer = (uint32_t)l;
-        ak.stream = STREAM_ACTIVITY;
-        be->tangent_add_rows(be, ak, st->tangents, rows, L->out, NULL, ydot, (size_t)rows * L->out);
-        return;
-    }
-    if (n && st->tangent_rank) {
-        be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
-        TangentKey lk = tangents->key;
-        lk.layer = (uint32_t)l;
-        for (int k = 0; k < st->tangents; k++) {
-            double ref_dot = 0.0;
-            lk.k = (uint32_t)k;
-            stage_lowrank_jvp_term(st, L, lk, x, rows, ydot + (size_t)k * rows * L->out,
-                                   tangents->ref, &ref_dot);
-            if (tangents->ref) tangents->ref_dots[k] += ref_dot;
-        }
-        return;
-    }
+    if (jvp_without_full_tangents(st, l, p, tangents, x, xdot, y, ydot, rows)) return;
     const float *pdot = NULL;
     if (n) {
         TangentKey lk = tangents->key;
