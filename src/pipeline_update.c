@@ -231,7 +231,8 @@ enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
     const Backend *be = p->be;
     int L = p->model->n_layers, NK = all_microbatches(p) * p->K, rc = FG_OK;
-    int with_fg = p->want_stats && have_c && !perturbs_activity(p);  // activity: g is fg's
+    // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
+    int with_fg = p->want_stats && have_c && !perturbs_activity(p);
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -276,8 +277,10 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     if (!have_c) return;
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
-    if (K) r->cos_fg_exact = perturbs_activity(p) ? r->cos_estimate_exact
-                                                  : sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    const PendingUpdate *u = &p->pending;
+    int g_is_fg = u->base_kept == 0.0f && u->base_ref == 0.0f;
+    if (K && !perturbs_activity(p)) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    else if (K && g_is_fg) r->cos_fg_exact = r->cos_estimate_exact;
     if (!cdots) return;
     double plain = 0, corrected = 0;
     for (int i = 0; i < NK; i++) {
