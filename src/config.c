@@ -249,6 +249,11 @@ int config_estimator(const Config *c) {
     return c->perturb == PERTURB_ACTIVITY ? ESTIMATOR_MIX : ESTIMATOR_CV;
 }
 
+int config_dots_reference(const Config *c) {
+    int e = config_estimator(c);
+    return c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_GUIDED);
+}
+
 int config_uses_cv(const Config *c) {
     return c->mode == MODE_FG_BP && config_estimator(c) == ESTIMATOR_CV;
 }

@@ -66,6 +66,8 @@ void config_write_help(FILE *f);
 OptimizerConfig config_optimizer(const Config *c);
 // The estimator auto resolves to: cv for perturb = weight, mix for activity.
 int config_estimator(const Config *c);
+// fg+bp whose op F dots the reference with its tangents (cv, guided).
+int config_dots_reference(const Config *c);
 // fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);

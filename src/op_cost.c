@@ -10,6 +10,33 @@
 // their best: a plan of best cases overruns on every stage it fills.
 enum { COST_ROUNDS = 5 };
 
+// Op U of activity perturbation: every layer's estimate from the kept inputs of n_mb
+// micro-batches (zeros: values do not change the cost).
+typedef struct {
+    float *inputs, *work, *coeff;
+} ActivityUpdate;
+
+static ActivityUpdate activity_buffers(const Stage *st, int n_mb, int rows) {
+    ActivityUpdate a = {0};
+    if (st->perturb != PERTURB_ACTIVITY || !st->tangents) return a;
+    a.inputs = backend_alloc_floats(st->be, stage_activity_floats(st, n_mb * rows));
+    a.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
+    a.coeff = fg_alloc_floats((size_t)n_mb * rows * st->tangents);
+    return a;
+}
+
+static void activity_update(const Stage *st, const CostSetup *setup, const ActivityUpdate *a,
+                            float *grad) {
+    int rows = setup->rows, n_mb = setup->n_mb;
+    for (int l = st->first; l < st->last; l++) {
+        const Layer *L = &st->model->layers[l];
+        if (!L->param_count) continue;
+        stage_layer_activity_estimate(st, l, activity_key(setup->seed, 0, 0, l), n_mb, rows, a->coeff,
+                                      a->inputs + stage_activity_offset(st, l, n_mb * rows), a->work,
+                                      grad + (L->param_offset - st->param_base));
+    }
+}
+
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
@@ -25,6 +52,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     float *ref = setup->with_ref && K ? backend_alloc_floats(be, st->param_count + 1) : NULL;
     float *coeff = fg_alloc_floats((size_t)n_mb * FG_MAX(K, 1));
     double *ref_dots = calloc((size_t)FG_MAX(K, 1), sizeof(double));
+    ActivityUpdate act = activity_buffers(st, n_mb, rows);
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
     st->ref = ref, st->ref_dots = ref_dots;
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
@@ -43,7 +71,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         if (!rc) rc = be->sync(be, err);
         t[3] = wall_seconds();
         if (K) {
-            stage_add_tangents(st, key, n_mb, coeff, g);
+            if (act.inputs) activity_update(st, setup, &act, g);
+            else stage_add_tangents(st, key, n_mb, coeff, g);
             if (!rc) rc = be->sync(be, err);
         }
         t[4] = wall_seconds();
@@ -51,9 +80,10 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     st->ref = NULL, st->ref_dots = NULL;
-    void *bufs[] = {x, stash, adjoints, dy, dx, w, g, ref};
+    void *bufs[] = {x, stash, adjoints, dy, dx, w, g, ref, act.inputs, act.work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(coeff);
+    fg_free(act.coeff);
     free(ref_dots);
     return rc;
 }
@@ -64,6 +94,8 @@ int model_measure_layer_costs(const Backend *be, const Model *m, int K, const Co
     for (int l = 0; l < m->n_layers && !rc; l++) {
         Stage st;
         if ((rc = stage_init(&st, be, m, l, l + 1, setup->rows, K, err))) break;
+        st.perturb = setup->perturb;
+        if (K) stage_set_tangent_rank(&st, setup->tangent_rank);
         CostSetup layer = *setup;
         layer.with_xdot = l > 0;
         rc = stage_measure_costs(&st, &layer, cost + (size_t)l * N_OP_COSTS, err);

@@ -17,10 +17,13 @@ typedef struct {
     int with_ref;    // F dots the estimator's reference with its tangents (fg+bp's cv, guided)
     int n_mb;        // micro-batches whose tangents U adds
     uint32_t seed;
+    Perturbation perturb;  // model_measure_layer_costs: its stages' (stage_measure_costs
+    int tangent_rank;      // takes the stage's own)
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, and of U (regenerating and adding the
-// tangents of every micro-batch; 0 without tangents), the median of five. Values do not change the
+// tangents of every micro-batch, or with activity perturbation forming each layer's estimate
+// from their kept inputs; 0 without tangents), the median of five. Values do not change the
 // cost, so the buffers are zeros.
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
 

@@ -35,7 +35,7 @@ int uses_guide(const Pipeline *p) {
     return p->K && p->cfg->mode == MODE_FG_BP && p->cfg->estimator == ESTIMATOR_GUIDED;
 }
 
-int dots_reference(const Pipeline *p) { return uses_cv(p) || uses_guide(p); }
+int dots_reference(const Pipeline *p) { return p->K && config_dots_reference(p->cfg); }
 
 // fg+bp's mix: the estimate weighed against the reference (once there is one: ref_active).
 static int mixes(const Pipeline *p) {
