@@ -39,6 +39,9 @@ int step_phase(const Pipeline *p, long step);
 int perturbs_activity(const Pipeline *p);
 // Directional derivatives per micro-batch: K, or K per sample under activity perturbation.
 int d_per_microbatch(const Pipeline *p);
+// Activity perturbation: layer l's inputs kept by the F ops of `step`, for the step's
+// micro-batches one after the other [N * B, in].
+float *kept_layer_inputs(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]

@@ -189,12 +189,15 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     return t;
 }
 
+float *kept_layer_inputs(const Pipeline *p, long step, int l) {
+    int rows = p->cfg->micro_batches * p->cfg->micro_batch;
+    return p->act_inputs[p->act_inputs[1] ? step & 1 : 0] + stage_activity_offset(&p->stage, l, rows);
+}
+
 // Activity perturbation: the update needs layer l's input of lane a.
 static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
     int B = p->cfg->micro_batch, in = p->model->layers[l].in;
-    float *kept = p->act_inputs[p->act_inputs[1] ? step & 1 : 0] +
-                  stage_activity_offset(&p->stage, l, p->cfg->micro_batches * B) +
-                  (size_t)a->microbatch * B * in;
+    float *kept = kept_layer_inputs(p, step, l) + (size_t)a->microbatch * B * in;
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 

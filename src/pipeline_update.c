@@ -43,10 +43,9 @@ static int mixes(const Pipeline *p) {
 }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
-// guide's scale, to know whether mix's reference is zero, and for the log's |c| or |g|.
+// guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || mixes(p) ||
-           p->want_stats;
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || p->want_stats;
 }
 
 // Whether applying the update reads the step's kept gradient.
@@ -122,11 +121,9 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     }
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
-        const float *x = p->act_inputs[p->act_inputs[1] ? u->step & 1 : 0] +
-                         stage_activity_offset(&p->stage, l, Nr * B);
         stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l), Nr,
-                                      B, u->coeff + (size_t)mb0 * d_per_microbatch(p), x,
-                                      p->act_work, upd);
+                                      B, u->coeff + (size_t)mb0 * d_per_microbatch(p),
+                                      kept_layer_inputs(p, u->step, l), p->act_work, upd);
         return;
     }
     stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),
@@ -355,7 +352,8 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         // one a resumed run loaded); guided renormalises every stage's part by the new |c|.
         u->set_ref = fresh || uses_guide(p);
         u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
-        p->ref_active = c2 > 0;
+        // Only the guide needs |c| (known: needs_grad_norms); mix's reference is c from here on.
+        p->ref_active = uses_guide(p) ? c2 > 0 : 1;
     }
     if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
     return rc;

@@ -1,6 +1,6 @@
 // Helpers shared by the cmocka tests (tests/test_*.c): a deterministic random number generator,
-// vector products and distances in double, a central finite difference and scratch
-// directories. Header-only: each test is one translation unit and uses a few of these.
+// vector products and distances in double, a central finite difference, the check of an
+// estimator's draws against its variance formula and scratch directories. Header-only: each test is one translation unit and uses a few of these.
 #ifndef FGPIPE_TEST_UTIL_H
 #define FGPIPE_TEST_UTIL_H
 
@@ -75,6 +75,21 @@ static inline double central_difference(float *v, size_t i, float eps, double (*
     double fm = f(ctx);
     v[i] = keep;
     return (fp - fm) / (2.0 * eps);
+}
+
+// ---- estimator statistics (include after cmocka.h) ----
+
+// T draws of an estimator are unbiased with the per-draw variance `pred` of its formula:
+// |mean - g|^2 within 4x of pred / T (a sum of many squared errors), and the measured per-draw
+// variance var, whose standard error se is under 5% of pred, within 5 se of it.
+static inline void assert_draws_match(const char *name, double err2, double var, double se,
+                                      double pred, int T) {
+    if (!(err2 <= 4.0 * pred / T && err2 >= pred / (4.0 * T)))
+        fail_msg("%s: |mean - g_true|^2 = %g, not within 4x of analytic V/T = %g", name, err2,
+                 pred / T);
+    assert_true(se < 0.05 * pred);
+    if (!(fabs(var - pred) <= 5.0 * se))
+        fail_msg("%s: per-draw variance %g +- %g, analytic %g", name, var, se, pred);
 }
 
 // ---- scratch directories ----
