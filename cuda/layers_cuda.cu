@@ -111,9 +111,17 @@ static void activation(const Backend *be, const float *x, const float *in, float
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dispatch by layer kind (the Backend's forward, jvp, backward).
+// Dispatch by layer kind (the Backend's forward, jvp, backward). The GPT's sequence layers
+// (tokens, carried residual streams, a head without bias: layer.h) are CPU-only for now.
+
+static bool unsupported(const Backend *be, const Layer *L, const char *what) {
+    if (L->tokens <= 1 && !L->carry && !L->no_bias) return false;
+    cuda_note(be, what, "the GPT's sequence layers do not run on the GPU yet");
+    return true;
+}
 
 void cuda_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y, int B) {
+    if (unsupported(be, L, "forward")) return;
     size_t n = (size_t)B * L->in;
     switch (L->kind) {
     case LAYER_LINEAR: linear_forward(be, L, p, x, y, B); break;
@@ -125,6 +133,7 @@ void cuda_forward(const Backend *be, const Layer *L, const float *p, const float
 
 void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
               const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
+    if (unsupported(be, L, "jvp")) return;
     size_t n = (size_t)B * L->in;
     switch (L->kind) {
     case LAYER_LINEAR: linear_jvp(be, L, p, pdot, x, xdot, y, ydot, B, K); return;
@@ -142,6 +151,7 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
 
 void cuda_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                    const float *dy, float *dx, float *dp, int B) {
+    if (unsupported(be, L, "backward")) return;
     size_t n = (size_t)B * L->in;
     switch (L->kind) {
     case LAYER_LINEAR: linear_backward(be, L, p, x, dy, dx, dp, B); return;

@@ -10,25 +10,50 @@
 // adjoint into dx (skipped when dx == NULL, e.g. for the first layer).
 // Either half can run alone (the split Bi / Bw of zero-bubble schedules): dp == NULL skips the
 // parameter gradient; dx == NULL reads no parameters (p may be NULL).
+//
+// Sequences (the GPT): a sample is `tokens` rows of in/tokens features, so every per-token op
+// runs on B * tokens rows. A transformer block is a chain of such layers that carries its
+// residual stream x ahead of the branch it computes: with carry = C, a token's input is
+// [x (C), h] and its output [x, f(h)], or x + f(h) for a residual layer (the block's last
+// linear). The stage code sees one sequential chain, so every layer keeps one input and one
+// output, and stages can be cut between any two layers.
 #ifndef FGPIPE_LAYER_H
 #define FGPIPE_LAYER_H
 
 #include <stddef.h>
 
-typedef enum { LAYER_LINEAR, LAYER_RELU, LAYER_GELU, LAYER_KIND_COUNT } LayerKind;
+typedef enum {
+    LAYER_LINEAR,
+    LAYER_RELU,
+    LAYER_GELU,
+    LAYER_EMBEDDING,  // token ids -> wte[id] + wpe[position] (layer_embedding.c)
+    LAYER_LAYERNORM,  // (layer_norm.c)
+    LAYER_ATTENTION,  // causal multi-head self-attention on [q, k, v] (layer_attention.c)
+    LAYER_KIND_COUNT
+} LayerKind;
 
 typedef struct {
     LayerKind kind;
-    char name[16];        // "fc1", "relu1": names its tensors in logs and checkpoints
+    char name[32];        // "fc1", "h.0.attn.c_attn": names its tensors in logs and checkpoints
     int index;            // global position in the model: keys its tangents
-    int in, out;          // features per sample
+    int in, out;          // features per sample (tokens * features per token)
+    int tokens;           // rows per sample: 1 (MLP), ctx (GPT); 0 counts as 1
+    int carry;            // per token: features of the residual stream passed ahead (0: none)
+    int residual;         // the output is carry + f(branch) instead of [carry, f(branch)]
+    int no_bias;          // linear: no bias vector (the GPT's tied head)
+    int heads;            // attention
+    int vocab;            // embedding: rows of its token table
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;
 } Layer;
 
+static inline int layer_tokens(const Layer *L) { return L->tokens > 0 ? L->tokens : 1; }
+static inline int layer_in_token(const Layer *L) { return L->in / layer_tokens(L); }
+static inline int layer_out_token(const Layer *L) { return L->out / layer_tokens(L); }
+
 typedef struct {
     const char *kind_name;
-    size_t (*param_count)(int in, int out);
+    size_t (*param_count)(const Layer *L);
     void (*forward)(const Layer *L, const float *p, const float *x, float *y, int B);
     void (*jvp)(const Layer *L, const float *p, const float *pdot, const float *x,
                 const float *xdot, float *y, float *ydot, int B, int K);
@@ -36,10 +61,12 @@ typedef struct {
                      float *dp, int B);
 } LayerOps;
 
-extern const LayerOps linear_ops, relu_ops, gelu_ops;
+extern const LayerOps linear_ops, relu_ops, gelu_ops, embedding_ops, layernorm_ops,
+    attention_ops;
 
 static inline const LayerOps *layer_ops(const Layer *L) {
-    static const LayerOps *const table[LAYER_KIND_COUNT] = {&linear_ops, &relu_ops, &gelu_ops};
+    static const LayerOps *const table[LAYER_KIND_COUNT] = {
+        &linear_ops, &relu_ops, &gelu_ops, &embedding_ops, &layernorm_ops, &attention_ops};
     return table[L->kind];
 }
 

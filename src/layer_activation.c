@@ -1,46 +1,82 @@
 // Elementwise activations: ReLU and GELU (tanh form). Both are y = f(x) with no parameters,
 // so their jvp is ydot = f'(x) xdot and their backward dx = f'(x) dy; only f and f' differ
-// (activation_math.h, shared with the GPU).
+// (activation_math.h, shared with the GPU). With carry c (layer.h) a token is [x (c), a] and
+// the output [x, f(a)]: the carried part passes through unchanged, and so do its tangents and
+// adjoints.
 #include <string.h>
 
 #include "activation_math.h"
 #include "layer.h"
 
-static size_t no_params(int in, int out) {
-    (void)in, (void)out;
+static size_t no_params(const Layer *L) {
+    (void)L;
     return 0;
 }
 
-// One definition of the three functions per activation, from f and f'.
+// Rows of `width` floats, the first `carry` of each passed through.
+typedef struct {
+    size_t rows;
+    int width, carry;
+} Span;
+
+static Span span_of(const Layer *L, int B) {
+    Span s = {(size_t)B * layer_tokens(L), layer_in_token(L), L->carry};
+    return s;
+}
+
+static void pass_carry(const Span *s, size_t rows, const float *from, float *to) {
+    for (size_t r = 0; s->carry && r < rows; r++)
+        memcpy(to + r * s->width, from + r * s->width, (size_t)s->carry * sizeof(float));
+}
+
+// One definition of the three functions per activation, from f and f'. Loops run over the
+// branch of every row (all of it without carry).
 #define DEFINE_ACTIVATION(NAME, F, DF)                                                          \
     static void NAME##_forward(const Layer *L, const float *p, const float *x, float *y,       \
                                int B) {                                                        \
         (void)p;                                                                               \
-        size_t n = (size_t)B * L->in;                                                          \
-        _Pragma("omp parallel for simd if (n > 65536)") for (size_t i = 0; i < n; i++)         \
-            y[i] = F(x[i]);                                                                    \
+        Span s = span_of(L, B);                                                                \
+        pass_carry(&s, s.rows, x, y);                                                          \
+        _Pragma("omp parallel for if (s.rows * s.width > 65536)")                              \
+        for (size_t r = 0; r < s.rows; r++) {                                                  \
+            const float *xr = x + r * s.width;                                                 \
+            float *yr = y + r * s.width;                                                       \
+            _Pragma("omp simd") for (int i = s.carry; i < s.width; i++) yr[i] = F(xr[i]);      \
+        }                                                                                      \
     }                                                                                          \
     static void NAME##_jvp(const Layer *L, const float *p, const float *pdot, const float *x,  \
                            const float *xdot, float *y, float *ydot, int B, int K) {           \
         (void)pdot;                                                                            \
-        size_t n = (size_t)B * L->in;                                                          \
+        Span s = span_of(L, B);                                                                \
+        size_t n = s.rows * s.width;                                                           \
         NAME##_forward(L, p, x, y, B);                                                         \
         if (!xdot) {                                                                           \
             memset(ydot, 0, (size_t)K * n * sizeof(float));                                    \
             return;                                                                            \
         }                                                                                      \
-        _Pragma("omp parallel for if (n > 65536)") for (size_t i = 0; i < n; i++) {            \
-            float g = DF(x[i]);                                                                \
-            for (int k = 0; k < K; k++) ydot[k * n + i] = g * xdot[k * n + i];                 \
+        pass_carry(&s, K * s.rows, xdot, ydot);                                                \
+        _Pragma("omp parallel for if (n > 65536)")                                             \
+        for (size_t r = 0; r < s.rows; r++) {                                                  \
+            for (int i = s.carry; i < s.width; i++) {                                          \
+                size_t at = r * s.width + i;                                                   \
+                float g = DF(x[at]);                                                           \
+                for (int k = 0; k < K; k++) ydot[k * n + at] = g * xdot[k * n + at];           \
+            }                                                                                  \
         }                                                                                      \
     }                                                                                          \
     static void NAME##_backward(const Layer *L, const float *p, const float *x,                \
                                 const float *dy, float *dx, float *dp, int B) {                \
         (void)p, (void)dp;                                                                     \
         if (!dx) return;                                                                       \
-        size_t n = (size_t)B * L->in;                                                          \
-        _Pragma("omp parallel for simd if (n > 65536)") for (size_t i = 0; i < n; i++)         \
-            dx[i] = DF(x[i]) * dy[i];                                                          \
+        Span s = span_of(L, B);                                                                \
+        pass_carry(&s, s.rows, dy, dx);                                                        \
+        _Pragma("omp parallel for if (s.rows * s.width > 65536)")                              \
+        for (size_t r = 0; r < s.rows; r++) {                                                  \
+            const float *xr = x + r * s.width, *dyr = dy + r * s.width;                        \
+            float *dxr = dx + r * s.width;                                                     \
+            _Pragma("omp simd") for (int i = s.carry; i < s.width; i++)                        \
+                dxr[i] = DF(xr[i]) * dyr[i];                                                   \
+        }                                                                                      \
     }                                                                                          \
     const LayerOps NAME##_ops = {#NAME, no_params, NAME##_forward, NAME##_jvp, NAME##_backward};
 

@@ -1,60 +1,104 @@
-// Fully connected layer y = x W^T + b, W [out, in] row-major then b [out] in the flat buffer.
+// Fully connected layer on every token: h W^T + b, W [n, k] row-major then b [n] (unless
+// L->no_bias) in the flat buffer. Without carry (the MLP) a token is h [k] and the output [n].
+// With carry c (a transformer block, layer.h) a token is [x (c), h (k)] and the output
+// [x, h W^T + b] or, residual, x + h W^T + b (then n = c). Every product is one GEMM over all
+// rows, reading the branch with the token's stride.
 #include <cblas.h>
 #include <string.h>
 
 #include "layer.h"
 
-static size_t linear_param_count(int in, int out) { return (size_t)in * out + out; }
+typedef struct {
+    int rows;        // tokens in the call: B * tokens
+    int in, out;     // features per token of input and output
+    int c, k, n;     // carried features, branch input, branch output
+    int out_offset;  // where the branch output goes in an output token
+} LinearShape;
 
-// y [rows, out] = x [rows, in] W^T (+ y when accumulate)
-static void matmul_wt(const float *x, const float *W, float *y, int rows, int in, int out,
-                      float beta) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, W, in, beta,
-                y, out);
+static LinearShape shape_of(const Layer *L, int B) {
+    LinearShape s;
+    s.rows = B * layer_tokens(L);
+    s.in = layer_in_token(L);
+    s.out = layer_out_token(L);
+    s.c = L->carry;
+    s.k = s.in - s.c;
+    s.n = L->residual ? s.out : s.out - s.c;
+    s.out_offset = L->residual ? 0 : s.c;
+    return s;
 }
 
-static void add_bias(float *y, const float *b, int rows, int out) {
+static size_t linear_param_count(const Layer *L) {
+    LinearShape s = shape_of(L, 1);
+    return (size_t)s.n * s.k + (L->no_bias ? 0 : (size_t)s.n);
+}
+
+// The output's carried part: a copy of the input's (residual layers add the branch into it).
+static void copy_carry(const LinearShape *s, const float *x, float *y, int rows) {
+    if (!s->c) return;
+    for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * s->out, x + (size_t)r * s->in, (size_t)s->c * sizeof(float));
+}
+
+// y's branch (+)= x's branch W^T over `rows` tokens; accumulate, or residual: add.
+static void branch_matmul(const LinearShape *s, const float *x, const float *W, float *y,
+                          int rows, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, s->n, s->k, 1.0f, x + s->c, s->in,
+                W, s->k, accumulate ? 1.0f : 0.0f, y + s->out_offset, s->out);
+}
+
+static void add_bias(const LinearShape *s, float *y, const float *b, int rows) {
     for (int r = 0; r < rows; r++) {
-        float *yr = y + (size_t)r * out;
-        for (int j = 0; j < out; j++) yr[j] += b[j];
+        float *yr = y + (size_t)r * s->out + s->out_offset;
+        for (int j = 0; j < s->n; j++) yr[j] += b[j];
     }
 }
 
 static void linear_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
-    matmul_wt(x, p, y, B, L->in, L->out, 0.0f);
-    add_bias(y, p + (size_t)L->in * L->out, B, L->out);
+    LinearShape s = shape_of(L, B);
+    copy_carry(&s, x, y, s.rows);
+    branch_matmul(&s, x, p, y, s.rows, L->residual);
+    if (!L->no_bias) add_bias(&s, y, p + (size_t)s.n * s.k, s.rows);
 }
 
-// ydot_k = xdot_k W^T + x Wdot_k^T + bdot_k
+// ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k
 static void linear_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
                        const float *xdot, float *y, float *ydot, int B, int K) {
-    size_t block = (size_t)B * L->out;
+    LinearShape s = shape_of(L, B);
+    size_t block = (size_t)s.rows * s.out;
     linear_forward(L, p, x, y, B);
-    if (xdot) matmul_wt(xdot, p, ydot, K * B, L->in, L->out, 0.0f);  // all K blocks at once
-    else memset(ydot, 0, K * block * sizeof(float));
+    if (xdot) {  // all K blocks at once: they are K * rows tokens
+        copy_carry(&s, xdot, ydot, K * s.rows);
+        branch_matmul(&s, xdot, p, ydot, K * s.rows, L->residual);
+    } else {
+        memset(ydot, 0, K * block * sizeof(float));
+    }
     if (!pdot) return;
     for (int k = 0; k < K; k++) {
         const float *Wdot = pdot + k * L->param_count;
-        matmul_wt(x, Wdot, ydot + k * block, B, L->in, L->out, 1.0f);
-        add_bias(ydot + k * block, Wdot + (size_t)L->in * L->out, B, L->out);
+        branch_matmul(&s, x, Wdot, ydot + k * block, s.rows, 1);
+        if (!L->no_bias) add_bias(&s, ydot + k * block, Wdot + (size_t)s.n * s.k, s.rows);
     }
 }
 
-// dx = dy W;  dW += dy^T x;  db += column sums of dy. Only dx reads W: the weight half
-// (dx == NULL) runs without it.
+// dx = [dy's carry (residual: all of dy), dy_branch W];  dW += dy_branch^T h;
+// db += column sums of dy_branch. Only dx reads W: the weight half (dx == NULL) runs without it.
 static void linear_backward(const Layer *L, const float *p, const float *x, const float *dy,
                             float *dx, float *dp, int B) {
-    int in = L->in, out = L->out;
-    if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, p, in,
-                    0.0f, dx, in);
+    LinearShape s = shape_of(L, B);
+    const float *dy_branch = dy + s.out_offset;
+    if (dx) {
+        for (int r = 0; s.c && r < s.rows; r++)
+            memcpy(dx + (size_t)r * s.in, dy + (size_t)r * s.out, (size_t)s.c * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, s.k, s.n, 1.0f, dy_branch,
+                    s.out, p, s.k, 0.0f, dx + s.c, s.in);
+    }
     if (!dp) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, 1.0f,
-                dp, in);
-    float *db = dp + (size_t)in * out;
-    for (int r = 0; r < B; r++) {
-        const float *dyr = dy + (size_t)r * out;
-        for (int j = 0; j < out; j++) db[j] += dyr[j];
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.n, s.k, s.rows, 1.0f, dy_branch, s.out,
+                x + s.c, s.in, 1.0f, dp, s.k);
+    if (L->no_bias) return;
+    float *db = dp + (size_t)s.n * s.k;
+    for (int r = 0; r < s.rows; r++) {
+        const float *dyr = dy_branch + (size_t)r * s.out;
+        for (int j = 0; j < s.n; j++) db[j] += dyr[j];
     }
 }
 

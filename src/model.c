@@ -7,33 +7,46 @@
 
 #include "tangent.h"
 
-static void add_layer(Model *m, LayerKind kind, const char *name, int in, int out) {
-    Layer *L = &m->layers[m->n_layers];
-    L->kind = kind;
-    snprintf(L->name, sizeof L->name, "%s", name);
-    L->index = m->n_layers;
-    L->in = in;
-    L->out = out;
-    L->param_offset = m->n_params;
-    L->param_count = layer_ops(L)->param_count(in, out);
-    m->n_params += L->param_count;
-    m->max_width = FG_MAX(m->max_width, FG_MAX(in, out));
-    m->n_layers++;
+// Appends layer L (kind, name, widths and shape fields set) and gives it its parameters.
+static Layer *add_layer(Model *m, Layer L) {
+    L.index = m->n_layers;
+    L.param_offset = m->n_params;
+    L.param_count = layer_ops(&L)->param_count(&L);
+    m->n_params += L.param_count;
+    m->max_width = FG_MAX(m->max_width, FG_MAX(L.in, L.out));
+    m->layers[m->n_layers] = L;
+    return &m->layers[m->n_layers++];
 }
 
-static void add_tensor(Model *m, int layer, const char *tensor, size_t offset, int rows, int cols) {
-    char layer_name[sizeof m->layers[0].name];
-    memcpy(layer_name, m->layers[layer].name, sizeof layer_name);
-    TensorView *t = &m->tensors[m->n_tensors++];
-    snprintf(t->name, sizeof t->name, "%s.%s", layer_name, tensor);
-    t->layer = layer;
-    t->offset = offset;
+// A view of `rows x cols` floats of layer L's parameters from `offset` on (relative to the
+// layer), named "<L's name>.<tensor>" or, when tensor has a dot, `tensor` itself.
+static TensorView *add_tensor(Model *m, const Layer *L, const char *tensor, size_t offset,
+                              int rows, int cols, float init_std, float init_value) {
+    TensorView *t = &m->tensors[m->n_tensors];
+    char layer_name[sizeof L->name];  // a copy: L lives in m too (no overlapping snprintf)
+    memcpy(layer_name, L->name, sizeof layer_name);
+    if (strchr(tensor, '.')) snprintf(t->name, sizeof t->name, "%s", tensor);
+    else snprintf(t->name, sizeof t->name, "%s.%s", layer_name, tensor);
+    t->layer = L->index;
+    t->offset = L->param_offset + offset;
     t->rows = rows;
     t->cols = cols;
+    t->init_std = init_std;
+    t->init_value = init_value;
+    t->init_key = (uint32_t)m->n_tensors;
+    m->n_tensors++;
+    return t;
+}
+
+static Layer layer_of(LayerKind kind, const char *name, int in, int out) {
+    Layer L = {.kind = kind, .in = in, .out = out, .tokens = 1};
+    snprintf(L.name, sizeof L.name, "%s", name);
+    return L;
 }
 
 int model_build_mlp(Model *m, const char *widths, const char *activation, FgError *err) {
     memset(m, 0, sizeof *m);
+    m->tied_first = m->tied_last = -1;
     LayerKind act;
     if (strcmp(activation, "relu") == 0) act = LAYER_RELU;
     else if (strcmp(activation, "gelu") == 0) act = LAYER_GELU;
@@ -56,20 +69,101 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
     if (n < 2) return fg_fail(err, FG_ERR_INPUT, "model: '%s' needs at least two widths", widths);
 
     for (int i = 0; i + 1 < n; i++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "fc%d", i + 1);
-        int l = m->n_layers;
-        add_layer(m, LAYER_LINEAR, name, w[i], w[i + 1]);
-        const Layer *L = &m->layers[l];
-        add_tensor(m, l, "weight", L->param_offset, w[i + 1], w[i]);
-        add_tensor(m, l, "bias", L->param_offset + (size_t)w[i] * w[i + 1], w[i + 1], 1);
+        Layer fc = layer_of(LAYER_LINEAR, name, w[i], w[i + 1]);
+        const Layer *L = add_layer(m, fc);
+        // Kaiming-normal weights; the draw is keyed by the layer, as it always was.
+        add_tensor(m, L, "weight", 0, w[i + 1], w[i], sqrtf(2.0f / (float)w[i]), 0)->init_key =
+            (uint32_t)L->index;
+        add_tensor(m, L, "bias", (size_t)w[i] * w[i + 1], w[i + 1], 1, 0, 0);
         if (i + 2 < n) {
             snprintf(name, sizeof name, "%s%d", activation, i + 1);
-            add_layer(m, act, name, w[i + 1], w[i + 1]);
+            add_layer(m, layer_of(act, name, w[i + 1], w[i + 1]));
         }
     }
     m->in_features = w[0];
     m->classes = w[n - 1];
+    m->tokens = 1;
+    return FG_OK;
+}
+
+// A layer of block `block` over tokens [x, branch]: in and out are per-token widths.
+static Layer gpt_layer(LayerKind kind, int block, const char *suffix, GptShape g, int in, int out) {
+    char name[32];
+    snprintf(name, sizeof name, "h.%d.%s", block, suffix);
+    Layer L = layer_of(kind, name, g.ctx * in, g.ctx * out);
+    L.tokens = g.ctx;
+    L.carry = g.n_embd;
+    L.heads = g.n_head;
+    return L;
+}
+
+// A linear layer of a block: W [n, k] ~ N(0, 0.02), bias [n] = 0.
+static void add_gpt_linear(Model *m, int block, const char *suffix, GptShape g, int k, int n,
+                           int residual) {
+    const int C = g.n_embd;
+    Layer L = gpt_layer(LAYER_LINEAR, block, suffix, g, C + k, residual ? C : C + n);
+    L.residual = residual;
+    const Layer *fc = add_layer(m, L);
+    add_tensor(m, fc, "weight", 0, n, k, 0.02f, 0);
+    add_tensor(m, fc, "bias", (size_t)n * k, n, 1, 0, 0);
+}
+
+static void add_layernorm(Model *m, Layer L, int C) {
+    const Layer *ln = add_layer(m, L);
+    add_tensor(m, ln, "weight", 0, C, 1, 0, 1);
+    add_tensor(m, ln, "bias", C, C, 1, 0, 0);
+}
+
+// One pre-LayerNorm block as a chain of layers over [x, branch] tokens (layer.h):
+// x += c_proj(attn(c_attn(ln_1(x)))), then x += mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))).
+static void add_gpt_block(Model *m, int b, GptShape g) {
+    const int C = g.n_embd;
+    add_layernorm(m, gpt_layer(LAYER_LAYERNORM, b, "ln_1", g, C, 2 * C), C);
+    add_gpt_linear(m, b, "attn.c_attn", g, C, 3 * C, 0);
+    add_layer(m, gpt_layer(LAYER_ATTENTION, b, "attn", g, 4 * C, 2 * C));
+    add_gpt_linear(m, b, "attn.c_proj", g, C, C, 1);
+    add_layernorm(m, gpt_layer(LAYER_LAYERNORM, b, "ln_2", g, C, 2 * C), C);
+    add_gpt_linear(m, b, "mlp.c_fc", g, C, 4 * C, 0);
+    add_layer(m, gpt_layer(LAYER_GELU, b, "mlp.gelu", g, 5 * C, 5 * C));
+    add_gpt_linear(m, b, "mlp.c_proj", g, 4 * C, C, 1);
+}
+
+int model_build_gpt(Model *m, GptShape g, FgError *err) {
+    memset(m, 0, sizeof *m);
+    if (g.n_layer < 1 || g.n_embd < 1 || g.n_head < 1 || g.ctx < 1)
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: n_layer %d, n_embd %d, n_head %d and ctx %d "
+                       "must all be positive", g.n_layer, g.n_embd, g.n_head, g.ctx);
+    if (g.n_embd % g.n_head)
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: n_embd %d is not a multiple of n_head %d",
+                       g.n_embd, g.n_head);
+    if (8 * g.n_layer + 3 > MODEL_MAX_LAYERS)
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: n_layer %d needs more than %d layers",
+                       g.n_layer, MODEL_MAX_LAYERS);
+    if ((long long)g.ctx * 5 * g.n_embd > (1 << 30))
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: ctx %d x 5 n_embd %d floats per sample is "
+                       "too wide", g.ctx, g.n_embd);
+    const int C = g.n_embd, T = g.ctx, V = 256;
+    Layer L = layer_of(LAYER_EMBEDDING, "embedding", T, T * C);
+    L.tokens = T, L.vocab = V;
+    const Layer *emb = add_layer(m, L);
+    const TensorView *wte = add_tensor(m, emb, "wte.weight", 0, V, C, 0.02f, 0);
+    add_tensor(m, emb, "wpe.weight", (size_t)V * C, T, C, 0.02f, 0);
+    for (int b = 0; b < g.n_layer; b++) add_gpt_block(m, b, g);
+    L = layer_of(LAYER_LAYERNORM, "ln_f", T * C, T * C);
+    L.tokens = T;
+    add_layernorm(m, L, C);
+    L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * V);
+    L.tokens = T, L.no_bias = 1;
+    const Layer *head = add_layer(m, L);
+    // The head's copy of wte starts equal to it (one init key) and stays so (docs/gpt.md).
+    add_tensor(m, head, "weight", 0, V, C, 0.02f, 0)->init_key = wte->init_key;
+    m->tied_first = emb->index;
+    m->tied_last = head->index;
+    m->in_features = T;
+    m->classes = V;
+    m->tokens = T;
     return FG_OK;
 }
 
@@ -80,10 +174,10 @@ void model_init_range(const Model *m, int first, int last, float *params, uint32
         if (tv->layer < first || tv->layer >= last) continue;
         float *p = params + (tv->offset - base);
         size_t n = (size_t)tv->rows * tv->cols;
-        memset(p, 0, n * sizeof(float));
-        if (tv->cols == 1) continue;  // biases start at zero
-        TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = (uint32_t)tv->layer};
-        tangent_axpy(key, 0, n, sqrtf(2.0f / (float)tv->cols), p);
+        for (size_t i = 0; i < n; i++) p[i] = tv->init_value;
+        if (tv->init_std <= 0) continue;
+        TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = tv->init_key};
+        tangent_axpy(key, 0, n, tv->init_std, p);
     }
 }
 

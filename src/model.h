@@ -13,14 +13,17 @@
 #include "common.h"
 #include "layer.h"
 
-#define MODEL_MAX_LAYERS 64
+#define MODEL_MAX_LAYERS 256
 #define MODEL_MAX_TENSORS (2 * MODEL_MAX_LAYERS)
 
 typedef struct {
-    char name[32];     // "<layer>.<tensor>"
+    char name[48];     // "<group>.<tensor>": "fc1.weight", "h.0.attn.c_attn.bias", "wpe.weight"
     int layer;         // owning layer index
     size_t offset;     // into the flat buffer
     int rows, cols;    // cols == 1 for vectors
+    float init_std;    // initial values ~ N(0, init_std^2) when > 0, else all init_value
+    float init_value;
+    uint32_t init_key; // keys the initial draw: tensors with one key start equal (tied copies)
 } TensorView;
 
 typedef struct {
@@ -29,15 +32,28 @@ typedef struct {
     int n_tensors;
     TensorView tensors[MODEL_MAX_TENSORS];
     size_t n_params;
-    int in_features, classes;
-    int max_width;  // widest activation, sizes the work buffers
+    int in_features;  // floats per input sample (pixels; token ids for a GPT)
+    int classes;      // classes per label (the GPT: the byte vocabulary, 256)
+    int tokens;       // labels per sample: 1 (MLP), ctx (GPT: the next byte at every position)
+    int max_width;    // widest activation, sizes the work buffers
+    int tied_first, tied_last;  // GPT: the layers holding the two copies of wte (else -1)
 } Model;
+
+// The GPT of docs/gpt.md: byte tokens, n_layer pre-LayerNorm blocks of width n_embd with
+// n_head heads over ctx positions, a final LayerNorm and a head tied to the token embedding
+// (two copies, kept equal by summing their gradients). Tensors are named as in Hugging
+// Face's GPT-2 with fgpipe's [out, in] orientation.
+typedef struct {
+    int n_layer, n_embd, n_head, ctx;
+} GptShape;
+int model_build_gpt(Model *m, GptShape shape, FgError *err);
 
 // Builds an MLP from "784-1024-1024-10" and an activation name ("relu" or "gelu"): linear
 // layers between consecutive widths, the activation after every linear layer but the last.
 int model_build_mlp(Model *m, const char *widths, const char *activation, FgError *err);
 
-// Kaiming-normal weights (std sqrt(2/in)) and zero biases, drawn from the counter-based
+// Each tensor's init (MLP: Kaiming-normal weights, std sqrt(2/in), and zero biases; GPT:
+// N(0, 0.02) matrices and embeddings, LayerNorm weights 1), drawn from the counter-based
 // generator with the seed, so initial weights do not depend on how the model is split.
 void model_init_params(const Model *m, float *params, uint32_t seed);
 // The same values for layers [first, last) only, into their slice (a pipeline stage's).

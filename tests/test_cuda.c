@@ -147,7 +147,7 @@ static void test_vectors_and_optimizers(void **state) {
 // backward (fused, without dx, and each half alone), on both backends from the same inputs.
 static void check_layer(LayerKind kind, int in, int out, int B, int K) {
     Layer L = {.kind = kind, .in = in, .out = kind == LAYER_LINEAR ? out : in};
-    L.param_count = layer_ops(&L)->param_count(L.in, L.out);
+    L.param_count = layer_ops(&L)->param_count(&L);
     size_t np = L.param_count ? L.param_count : 1, nx = (size_t)B * L.in, ny = (size_t)B * L.out;
     float *p = random_floats(np, 10), *pdot = random_floats(np * K, 11), *x = random_floats(nx, 12);
     float *xdot = random_floats(nx * K, 13), *dy = random_floats(ny, 14);

@@ -49,17 +49,16 @@ typedef struct {
     float *x, *xdot, *p, *pdot, *u;  // u [B, out]: an output weighting / adjoint
 } Case;
 
-static const char *KIND_NAMES[LAYER_KIND_COUNT] = {"linear", "relu", "gelu"};
+static const char *KIND_NAMES[LAYER_KIND_COUNT] = {"linear", "relu", "gelu", "embedding",
+                                                  "layernorm", "attention"};
 
-static Case case_make(LayerKind kind, int B, int in, int out, int K, uint64_t seed) {
+static Case case_make(Layer L, int B, int K, uint64_t seed) {
     Case c;
     memset(&c, 0, sizeof c);
-    c.L.kind = kind;
-    snprintf(c.L.name, sizeof c.L.name, "%s", KIND_NAMES[kind]);
-    c.L.in = in;
-    c.L.out = kind == LAYER_LINEAR ? out : in;  // activations keep the width
+    c.L = L;
+    snprintf(c.L.name, sizeof c.L.name, "%s", KIND_NAMES[L.kind]);
     c.ops = layer_ops(&c.L);
-    c.L.param_count = c.ops->param_count(c.L.in, c.L.out);
+    c.L.param_count = c.ops->param_count(&c.L);
     c.B = B;
     c.K = K;
     c.nx = (size_t)B * c.L.in;
@@ -72,9 +71,14 @@ static Case case_make(LayerKind kind, int B, int in, int out, int K, uint64_t se
     c.u = fg_alloc_floats(c.ny);
     Rng r = {seed * 0x9E3779B97F4A7C15ULL + 1};
     fill_uniform(&r, c.x, c.nx, 2.0f);
-    if (kind == LAYER_RELU)  // |x| >= 0.05: no finite-difference step crosses the kink
+    if (L.kind == LAYER_RELU)  // |x| >= 0.05: no finite-difference step crosses the kink
         for (size_t i = 0; i < c.nx; i++) c.x[i] += c.x[i] < 0.0f ? -0.05f : 0.05f;
     fill_uniform(&r, c.xdot, (size_t)K * c.nx, 1.0f);
+    if (L.kind == LAYER_EMBEDDING)  // token ids, mid-way between integers: steps keep the id
+        for (size_t i = 0; i < c.nx; i++) {
+            c.x[i] = (float)(rng_int(&r, 0, L.vocab - 1)) + 0.5f;
+            c.xdot[i] = 0.0f;  // ids have no tangent
+        }
     fill_uniform(&r, c.p, c.np, 1.0f);
     fill_uniform(&r, c.pdot, (size_t)K * c.np, 1.0f);
     fill_uniform(&r, c.u, c.ny, 1.0f);
@@ -89,7 +93,7 @@ static void case_free(Case *c) {
     fg_free(c->u);
 }
 
-// The shapes every layer test runs on: the corners, then random ones.
+// The MLP shapes every layer test runs on: the corners, then random ones.
 #define N_SHAPES 14
 typedef struct {
     int B, in, out, K;
@@ -104,16 +108,48 @@ static Shape shape_at(int i) {
     return s;
 }
 
-#define FOR_EACH_CASE(c)                                                                      \
-    for (int kind_ = 0; kind_ < LAYER_KIND_COUNT; kind_++)                                    \
-        for (int shape_ = 0; shape_ < N_SHAPES; shape_++)                                     \
-            for (Case c = case_make((LayerKind)kind_, shape_at(shape_).B, shape_at(shape_).in, \
-                                    shape_at(shape_).out, shape_at(shape_).K,                 \
-                                    (uint64_t)(kind_ * 100 + shape_));                        \
-                 c.ops; case_free(&c), c.ops = NULL)
+// The GPT's layers on sequences (layer.h): per-token widths, carried residual streams.
+typedef struct {
+    Layer L;  // kind and shape fields; in and out per token here
+    int B, K;
+} SeqCase;
 
-#define CASE_FMT "%s B=%d in=%d out=%d K=%d"
-#define CASE_ARGS(c) KIND_NAMES[(c).L.kind], (c).B, (c).L.in, (c).L.out, (c).K
+static const SeqCase SEQ_CASES[] = {
+    {{.kind = LAYER_LINEAR, .in = 8, .out = 10, .tokens = 3, .carry = 4}, 2, 2},  // [x, W h + b]
+    {{.kind = LAYER_LINEAR, .in = 12, .out = 4, .tokens = 3, .carry = 4, .residual = 1}, 2, 2},
+    {{.kind = LAYER_LINEAR, .in = 4, .out = 5, .tokens = 3, .no_bias = 1}, 2, 1},  // tied head
+    {{.kind = LAYER_GELU, .in = 8, .out = 8, .tokens = 2, .carry = 3}, 3, 2},
+    {{.kind = LAYER_LAYERNORM, .in = 5, .out = 5, .tokens = 3}, 2, 2},
+    {{.kind = LAYER_LAYERNORM, .in = 5, .out = 10, .tokens = 3, .carry = 5}, 2, 2},
+    {{.kind = LAYER_LAYERNORM, .in = 1, .out = 1, .tokens = 1}, 1, 1},  // one feature: LN(x) = beta
+    {{.kind = LAYER_ATTENTION, .in = 16, .out = 8, .tokens = 4, .carry = 4, .heads = 2}, 2, 2},
+    {{.kind = LAYER_ATTENTION, .in = 24, .out = 12, .tokens = 1, .carry = 6, .heads = 3}, 2, 1},
+    {{.kind = LAYER_ATTENTION, .in = 24, .out = 12, .tokens = 5, .carry = 6, .heads = 1}, 1, 3},
+    {{.kind = LAYER_EMBEDDING, .in = 1, .out = 4, .tokens = 3, .vocab = 5}, 2, 2},
+};
+#define N_SEQ_CASES ((int)(sizeof SEQ_CASES / sizeof SEQ_CASES[0]))
+#define N_CASES (3 * N_SHAPES + N_SEQ_CASES)
+
+// Case i: every MLP kind on every shape, then the sequence cases.
+static Case case_at(int i) {
+    if (i >= 3 * N_SHAPES) {
+        SeqCase sc = SEQ_CASES[i - 3 * N_SHAPES];
+        int T = layer_tokens(&sc.L);
+        sc.L.in *= T, sc.L.out *= T;
+        return case_make(sc.L, sc.B, sc.K, (uint64_t)i);
+    }
+    LayerKind kind = (LayerKind)(i / N_SHAPES);
+    Shape sh = shape_at(i % N_SHAPES);
+    Layer L = {.kind = kind, .in = sh.in, .out = kind == LAYER_LINEAR ? sh.out : sh.in};
+    return case_make(L, sh.B, sh.K, (uint64_t)(kind * 100 + i % N_SHAPES));
+}
+
+#define FOR_EACH_CASE(c)                                                          \
+    for (int case_ = 0; case_ < N_CASES; case_++)                                 \
+        for (Case c = case_at(case_); c.ops; case_free(&c), c.ops = NULL)
+
+#define CASE_FMT "%s B=%d in=%d out=%d K=%d tokens=%d"
+#define CASE_ARGS(c) KIND_NAMES[(c).L.kind], (c).B, (c).L.in, (c).L.out, (c).K, layer_tokens(&(c).L)
 
 // f(x, p) = <u, y(x, p)> in double: the scalar whose gradient backward computes.
 static double weighted_output(const Case *c, const float *x, const float *p, float *y) {
@@ -291,7 +327,7 @@ static void test_jvp_primal_and_null_tangents(void **state) {
         c.ops->jvp(&c.L, c.p, c.pdot, c.x, zx, y1, yd1, c.B, c.K);
         assert_floats_equal(yd0, yd1, nyd);
         assert_memory_equal(y0, y1, c.ny * sizeof(float));
-        if (c.L.kind != LAYER_LINEAR)  // no parameters and no input tangent: zero
+        if (c.np == 0)  // no parameters and no input tangent: zero
             for (size_t i = 0; i < nyd; i++) assert_true(yd0[i] == 0.0f);
 
         // pdot = NULL vs zeros.

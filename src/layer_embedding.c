@@ -1,0 +1,68 @@
+// Token and position embedding, the GPT's first layer: a sample is `tokens` token ids (bytes,
+// as floats) and its output y[t] = wte[id_t] + wpe[t], with wte [vocab, C] then wpe [tokens, C]
+// in the flat buffer. Token ids are not differentiable: tangents come from the parameters
+// only, and the input adjoint is zero.
+#include <string.h>
+
+#include "layer.h"
+
+static size_t embedding_param_count(const Layer *L) {
+    return ((size_t)L->vocab + layer_tokens(L)) * layer_out_token(L);
+}
+
+// y [rows, C] = table rows of the ids, plus the position rows (of wte and wpe, or of their
+// tangents).
+static void lookup(const Layer *L, const float *wte, const float *wpe, const float *ids, float *y,
+                   int B) {
+    const int T = layer_tokens(L), C = layer_out_token(L);
+#pragma omp parallel for collapse(2) if ((size_t)B * T * C > 65536)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            int id = (int)ids[(size_t)b * T + t];  // bytes: 0 .. vocab-1 (text_data.c)
+            const float *e = wte + (size_t)id * C, *pos = wpe + (size_t)t * C;
+            float *yr = y + ((size_t)b * T + t) * C;
+            for (int i = 0; i < C; i++) yr[i] = e[i] + pos[i];
+        }
+    }
+}
+
+static void embedding_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
+    lookup(L, p, p + (size_t)L->vocab * layer_out_token(L), x, y, B);
+}
+
+static void embedding_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
+                          const float *xdot, float *y, float *ydot, int B, int K) {
+    (void)xdot;
+    embedding_forward(L, p, x, y, B);
+    size_t block = (size_t)B * L->out;
+    for (int k = 0; k < K; k++) {
+        if (!pdot) {
+            memset(ydot + k * block, 0, block * sizeof(float));
+            continue;
+        }
+        const float *wte_dot = pdot + k * L->param_count;
+        lookup(L, wte_dot, wte_dot + (size_t)L->vocab * layer_out_token(L), x, ydot + k * block, B);
+    }
+}
+
+// dwte[id_t] += dy[t], dwpe[t] += dy[t], over the rows in order (ids repeat: no parallel
+// scatter, so the sums are reproducible).
+static void embedding_backward(const Layer *L, const float *p, const float *x, const float *dy,
+                               float *dx, float *dp, int B) {
+    (void)p;
+    if (dx) memset(dx, 0, (size_t)B * L->in * sizeof(float));
+    if (!dp) return;
+    const int T = layer_tokens(L), C = layer_out_token(L);
+    float *dwte = dp, *dwpe = dp + (size_t)L->vocab * C;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            int id = (int)x[(size_t)b * T + t];
+            const float *g = dy + ((size_t)b * T + t) * C;
+            float *de = dwte + (size_t)id * C, *dpos = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) de[i] += g[i], dpos[i] += g[i];
+        }
+    }
+}
+
+const LayerOps embedding_ops = {"embedding", embedding_param_count, embedding_forward,
+                                embedding_jvp, embedding_backward};
