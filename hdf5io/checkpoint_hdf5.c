@@ -58,10 +58,14 @@ static int get_attr_i64(hid_t obj, const char *name, long long *v) {
     return rc < 0 ? -1 : 0;
 }
 
+// "<buffer>/<group>/<tensor>" from the tensor's name "<group>.<tensor>", split at its last
+// dot: params/fc1/weight, params/h.0.attn.c_attn/bias, params/wpe/weight (docs/checkpoints.md).
 static void dataset_name(const char *buffer, const Model *m, const TensorView *tv, char *out,
                          size_t size) {
-    const char *dot = strchr(tv->name, '.');
-    snprintf(out, size, "%s/%s/%s", buffer, m->layers[tv->layer].name, dot ? dot + 1 : tv->name);
+    (void)m;
+    const char *dot = strrchr(tv->name, '.');
+    int group = dot ? (int)(dot - tv->name) : (int)strlen(tv->name);
+    snprintf(out, size, "%s/%.*s/%s", buffer, group, tv->name, dot ? dot + 1 : "value");
 }
 
 static const char *shape_str(int rank, const hsize_t *dims, char *buf, size_t size) {
@@ -250,12 +254,41 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
     return rc;
 }
 
+// The "config" attribute (a fixed-length string), allocated; NULL when missing or unreadable.
+static char *get_attr_str(hid_t obj, const char *name) {
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), type = H5Aget_type(a);
+    size_t size = H5Tget_size(type);
+    char *s = H5Tis_variable_str(type) == 0 && size > 0 ? calloc(size + 1, 1) : NULL;
+    if (s && H5Aread(a, type, s) < 0) free(s), s = NULL;
+    H5Tclose(type);
+    H5Aclose(a);
+    return s;
+}
+
+static int h5_load_config(Storage *io, const char *path, char **text, FgError *err) {
+    (void)io;
+    *text = NULL;
+    if (access(path, R_OK))
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s", path, strerror(errno));
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: not an HDF5 file, or truncated", path);
+    *text = get_attr_str(f, "config");
+    H5Fclose(f);
+    if (!*text)
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: no stored configuration (attribute "
+                       "'config'): not an fgpipe checkpoint?", path);
+    return FG_OK;
+}
+
 Storage checkpoint_hdf5(MPI_Comm comm) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);  // errors are reported by us, with context
     Ctx *c = calloc(1, sizeof *c);
     c->comm = comm;
     MPI_Comm_rank(comm, &c->rank);
-    Storage io = {.ctx = c, .save = h5_save, .load = h5_load, .open_log = log_hdf5_open};
+    Storage io = {.ctx = c, .save = h5_save, .load = h5_load, .load_config = h5_load_config,
+                  .open_log = log_hdf5_open};
     return io;
 }
 

@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump
   python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path
   dataset-fashion-mnist                    # the default training data
+  bible-kjv                                # the GPT's default text corpus (launch/text-corpus.sh)
   procps                                   # pgrep, for the killed-rank test
   slurmctld slurmd slurm-client munge      # launch/slurm/ scripts, tested on a real Slurm
   iproute2 util-linux                      # ip netns, unshare: the two-host test

@@ -80,6 +80,12 @@ static void take_down(Made *made) {
 static int run(RunArgs *args) {
     Made made = {0};
     FgError err = {0};
+    if (args->command == COMMAND_GENERATE) {
+        Storage storage = checkpoint_hdf5(MPI_COMM_WORLD);
+        int rc = cli_generate(args, &storage);
+        checkpoint_hdf5_free(&storage);
+        return rc;
+    }
     TrainEnv env = {0};
     int rc = make_backend(&made, (DeviceKind)args->cfg.device, &env.be, &err);
     if (!rc) rc = make_transport(&made, &args->cfg, env.be, &env.tr, &err);

@@ -1,6 +1,7 @@
 // fgpipe command line: `fgpipe train --config FILE [--set key=value ...]`.
 #include "cli.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,11 @@ static void usage(FILE *f) {
             "  --weights-dir DIR    local flash for the layer stores of such stages\n"
             "  --resume-weights     continue from the layer stores in --weights-dir (after a crash\n"
             "                       or a stop: they always hold a whole step)\n"
+            "\n"
+            "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
+            "                       [--temperature T] [--top-k K] [--seed S]\n"
+            "  samples N bytes (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
+            "  temperature 0 takes the most likely byte; top-k 0 samples among all 256\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -154,9 +160,50 @@ static int parse_train(int argc, char **argv, RunArgs *a, FgError *err) {
     return resolve_paths(a, no_checkpoint, err);
 }
 
+// A number flag's value: an integer (real = 0) or a real in [lo, hi].
+static int parse_number(const char *flag, const char *text, int real, double lo, double hi,
+                        double *out, FgError *err) {
+    char *end;
+    *out = real ? strtod(text, &end) : (double)strtol(text, &end, 10);
+    if (end == text || *end || !(*out >= lo && *out <= hi))
+        return fg_fail(err, FG_ERR_INPUT, "%s '%s': expected %s in [%g, %g]", flag, text,
+                       real ? "a number" : "an integer", lo, hi);
+    return FG_OK;
+}
+
+static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
+    GenerateArgs *g = &a->gen;
+    *g = (GenerateArgs){.prompt = "", .tokens = 256, .temperature = 1.0, .top_k = 0, .seed = 1};
+    a->command = COMMAND_GENERATE;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        double v = 0;
+        int rc = FG_OK;
+        if (i + 1 >= argc) return fg_fail(err, FG_ERR_INPUT, "generate: '%s' needs a value", f);
+        const char *value = argv[++i];
+        if (strcmp(f, "--checkpoint") == 0) g->checkpoint = value;
+        else if (strcmp(f, "--prompt") == 0) g->prompt = value;
+        else if (strcmp(f, "--tokens") == 0 && !(rc = parse_number(f, value, 0, 0, 1 << 24, &v, err))) g->tokens = (int)v;
+        else if (strcmp(f, "--temperature") == 0 && !(rc = parse_number(f, value, 1, 0, 100, &v, err))) g->temperature = v;
+        else if (strcmp(f, "--top-k") == 0 && !(rc = parse_number(f, value, 0, 0, 256, &v, err))) g->top_k = (int)v;
+        else if (strcmp(f, "--seed") == 0 && !(rc = parse_number(f, value, 0, 0, 4294967295.0, &v, err))) g->seed = (uint32_t)v;
+        else if (!rc) return fg_fail(err, FG_ERR_INPUT, "generate: unknown argument '%s' (see fgpipe --help)", f);
+        if (rc) return rc;
+    }
+    if (!g->checkpoint) return fg_fail(err, FG_ERR_INPUT, "generate needs --checkpoint FILE");
+    return FG_OK;
+}
+
+int cli_generate(const RunArgs *a, Storage *io) {
+    FgError err = {0};
+    return generate_text(&a->gen, io, stdout, &err) ? cli_fail(&err) : 0;
+}
+
 int cli_parse(int argc, char **argv, RunArgs *a) {
     FgError err = {0};
     *a = (RunArgs){0};
+    if (argc >= 2 && strcmp(argv[1], "generate") == 0)
+        return parse_generate(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
     if (argc >= 2 && strcmp(argv[1], "train") == 0) {
         for (int i = 2; i < argc; i++)
             if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -183,8 +230,14 @@ int cli_fail(const FgError *err) {
 static void print_run(const Config *c) {
     char mode[CONFIG_NAME_MAX], tangents[32] = "";
     if (c->mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->tangents);
-    fprintf(stderr, "fgpipe: mode %s%s, model %s (%s), %d micro-batches x %d samples, %s lr %g, seed %u\n",
-            config_choice_name("mode", c->mode, mode), tangents, c->model, c->activation,
+    char model[96];
+    if (c->data == DATA_TEXT)
+        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d)", c->n_layer,
+                 c->n_embd, c->n_head, c->ctx);
+    else
+        snprintf(model, sizeof model, "%.64s (%s)", c->model, c->activation);
+    fprintf(stderr, "fgpipe: mode %s%s, model %s, %d micro-batches x %d samples, %s lr %g, seed %u\n",
+            config_choice_name("mode", c->mode, mode), tangents, model,
             c->micro_batches, c->micro_batch, c->optimizer == OPT_ADAM ? "adam" : "sgd", c->lr, c->seed);
 }
 
@@ -196,10 +249,16 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
     TrainResult res;
     if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
     if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
-    printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
-           "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
-           res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-           res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    if (a->cfg.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
+        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/byte (%.4f bits/byte), "
+               "val next-byte accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
+               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_loss / M_LN2,
+               res.test_acc, res.samples_per_s * a->cfg.ctx, res.peak_rss_bytes / 1048576.0);
+    else
+        printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
+               "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
+               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
+               res.samples_per_s, res.peak_rss_bytes / 1048576.0);
     fflush(stdout);
     if (a->summary_path && train_write_summary(&a->cfg, &res, a->summary_path, &err)) return cli_fail(&err);
     return 0;

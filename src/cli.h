@@ -5,10 +5,15 @@
 #define FGPIPE_CLI_H
 
 #include "config.h"
+#include "generate.h"
 #include "train.h"
+
+typedef enum { COMMAND_TRAIN, COMMAND_GENERATE } Command;
 
 // `fgpipe train` as parsed: the resolved config and where the run reads and writes.
 typedef struct {
+    Command command;
+    GenerateArgs gen;          // fgpipe generate
     Config cfg;
     TrainInputs in;
     TrainOutputs out;
@@ -29,6 +34,10 @@ int cli_parse(int argc, char **argv, RunArgs *a);
 // Runs the training in env; replica 0's last stage prints the result line and writes the
 // summary. Returns the process exit code: 0, 2 bad input, 1 anything else.
 int cli_train(RunArgs *a, const TrainEnv *env);
+
+// `fgpipe generate`: samples text from a checkpoint read through io, onto stdout. Returns the
+// process exit code.
+int cli_generate(const RunArgs *a, Storage *io);
 
 // Reports err on stderr ("fgpipe: error: ...") and returns its exit code.
 int cli_fail(const FgError *err);

@@ -25,9 +25,15 @@ typedef struct {
 
 // The choice strings list values in the order of their enums (Mode, OptimizerKind, LrSchedule).
 static const ConfigKey KEYS[] = {
+    CHOICE(data, "idx|text", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file"),
     STR(data_dir, "directory with the IDX files (train-*, t10k-*)"),
-    STR(model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10"),
+    STR_OR_NONE(text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
+    STR(model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx)"),
     STR(activation, "activation after each hidden linear layer: relu | gelu"),
+    NUM(KEY_INT, n_layer, 1, 96, "model = gpt: transformer blocks"),
+    NUM(KEY_INT, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
+    NUM(KEY_INT, n_head, 1, 256, "model = gpt: attention heads"),
+    NUM(KEY_INT, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
     CHOICE(estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
@@ -70,6 +76,10 @@ void config_defaults(Config *c) {
     snprintf(c->data_dir, sizeof c->data_dir, "/usr/share/datasets/fashion-mnist");
     snprintf(c->model, sizeof c->model, "784-1024-1024-1024-10");
     snprintf(c->activation, sizeof c->activation, "relu");
+    c->n_layer = 4;
+    c->n_embd = 128;
+    c->n_head = 4;
+    c->ctx = 128;
     c->mode = MODE_BP;
     c->select = -1;
     c->shrink = 1.0;
@@ -172,9 +182,8 @@ static char *trim(char *s) {
     return s;
 }
 
-int config_load(Config *c, const char *path, FgError *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "config %s: %s", path, strerror(errno));
+// Lines of f (named `path` in messages) onto c.
+static int config_read(Config *c, FILE *f, const char *path, FgError *err) {
     char line[1024];
     int lineno = 0, rc = FG_OK;
     while (rc == FG_OK && fgets(line, sizeof line, f)) {
@@ -194,6 +203,21 @@ int config_load(Config *c, const char *path, FgError *err) {
         rc = config_set(c, trim(s), trim(eq + 1), &e);
         if (rc) fg_fail(err, rc, "config %s:%d: %s", path, lineno, e.msg);
     }
+    return rc;
+}
+
+int config_load(Config *c, const char *path, FgError *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "config %s: %s", path, strerror(errno));
+    int rc = config_read(c, f, path, err);
+    fclose(f);
+    return rc;
+}
+
+int config_load_text(Config *c, const char *text, const char *name, FgError *err) {
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "config of %s: %s", name, strerror(errno));
+    int rc = config_read(c, f, name, err);
     fclose(f);
     return rc;
 }
@@ -217,6 +241,23 @@ int config_validate(const Config *c, FgError *err) {
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
+    int gpt = strcmp(c->model, "gpt") == 0;
+    if (gpt != (c->data == DATA_TEXT))
+        return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text: set data = text and "
+                       "text_file" : "data = text trains model = gpt (an MLP reads images: data = idx)");
+    if (c->data == DATA_TEXT && !c->text_file[0])
+        return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
+                       "the default corpus's path)");
+    if (gpt && c->device == DEVICE_CUDA)
+        return fg_fail(err, FG_ERR_INPUT, "model = gpt runs on device = cpu for now (its CUDA "
+                       "kernels are issue 18)");
+    if (gpt && c->mem_budget > 0)
+        return fg_fail(err, FG_ERR_INPUT, "model = gpt keeps its stages in memory for now "
+                       "(mem_budget = 0): its tied embedding is summed across stages in memory");
+    if (gpt && (c->tangent_rank > 0 || c->perturb == PERTURB_ACTIVITY))
+        return fg_fail(err, FG_ERR_INPUT, "model = gpt: fg takes full weight tangents for now "
+                       "(perturb = weight, tangent_rank = 0); activity and low-rank tangents on the "
+                       "transformer's layers are not built yet");
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

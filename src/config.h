@@ -16,11 +16,15 @@ typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
 typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED, ESTIMATOR_MIX } EstimatorChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
+typedef enum { DATA_IDX, DATA_TEXT } DataKind;
 
 typedef struct {
+    int data;              // DataKind: labelled images (IDX files) or a text file (bytes)
     char data_dir[256];    // IDX files (train-*, t10k-*)
-    char model[256];       // MLP widths "784-1024-10"
+    char text_file[256];   // data = text: the corpus (first 90% trains, the rest validates)
+    char model[256];       // MLP widths "784-1024-10", or "gpt" (the next four keys)
     char activation[16];   // relu | gelu
+    int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
@@ -56,6 +60,8 @@ void config_defaults(Config *c);
 int config_set(Config *c, const char *key, const char *value, FgError *err);
 // Reads `key = value` lines; '#' starts a comment. Errors name the file and line.
 int config_load(Config *c, const char *path, FgError *err);
+// The same from text in memory (a checkpoint's stored config); errors name `name`.
+int config_load_text(Config *c, const char *text, const char *name, FgError *err);
 // Checks relations between keys (e.g. steps or epochs set).
 int config_validate(const Config *c, FgError *err);
 // Writes every key with its resolved value, in file syntax (loadable again).

@@ -209,6 +209,7 @@ static int load_idx(Dataset *ds, const char *images_path, const char *labels_pat
     ds->count = n_images;
     ds->features = features;
     ds->classes = max_label + 1;
+    ds->tokens = 1;
     ds->x = x;
     ds->labels = labels;
     return FG_OK;

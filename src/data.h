@@ -1,4 +1,5 @@
-// Labelled image datasets from IDX files (the MNIST / Fashion-MNIST format), gzip or plain.
+// Labelled image datasets from IDX files (the MNIST / Fashion-MNIST format), gzip or plain;
+// and the shape of a text corpus's splits (text_data.h) in the same struct.
 #ifndef FGPIPE_DATA_H
 #define FGPIPE_DATA_H
 
@@ -6,13 +7,16 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "text_data.h"
 
 typedef struct {
-    size_t count;      // number of samples
-    int features;      // pixels per sample (rows * cols)
-    int classes;       // 1 + largest label
-    float *x;          // [count, features], standardised: (pixel/255 - mean) / std
-    uint8_t *labels;   // [count]
+    size_t count;      // number of samples (text: windows of ctx tokens)
+    int features;      // pixels per sample (rows * cols); text: ctx token ids
+    int classes;       // 1 + largest label; text: 256 bytes
+    int tokens;        // labels per sample: 1; text: ctx (the next byte at every position)
+    float *x;          // [count, features], standardised: (pixel/255 - mean) / std; or NULL
+    uint8_t *labels;   // [count * tokens]
+    const TextCorpus *text;  // training text: windows drawn per step (text_train_batch), no x
 } Dataset;
 
 // Reads an images file (magic 0x00000803) and a labels file (magic 0x00000801); both may be

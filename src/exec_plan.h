@@ -39,7 +39,7 @@ int op_runs(const ScheduledOp *op, long step, long first_step);
 int op_adjoint_taker_lag(const Schedule *s, int phase, const ScheduledOp *op);
 
 // Message kinds, also the first part of their tags.
-enum { MSG_FORWARD = 0, MSG_BACKWARD = 1, MSG_EVAL = 2 };
+enum { MSG_FORWARD = 0, MSG_BACKWARD = 1, MSG_EVAL = 2, MSG_TIED = 3 };
 
 typedef struct {
     int op;                // timetable index of the op that consumes or sends it

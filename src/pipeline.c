@@ -106,8 +106,10 @@ int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, do
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
-    p->be->upload(p->be, p->labels, ds->labels + chunk * rows, (size_t)n);
-    totals[0] += (double)p->be->loss_forward(p->be, y, p->labels, n, p->model->classes, &correct) * n;
+    size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
+    p->be->upload(p->be, p->labels, ds->labels + chunk * rows * T, (size_t)n * T);
+    totals[0] += (double)p->be->loss_forward(p->be, y, p->labels, n * (int)T, p->model->classes,
+                                             &correct) * (double)(n * T);
     totals[1] += correct;
     return FG_OK;
 }
@@ -131,8 +133,9 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
         if (!rc) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
-    *loss = totals[0] / (double)ds->count;
-    *acc = totals[1] / (double)ds->count;
+    double labels = (double)ds->count * ds->tokens;
+    *loss = totals[0] / labels;
+    *acc = totals[1] / labels;
     return rc;
 }
 

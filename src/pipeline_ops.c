@@ -116,7 +116,7 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
     if (a->kind == OP_BW) return FG_OK;
     if (p->is_last) {
-        a->dy = p->dz[r] + (size_t)mb * B * C;
+        a->dy = p->dz[r] + (size_t)mb * B * p->model->tokens * C;
         return FG_OK;
     }
     const float *msg = NULL;
@@ -127,6 +127,18 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
 
 // ---------------------------------------------------------------------------------------------
 // Lanes
+
+// Micro-batch mb of the step's inputs (x) or labels (either may be NULL): samples of the
+// epoch's order, or text windows drawn for (seed, step, global micro-batch).
+static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
+                              size_t sample0, float *x, uint8_t *labels) {
+    int B = p->cfg->micro_batch;
+    if (p->data->text)
+        text_train_batch(p->data->text, p->cfg->seed, (uint64_t)step,
+                         (uint32_t)global_microbatch(p, mb), B, x, labels);
+    else
+        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, x, labels);
+}
 
 int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err) {
@@ -145,7 +157,7 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
             a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);
             if (p->is_first) {
                 float *x = p->x_in + (size_t)n * p->x_stride;
-                dataset_gather(p->data, order, sample0 + (size_t)a->microbatch * B, B, p->host_x, NULL);
+                gather_microbatch(p, step, a->microbatch, order, sample0, p->host_x, NULL);
                 be->upload(be, x, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = take_message(p, step, &msg, err))) {
@@ -240,28 +252,30 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
                      double *loss_sum) {
     const Config *c = p->cfg;
     const Backend *be = p->be;
-    int B = c->micro_batch, C = p->model->classes, N = c->micro_batches, mb = a->microbatch;
-    dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, NULL, p->host_labels);
-    be->upload(be, p->labels, p->host_labels, (size_t)B);
+    // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
+    int rows = c->micro_batch * p->model->tokens, C = p->model->classes, N = c->micro_batches;
+    int mb = a->microbatch;
+    gather_microbatch(p, step, mb, order, sample0, NULL, p->host_labels);
+    be->upload(be, p->labels, p->host_labels, (size_t)rows);
     double loss;
     if (p->K) {
         int n_d = d_per_microbatch(p);
-        loss = perturbs_activity(p) ? be->loss_jvp_rows(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d)
-                                    : be->loss_jvp(be, a->x, a->xdot, p->labels, B, C, p->K, p->loss_d);
+        loss = perturbs_activity(p) ? be->loss_jvp_rows(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d)
+                                    : be->loss_jvp(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d);
         double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
         for (int i = 0; i < n_d; i++) d[i] = p->loss_d[i];
     } else {
-        loss = be->loss_forward(be, a->x, p->labels, B, C, NULL);
+        loss = be->loss_forward(be, a->x, p->labels, rows, C, NULL);
     }
     if (keeps_stash(p, step, mb)) {
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
         // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
         // here and over each stage's own corrections in op U.
-        float *dz = p->dz[ring(step)] + (size_t)mb * B * C;
-        be->loss_backward(be, a->x, p->labels, B, C, dz);
+        float *dz = p->dz[ring(step)] + (size_t)mb * rows * C;
+        be->loss_backward(be, a->x, p->labels, rows, C, dz);
         int n = c->mode == MODE_BP ? N : c->select >= 0 ? c->select : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
-        be->scale(be, dz, scale, dz, (size_t)B * C);
+        be->scale(be, dz, scale, dz, (size_t)rows * C);
     }
     *loss_sum += loss;
 }

@@ -89,13 +89,14 @@ static void alloc_buffers(Pipeline *p) {
     int group = 0;
     for (int ph = 0; ph < p->sched.n_phases; ph++) group = FG_MAX(group, p->plans[ph].max_group);
     alloc_lanes(p, group);
-    p->labels = be->alloc(be, (size_t)B);
+    const size_t labels = (size_t)B * p->model->tokens;  // a micro-batch's labels (GPT: one per token)
+    p->labels = be->alloc(be, labels);
     p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
-    p->host_labels = fg_alloc_bytes((size_t)B);
+    p->host_labels = fg_alloc_bytes(labels);
     p->loss_d = fg_alloc_floats((size_t)FG_MAX(d_per_microbatch(p), 1));
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
-            p->dz[i] = backend_alloc_floats(be, (size_t)N * B * p->model->classes);
+            p->dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
     p->free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;

@@ -130,9 +130,10 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                              all_microbatches(p), u->coeff, upd);
 }
 
-// Activity perturbation on a resident stage: every layer's estimate formed at once, so that
-// replicas (each with the layer inputs of its own micro-batches) can sum them.
-static int form_activity_estimates(Pipeline *p, FgError *err) {
+// Every layer's estimate formed at once (a resident stage): under activity perturbation so that
+// replicas (each with the layer inputs of its own micro-batches) can sum them, and for a tied
+// embedding so that its copies can be summed before either is applied.
+static int form_all_estimates(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // The weights' part holds the reference (mix).
     unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
@@ -142,10 +143,48 @@ static int form_activity_estimates(Pipeline *p, FgError *err) {
         form_estimate(p, l, &s, update_of_layer(p, l));
         rc = release_layer(p, l, parts, 0, err);
     }
-    if (!rc && p->tr->replicas > 1 && !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
+    if (!rc && perturbs_activity(p) && p->tr->replicas > 1 &&
+        !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
     p->pending.formed = 1;
     return rc;
+}
+
+static int holds_layer(const Pipeline *p, int l) {
+    return l >= p->stage.first && l < p->stage.last;
+}
+
+// Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
+static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
+    return p->pending.tangents ? update_of_layer(p, l) : s->kept;
+}
+
+// The GPT's tied token embedding (docs/gpt.md): wte, the first vocab x C floats of the
+// embedding layer (first stage), and lm_head.weight (last stage) are two copies that start
+// equal. Each gets the sum of both gradients or estimates, so they stay equal bit for bit
+// (a + b == b + a), whether one stage holds both or the end stages swap theirs.
+static int tie_copies(Pipeline *p, FgError *err) {
+    const Model *m = p->model;
+    int first = m->tied_first, last = m->tied_last, rc;
+    if (first < 0 || !(holds_layer(p, first) || holds_layer(p, last))) return FG_OK;
+    size_t n = m->layers[last].param_count;
+    int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
+    LayerSlot a, b;
+    if ((rc = acquire_layer(p, mine, 1, LAYER_STEP, &a, err))) return rc;
+    if (both && !(rc = acquire_layer(p, last, 1, LAYER_STEP, &b, err))) {
+        float *x = gradient_of_layer(p, first, &a), *y = gradient_of_layer(p, last, &b);
+        for (size_t i = 0; i < n; i++) x[i] = y[i] = x[i] + y[i];
+        rc = release_layer(p, last, LAYER_STEP, LAYER_STEP, err);
+    } else if (!both) {
+        float *x = gradient_of_layer(p, mine, &a), *theirs = fg_alloc_floats(n);
+        int other = mine == first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
+        if (!(rc = p->tr->post_recv(p->tr, other, tag, theirs, n, &h, err)) &&
+            !(rc = p->tr->send(p->tr, other, tag, x, n, err)) && !(rc = p->tr->wait_recv(p->tr, h, err)))
+            for (size_t i = 0; i < n; i++) x[i] += theirs[i];
+        fg_free(theirs);
+    }
+    int rc2 = release_layer(p, mine, LAYER_STEP, LAYER_STEP, err);
+    return rc ? rc : rc2;
 }
 
 unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
@@ -340,7 +379,9 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
     if (K) plan_estimate(p, use_cv, guided, d, rdots);
-    if (perturbs_activity(p) && !p->src.streamed) rc = form_activity_estimates(p, err);
+    int tied = p->model->tied_first >= 0;
+    if (K && (perturbs_activity(p) || tied) && !p->src.streamed) rc = form_all_estimates(p, err);
+    if (!rc && tied) rc = tie_copies(p, err);
     if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);

@@ -76,6 +76,9 @@ struct Storage {
     // does not match (missing tensor, wrong shape, other format version, not a checkpoint) is
     // refused with FG_ERR_INPUT and a message naming the difference.
     int (*load)(Storage *io, CheckpointState *st, const char *path, FgError *err);
+    // The resolved config a checkpoint was written with (allocated text; free() it): what
+    // another program needs to rebuild the model.
+    int (*load_config)(Storage *io, const char *path, char **text, FgError *err);
     // Creates the step log at path (called on one rank: the last stage).
     int (*open_log)(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
 };

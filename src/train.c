@@ -28,6 +28,7 @@ typedef struct {
     TrainResult *res;
     Model model;
     Dataset train, test;
+    TextCorpus text;         // data = text: the corpus train's windows are drawn from
     Pipeline p;
     int reporter;            // replica 0's last stage: progress, loss.csv, the log
     size_t shard, batch;     // samples of a step: one replica's, all replicas'
@@ -40,6 +41,28 @@ typedef struct {
     Progress prog;
 } Run;
 
+static int build_model(const Config *c, Model *m, FgError *err) {
+    if (strcmp(c->model, "gpt") == 0) {
+        GptShape g = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head, .ctx = c->ctx};
+        return model_build_gpt(m, g, err);
+    }
+    return model_build_mlp(m, c->model, c->activation, err);
+}
+
+// data = text: training windows are drawn per step from the first 90% (train.text); the
+// validation split is its non-overlapping windows, gathered once (test).
+static int load_text(Run *r, FgError *err) {
+    const int T = r->cfg->ctx, rc = text_corpus_load(&r->text, r->cfg->text_file, T, err);
+    if (rc) return rc;
+    r->train = (Dataset){.count = r->text.train_end / (size_t)T, .features = T, .classes = 256,
+                         .tokens = T, .text = &r->text};
+    size_t n = text_val_windows(&r->text);
+    r->test = (Dataset){.count = n, .features = T, .classes = 256, .tokens = T,
+                        .x = fg_alloc_floats(n * T), .labels = fg_alloc_bytes(n * T)};
+    text_val_batch(&r->text, 0, (int)n, r->test.x, r->test.labels);
+    return FG_OK;
+}
+
 // The model, the data (stage 0 reads the inputs, the others only labels and sizes) and the
 // stage's part of the model.
 static int load_model_and_data(Run *r, FgError *err) {
@@ -47,19 +70,18 @@ static int load_model_and_data(Run *r, FgError *err) {
     Transport *t = r->env->tr;
     Model *m = &r->model;
     int rc;
-    if ((rc = model_build_mlp(m, c->model, c->activation, err)) ||
-        (rc = plan_layout(c, r->env, m, r->res, err)))
-        return rc;
+    if ((rc = build_model(c, m, err)) || (rc = plan_layout(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
-    if ((rc = load(&r->train, c->data_dir, "train", err)) || (rc = load(&r->test, c->data_dir, "t10k", err)))
-        return rc;
+    if (c->data == DATA_TEXT) rc = load_text(r, err);
+    else if (!(rc = load(&r->train, c->data_dir, "train", err))) rc = load(&r->test, c->data_dir, "t10k", err);
+    if (rc) return rc;
     const Dataset *a = &r->train, *b = &r->test;
     if (a->features != m->in_features || a->classes > m->classes || b->features != m->in_features ||
         b->classes > m->classes)
         return fg_fail(err, FG_ERR_INPUT, "model: '%s' takes %d features and %d classes, but the data "
                        "in %s has %d features and %d classes (test set: %d and %d)", c->model,
-                       m->in_features, m->classes, c->data_dir, a->features, a->classes, b->features,
+                       m->in_features, m->classes, c->data == DATA_TEXT ? c->text_file : c->data_dir, a->features, a->classes, b->features,
                        b->classes);
     // A step takes `batch` samples of the epoch's order; replica r the r-th run of `shard`.
     r->shard = (size_t)c->micro_batch * c->micro_batches;
@@ -317,6 +339,7 @@ static int close_run(Run *r, int rc, FgError *err) {
     free(r->busy);
     dataset_free(&r->train);
     dataset_free(&r->test);
+    text_corpus_free(&r->text);
     return rc;
 }
 

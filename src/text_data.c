@@ -1,0 +1,83 @@
+#include "text_data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "philox.h"
+
+// Reads all of path into tc->bytes; every failure is an error that names the file.
+static int read_whole(TextCorpus *tc, const char *path, FgError *err) {
+    struct stat sb;
+    FILE *f = fopen(path, "rb");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "text_file %s: %s%s", path, strerror(errno),
+                           errno == ENOENT ? " (launch/text-corpus.sh makes the default corpus)" : "");
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: not a regular file", path);
+    }
+    tc->n_bytes = (size_t)sb.st_size;
+    tc->bytes = malloc(tc->n_bytes + 1);
+    size_t got = tc->bytes ? fread(tc->bytes, 1, tc->n_bytes, f) : 0;
+    int bad = !tc->bytes || got != tc->n_bytes || ferror(f);
+    fclose(f);
+    if (bad)
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: read %zu of %zu bytes%s", path, got,
+                       tc->n_bytes, tc->bytes ? "" : " (out of memory)");
+    return FG_OK;
+}
+
+int text_corpus_load(TextCorpus *tc, const char *path, int ctx, FgError *err) {
+    memset(tc, 0, sizeof *tc);
+    if (ctx < 1) return fg_fail(err, FG_ERR_INPUT, "text_file %s: ctx %d must be positive", path, ctx);
+    int rc = read_whole(tc, path, err);
+    tc->ctx = ctx;
+    tc->train_end = tc->n_bytes / 10 * 9 + tc->n_bytes % 10 * 9 / 10;  // floor(0.9 n)
+    size_t window = (size_t)ctx + 1;
+    if (!rc && tc->n_bytes == 0) rc = fg_fail(err, FG_ERR_INPUT, "text_file %s is empty", path);
+    else if (!rc && (tc->train_end < window || tc->n_bytes - tc->train_end < window))
+        rc = fg_fail(err, FG_ERR_INPUT, "text_file %s: %zu bytes are too few for ctx %d: each "
+                     "split (90%% / 10%%) needs one window of %zu bytes, so at least %zu bytes",
+                     path, tc->n_bytes, ctx, window, window * 10);
+    if (rc) text_corpus_free(tc);
+    return rc;
+}
+
+void text_corpus_free(TextCorpus *tc) {
+    free(tc->bytes);
+    memset(tc, 0, sizeof *tc);
+}
+
+static void put_window(const TextCorpus *tc, size_t start, int r, float *x, uint8_t *labels) {
+    const uint8_t *w = tc->bytes + start;
+    size_t at = (size_t)r * tc->ctx;
+    for (int t = 0; t < tc->ctx; t++) {
+        if (x) x[at + t] = (float)w[t];
+        if (labels) labels[at + t] = w[t + 1];
+    }
+}
+
+void text_train_batch(const TextCorpus *tc, uint32_t seed, uint64_t step, uint32_t microbatch,
+                      int rows, float *x, uint8_t *labels) {
+    // Starts are uniform over [0, train_end - ctx - 1] up to a modulo bias of at most
+    // (number of starts) / 2^64: nothing at any corpus size.
+    uint64_t starts = tc->train_end - (size_t)tc->ctx;
+    for (int r = 0; r < rows; r++) {
+        Philox4 ctr = {{(uint32_t)step, (uint32_t)(step >> 32), microbatch, (uint32_t)r}};
+        Philox4 u = philox4x32_10(ctr, seed, 0x74657874u /* "text" */);
+        uint64_t draw = ((uint64_t)u.v[0] << 32) | u.v[1];
+        put_window(tc, (size_t)(draw % starts), r, x, labels);
+    }
+}
+
+size_t text_val_windows(const TextCorpus *tc) {
+    return (tc->n_bytes - tc->train_end - 1) / (size_t)tc->ctx;
+}
+
+void text_val_batch(const TextCorpus *tc, size_t first_window, int rows, float *x,
+                    uint8_t *labels) {
+    for (int r = 0; r < rows; r++)
+        put_window(tc, tc->train_end + (first_window + (size_t)r) * tc->ctx, r, x, labels);
+}
