@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPT end to end (docs/gpt.md), on a small model and a corpus made here (this repository's
+# docs, so the test needs no download): every mode gives byte-identical losses and parameters
+# on M = 1, 2 and 3 stages (stage cuts inside the blocks, the tied embedding summed across the
+# end stages), the two copies of wte stay equal, the loss falls, generate samples from the
+# checkpoint, and bad text input is refused by name.
+#
+# usage: gpt_pipeline.sh FGPIPE CONFIG   (CONFIG: the GPT config, launch/configs/gpt-kjv.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+root=$(dirname "$config")/../..
+cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+steps=12 C=32 V=256
+base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=$C --set n_head=2 --set ctx=16
+      --set steps=$steps --set warmup_steps=0 --set eval_every=0 --set print_every=1000000)
+
+# run NAME M KEY=VALUE...: trains on M stages into $dir/NAME/ and $dir/NAME.bin.
+run() {
+  local name=$1 M=$2; shift 2
+  local sets=() kv
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" \
+    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
+    echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
+}
+
+same() {  # same LABEL A B: identical step,loss,lr columns and parameters
+  local a=$2 b=$3 why=""
+  for r in "$a" "$b"; do [ -f "$dir/$r.problem" ] && why="$r: $(cat "$dir/$r.problem")"; done
+  if [ -z "$why" ]; then
+    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="losses differ"
+    cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+  fi
+  verdict "$1" "$why"
+}
+
+cases=(
+  "bp|mode=bp"
+  "fg|mode=fg optimizer=sgd lr=0.0001"
+  "fgbp-cv-sel1-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
+)
+for c in "${cases[@]}"; do
+  name=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  for M in 1 2 3; do run "$name-M$M" "$M" "${sets[@]}"; done
+  same "$name: M=2 vs M=1" "$name-M1" "$name-M2"
+  same "$name: M=3 vs M=1" "$name-M1" "$name-M3"
+done
+
+# The tied copies: wte is the first V x C floats of the flat parameters, lm_head.weight the last.
+bytes=$((V * C * 4))
+for name in bp-M3 fg-M2; do
+  if [ -f "$dir/$name.bin" ]; then
+    size=$(stat -c %s "$dir/$name.bin")
+    cmp -s <(head -c $bytes "$dir/$name.bin") <(tail -c $bytes "$dir/$name.bin") &&
+      verdict "$name: wte and lm_head.weight equal after $steps steps" "" ||
+      verdict "$name: wte and lm_head.weight equal after $steps steps" "they differ ($size bytes of params)"
+  else
+    verdict "$name: wte and lm_head.weight equal" "no params file"
+  fi
+done
+
+# The loss falls: 60 bp steps on one rank.
+run falls 1 mode=bp steps=60 lr=0.003
+first=$(sed -n 2p "$dir/falls/loss.csv" | cut -d, -f2) last=$(tail -n 1 "$dir/falls/loss.csv" | cut -d, -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' &&
+  verdict "bp: loss falls by more than 1 nat in 60 steps ($first -> $last)" "" ||
+  verdict "bp: loss falls by more than 1 nat in 60 steps" "$first -> $last"
+grep -q "val loss .* nats/byte (.* bits/byte)" "$dir/falls.log" &&
+  verdict "result line: val loss in nats and bits per byte" "" ||
+  verdict "result line: val loss in nats and bits per byte" "$(grep result "$dir/falls.log")"
+
+# generate: the prompt, then exactly N sampled bytes and a newline; reproducible by seed.
+gen=("$fgpipe" generate --checkpoint "$dir/falls/checkpoint.h5" --prompt "fgpipe" --tokens 40 --top-k 8 --seed 3)
+if "${gen[@]}" >"$dir/gen1.txt" 2>"$dir/gen.err" && "${gen[@]}" >"$dir/gen2.txt" 2>>"$dir/gen.err"; then
+  n=$(wc -c <"$dir/gen1.txt")
+  [ "$n" -eq $((6 + 40 + 1)) ] && [ "$(head -c 6 "$dir/gen1.txt")" = fgpipe ] && cmp -s "$dir/gen1.txt" "$dir/gen2.txt" &&
+    verdict "generate: prompt + 40 bytes, the same for the same seed" "" ||
+    verdict "generate: prompt + 40 bytes, the same for the same seed" "$n bytes: $(head -c 60 "$dir/gen1.txt")"
+else
+  verdict "generate runs" "$(tail -n 1 "$dir/gen.err")"
+fi
+"$fgpipe" generate --checkpoint "$dir/nothing.h5" >/dev/null 2>"$dir/gen.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "nothing.h5" "$dir/gen.err" && verdict "generate: a missing checkpoint is named, exit 2" "" ||
+  verdict "generate: a missing checkpoint is named, exit 2" "exit $rc: $(cat "$dir/gen.err")"
+
+# Bad text input: refused by name with exit 2.
+head -c 20 "$dir/corpus.txt" >"$dir/short.txt"
+: >"$dir/empty.txt"
+for bad in "missing|$dir/none.txt|No such file" "empty|$dir/empty.txt|is empty" \
+           "too short|$dir/short.txt|too few for ctx" "a directory|$dir|not a regular file"; do
+  IFS='|' read -r label path want <<<"$bad"
+  "$fgpipe" train --config "$config" "${base[@]}" --set text_file="$path" --no-checkpoint >/dev/null 2>"$dir/bad.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "$want" "$dir/bad.err" && grep -q "$path" "$dir/bad.err" &&
+    verdict "text_file $label: refused by name, exit 2" "" ||
+    verdict "text_file $label: refused by name, exit 2" "exit $rc: $(cat "$dir/bad.err")"
+done
+"$fgpipe" train --config "$config" "${base[@]}" --set data=idx --no-checkpoint >/dev/null 2>"$dir/bad.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "model = gpt reads text" "$dir/bad.err" && verdict "model = gpt with data = idx: refused" "" ||
+  verdict "model = gpt with data = idx: refused" "exit $rc: $(cat "$dir/bad.err")"
+
+finish
