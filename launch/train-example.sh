@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job: build, then train the default MLP on Fashion-MNIST as a 4-stage pipeline (one
+# The main job: build, then train a 9-layer MLP (784-768x8-10, two linear layers per stage: the
+# default 4-layer MLP would leave fc4's 10k parameters alone on the 4th stage, which then has
+# nothing to backprop in its idle time) on Fashion-MNIST as a 4-stage pipeline (one
 # MPI rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
 # (fg+bp with activity perturbation and the mix estimator of the config; the default select=-1
 # backpropagates as many micro-batches per stage as fit the stage's idle time, and prints how
@@ -19,4 +21,5 @@ if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
 fi
 exec mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
   --set stages=4 --set mode=fg+bp --set epochs=1 \
+  --set model=784-768-768-768-768-768-768-768-768-10 --set lr=0.001 \
   --out out/example --summary-json out/example/summary.json --trace out/example/trace.json "$@"
