@@ -75,7 +75,7 @@ void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const
 void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
                       const float *x, double *dots);
 void cuda_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
-                           const float *coeff, float *y, size_t y_stride);
+                           const float *coeff, float *y, size_t y_stride, size_t ld);
 // vector_cuda.cu
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
 void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);

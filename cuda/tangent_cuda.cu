@@ -61,9 +61,9 @@ __global__ void tangent_axpy_kernel(TangentKey key, int n_mb, int K, const float
 }
 
 // y + k*y_stride += coeff[k*rows + row] v_k for k < K, (coeff NULL: 1), k in order: the CPU's
-// rounding sequence (with y_stride 0, every k adds into one y).
+// rounding sequence (with y_stride 0, every k adds into one y); y's rows are ld floats apart.
 __global__ void tangent_add_rows_kernel(TangentKey key, int K, size_t width, size_t n,
-                                        const float *coeff, float *y, size_t y_stride) {
+                                        const float *coeff, float *y, size_t y_stride, size_t ld) {
     size_t n_blk = (n + BATCH - 1) / BATCH * BLOCKS, rows = n / width;
     for (size_t blk = blockIdx.x * (size_t)blockDim.x + threadIdx.x; blk < n_blk; blk += (size_t)gridDim.x * blockDim.x)
         for (int k = 0; k < K; k++) {
@@ -72,7 +72,9 @@ __global__ void tangent_add_rows_kernel(TangentKey key, int K, size_t width, siz
             normals4(key, blk, v);
             for (int q = 0; q < 4; q++) {
                 size_t i = element_of(blk, q);
-                if (i < n) y[k * y_stride + i] += (coeff ? coeff[k * rows + i / width] : 1.0f) * v[q];
+                if (i < n)
+                    y[k * y_stride + i / width * ld + i % width] +=
+                        (coeff ? coeff[k * rows + i / width] : 1.0f) * v[q];
             }
         }
 }
@@ -128,10 +130,10 @@ void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const
 }
 
 void cuda_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
-                           const float *coeff, float *y, size_t y_stride) {
+                           const float *coeff, float *y, size_t y_stride, size_t ld) {
     size_t n = (size_t)rows * width;
     const float *c = coeff ? cuda_upload_coeff(be, coeff, (size_t)K * rows) : NULL;
-    tangent_add_rows_kernel<<<philox_grid(n, 65535), 256, 0, cuda_ctx(be)->stream>>>(key, K, (size_t)width, n, c, y, y_stride);
+    tangent_add_rows_kernel<<<philox_grid(n, 65535), 256, 0, cuda_ctx(be)->stream>>>(key, K, (size_t)width, n, c, y, y_stride, ld);
     launch_check(be, "tangent add rows");
 }
 

@@ -118,6 +118,20 @@ static Tensors tensors_new(const CheckpointState *st, const char *path, int load
     return ts;
 }
 
+static int write_card(hid_t f, const ModelCard *card) {
+    int bad = 0;
+    if (card->model_kind) bad |= set_attr_str(f, "model_kind", card->model_kind);
+    if (card->orientation) bad |= set_attr_str(f, "weight_orientation", card->orientation);
+    for (int i = 0; i < card->n_numbers; i++) {
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(f, card->number_names[i], H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
+        bad |= a < 0 || H5Awrite(a, H5T_NATIVE_DOUBLE, &card->numbers[i]) < 0;
+        if (a >= 0) H5Aclose(a);
+        H5Sclose(sp);
+    }
+    return bad;
+}
+
 static void tensors_close(Tensors *ts) {
     size_t n = (size_t)ts->st->n_buffers * ts->st->model->n_tensors;
     for (size_t i = 0; i < n; i++)
@@ -137,7 +151,7 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
         set_attr_i64(f, "step", st->step) || set_attr_i64(f, "seed", st->seed) ||
         set_attr_i64(f, "stages", st->stages) ||
         set_attr_ints(f, "layout", st->layout, st->stages + 1) ||
-        set_attr_str(f, "config", st->config_text ? st->config_text : ""))
+        set_attr_str(f, "config", st->config_text ? st->config_text : "") || write_card(f, &st->card))
         return fg_fail(err, FG_ERR_INPUT, "writing the checkpoint's attributes failed");
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);

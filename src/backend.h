@@ -73,11 +73,12 @@ struct Backend {
     // dots[b*K + k] += v_{b,k} . x
     void (*tangent_dot)(const Backend *be, TangentKey key, int n_mb, int K, size_t n,
                         const float *x, double *dots);
-    // Activity tangents, one row per sample: for k < K, y + k * y_stride += diag(coeff_k) v_k
-    // with v_k tangent k of key as [rows, width], coeff_k = coeff + k * rows (host), or 1 when
-    // coeff is NULL. y_stride 0 adds every k into one y, in order of k.
+    // Activity tangents, one row per sample (or token): for k < K, y + k * y_stride +=
+    // diag(coeff_k) v_k with v_k tangent k of key as [rows, width], coeff_k = coeff + k * rows
+    // (host), or 1 when coeff is NULL; y's rows are ld floats apart (ld >= width). y_stride 0
+    // adds every k into one y, in order of k.
     void (*tangent_add_rows)(const Backend *be, TangentKey key, int K, int rows, int width,
-                             const float *coeff, float *y, size_t y_stride);
+                             const float *coeff, float *y, size_t y_stride, size_t ld);
 
     // optimizer.h's optimizer_step on this backend's memory.
     void (*optimizer_step)(const Backend *be, const OptimizerConfig *c, long step, double lr,

@@ -131,13 +131,21 @@ static void cpu_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, 
 }
 
 static void cpu_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
-                                 const float *coeff, float *y, size_t y_stride) {
+                                 const float *coeff, float *y, size_t y_stride, size_t ld) {
     (void)be;
     size_t n = (size_t)rows * width;
     for (int k = 0; k < K; k++) {
         TangentKey kk = key_at(key, 0, k);
-        if (coeff) tangent_axpy_rows(kk, (size_t)rows, (size_t)width, coeff + (size_t)k * rows, y + k * y_stride);
-        else tangent_axpy(kk, 0, n, 1.0f, y + k * y_stride);
+        const float *ck = coeff ? coeff + (size_t)k * rows : NULL;
+        float *yk = y + k * y_stride;
+        if (ld != (size_t)width) {  // strided rows (a branch of wider tokens): a walk per row
+            for (int r = 0; r < rows; r++)
+                tangent_axpy(kk, (size_t)r * width, (size_t)width, ck ? ck[r] : 1.0f, yk + r * ld);
+        } else if (ck) {
+            tangent_axpy_rows(kk, (size_t)rows, (size_t)width, ck, yk);
+        } else {
+            tangent_axpy(kk, 0, n, 1.0f, yk);
+        }
     }
 }
 

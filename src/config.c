@@ -254,10 +254,9 @@ int config_validate(const Config *c, FgError *err) {
     if (gpt && c->mem_budget > 0)
         return fg_fail(err, FG_ERR_INPUT, "model = gpt keeps its stages in memory for now "
                        "(mem_budget = 0): its tied embedding is summed across stages in memory");
-    if (gpt && (c->tangent_rank > 0 || c->perturb == PERTURB_ACTIVITY))
-        return fg_fail(err, FG_ERR_INPUT, "model = gpt: fg takes full weight tangents for now "
-                       "(perturb = weight, tangent_rank = 0); activity and low-rank tangents on the "
-                       "transformer's layers are not built yet");
+    if (gpt && c->tangent_rank > 0)
+        return fg_fail(err, FG_ERR_INPUT, "model = gpt: tangent_rank applies to the MLP's linear "
+                       "layers for now (full weight tangents or perturb = activity on the GPT)");
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

@@ -8,11 +8,6 @@
 #include "philox.h"
 #include "tangent.h"
 
-// Per-pixel statistics of the Fashion-MNIST training set on the [0, 1] scale. Standardising
-// with fixed constants (rather than statistics of whatever file is loaded) keeps train and test
-// inputs on the same scale, and makes the transform a pure function of the pixel value.
-#define FASHION_MNIST_MEAN 0.2860f
-#define FASHION_MNIST_STD 0.3530f
 
 #define IDX_MAGIC_IMAGES 0x00000803u  // unsigned byte data, 3 dimensions
 #define IDX_MAGIC_LABELS 0x00000801u  // unsigned byte data, 1 dimension
@@ -125,7 +120,7 @@ static int load_images(const char *path, float **x_out, size_t *count, int *feat
     // 256 possible pixel values: a table makes the transform exact-same for every pixel.
     float lut[256];
     for (int p = 0; p < 256; p++)
-        lut[p] = ((float)p / 255.0f - FASHION_MNIST_MEAN) / FASHION_MNIST_STD;
+        lut[p] = ((float)p / 255.0f - DATA_PIXEL_MEAN) / DATA_PIXEL_STD;
 
     float *x = fg_alloc_floats(total);
     unsigned char buf[READ_CHUNK];

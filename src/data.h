@@ -9,6 +9,13 @@
 #include "common.h"
 #include "text_data.h"
 
+// Per-pixel statistics of the Fashion-MNIST training set on the [0, 1] scale: every image is
+// standardised as x = (pixel / 255 - mean) / std. Fixed constants (rather than statistics of
+// whatever file is loaded) keep train and test inputs on the same scale and make the transform
+// a pure function of the pixel value; checkpoints store them (docs/checkpoints.md).
+#define DATA_PIXEL_MEAN 0.2860f
+#define DATA_PIXEL_STD 0.3530f
+
 typedef struct {
     size_t count;      // number of samples (text: windows of ctx tokens)
     int features;      // pixels per sample (rows * cols); text: ctx token ids

@@ -51,6 +51,23 @@ static inline int layer_tokens(const Layer *L) { return L->tokens > 0 ? L->token
 static inline int layer_in_token(const Layer *L) { return L->in / layer_tokens(L); }
 static inline int layer_out_token(const Layer *L) { return L->out / layer_tokens(L); }
 
+// The columns of an output token that a layer's parameters produce (activity perturbation
+// perturbs these, and only these): a linear's h W^T + b (all of a residual one's output), a
+// LayerNorm's normalised copy, an embedding's whole output.
+static inline void layer_branch(const Layer *L, int *offset, int *width) {
+    int out = layer_out_token(L);
+    if (L->kind == LAYER_LAYERNORM) {
+        *offset = L->carry ? layer_in_token(L) : 0;
+        *width = layer_in_token(L);
+    } else if (L->residual || !L->carry) {
+        *offset = 0;
+        *width = out;
+    } else {
+        *offset = L->carry;
+        *width = out - L->carry;
+    }
+}
+
 typedef struct {
     const char *kind_name;
     size_t (*param_count)(const Layer *L);

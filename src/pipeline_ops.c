@@ -245,6 +245,20 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     return rc;
 }
 
+// Activity perturbation: each sample's directional derivative into p->loss_d [K][B]. A GPT
+// sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
+// the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
+static double sample_derivatives(Pipeline *p, const Lane *a, int rows, int C) {
+    int T = p->model->tokens, samples = rows / T, K = p->K;
+    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->labels, rows, C, K, p->loss_d);
+    for (int i = 0; T > 1 && i < K * samples; i++) {  // in place: i <= i * T
+        double sum = 0;
+        for (int t = 0; t < T; t++) sum += p->loss_d[(size_t)i * T + t];
+        p->loss_d[i] = (float)(sum / T);
+    }
+    return loss;
+}
+
 // The last stage's end of op F: the loss (added to *loss_sum), the directional derivatives d
 // into the step's scalars (fg), and for a selected micro-batch the loss adjoint dz, scaled for
 // its average.
@@ -260,7 +274,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     double loss;
     if (p->K) {
         int n_d = d_per_microbatch(p);
-        loss = perturbs_activity(p) ? be->loss_jvp_rows(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d)
+        loss = perturbs_activity(p) ? sample_derivatives(p, a, rows, C)
                                     : be->loss_jvp(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d);
         double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
         for (int i = 0; i < n_d; i++) d[i] = p->loss_d[i];

@@ -93,7 +93,8 @@ static void alloc_buffers(Pipeline *p) {
     p->labels = be->alloc(be, labels);
     p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
     p->host_labels = fg_alloc_bytes(labels);
-    p->loss_d = fg_alloc_floats((size_t)FG_MAX(d_per_microbatch(p), 1));
+    // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
+    p->loss_d = fg_alloc_floats((size_t)FG_MAX(d_per_microbatch(p) * p->model->tokens, 1));
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
             p->dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);

@@ -105,9 +105,12 @@ static int jvp_without_full_tangents(Stage *st, int l, const float *p,
     if (!L->param_count) return 1;
     TangentKey key = tangents->key;
     key.layer = (uint32_t)l;
-    if (activity) {
+    if (activity) {  // one tangent row per token, on the columns the parameters produce
+        int offset, width, T = layer_tokens(L);
+        layer_branch(L, &offset, &width);
         key.stream = STREAM_ACTIVITY;
-        be->tangent_add_rows(be, key, K, rows, L->out, NULL, ydot, (size_t)rows * L->out);
+        be->tangent_add_rows(be, key, K, rows * T, width, NULL, ydot + offset, (size_t)rows * L->out,
+                             (size_t)layer_out_token(L));
         return 1;
     }
     for (int k = 0; k < K; k++) {
@@ -266,16 +269,23 @@ void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n
                                    const float *coeff, const float *x, float *work, float *grad) {
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
-    int K = st->tangents;
+    int K = st->tangents, T = layer_tokens(L), offset, width;
+    layer_branch(L, &offset, &width);
     size_t block = (size_t)rows * L->out;
     be->zero(be, work, (size_t)n_mb * block * sizeof(float));
     key.layer = (uint32_t)l;
     key.stream = STREAM_ACTIVITY;
     uint32_t mb0 = key.microbatch;
+    // A sample's coefficient on each of its T token rows.
+    float *token_coeff = T > 1 ? fg_alloc_floats((size_t)K * rows * T) : NULL;
     for (int b = 0; b < n_mb; b++) {
+        const float *c = coeff + (size_t)b * K * rows;
+        for (size_t i = 0; token_coeff && i < (size_t)K * rows * T; i++) token_coeff[i] = c[i / T];
         key.microbatch = mb0 + (uint32_t)b;
-        be->tangent_add_rows(be, key, K, rows, L->out, coeff + (size_t)b * K * rows, work + b * block, 0);
+        be->tangent_add_rows(be, key, K, rows * T, width, token_coeff ? token_coeff : c,
+                             work + b * block + offset, 0, (size_t)layer_out_token(L));
     }
+    fg_free(token_coeff);
     // The weight half of the layer's backward: dW += G^T x, db += column sums of G.
     be->backward(be, L, NULL, x, work, NULL, grad, n_mb * rows);
 }

@@ -100,7 +100,9 @@ size_t stage_activity_offset(const Stage *st, int layer, int rows);
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
-// x [n_mb * rows, in] are the layer's kept inputs. work holds G.
+// x [n_mb * rows, in] are the layer's kept inputs. work holds G. On sequences (the GPT) u has a
+// row per token on the layer's branch columns (layer_branch), and a sample's coefficient
+// applies to all of its token rows.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
                                    const float *coeff, const float *x, float *work, float *grad);
 

@@ -15,6 +15,17 @@
 
 enum { CHECKPOINT_MAX_BUFFERS = 4, CHECKPOINT_FORMAT_VERSION = 1 };
 
+// What another program needs to use the weights, stored as attributes of the file's root
+// (docs/checkpoints.md): numbers by name, and two texts.
+enum { CHECKPOINT_MAX_NUMBERS = 8 };
+typedef struct {
+    const char *model_kind;   // "mlp" or "gpt"
+    const char *orientation;  // how a linear weight is laid out
+    int n_numbers;
+    const char *number_names[CHECKPOINT_MAX_NUMBERS];  // "input_mean", "vocab", "ctx", ...
+    double numbers[CHECKPOINT_MAX_NUMBERS];
+} ModelCard;
+
 // What a stage saves, and where a load puts it. The tensors come layer by layer from
 // visit_layers, so a stage that streams its layers from flash passes each through memory once.
 typedef struct {
@@ -30,6 +41,7 @@ typedef struct {
     long step;                 // the next step to run
     uint32_t seed;
     const char *config_text;   // the resolved config (save only)
+    ModelCard card;            // (save only)
     int stages;                // the writer's layout (save only)
     const int *layout;         // [stages + 1]
 } CheckpointState;

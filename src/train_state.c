@@ -35,13 +35,32 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
     return pipeline_visit_layers(sc->p, writable, sc->st.step, visit, arg, err);
 }
 
+// What a user of the weights needs besides them (docs/checkpoints.md).
+static ModelCard model_card(const Config *c, const Model *m) {
+    ModelCard card = {.orientation = "linear weights are [out, in]: y = x W^T + b"};
+    int gpt = c->data == DATA_TEXT;
+    card.model_kind = gpt ? "gpt" : "mlp";
+    const char *names[] = {"vocab", "ctx", "n_layer", "n_embd", "n_head"};
+    double gpt_values[] = {m->classes, c->ctx, c->n_layer, c->n_embd, c->n_head};
+    const char *mlp_names[] = {"input_features", "classes", "input_mean", "input_std"};
+    double mlp_values[] = {m->in_features, m->classes, DATA_PIXEL_MEAN, DATA_PIXEL_STD};
+    int n = gpt ? 5 : 4;
+    for (int i = 0; i < n; i++) {
+        card.number_names[i] = gpt ? names[i] : mlp_names[i];
+        card.numbers[i] = gpt ? gpt_values[i] : mlp_values[i];
+    }
+    card.n_numbers = n;
+    return card;
+}
+
 static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout, const char *config_text) {
     const Config *c = p->cfg;
     *sc = (StageCheckpoint){.p = p};
     CheckpointState *st = &sc->st;
     *st = (CheckpointState){.model = p->model, .first = p->stage.first, .last = p->stage.last,
                             .visit_layers = stage_visit_layers, .source = sc, .seed = c->seed,
-                            .config_text = config_text, .stages = p->tr->stages, .layout = layout};
+                            .config_text = config_text, .stages = p->tr->stages, .layout = layout,
+                            .card = model_card(c, p->model)};
     st->buffers[st->n_buffers++] = "params";
     if (c->optimizer == OPT_ADAM) {
         st->buffers[st->n_buffers++] = "optimizer/m";

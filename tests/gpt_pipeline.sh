@@ -38,6 +38,8 @@ cases=(
   "bp|mode=bp"
   "fg|mode=fg optimizer=sgd lr=0.0001"
   "fgbp-cv-sel1-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
+  "fg-activity-K2|mode=fg perturb=activity tangents=2"
+  "fgbp-mix-activity-sel2|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2"
 )
 for c in "${cases[@]}"; do
   name=${c%%|*}
@@ -49,7 +51,7 @@ done
 
 # The tied copies: wte is the first V x C floats of the flat parameters, lm_head.weight the last.
 bytes=$((V * C * 4))
-for name in bp-M3 fg-M2; do
+for name in bp-M3 fg-M2 fg-activity-K2-M3; do
   if [ -f "$dir/$name.bin" ]; then
     size=$(stat -c %s "$dir/$name.bin")
     cmp -s <(head -c $bytes "$dir/$name.bin") <(tail -c $bytes "$dir/$name.bin") &&

@@ -104,11 +104,11 @@ static void test_activity_tangents(void **state) {
         size_t n = (size_t)rows * width;
         float *coeff = random_floats((size_t)K * rows, 30 + s);
         float *y = random_floats(n * K, 40 + s), *ydev = on_gpu(y, n * K);
-        cpu->tangent_add_rows(cpu, key, K, rows, width, NULL, y, n);
-        gpu.tangent_add_rows(&gpu, key, K, rows, width, NULL, ydev, n);
+        cpu->tangent_add_rows(cpu, key, K, rows, width, NULL, y, n, width);
+        gpu.tangent_add_rows(&gpu, key, K, rows, width, NULL, ydev, n, width);
         assert_close(ydev, y, n * K, 0.0, "tangent_add_rows, K blocks");
-        cpu->tangent_add_rows(cpu, key, K, rows, width, coeff, y, 0);
-        gpu.tangent_add_rows(&gpu, key, K, rows, width, coeff, ydev, 0);
+        cpu->tangent_add_rows(cpu, key, K, rows, width, coeff, y, 0, width);
+        gpu.tangent_add_rows(&gpu, key, K, rows, width, coeff, ydev, 0, width);
         assert_close(ydev, y, n * K, 0.0, "tangent_add_rows, one block");
         fg_free(coeff), fg_free(y);
         gpu.free(&gpu, ydev);

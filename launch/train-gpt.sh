@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPT job: build, make the default corpus (the King James Bible, launch/text-corpus.sh),
+# then train the default byte-level GPT (docs/gpt.md: 4 blocks, 128 wide, ctx 128) as a
+# 4-stage pipeline (one MPI rank per stage) with forward gradients corrected by backprop in
+# the bubbles (fg+bp), print progress and the validation loss per byte, and end with a sample
+# generated from the checkpoint. out/gpt/ gets config.txt, loss.csv, summary.json and
+# checkpoint.h5. Extra arguments go to `fgpipe train`, e.g. --set steps=200 or --set mode=bp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+launch/build.sh
+corpus=$(launch/text-corpus.sh)
+mkdir -p out/gpt
+threads=$(( $(nproc) / 4 )); [ "$threads" -ge 1 ] || threads=1
+mpi_args=(-np 4 --bind-to none -x OMP_NUM_THREADS=$threads)
+[ "$(nproc)" -lt 4 ] && mpi_args+=(--oversubscribe)
+if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/gpt-kjv.conf \
+  --set text_file="$corpus" --set stages=4 --set mode=fg+bp \
+  --out out/gpt --summary-json out/gpt/summary.json "$@"
+echo "sample (fgpipe generate --checkpoint out/gpt/checkpoint.h5 --prompt 'And God said'):"
+build/fgpipe generate --checkpoint out/gpt/checkpoint.h5 --prompt "And God said" --tokens 200 \
+  --temperature 0.8 --top-k 40 --seed 1
