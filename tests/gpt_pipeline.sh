@@ -62,6 +62,33 @@ for name in bp-M3 fg-M2 fg-activity-K2-M3; do
   fi
 done
 
+# Restart: a run stopped by SIGUSR1 (it checkpoints at the step boundary) and resumed on 2
+# stages ends bitwise where the uninterrupted run does (fg+bp with activity and mix, lag 0).
+restart=(mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=0 steps=150)
+run straight 1 "${restart[@]}"
+sets=(); for kv in "${restart[@]}"; do sets+=(--set "$kv"); done
+mpirun -np 1 --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train --config "$config" "${base[@]}" \
+  "${sets[@]}" --out "$dir/stopped" >"$dir/stopped.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  [ -f "$dir/stopped/loss.csv" ] && [ "$(wc -l <"$dir/stopped/loss.csv")" -gt 30 ] && break
+  sleep 0.05
+done
+pkill -USR1 -f "mpirun .*--out $dir/stopped( |$)"
+wait "$pid"
+step=$(grep -o "stopped by a signal after step [0-9]*" "$dir/stopped.log" | grep -o "[0-9]*$")
+if [ -z "$step" ]; then
+  verdict "restart: stopped run resumed on 2 stages equals the straight run" "the run was not stopped by the signal"
+else
+  timeout 120 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+    --config "$config" "${base[@]}" "${sets[@]}" --set stages=2 --resume "$dir/stopped" \
+    --out "$dir/resumed" --save-params "$dir/resumed.bin" >"$dir/resumed.log" 2>&1
+  cmp -s "$dir/straight.bin" "$dir/resumed.bin" &&
+    verdict "restart: stopped after step $step, resumed on 2 stages, equals the straight run" "" ||
+    verdict "restart: stopped after step $step, resumed on 2 stages, equals the straight run" \
+      "params differ: $(tail -n 2 "$dir/resumed.log" | head -n 1)"
+fi
+
 # The loss falls: 60 bp steps on one rank.
 run falls 1 mode=bp steps=60 lr=0.003
 first=$(sed -n 2p "$dir/falls/loss.csv" | cut -d, -f2) last=$(tail -n 1 "$dir/falls/loss.csv" | cut -d, -f2)

@@ -497,6 +497,20 @@ static void test_gpt_model(void **state) {
                 fail_msg("%s[%zu]: fd %.6g vs backprop %.6g", tv->name, picks[j], fd, grad[i]);
         }
     }
+    // Causal: a change to the last token of each sample changes no earlier position's logits.
+    float *before = fg_alloc_floats((size_t)B * T * V);
+    stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
+    memcpy(before, y, (size_t)B * T * V * sizeof(float));
+    float x2[B * T];
+    memcpy(x2, x, sizeof x2);
+    for (int b = 0; b < B; b++) x2[b * T + T - 1] = (float)(((int)x[b * T + T - 1] + 7) % V);
+    stage_forward(&st, p, NULL, x2, NULL, B, NULL, &y, NULL);
+    for (int b = 0; b < B; b++) {
+        size_t first = (size_t)b * T * V, earlier = (size_t)(T - 1) * V;
+        assert_memory_equal(y + first, before + first, earlier * sizeof(float));
+        assert_true(memcmp(y + first + earlier, before + first + earlier, V * sizeof(float)) != 0);
+    }
+    fg_free(before);
     // Forward mode along the regenerated tangent: d = grad . v.
     TangentKey key = key_at(3);
     float d;
