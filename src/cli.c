@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  --device cpu|cuda    where the stages compute (the config key device)\n"
             "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
             "                       number of stages\n"
+            "  --init-from FILE     start from a checkpoint's weights (any stage count) at step\n"
+            "                       0 with fresh optimizer state: fine-tuning, transfer learning\n"
             "  --mem-budget BYTES   memory per stage (suffix K, M, G: powers of 1024); a stage\n"
             "                       needing more streams its layers from --weights-dir\n"
             "  --weights-dir DIR    local flash for the layer stores of such stages\n"
@@ -117,6 +119,9 @@ static int resolve_paths(RunArgs *a, int no_checkpoint, FgError *err) {
         snprintf(a->resume_buf, sizeof a->resume_buf, "%s/checkpoint.h5", a->in.resume_path);
         a->in.resume_path = a->resume_buf;
     }
+    if (a->in.resume_path && a->in.init_from)
+        return fg_fail(err, FG_ERR_INPUT, "--resume continues a run, --init-from starts a new one "
+                       "from a checkpoint's weights: give one of them");
     return FG_OK;
 }
 
@@ -137,6 +142,7 @@ static int parse_train(int argc, char **argv, RunArgs *a, FgError *err) {
         else if (strcmp(f, "--checkpoint") == 0 && more) a->out.checkpoint_path = argv[++i];
         else if (strcmp(f, "--no-checkpoint") == 0) no_checkpoint = 1;
         else if (strcmp(f, "--resume") == 0 && more) a->in.resume_path = argv[++i];
+        else if (strcmp(f, "--init-from") == 0 && more) a->in.init_from = argv[++i];
         else if (strcmp(f, "--log") == 0 && more) a->out.log_path = argv[++i];
         else if (strcmp(f, "--device") == 0 && more) flag_values[0] = argv[++i];
         else if (strcmp(f, "--weights-dir") == 0 && more) flag_values[2] = argv[++i];

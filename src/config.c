@@ -34,6 +34,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
     NUM(KEY_INT, n_head, 1, 256, "model = gpt: attention heads"),
     NUM(KEY_INT, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
+    STR_OR_NONE(freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
     CHOICE(estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),

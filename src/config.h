@@ -25,6 +25,7 @@ typedef struct {
     char model[256];       // MLP widths "784-1024-10", or "gpt" (the next four keys)
     char activation[16];   // relu | gelu
     int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
+    char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg

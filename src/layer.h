@@ -43,6 +43,7 @@ typedef struct {
     int no_bias;          // linear: no bias vector (the GPT's tied head)
     int heads;            // attention
     int vocab;            // embedding: rows of its token table
+    int frozen;           // parameters held fixed (config freeze): no tangents, steps of size 0
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;
 } Layer;

@@ -65,6 +65,12 @@ static float *update_of_layer(Pipeline *p, int l) {
     return p->update + (p->model->layers[l].param_offset - p->stage.param_base);
 }
 
+// A frozen layer (config freeze) takes steps of size 0: its weights stay bit for bit, and its
+// weight versions age like every other layer's.
+static double layer_lr(const Pipeline *p, int l, double lr) {
+    return p->model->layers[l].frozen ? 0.0 : lr;
+}
+
 int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err) {
     const PendingUpdate *u = &p->pending;
@@ -99,7 +105,7 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
             (double)p->c_scale * p->c_scale * be->dot(be, s->kept, s->kept, n);
     if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
-        be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
+        be->optimizer_step(be, &oc, step, layer_lr(p, l, lr_at(&oc, step, total)), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
         *dirty |= LAYER_WEIGHTS;
     }
@@ -119,6 +125,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     } else {
         be->zero(be, upd, n * sizeof(float));
     }
+    if (p->model->layers[l].frozen) return;  // its steps have size 0 (layer_lr)
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
         stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l), Nr,
@@ -203,7 +210,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
         dirty |= LAYER_STEP;
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
-    be->optimizer_step(be, &oc, u->step, u->lr, s->params, u->aged ? s->prev[0] : s->params, g,
+    be->optimizer_step(be, &oc, u->step, layer_lr(p, l, u->lr), s->params, u->aged ? s->prev[0] : s->params, g,
                        u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
     if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->c_scale, s->kept, n);

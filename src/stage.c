@@ -102,7 +102,7 @@ static int jvp_without_full_tangents(Stage *st, int l, const float *p,
     int activity = st->perturb == PERTURB_ACTIVITY, K = st->tangents;
     if (!activity && !(L->param_count && st->tangent_rank)) return 0;
     be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, K);
-    if (!L->param_count) return 1;
+    if (!L->param_count || L->frozen) return 1;
     TangentKey key = tangents->key;
     key.layer = (uint32_t)l;
     if (activity) {  // one tangent row per token, on the columns the parameters produce
@@ -134,7 +134,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
     }
     if (jvp_without_full_tangents(st, l, p, tangents, x, xdot, y, ydot, rows)) return;
     const float *pdot = NULL;
-    if (n) {
+    if (n && !L->frozen) {
         TangentKey lk = tangents->key;
         lk.layer = (uint32_t)l;
         for (int k = 0; k < st->tangents; k++) {
@@ -233,7 +233,7 @@ static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float 
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
         size_t off = L->param_offset - st->param_base;
-        if (!L->param_count) continue;
+        if (!L->param_count || L->frozen) continue;
         if (grad) stage_layer_add_tangents(st, l, key, n_mb, coeff, grad + off);
         else stage_layer_tangent_dots(st, l, key, n_mb, x + off,
                                       dots + (per_layer ? (size_t)(l - st->first) * n_mb * K : 0));

@@ -41,12 +41,35 @@ typedef struct {
     Progress prog;
 } Run;
 
+// freeze = "a,b.c": layer a and every layer named b.c or b.c.*; a name that matches no layer
+// is an error. The GPT's tied copies freeze together (they must stay equal).
+static int apply_freeze(const char *list, Model *m, FgError *err) {
+    char names[sizeof ((Config *)0)->freeze];
+    snprintf(names, sizeof names, "%s", list);
+    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        size_t n = strlen(name);
+        int hits = 0;
+        for (int l = 0; l < m->n_layers; l++) {
+            const char *ln = m->layers[l].name;
+            if (strncmp(ln, name, n) == 0 && (ln[n] == 0 || ln[n] == '.')) m->layers[l].frozen = 1, hits++;
+        }
+        if (!hits) return fg_fail(err, FG_ERR_INPUT, "freeze: no layer is named '%s' or starts with "
+                                  "'%s.' (layer names: docs/gpt.md, fc1.., relu1..)", name, name);
+    }
+    if (m->tied_first >= 0 && (m->layers[m->tied_first].frozen || m->layers[m->tied_last].frozen))
+        m->layers[m->tied_first].frozen = m->layers[m->tied_last].frozen = 1;
+    return FG_OK;
+}
+
 static int build_model(const Config *c, Model *m, FgError *err) {
+    int rc;
     if (strcmp(c->model, "gpt") == 0) {
         GptShape g = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head, .ctx = c->ctx};
-        return model_build_gpt(m, g, err);
+        rc = model_build_gpt(m, g, err);
+    } else {
+        rc = model_build_mlp(m, c->model, c->activation, err);
     }
-    return model_build_mlp(m, c->model, c->activation, err);
+    return rc ? rc : apply_freeze(c->freeze, m, err);
 }
 
 // data = text: training windows are drawn per step from the first 90% (train.text); the
@@ -103,6 +126,9 @@ static int find_first_step(Run *r, FgError *err) {
             return rc;
         if (first_of_grid)
             fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", r->in.resume_path, r->p.first_step);
+    } else if (r->in.init_from) {
+        if ((rc = load_weights(&r->p, e->storage, r->in.init_from, r->res->layout, err))) return rc;
+        if (first_of_grid) fprintf(stderr, "fgpipe: weights from %s, step 0\n", r->in.init_from);
     } else if (e->streams && e->streams->resume && first_of_grid) {
         fprintf(stderr, "fgpipe: resumed from the layer stores in %s at step %ld\n",
                 r->cfg->weights_dir, r->p.first_step);
@@ -345,7 +371,7 @@ static int close_run(Run *r, int rc, FgError *err) {
 
 int train_run(const Config *cfg, const TrainEnv *env, const TrainInputs *in,
               const TrainOutputs *out, TrainResult *res, FgError *err) {
-    if (!env->storage && ((in && in->resume_path) || (out && (out->checkpoint_every || out->log_path))))
+    if (!env->storage && ((in && (in->resume_path || in->init_from)) || (out && (out->checkpoint_every || out->log_path))))
         return fg_fail(err, FG_ERR_INPUT, "--resume, --checkpoint-every and --log need checkpoint "
                        "storage, which this build of fgpipe does not have");
     Run *r = calloc(1, sizeof *r);

@@ -13,6 +13,8 @@
 // steps); the pipeline's first step becomes the checkpoint's.
 int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
                     FgError *err);
+// Only the weights (--init-from): any seed, the run starts at step 0 with fresh optimizer state.
+int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err);
 // A checkpoint of the state on which step next_step runs (collective over the pipeline).
 int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
                     FgError *err);

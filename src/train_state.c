@@ -20,11 +20,13 @@ typedef struct {
     CheckpointState st;
     const char *path;  // a load's
     long total;        // a load's: the run's steps
+    int weights_only;  // a load of the parameters alone (--init-from): no seed or step checks
 } StageCheckpoint;
 
 static int stage_visit_layers(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
     StageCheckpoint *sc = source;
     const Config *c = sc->p->cfg;
+    if (sc->weights_only) return pipeline_visit_layers(sc->p, writable, 0, visit, arg, err);
     // Checked before the state is overwritten (an out-of-core stage's store).
     if (writable && sc->st.seed != c->seed)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
@@ -76,6 +78,13 @@ int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layou
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = path, sc.total = total;
+    return io->load(io, &sc.st, path, err);
+}
+
+int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err) {
+    StageCheckpoint sc;
+    checkpoint_state(&sc, p, layout, NULL);
+    sc.path = path, sc.weights_only = 1, sc.st.n_buffers = 1;  // "params"
     return io->load(io, &sc.st, path, err);
 }
 

@@ -13,13 +13,14 @@ steps=12 C=32 V=256
 base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=$C --set n_head=2 --set ctx=16
       --set steps=$steps --set warmup_steps=0 --set eval_every=0 --set print_every=1000000)
 
-# run NAME M KEY=VALUE...: trains on M stages into $dir/NAME/ and $dir/NAME.bin.
-run() {
+# Trains on M stages into $dir/NAME/ and $dir/NAME.bin.
+run() {  # run NAME M KEY=VALUE... [-- EXTRA ARGS]
   local name=$1 M=$2; shift 2
-  local sets=() kv
-  for kv in "$@"; do sets+=(--set "$kv"); done
+  local sets=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
   timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
-    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" "${extra[@]}" \
     --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
     echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
 }
@@ -98,6 +99,21 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' &&
 grep -q "val loss .* nats/byte (.* bits/byte)" "$dir/falls.log" &&
   verdict "result line: val loss in nats and bits per byte" "" ||
   verdict "result line: val loss in nats and bits per byte" "$(grep result "$dir/falls.log")"
+
+# Transfer learning: --init-from the trained checkpoint (another seed, 2 stages, fresh Adam) with
+# the embedding frozen: wte and wpe (the first (V + T) x C floats) and the tied head (the last
+# V x C) stay bit for bit, the rest trains.
+run finetune 2 mode=fg perturb=activity seed=9 freeze=embedding steps=20 -- --init-from "$dir/falls/checkpoint.h5"
+emb=$(((V + 16) * C * 4)) head_bytes=$((V * C * 4))
+if [ -f "$dir/finetune.problem" ]; then
+  verdict "init-from + freeze" "$(cat "$dir/finetune.problem")"
+elif cmp -s <(head -c $emb "$dir/falls.bin") <(head -c $emb "$dir/finetune.bin") &&
+     cmp -s <(tail -c $head_bytes "$dir/falls.bin") <(tail -c $head_bytes "$dir/finetune.bin") &&
+     ! cmp -s "$dir/falls.bin" "$dir/finetune.bin" && grep -q "weights from" "$dir/finetune.log"; then
+  verdict "init-from + freeze=embedding: frozen copies unchanged, the rest trained" ""
+else
+  verdict "init-from + freeze=embedding: frozen copies unchanged, the rest trained" "$(grep -m1 -E 'error|weights' "$dir/finetune.log")"
+fi
 
 # generate: the prompt, then exactly N sampled bytes and a newline; reproducible by seed.
 gen=("$fgpipe" generate --checkpoint "$dir/falls/checkpoint.h5" --prompt "fgpipe" --tokens 40 --top-k 8 --seed 3)
