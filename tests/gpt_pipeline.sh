@@ -115,6 +115,61 @@ else
   verdict "init-from + freeze=embedding: frozen copies unchanged, the rest trained" "$(grep -m1 -E 'error|weights' "$dir/finetune.log")"
 fi
 
+# tools/fgpipe-convert: a Hugging Face-layout safetensors file (Conv1D weights [in, out], no
+# lm_head) made here imports into a checkpoint fgpipe loads (--init-from, generate) and exports
+# back byte for byte; a trained checkpoint exports and imports back to the same tensors.
+convert=$root/tools/fgpipe-convert
+/usr/bin/python3 - "$dir/hf.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+rng = np.random.default_rng(0)
+C, T, L = 32, 16, 2
+shapes = {"wte.weight": [256, C], "wpe.weight": [T, C], "ln_f.weight": [C], "ln_f.bias": [C]}
+for i in range(L):
+    for name, shape in {"ln_1.weight": [C], "ln_1.bias": [C], "attn.c_attn.weight": [C, 3 * C],
+                        "attn.c_attn.bias": [3 * C], "attn.c_proj.weight": [C, C], "attn.c_proj.bias": [C],
+                        "ln_2.weight": [C], "ln_2.bias": [C], "mlp.c_fc.weight": [C, 4 * C],
+                        "mlp.c_fc.bias": [4 * C], "mlp.c_proj.weight": [4 * C, C], "mlp.c_proj.bias": [C]}.items():
+        shapes[f"h.{i}.{name}"] = shape
+header, off = {}, 0
+for k in sorted(shapes):
+    n = 4 * int(np.prod(shapes[k]))
+    header[k] = {"dtype": "F32", "shape": shapes[k], "data_offsets": [off, off + n]}
+    off += n
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for k in sorted(shapes):
+        f.write((0.02 * rng.standard_normal(shapes[k])).astype("<f4").tobytes())
+PY
+if "$convert" import "$dir/hf.safetensors" "$dir/hf.h5" --n-head 2 2>"$dir/conv.err" &&
+   "$convert" export "$dir/hf.h5" "$dir/back.safetensors" 2>>"$dir/conv.err"; then
+  cmp -s "$dir/hf.safetensors" "$dir/back.safetensors" && verdict "convert: safetensors -> h5 -> safetensors byte for byte" "" ||
+    verdict "convert: safetensors -> h5 -> safetensors byte for byte" "the files differ"
+  "$fgpipe" generate --checkpoint "$dir/hf.h5" --tokens 8 >/dev/null 2>"$dir/gen.err" &&
+    run from-hf 2 steps=4 -- --init-from "$dir/hf.h5" && [ ! -f "$dir/from-hf.problem" ] &&
+    verdict "convert: the imported file generates and fine-tunes (--init-from, 2 stages)" "" ||
+    verdict "convert: the imported file generates and fine-tunes (--init-from, 2 stages)" "$(cat "$dir/gen.err" "$dir/from-hf.problem" 2>/dev/null | head -n 2)"
+else
+  verdict "convert: import and export run" "$(tail -n 1 "$dir/conv.err")"
+fi
+"$convert" export "$dir/falls/checkpoint.h5" "$dir/trained.safetensors" 2>"$dir/conv.err" &&
+  "$convert" import "$dir/trained.safetensors" "$dir/trained.h5" --n-head 2 2>>"$dir/conv.err"
+verdict "convert: a trained checkpoint exports and imports back to the same tensors" "$(py_check "$dir/falls/checkpoint.h5" "$dir/trained.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["params"] for p in sys.argv[1:3])
+names = []
+a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) else None)
+bad = [n for n in names if n not in b or not np.array_equal(a[n][...], b[n][...])]
+print(f"{len(bad)} of {len(names)} tensors differ: {bad[:3]}" if bad or not names else "")
+PY
+)"
+"$convert" import "$dir/corpus.txt" "$dir/x.h5" --n-head 2 2>"$dir/conv.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "corpus.txt" "$dir/conv.err" && verdict "convert: a file that is not safetensors is refused by name, exit 2" "" ||
+  verdict "convert: a file that is not safetensors is refused by name, exit 2" "exit $rc: $(cat "$dir/conv.err")"
+
 # generate: the prompt, then exactly N sampled bytes and a newline; reproducible by seed.
 gen=("$fgpipe" generate --checkpoint "$dir/falls/checkpoint.h5" --prompt "fgpipe" --tokens 40 --top-k 8 --seed 3)
 if "${gen[@]}" >"$dir/gen1.txt" 2>"$dir/gen.err" && "${gen[@]}" >"$dir/gen2.txt" 2>>"$dir/gen.err"; then
