@@ -434,98 +434,6 @@ static void test_model_build(void **state) {
 
 // boundaries=auto minimises the largest stage's cost: parameter counts by default, or the given
 // per-layer costs; stages start at linear layers; explicit boundaries are checked.
-// The GPT through the Stage API: names and sizes of the default shape, its init, and backprop
-// of the whole chain (embedding, blocks, ln_f, tied head, loss over every token) against
-// central differences, with forward mode agreeing (d = grad . v).
-static void test_gpt_model(void **state) {
-    (void)state;
-    Model m;
-    FgError err = {0};
-    GptShape def = {.n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128};
-    assert_int_equal(model_build_gpt(&m, def, &err), FG_OK);
-    // 0.84M parameters, plus the head's copy of wte (256 x 128).
-    assert_int_equal(m.n_params - 256 * 128, 842496);
-    assert_int_equal(m.n_layers, 1 + 8 * 4 + 2);
-    assert_string_equal(m.tensors[0].name, "wte.weight");
-    assert_string_equal(m.tensors[1].name, "wpe.weight");
-    assert_string_equal(m.tensors[4].name, "h.0.attn.c_attn.weight");
-    assert_string_equal(m.tensors[m.n_tensors - 1].name, "lm_head.weight");
-    assert_int_equal(m.tensors[4].rows, 3 * 128);
-    GptShape bad = {.n_layer = 2, .n_embd = 10, .n_head = 4, .ctx = 8};
-    assert_int_equal(model_build_gpt(&m, bad, &err), FG_ERR_INPUT);
-    assert_non_null(strstr(err.msg, "multiple of n_head"));
-
-    enum { B = 2, T = 4, V = 256 };
-    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = T};
-    assert_int_equal(model_build_gpt(&m, g, &err), FG_OK);
-    float *p = fg_alloc_floats(m.n_params);
-    model_init_params(&m, p, SEED);
-    size_t wte = (size_t)V * 8;
-    assert_memory_equal(p, p + m.n_params - wte, wte * sizeof(float));  // the copies start equal
-    assert_true(m.tensors[2].init_value == 1.0f && p[m.tensors[2].offset] == 1.0f);  // ln_1.weight
-    Rng r = {DATA_SEED};
-    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.3f * rng_uniform(&r);  // away from init
-    float x[B * T];
-    unsigned char labels[B * T];
-    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 20), labels[i] = (unsigned char)rng_int(&r, 0, 20);
-
-    Stage st;
-    assert_int_equal(stage_init(&st, &backend_cpu, &m, 0, m.n_layers, B, 1, &err), FG_OK);
-    float *stash = fg_alloc_floats(stage_stash_floats(&st, B)), *dz = fg_alloc_floats((size_t)B * T * V);
-    float *grad = fg_alloc_floats(m.n_params), *v = fg_alloc_floats(m.n_params);
-    const float *y, *ydot;
-    stage_forward(&st, p, NULL, x, NULL, B, stash, &y, NULL);
-    loss_backward(y, labels, B * T, V, dz);
-    stage_backward(&st, p, stash, dz, NULL, grad, B);
-    // Central differences along coordinates of every tensor (first, middle, last element).
-    for (int t = 0; t < m.n_tensors; t++) {
-        const TensorView *tv = &m.tensors[t];
-        size_t n = (size_t)tv->rows * tv->cols, picks[3] = {0, n / 2, n - 1};
-        for (int j = 0; j < 3; j++) {
-            size_t i = tv->offset + picks[j];
-            float keep = p[i];
-            const float eps = 1e-2f;
-            p[i] = keep + eps;
-            stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double up = loss_forward(y, labels, B * T, V, NULL);
-            p[i] = keep - eps;
-            stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double down = loss_forward(y, labels, B * T, V, NULL);
-            p[i] = keep;
-            double fd = (up - down) / (2 * eps);
-            if (!(fabs(fd - grad[i]) <= 2e-3 * fabs(grad[i]) + 2e-4))
-                fail_msg("%s[%zu]: fd %.6g vs backprop %.6g", tv->name, picks[j], fd, grad[i]);
-        }
-    }
-    // Causal: a change to the last token of each sample changes no earlier position's logits.
-    float *before = fg_alloc_floats((size_t)B * T * V);
-    stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-    memcpy(before, y, (size_t)B * T * V * sizeof(float));
-    float x2[B * T];
-    memcpy(x2, x, sizeof x2);
-    for (int b = 0; b < B; b++) x2[b * T + T - 1] = (float)(((int)x[b * T + T - 1] + 7) % V);
-    stage_forward(&st, p, NULL, x2, NULL, B, NULL, &y, NULL);
-    for (int b = 0; b < B; b++) {
-        size_t first = (size_t)b * T * V, earlier = (size_t)(T - 1) * V;
-        assert_memory_equal(y + first, before + first, earlier * sizeof(float));
-        assert_true(memcmp(y + first + earlier, before + first + earlier, V * sizeof(float)) != 0);
-    }
-    fg_free(before);
-    // Forward mode along the regenerated tangent: d = grad . v.
-    TangentKey key = key_at(3);
-    float d;
-    stage_forward(&st, p, &key, x, NULL, B, NULL, &y, &ydot);
-    loss_jvp(y, ydot, labels, B * T, V, 1, &d);
-    memset(v, 0, m.n_params * sizeof(float));
-    float one = 1.0f;
-    stage_add_tangents(&st, key, 1, &one, v);
-    double want = dot(grad, v, m.n_params);
-    if (!(fabs(d - want) <= 1e-4 * (norm(grad, m.n_params) * norm(v, m.n_params))))
-        fail_msg("jvp d = %.7g but grad . v = %.7g", d, want);
-    fg_free(stash), fg_free(dz), fg_free(grad), fg_free(v), fg_free(p);
-    stage_free(&st);
-}
-
 static void test_partition(void **state) {
     (void)state;
     Model m;
@@ -620,7 +528,6 @@ int main(void) {
         cmocka_unit_test(test_batched_tangents_match_single),
         cmocka_unit_test(test_stage_split_is_exact),
         cmocka_unit_test(test_model_build),
-        cmocka_unit_test(test_gpt_model),
         cmocka_unit_test(test_partition),
         cmocka_unit_test(test_measure_costs),
         cmocka_unit_test(test_forward_reference_dots),

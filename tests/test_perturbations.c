@@ -370,78 +370,12 @@ static void test_lowrank_unbiased_with_formula_variance(void **state) {
     problem_free(&p);
 }
 
-// ---------------------------------------------------------------------------------------------
-// 6. Activity perturbation on the GPT (docs/gpt.md): a tangent row per token on each parameter
-//    layer's branch columns; a sample's d (the mean over its tokens' row derivatives) equals
-//    sum over layers and tokens of backprop's adjoint of the sample's loss . u.
-
-static void test_gpt_activity_d(void **state) {
-    (void)state;
-    enum { GB = 2, GT = 3, GV = 256, GK = 2 };
-    Model m;
-    FgError err = {0};
-    GptShape shape = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = GT};
-    assert_int_equal(model_build_gpt(&m, shape, &err), FG_OK);
-    float *params = fg_alloc_floats(m.n_params);
-    model_init_params(&m, params, SEED);
-    Rng r = {5};
-    for (size_t i = 0; i < m.n_params; i++) params[i] += 0.3f * rng_uniform(&r);
-    float x[GB * GT];
-    unsigned char labels[GB * GT];
-    for (int i = 0; i < GB * GT; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (unsigned char)rng_int(&r, 0, 255);
-
-    // Forward mode: per-row derivatives, then each sample's mean over its tokens.
-    Stage fw, bw;
-    assert_int_equal(stage_init(&fw, &backend_cpu, &m, 0, m.n_layers, GB, GK, &err), FG_OK);
-    fw.perturb = PERTURB_ACTIVITY;
-    TangentKey key = tangent_key(SEED, 4, 1, 0);
-    const float *y, *ydot;
-    float drows[GK * GB * GT], d[GK][GB] = {{0}};
-    stage_forward(&fw, params, &key, x, NULL, GB, NULL, &y, &ydot);
-    loss_jvp_rows(y, ydot, labels, GB * GT, GV, GK, drows);
-    for (int k = 0; k < GK; k++)
-        for (int b = 0; b < GB; b++)
-            for (int t = 0; t < GT; t++) d[k][b] += drows[(k * GB + b) * GT + t] / GT;
-
-    // Backprop: adjoints of sum_b l_b (l_b the mean over b's tokens = GB x the mean loss).
-    assert_int_equal(stage_init(&bw, &backend_cpu, &m, 0, m.n_layers, GB, 0, &err), FG_OK);
-    float *stash = fg_alloc_floats(stage_stash_floats(&bw, GB)), *dz = fg_alloc_floats(GB * GT * GV);
-    float *delta = fg_alloc_floats(stage_adjoint_floats(&bw, GB)), *u = fg_alloc_floats(GB * GT * 1024);
-    stage_forward(&bw, params, NULL, x, NULL, GB, stash, &y, NULL);
-    loss_backward(y, labels, GB * GT, GV, dz);
-    for (int i = 0; i < GB * GT * GV; i++) dz[i] *= GB;
-    stage_backward_input(&bw, params, stash, dz, NULL, delta, GB);
-    for (int k = 0; k < GK; k++)
-        for (int b = 0; b < GB; b++) {
-            double want = 0;
-            for (int l = 0; l < m.n_layers; l++) {
-                const Layer *L = &m.layers[l];
-                if (!L->param_count) continue;
-                int offset, width, out = layer_out_token(L);
-                layer_branch(L, &offset, &width);
-                TangentKey lk = key;
-                lk.layer = (uint32_t)l, lk.k = (uint32_t)k, lk.stream = STREAM_ACTIVITY;
-                tangent_fill(lk, 0, (size_t)GB * GT * width, u);
-                const float *dl = delta + stage_adjoint_offset(&bw, l, GB);
-                for (int t = 0; t < GT; t++) {
-                    size_t row = (size_t)b * GT + t;
-                    want += dot(dl + row * out + offset, u + row * width, (size_t)width);
-                }
-            }
-            if (!(fabs(d[k][b] - want) <= 1e-4 * (1.0 + fabs(want))))
-                fail_msg("GPT sample %d, tangent %d: d %.7g, adjoints . u = %.7g", b, k, d[k][b], want);
-        }
-    fg_free(stash), fg_free(dz), fg_free(delta), fg_free(u), fg_free(params);
-    stage_free(&fw), stage_free(&bw);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jvp_against_differences),
         cmocka_unit_test(test_unbiased_with_formula_variance),
         cmocka_unit_test(test_lowrank_jvp_and_dots),
         cmocka_unit_test(test_lowrank_unbiased_with_formula_variance),
-        cmocka_unit_test(test_gpt_activity_d),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
