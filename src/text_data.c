@@ -2,51 +2,64 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "philox.h"
 
-// Reads all of path into tc->bytes; every failure is an error that names the file.
+// Reads all of path into tc->bytes; every failure is an error that names the file and the cause.
 static int read_whole(TextCorpus *tc, const char *path, FgError *err) {
     struct stat sb;
     FILE *f = fopen(path, "rb");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "text_file %s: %s%s", path, strerror(errno),
-                           errno == ENOENT ? " (launch/text-corpus.sh makes the default corpus)" : "");
+    if (!f) {
+        int e = errno;
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: cannot open: %s%s", path, strerror(e),
+                       e == ENOENT ? " (launch/text-corpus.sh makes the default corpus)" : "");
+    }
+    // fopen succeeds on a directory on Linux; refuse it (and devices, FIFOs) by name.
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        int dir = S_ISDIR(sb.st_mode);
         fclose(f);
-        return fg_fail(err, FG_ERR_INPUT, "text_file %s: not a regular file", path);
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: %s", path,
+                       dir ? "is a directory, not a regular file" : "not a regular file");
     }
     tc->n_bytes = (size_t)sb.st_size;
-    tc->bytes = malloc(tc->n_bytes + 1);
-    size_t got = tc->bytes ? fread(tc->bytes, 1, tc->n_bytes, f) : 0;
-    int bad = !tc->bytes || got != tc->n_bytes || ferror(f);
+    tc->bytes = fg_alloc_bytes(tc->n_bytes);  // aborts when out of memory, like every buffer
+    size_t got = fread(tc->bytes, 1, tc->n_bytes, f);
+    int e = ferror(f) ? errno : 0;
     fclose(f);
-    if (bad)
-        return fg_fail(err, FG_ERR_INPUT, "text_file %s: read %zu of %zu bytes%s", path, got,
-                       tc->n_bytes, tc->bytes ? "" : " (out of memory)");
+    if (got != tc->n_bytes)  // a read error, or the file shrank since fstat
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: read error after %zu of %zu bytes: %s",
+                       path, got, tc->n_bytes, e ? strerror(e) : "file ended early");
     return FG_OK;
+}
+
+// The smallest file with a window of ctx + 1 bytes in both splits: the validation split has
+// n - floor(0.9 n) = ceil(0.1 n) bytes, the training split floor(0.9 n).
+static size_t min_corpus_bytes(size_t window) {
+    size_t for_val = 10 * window - 9, for_train = (10 * window + 8) / 9;
+    return FG_MAX(for_val, for_train);
 }
 
 int text_corpus_load(TextCorpus *tc, const char *path, int ctx, FgError *err) {
     memset(tc, 0, sizeof *tc);
-    if (ctx < 1) return fg_fail(err, FG_ERR_INPUT, "text_file %s: ctx %d must be positive", path, ctx);
+    if (ctx < 1)
+        return fg_fail(err, FG_ERR_INPUT, "text_file %s: ctx %d must be at least 1", path, ctx);
     int rc = read_whole(tc, path, err);
     tc->ctx = ctx;
-    tc->train_end = tc->n_bytes / 10 * 9 + tc->n_bytes % 10 * 9 / 10;  // floor(0.9 n)
+    tc->train_end = tc->n_bytes / 10 * 9 + tc->n_bytes % 10 * 9 / 10;  // floor(0.9 n), no overflow
     size_t window = (size_t)ctx + 1;
     if (!rc && tc->n_bytes == 0) rc = fg_fail(err, FG_ERR_INPUT, "text_file %s is empty", path);
     else if (!rc && (tc->train_end < window || tc->n_bytes - tc->train_end < window))
         rc = fg_fail(err, FG_ERR_INPUT, "text_file %s: %zu bytes are too few for ctx %d: each "
                      "split (90%% / 10%%) needs one window of %zu bytes, so at least %zu bytes",
-                     path, tc->n_bytes, ctx, window, window * 10);
+                     path, tc->n_bytes, ctx, window, min_corpus_bytes(window));
     if (rc) text_corpus_free(tc);
     return rc;
 }
 
 void text_corpus_free(TextCorpus *tc) {
-    free(tc->bytes);
+    fg_free(tc->bytes);
     memset(tc, 0, sizeof *tc);
 }
 

@@ -14,22 +14,26 @@
 typedef struct {
     uint8_t *bytes;    // the whole file
     size_t n_bytes;
-    size_t train_end;  // [0, train_end) trains, [train_end, n_bytes) validates
+    size_t train_end;  // floor(0.9 n_bytes): [0, train_end) trains, [train_end, n_bytes) validates
     int ctx;           // tokens per window
 } TextCorpus;
 
-// Loads the whole file. Errors name the path and the cause: missing or unreadable, a
-// directory, a read error, empty, or too short for one window of ctx + 1 bytes in each split.
+// Loads the whole file (ctx >= 1). Errors (FG_ERR_INPUT) name the path and the cause: missing or
+// unreadable (errno's text), a directory, a read error, empty, or too short for one window of
+// ctx + 1 bytes in each split (the message says how many bytes are needed).
 int text_corpus_load(TextCorpus *tc, const char *path, int ctx, FgError *err);
 void text_corpus_free(TextCorpus *tc);  // also on a zeroed corpus
 
-// `rows` training windows for (seed, step, micro-batch): x[r * ctx + t] = byte t of window r
-// (as a float: the embedding reads token ids), labels[r * ctx + t] = byte t + 1 (the next).
-// Either output may be NULL.
+// `rows` training windows for (seed, step, global micro-batch): window r starts uniformly in
+// [0, train_end - ctx - 1], a pure function of (seed, step, microbatch, r);
+// x[r * ctx + t] = byte t of window r (as a float: the embedding reads token ids),
+// labels[r * ctx + t] = byte t + 1 (the next). Either output may be NULL.
 void text_train_batch(const TextCorpus *tc, uint32_t seed, uint64_t step, uint32_t microbatch,
                       int rows, float *x, uint8_t *labels);
 
-// Validation windows: window w starts at train_end + w * ctx.
+// Validation windows: window w is the ctx + 1 bytes from train_end + w * ctx, so the windows'
+// inputs (and their labels) tile the split without overlap, a tail of fewer than ctx bytes
+// left out: there are floor((n_bytes - train_end - 1) / ctx) of them.
 size_t text_val_windows(const TextCorpus *tc);
 void text_val_batch(const TextCorpus *tc, size_t first_window, int rows, float *x,
                     uint8_t *labels);
