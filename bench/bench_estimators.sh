@@ -15,6 +15,7 @@
 #   (default all). samples/s of the 4-stage rows is 4 ranks on this machine's cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 epochs=${1:-1}; shift || true
 fgpipe=build/fgpipe config=launch/configs/fashion-mnist-mlp-fg.conf
 [ -x "$fgpipe" ] || { echo "bench_estimators: build first (launch/build.sh)" >&2; exit 2; }
@@ -43,18 +44,14 @@ printf '| %-34s | %-6s | %-8s | %-10s | %-9s | %-9s | %-9s | %-10s |\n' row rank
 printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' ---------------------------------- ------ -------- ---------- --------- --------- --------- ----------
 for r in "${rows[@]}"; do
   IFS='|' read -r name ranks sets <<<"$r"
-  if [ ${#want[@]} -gt 0 ]; then
-    hit=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && hit=1; done
-    [ "$hit" -eq 1 ] || continue
-  fi
+  selected "$name" "${want[@]}" || continue
   args=(); for kv in $sets; do args+=(--set "$kv"); done
-  threads=$(( $(nproc) / ranks )); [ "$threads" -ge 1 ] || threads=1
-  over=(); [ "$ranks" -gt "$(nproc)" ] && over=(--oversubscribe)
+  mpi_flags "$ranks"
   out=$dir/run
   rm -rf "$out" "$out.h5"
   log=()
   [ "$ranks" -gt 1 ] && log=(--log "$out.h5")
-  if ! mpirun -np "$ranks" "${over[@]}" --bind-to none -x OMP_NUM_THREADS=$threads "$fgpipe" train \
+  if ! mpirun "${MPI_FLAGS[@]}" "$fgpipe" train \
        --config "$config" "${args[@]}" --set stages="$ranks" --set epochs="$epochs" \
        --set print_every=1000000 --out "$out" --summary-json "$out.json" "${log[@]}" >"$out.txt" 2>&1; then
     printf '| %-34s | %-6s | failed: %s |\n' "$name" "$ranks" "$(grep -m1 error "$out.txt" || tail -n 1 "$out.txt")"

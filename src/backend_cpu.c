@@ -138,9 +138,15 @@ static void cpu_tangent_add_rows(const Backend *be, TangentKey key, int K, int r
         TangentKey kk = key_at(key, 0, k);
         const float *ck = coeff ? coeff + (size_t)k * rows : NULL;
         float *yk = y + k * y_stride;
-        if (ld != (size_t)width) {  // strided rows (a branch of wider tokens): a walk per row
-            for (int r = 0; r < rows; r++)
-                tangent_axpy(kk, (size_t)r * width, (size_t)width, ck ? ck[r] : 1.0f, yk + r * ld);
+        if (ld != (size_t)width) {  // strided rows (a branch of wider tokens): made at once,
+            float *v = fg_alloc_floats(n);  // then added row by row, as the walk would
+            tangent_fill(kk, 0, n, v);
+            for (int r = 0; r < rows; r++) {
+                const float *vr = v + (size_t)r * width;
+                float *yr = yk + r * ld, c = ck ? ck[r] : 1.0f;
+                for (int j = 0; j < width; j++) yr[j] += c * vr[j];
+            }
+            fg_free(v);
         } else if (ck) {
             tangent_axpy_rows(kk, (size_t)rows, (size_t)width, ck, yk);
         } else {
