@@ -1,6 +1,7 @@
 // Tangent generation against memory bandwidth: how fast the regenerated tangents of one layer
-// are made (fill), made and dotted with a reference (fill+dot, op F of cv), and added into an
-// update (axpy, op U), next to memset and memcpy of the same bytes, on one thread and on all.
+// are made (fill), made and dotted with a reference (fill+dot, op F of cv), added into an
+// update (axpy, op U) and dotted without being kept (dot, low-rank F), next to memset and
+// memcpy of the same bytes, on one thread and on all.
 // Prints one table. Usage: fgpipe-bench-tangent [MILLION_VALUES] (default 16: past the caches).
 #include <omp.h>
 #include <stdio.h>
@@ -13,11 +14,20 @@
 
 enum { REPS = 5 };
 
-typedef enum { FILL, FILL_DOT, AXPY, MEMSET, MEMCPY, N_KINDS } Kind;
-static const char *const NAMES[N_KINDS] = {"tangent fill", "fill + dot", "tangent axpy", "memset",
-                                           "memcpy"};
-// Bytes each kind moves per value: written, or read and written.
-static const double BYTES[N_KINDS] = {4, 8, 8, 4, 8};
+typedef enum { FILL, FILL_DOT, AXPY, DOT, MEMSET, MEMCPY, N_KINDS } Kind;
+static const char *const NAMES[N_KINDS] = {"tangent fill", "fill + dot", "tangent axpy",
+                                           "tangent dot", "memset", "memcpy"};
+// Bytes each kind moves per value: written, read, or read and written.
+static const double BYTES[N_KINDS] = {4, 8, 8, 4, 4, 8};
+
+// The Philox path tangent.c picks with these same compile flags.
+#if defined(__AVX512F__)
+#define PHILOX_PATH "AVX-512"
+#elif defined(__AVX2__)
+#define PHILOX_PATH "AVX2"
+#else
+#define PHILOX_PATH "scalar"
+#endif
 
 static void run(Kind kind, size_t n, float *a, float *b, double *sink) {
     TangentKey key = tangent_key(1, 7, 3, 2);
@@ -25,6 +35,7 @@ static void run(Kind kind, size_t n, float *a, float *b, double *sink) {
     case FILL: tangent_fill(key, 0, n, a); break;
     case FILL_DOT: *sink += tangent_fill_dot(key, 0, n, a, b); break;
     case AXPY: tangent_axpy(key, 0, n, 0.5f, a); break;
+    case DOT: *sink += tangent_dot(key, 0, n, b); break;
     case MEMSET:
     case MEMCPY: {
         // In chunks over the threads, as the tangent walker splits its range.
@@ -64,8 +75,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) b[i] = (float)(i % 97) * 0.01f;
     double sink = 0.0;
     int threads[2] = {1, omp_get_max_threads()};
-    printf("fgpipe tangent bench: %zu values (%.0f MiB per buffer), best of %d\n", n,
-           n * 4.0 / 1048576, REPS);
+    printf("fgpipe tangent bench: %zu values (%.0f MiB per buffer), best of %d, %s Philox\n", n,
+           n * 4.0 / 1048576, REPS, PHILOX_PATH);
     printf("%-14s %8s %12s %12s %12s\n", "op", "threads", "ns/value", "GB/s", "x memset");
     for (int t = 0; t < (threads[1] > 1 ? 2 : 1); t++) {
         omp_set_num_threads(threads[t]);
@@ -76,8 +87,9 @@ int main(int argc, char **argv) {
                    BYTES[k] * n / s / 1e9, s / memset_s);
         }
     }
-    printf("\nGB/s counts the bytes each op must move (fill, memset: written; the others: read and\n"
-           "written); x memset: its time over memset's on the same threads. (checksum %g)\n", sink);
+    printf("\nGB/s counts the bytes each op must move (fill, memset: written; dot: read; the others:\n"
+           "read and written); x memset: its time over memset's on the same threads. (checksum %g)\n",
+           sink);
     fg_free(a);
     fg_free(b);
     return 0;
