@@ -1,5 +1,6 @@
 # Shared by the benchmark scripts that run one training per table row, sourced after
-# `cd` to the repository root.
+# `cd` to the repository root. mpi_flags comes from launch/lib.sh.
+. launch/lib.sh
 
 # selected NAME [WANT ...]: true when no names are wanted or NAME is one of them.
 selected() {
@@ -7,14 +8,4 @@ selected() {
   [ $# -eq 0 ] && return 0
   for w in "$@"; do [ "$w" = "$name" ] && return 0; done
   return 1
-}
-
-# mpi_flags RANKS: into the array MPI_FLAGS, mpirun's flags for RANKS ranks sharing this
-# machine's cores (threads split among them, oversubscribed when there are fewer cores).
-mpi_flags() {
-  local ranks=$1 threads=$(( $(nproc) / $1 ))
-  [ "$threads" -ge 1 ] || threads=1
-  MPI_FLAGS=(-np "$ranks" --bind-to none -x OMP_NUM_THREADS=$threads)
-  [ "$ranks" -gt "$(nproc)" ] && MPI_FLAGS+=(--oversubscribe)
-  return 0
 }

@@ -60,9 +60,8 @@ static int get_attr_i64(hid_t obj, const char *name, long long *v) {
 
 // "<buffer>/<group>/<tensor>" from the tensor's name "<group>.<tensor>", split at its last
 // dot: params/fc1/weight, params/h.0.attn.c_attn/bias, params/wpe/weight (docs/checkpoints.md).
-static void dataset_name(const char *buffer, const Model *m, const TensorView *tv, char *out,
+static void dataset_name(const char *buffer, const TensorView *tv, char *out,
                          size_t size) {
-    (void)m;
     const char *dot = strrchr(tv->name, '.');
     int group = dot ? (int)(dot - tv->name) : (int)strlen(tv->name);
     snprintf(out, size, "%s/%.*s/%s", buffer, group, tv->name, dot ? dot + 1 : "value");
@@ -103,7 +102,7 @@ static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError
                                 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
             if (h < 0) {
                 char name[256];
-                dataset_name(ts->st->buffers[b], m, tv, name, sizeof name);
+                dataset_name(ts->st->buffers[b], tv, name, sizeof name);
                 return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s %s failed%s", ts->path,
                                ts->load ? "reading" : "writing", name, ts->load ? " (truncated file?)" : "");
             }
@@ -164,7 +163,7 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
         for (int t = 0; t < m->n_tensors && !rc; t++) {
             const TensorView *tv = &m->tensors[t];
             char name[256];
-            dataset_name(st->buffers[b], m, tv, name, sizeof name);
+            dataset_name(st->buffers[b], tv, name, sizeof name);
             hsize_t dims[2];
             hid_t sp = H5Screate_simple(tensor_rank(tv, dims), dims, NULL);
             hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, sp, lcpl, dcpl, H5P_DEFAULT);
@@ -241,7 +240,7 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
             const TensorView *tv = &m->tensors[t];
             if (!own_tensor(st, tv)) continue;
             char name[256];
-            dataset_name(st->buffers[b], m, tv, name, sizeof name);
+            dataset_name(st->buffers[b], tv, name, sizeof name);
             if (H5Lexists(f, st->buffers[b], H5P_DEFAULT) <= 0 || H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {
                 rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s has no %s (this model has layer %s)",
                              path, name, m->layers[tv->layer].name);

@@ -13,13 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/build.sh
 mkdir -p out/example
-threads=$(( $(nproc) / 4 )); [ "$threads" -ge 1 ] || threads=1
-mpi_args=(-np 4 --bind-to none -x OMP_NUM_THREADS=$threads)
-[ "$(nproc)" -lt 4 ] && mpi_args+=(--oversubscribe)
-if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-exec mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
+. launch/lib.sh
+mpi_flags 4
+exec mpirun "${MPI_FLAGS[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
   --set stages=4 --set mode=fg+bp --set epochs=1 \
   --set model=784-768-768-768-768-768-768-768-768-10 --set lr=0.001 \
   --out out/example --summary-json out/example/summary.json --trace out/example/trace.json "$@"

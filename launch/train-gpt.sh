@@ -11,13 +11,9 @@ cd "$(dirname "$0")/.."
 launch/build.sh
 corpus=$(launch/text-corpus.sh)
 mkdir -p out/gpt
-threads=$(( $(nproc) / 4 )); [ "$threads" -ge 1 ] || threads=1
-mpi_args=(-np 4 --bind-to none -x OMP_NUM_THREADS=$threads)
-[ "$(nproc)" -lt 4 ] && mpi_args+=(--oversubscribe)
-if [ "$(id -u)" -eq 0 ]; then  # Open MPI refuses root unless told twice
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-mpirun "${mpi_args[@]}" build/fgpipe train --config launch/configs/gpt-kjv.conf \
+. launch/lib.sh
+mpi_flags 4
+mpirun "${MPI_FLAGS[@]}" build/fgpipe train --config launch/configs/gpt-kjv.conf \
   --set text_file="$corpus" --set stages=4 --set mode=fg+bp \
   --set perturb=activity --set estimator=mix --set shrink=0 \
   --out out/gpt --summary-json out/gpt/summary.json "$@"
