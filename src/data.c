@@ -55,6 +55,26 @@ static int read_bytes(gzFile f, const char *path, void *buf, size_t n, size_t *g
     return FG_OK;
 }
 
+// After the data the header announced, the file must end, and reading on to its end is what
+// makes zlib check the gzip trailer (CRC-32 and length): a reader that stops at the data's last
+// byte accepts a stream with corrupted bytes or a cut trailer.
+static int read_end(gzFile f, const char *path, FgError *err) {
+    unsigned char extra;
+    int r = gzread(f, &extra, 1), zerr = Z_OK;
+    const char *msg = gzerror(f, &zerr);
+    if (r > 0)
+        return fg_fail(err, FG_ERR_INPUT, "%s: more bytes than its header announces (a damaged "
+                       "header, or two files joined)", path);
+    if (zerr == Z_BUF_ERROR)
+        return fg_fail(err, FG_ERR_INPUT, "%s: truncated: the gzip stream ends before its "
+                       "trailer (CRC-32 and length)", path);
+    if (zerr == Z_ERRNO)
+        return fg_fail(err, FG_ERR_INPUT, "%s: read error: %s", path, strerror(errno));
+    if (zerr != Z_OK)
+        return fg_fail(err, FG_ERR_INPUT, "%s: corrupt gzip data: %s", path, msg);
+    return FG_OK;
+}
+
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
@@ -139,6 +159,7 @@ static int load_images(const char *path, float **x_out, size_t *count, int *feat
             break;
         }
     }
+    if (!rc) rc = read_end(f, path, err);
     gzclose(f);
     if (rc) {
         fg_free(x);
@@ -165,6 +186,7 @@ static int load_labels(const char *path, uint8_t **labels_out, size_t *count, Fg
             rc = fg_fail(err, FG_ERR_INPUT,
                          "%s: truncated: expected %zu bytes of label data, got %zu", path, total,
                          got);
+        if (!rc) rc = read_end(f, path, err);
     }
     gzclose(f);
     if (rc) {

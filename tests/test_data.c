@@ -206,6 +206,47 @@ static void test_truncated(void **state) {
     expect_fail(zcut, lab, "truncated", zcut);
 }
 
+// Flips one byte of a file at `offset` from its end.
+static void flip_byte_from_end(const char *path, long offset) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, -offset, SEEK_END), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, -offset, SEEK_END), 0);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+// The gzip trailer (CRC-32, then the length) is checked: a reader that stops at the last data
+// byte would accept each of these files.
+static void test_gzip_trailer(void **state) {
+    (void)state;
+    char img[300], lab[300], crc[300], len[300], cut[300], extra[300];
+    tmp_path(img, sizeof img, "trailer-images.gz");
+    tmp_path(lab, sizeof lab, "trailer-labels.gz");
+    tmp_path(crc, sizeof crc, "trailer-crc-labels.gz");
+    tmp_path(len, sizeof len, "trailer-len-images.gz");
+    tmp_path(cut, sizeof cut, "trailer-cut-labels.gz");
+    tmp_path(extra, sizeof extra, "trailer-extra-images.gz");
+    write_pair(img, lab, 1, 3, 4, 4);
+    write_pair(len, crc, 1, 3, 4, 4);
+    flip_byte_from_end(crc, 8);  // the CRC-32's first byte
+    expect_fail(img, crc, "corrupt gzip data", crc);
+    flip_byte_from_end(len, 1);  // the length's last byte
+    expect_fail(len, lab, "corrupt gzip data", len);
+
+    write_pair(img, cut, 1, 3, 4, 4);
+    struct stat st;
+    assert_int_equal(stat(cut, &st), 0);
+    assert_int_equal(truncate(cut, st.st_size - 4), 0);
+    expect_fail(img, cut, "trailer", cut);
+
+    uint8_t px[3 * 16 + 5] = {0};
+    uint32_t idims[3] = {3, 4, 4};
+    write_idx(extra, 1, 0x00000803u, 3, idims, px, sizeof px);
+    expect_fail(extra, lab, "more bytes than its header", extra);
+}
+
 static void test_missing(void **state) {
     (void)state;
     char img[300], lab[300];
@@ -343,6 +384,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_gzip),   cmocka_unit_test(test_load_plain),
         cmocka_unit_test(test_wrong_magic), cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_gzip_trailer),
         cmocka_unit_test(test_missing),     cmocka_unit_test(test_count_mismatch),
         cmocka_unit_test(test_bad_dims),    cmocka_unit_test(test_shuffle),
         cmocka_unit_test(test_gather),      cmocka_unit_test(test_real_t10k),
