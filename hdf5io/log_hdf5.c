@@ -60,6 +60,13 @@ static int log_append(StepLog *log, const StepRecord *r, FgError *err) {
     return bad ? fg_fail(err, FG_ERR_INPUT, "writing step %ld to the log failed", r->step) : FG_OK;
 }
 
+static int log_flush(StepLog *log, FgError *err) {
+    LogCtx *c = log->ctx;
+    if (c && H5Fflush(c->file, H5F_SCOPE_GLOBAL) < 0)
+        return fg_fail(err, FG_ERR_INPUT, "flushing the log after step %lld failed", (long long)c->n);
+    return FG_OK;
+}
+
 static int log_close(StepLog *log, FgError *err) {
     LogCtx *c = log->ctx;
     if (!c) return FG_OK;
@@ -147,7 +154,7 @@ int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *o
     if (!bad) bad = write_plan(stages, info);
     H5Gclose(steps);
     H5Gclose(stages);
-    StepLog log = {c, log_append, log_close};
+    StepLog log = {c, log_append, log_flush, log_close};
     *out = log;
     if (bad) {
         H5Fclose(f);

@@ -64,6 +64,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_REAL, eps, 0, 1, "Adam epsilon"),
     NUM(KEY_REAL, weight_decay, 0, 1, "decoupled weight decay per unit of learning rate"),
     NUM(KEY_REAL, clip_norm, 0, 1e30, "clip the gradient (estimate) to this L2 norm; 0: off"),
+    NUM(KEY_REAL, diverge_factor, 0, 1e30, "stop with an error (exit 2) when a step's loss exceeds this many times the larger of the run's first loss and ln(classes), a uniform guess's: the run diverged; 0: never"),
     NUM(KEY_UINT32, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
     NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
     NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
@@ -99,6 +100,7 @@ void config_defaults(Config *c) {
     c->beta1 = 0.9;
     c->beta2 = 0.999;
     c->eps = 1e-8;
+    c->diverge_factor = 100;
     c->seed = 1;
     c->print_every = 100;
 }

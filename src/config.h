@@ -46,6 +46,7 @@ typedef struct {
     int steps;             // optimizer steps; 0: derived from epochs
     int optimizer;         // OptimizerKind
     double lr, min_lr, momentum, beta1, beta2, eps, weight_decay, clip_norm;
+    double diverge_factor;  // stop when the loss exceeds this many times its start (0: never)
     int warmup_steps;
     int lr_schedule;       // LrSchedule
     uint32_t seed;

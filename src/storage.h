@@ -74,6 +74,7 @@ typedef struct StepLog StepLog;
 struct StepLog {
     void *ctx;
     int (*append)(StepLog *log, const StepRecord *r, FgError *err);
+    int (*flush)(StepLog *log, FgError *err);  // at checkpoints: what a resume keeps is on disk
     int (*close)(StepLog *log, FgError *err);  // flushes; the log stays readable after a crash
                                                // up to its last flush
 };

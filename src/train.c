@@ -35,6 +35,7 @@ typedef struct {
     long per_epoch, total, first_step;
     size_t *order;           // the epoch's order of the training samples
     double *step_times, recent[WINDOW], train_time;
+    double start_loss;  // the run's first step's (check_divergence)
     double *busy;            // [stages][3]: seconds of F, B, U ops in the last step
     FILE *loss_csv;
     StepLog log;
@@ -209,6 +210,28 @@ static int open_run(Run *r, FgError *err) {
     return FG_OK;
 }
 
+// A loss that is not finite, or far above the run's start, stops the run before the next
+// checkpoint could replace a good one. The scale is the larger of the first step's loss and
+// ln(classes), a uniform guess's loss, so a resumed, well-trained run is not held to its own
+// small loss.
+static int check_divergence(Run *r, long step, double loss, FgError *err) {
+    const Config *c = r->cfg;
+    if (step == r->first_step) r->start_loss = loss;
+    if (!isfinite(loss) && step == r->first_step && step > 0)
+        return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld, the first after resuming: the "
+                       "checkpoint's weights give it", loss, step);
+    if (!isfinite(loss))
+        return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: the run diverged (lower lr, "
+                       "now %g, or set clip_norm)", loss, step, c->lr);
+    double scale = FG_MAX(r->start_loss, log((double)r->model.classes));
+    if (c->diverge_factor > 0 && loss > c->diverge_factor * scale)
+        return fg_fail(err, FG_ERR_INPUT, "loss %.4g at step %ld is over diverge_factor = %g times "
+                       "%.4g (the larger of the run's first loss and ln %d classes): the run "
+                       "diverged; lower lr (now %g) or set clip_norm (diverge_factor = 0: no check)",
+                       loss, step, c->diverge_factor, scale, r->model.classes, c->lr);
+    return FG_OK;
+}
+
 // After each step: the loss window, loss.csv and the log (every stage takes part in gathering
 // the measured timeline), the progress line.
 static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
@@ -221,11 +244,11 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     r->recent[step % WINDOW] = sr->loss;
     if (done == FG_MIN(r->total - r->first_step, WINDOW))
         for (long i = 0; i < done; i++) r->res->first_loss += r->recent[(r->first_step + i) % WINDOW] / done;
-    if (!isfinite(sr->loss))
-        return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: lower lr (now %g)", sr->loss, step, c->lr);
+    int rc = FG_OK;
     if (r->out.out_dir || r->out.log_path) {
         Schedule measured;
-        int M = r->env->tr->stages, rc = gather_measured(&r->p, &measured, err);
+        int M = r->env->tr->stages;
+        rc = gather_measured(&r->p, &measured, err);
         ScheduleStats ms = schedule_stats(&measured);
         double used[SCHED_MAX_STAGES];
         memset(r->busy, 0, (size_t)3 * M * sizeof(double));
@@ -244,8 +267,21 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
                           ms.bubble_fraction, ms.bubble_used_by_b, r->busy, used};
         if (r->log.ctx && (rc = r->log.append(&r->log, &rec, err))) return rc;
     }
+    if ((rc = check_divergence(r, step, sr->loss, err))) return rc;  // its row is in the outputs
     if (r->reporter) progress_step(&r->prog, step, sr->loss, lr, (long)((step + 1) * r->batch));
     return FG_OK;
+}
+
+// A checkpoint and the outputs a resume appends to stay in step: after a crash and --resume,
+// loss.csv and the log hold every step up to the checkpoint. They are flushed first: rows past
+// a checkpoint are dropped on resume, rows missing before it would be lost for good.
+static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgError *err) {
+    int rc = FG_OK;
+    if (r->loss_csv && fflush(r->loss_csv))
+        rc = fg_fail(err, FG_ERR_INPUT, "writing loss.csv in --out failed: %s", strerror(errno));
+    if (!rc && r->log.ctx) rc = r->log.flush(&r->log, err);
+    if (!rc) rc = save_checkpoint(&r->p, r->env->storage, path, r->res->layout, next_step, err);
+    return rc;
 }
 
 // After each step's outputs: a stop request (checkpoint, then stop), the periodic checkpoint,
@@ -261,8 +297,7 @@ static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err
         if ((rc = t->allreduce_sum_world(t, &any, 1, err))) return rc;
         // In the last step a stop is just the end: the run is complete, not stopped.
         if (any > 0 && next < r->total) {
-            if (ckpt && (rc = save_checkpoint(&r->p, r->env->storage, ckpt, r->res->layout, next, err)))
-                return rc;
+            if (ckpt && (rc = checkpoint_and_flush(r, ckpt, next, err))) return rc;
             if (r->reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", next);
             r->res->stopped = *stop = 1;
             r->total = next;
@@ -270,7 +305,7 @@ static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err
         }
     }
     if (ckpt && r->out.checkpoint_every && next % r->out.checkpoint_every == 0 && next < r->total &&
-        (rc = save_checkpoint(&r->p, r->env->storage, ckpt, r->res->layout, next, err)))
+        (rc = checkpoint_and_flush(r, ckpt, next, err)))
         return rc;
     int every = r->cfg->eval_every;
     if (every && next % every == 0 && next < r->total && t->replica == 0) {

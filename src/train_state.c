@@ -3,6 +3,7 @@
 // that streams its layers passes each through memory once.
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,15 +90,44 @@ int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, 
 }
 
 // Replicas hold the same weights: replica 0's pipeline writes, the others go on at once.
+// Counts the non-finite values of a layer's parameters and optimizer state.
+typedef struct {
+    int n_buffers;
+    double count;
+} NonFinite;
+
+static int count_non_finite(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+    (void)err;
+    NonFinite *nf = arg;
+    for (int b = 0; b < nf->n_buffers; b++)
+        for (size_t i = 0; i < L->param_count; i++) nf->count += !isfinite(bufs[b][i]);
+    return FG_OK;
+}
+
+// A checkpoint full of NaN or Inf must never replace the last good one (a run that diverged
+// after its last finite loss): every stage counts, all agree, and none writes.
+static int check_finite_state(Pipeline *p, const char *path, long next_step, FgError *err) {
+    NonFinite nf = {1 + optimizer_state_buffers((OptimizerKind)p->cfg->optimizer), 0.0};
+    int rc = pipeline_visit_layers(p, 0, 0, count_non_finite, &nf, err);
+    if (!rc) rc = p->tr->allreduce_sum(p->tr, &nf.count, 1, err);
+    if (!rc && nf.count > 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "after step %ld, %.0f parameters or optimizer values are "
+                     "NaN or Inf (the run diverged: lower lr, or set clip_norm): checkpoint %s "
+                     "not written, the last one saved there is kept", next_step, nf.count, path);
+    return rc;
+}
+
 int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
                     FgError *err) {
     if (p->tr->replica != 0) return FG_OK;
+    int rc = check_finite_state(p, path, next_step, err);
+    if (rc) return rc;
     char *text = config_text(p->cfg);
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, text);
     sc.st.step = next_step;
     double t0 = wall_seconds();
-    int rc = io->save(io, &sc.st, path, err);
+    rc = io->save(io, &sc.st, path, err);
     double seconds = wall_seconds() - t0;
     free(text);
     double mib = (double)sc.st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Faults a careless or unlucky run meets (issue 19): a diverging run stops with exit 2 and never
+# publishes a checkpoint with NaN or Inf; after SIGKILL, loss.csv still holds every step up to
+# the last checkpoint, and a resume completes it without gaps.
+# usage: robustness.sh FGPIPE CONFIG   (CONFIG: launch/configs/fashion-mnist-mlp.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+small=(--set model=784-64-10 --set stages=1 --set micro_batch=16 --set micro_batches=2
+       --set print_every=1000000 --set eval_every=0)
+
+train() {  # train NAME ARGS...: one rank, output in $dir/NAME/, exit status in $dir/NAME.rc
+  local name=$1; shift
+  timeout 120 "$fgpipe" train --config "$config" "${small[@]}" "$@" --out "$dir/$name" \
+    >"$dir/$name.log" 2>&1
+  echo $? >"$dir/$name.rc"
+}
+
+expect_exit2() {  # expect_exit2 NAME NEEDLE
+  local rc; rc=$(cat "$dir/$1.rc")
+  [ "$rc" -eq 2 ] && grep -qF -- "$2" "$dir/$1.log" || echo "exit $rc, $(grep -m1 error "$dir/$1.log")"
+}
+
+all_finite() {  # all_finite CHECKPOINT: problems, if any
+  py_check "$1" <<'PY'
+import sys, h5py, numpy as np
+bad = []
+with h5py.File(sys.argv[1], "r") as f:
+    f.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and o.dtype.kind == "f"
+                 and not np.isfinite(o[()]).all() else None)
+if bad: print("non-finite values in", ", ".join(bad))
+PY
+}
+
+# A finite loss that explodes (SGD at lr 10): stopped at once, the last checkpoint kept.
+train diverge --set mode=fg --set optimizer=sgd --set lr=10 --set warmup_steps=0 --set steps=200 \
+  --checkpoint-every 1
+why=$(expect_exit2 diverge "the run diverged")
+[ -f "$dir/diverge/checkpoint.h5" ] || why="$why; no checkpoint kept"
+[ -z "$why" ] && why=$(all_finite "$dir/diverge/checkpoint.h5")
+last=$(tail -n 1 "$dir/diverge/loss.csv" | cut -d, -f1)
+[ "$last" -lt 5 ] || why="$why; ran to step $last before stopping"
+verdict "a diverging loss (SGD lr 10) stops with exit 2 after step $last" "$why"
+
+# State that turns non-finite while the loss is still finite (a NaN planted in a checkpoint's
+# momentum, so the first update spoils the weights): no checkpoint is written over the last one.
+train planted --set mode=bp --set optimizer=sgd --set steps=10
+why=$(py_check "$dir/planted/checkpoint.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    f["optimizer/velocity/fc1/weight"][0, 0] = float("nan")
+PY
+)
+train spoiled --set mode=bp --set optimizer=sgd --set steps=20 --resume "$dir/planted" --checkpoint-every 1
+why="$why$(expect_exit2 spoiled "NaN or Inf")"
+[ -f "$dir/spoiled/checkpoint.h5" ] && why="$why; a checkpoint was written: $(all_finite "$dir/spoiled/checkpoint.h5")"
+verdict "non-finite weights are never published as a checkpoint" "${why#; }"
+
+# SIGKILL mid-run: every step before the checkpoint's is in loss.csv; the resume fills the rest.
+train straight --set steps=300
+"$fgpipe" train --config "$config" "${small[@]}" --set steps=300 --checkpoint-every 7 \
+  --out "$dir/killed" >"$dir/killed.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "checkpoint at step 2[0-9]" "$dir/killed.log" && break; sleep 0.05; done
+kill -9 "$pid"; wait "$pid" 2>/dev/null
+why=$(py_check "$dir/killed" <<'PY'
+import sys, h5py
+d = sys.argv[1]
+step = int(h5py.File(d + "/checkpoint.h5", "r").attrs["step"])
+rows = [int(l.split(",")[0]) for l in open(d + "/loss.csv").read().splitlines()[1:] if l]
+missing = sorted(set(range(step)) - set(rows))
+if missing: print(f"checkpoint at step {step}, loss.csv lacks steps {missing[:5]}...")
+PY
+)
+train killed --set steps=300 --resume "$dir/killed"
+[ "$(cat "$dir/killed.rc")" -eq 0 ] || why="$why; the resume exited $(cat "$dir/killed.rc")"
+cmp -s <(cut -d, -f1-2 "$dir/straight/loss.csv") <(cut -d, -f1-2 "$dir/killed/loss.csv") ||
+  why="$why; loss.csv after the resume differs from the uninterrupted run's"
+verdict "after SIGKILL and --resume, loss.csv has every step once, as an uninterrupted run" "${why#; }"
+
+finish
