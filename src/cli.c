@@ -87,12 +87,12 @@ static int load_config(RunArgs *a, const char *path, const char *const *sets, in
     config_defaults(c);
     if (config_load(c, path, err)) return err->code;
     for (int i = 0; i < n_sets; i++) {
-        char kv[512];
-        snprintf(kv, sizeof kv, "%s", sets[i]);
-        char *eq = strchr(kv, '=');
+        const char *eq = strchr(sets[i], '=');
         if (!eq) return fg_fail(err, FG_ERR_INPUT, "--set '%s': expected key=value", sets[i]);
-        *eq = 0;
-        if (config_set(c, kv, eq + 1, &e)) return fg_fail(err, e.code, "--set %s: %s", sets[i], e.msg);
+        char *key = strndup(sets[i], (size_t)(eq - sets[i]));
+        int rc = config_set(c, key, eq + 1, &e);
+        free(key);
+        if (rc) return fg_fail(err, e.code, "--set %s: %s", sets[i], e.msg);
     }
     static const char *const flags[][2] = {{"--device", "device"}, {"--mem-budget", "mem_budget"},
                                            {"--weights-dir", "weights_dir"}};

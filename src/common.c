@@ -5,14 +5,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+// A message longer than err->msg keeps its head (what failed) and its tail (why), with the
+// middle (a long path or value) elided: the reason is never the part that is cut.
 int fg_fail(FgError *err, int code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        err->code = code;
+    if (!err) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    char *full = NULL;
+    int n = vasprintf(&full, fmt, ap);
+    va_end(ap);
+    size_t size = sizeof err->msg;
+    if (n < 0) {
+        snprintf(err->msg, size, "(no memory for the message of error %d)", code);
+    } else if ((size_t)n < size) {
+        memcpy(err->msg, full, (size_t)n + 1);
+    } else {
+        static const char gap[] = " [...] ";
+        size_t head = size / 4, tail = size - head - sizeof gap;
+        snprintf(err->msg, size, "%.*s%s%s", (int)head, full, gap, full + n - tail);
     }
+    free(full);
+    err->code = code;
     return code;
 }
 

@@ -11,7 +11,7 @@ enum { FG_OK = 0, FG_ERR_INPUT = 2, FG_ERR_INTERNAL = 1 };
 
 typedef struct {
     int code;
-    char msg[512];
+    char msg[1024];  // fg_fail elides the middle of longer ones
 } FgError;
 
 // Sets err (if not NULL) and returns code, so callers can `return fg_fail(err, FG_ERR_INPUT, ...)`.

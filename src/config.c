@@ -185,11 +185,14 @@ static char *trim(char *s) {
     return s;
 }
 
-// Lines of f (named `path` in messages) onto c.
+// Lines of f (named `path` in messages) onto c, each read whole however long. A read error
+// (a directory, an I/O error) is an error, not the end of the file.
 static int config_read(Config *c, FILE *f, const char *path, FgError *err) {
-    char line[1024];
+    char *line = NULL;
+    size_t cap = 0;
     int lineno = 0, rc = FG_OK;
-    while (rc == FG_OK && fgets(line, sizeof line, f)) {
+    errno = 0;
+    while (rc == FG_OK && getline(&line, &cap, f) >= 0) {
         lineno++;
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
@@ -206,6 +209,10 @@ static int config_read(Config *c, FILE *f, const char *path, FgError *err) {
         rc = config_set(c, trim(s), trim(eq + 1), &e);
         if (rc) fg_fail(err, rc, "config %s:%d: %s", path, lineno, e.msg);
     }
+    if (rc == FG_OK && ferror(f))
+        rc = fg_fail(err, FG_ERR_INPUT, "config %s: read error at line %d: %s", path, lineno + 1,
+                     strerror(errno ? errno : EIO));
+    free(line);
     return rc;
 }
 

@@ -29,6 +29,12 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   # No GPU here: refused up front whether or not this build has the CUDA backend.
   expect 2 "device = cuda, but" train --config "$config" --device cuda --set steps=1
 fi
+# Every read error is an error; a line is read whole however long (issue 19 #4, #5).
+expect 2 "read error at line 1: Is a directory" train --config "$dir"
+long=$(printf 'x%.0s' $(seq 3000))
+{ echo "# $long lr = 5"; echo "steps = x"; } >"$dir/long.conf"
+expect 2 "long.conf:2: steps: 'x' is not a number" train --config "$dir/long.conf"
+expect 2 "value must be 0 to 255 characters" train --config "$config" --set "text_file=$long"
 expect 2 "usage" bogus-command
 expect 0 "config keys" --help
 

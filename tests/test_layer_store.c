@@ -347,7 +347,7 @@ static void test_unwritable_dir(void **state) {
         _exit(rc ? 1 : 0);
     }
     close(fds[1]);
-    char msg[512] = "";
+    char msg[sizeof((FgError){0}.msg)] = "";
     int status;
     waitpid(pid, &status, 0);
     assert_int_equal(read(fds[0], msg, sizeof msg), sizeof msg);
