@@ -108,6 +108,11 @@ static int load_config(RunArgs *a, const char *path, const char *const *sets, in
 // Checkpoint and resume paths: --out DIR checkpoints into DIR/checkpoint.h5 unless told not
 // to; a directory to resume from means DIR/checkpoint.h5.
 static int resolve_paths(RunArgs *a, int no_checkpoint, FgError *err) {
+    const char *dirs[] = {a->out.out_dir, a->in.resume_path};
+    for (int i = 0; i < 2; i++)  // room for "/checkpoint.h5" in the buffers below
+        if (dirs[i] && strlen(dirs[i]) > sizeof a->checkpoint_buf - 64)
+            return fg_fail(err, FG_ERR_INPUT, "%s: a path of %zu bytes is too long",
+                           i ? "--resume" : "--out", strlen(dirs[i]));
     if (no_checkpoint && (a->out.checkpoint_path || a->out.checkpoint_every))
         return fg_fail(err, FG_ERR_INPUT, "--no-checkpoint contradicts --checkpoint and --checkpoint-every");
     if (!a->out.checkpoint_path && a->out.out_dir && !no_checkpoint) {
@@ -162,8 +167,10 @@ static int parse_train(int argc, char **argv, RunArgs *a, FgError *err) {
         }
     }
     if (!config_path) return fg_fail(err, FG_ERR_INPUT, "train needs --config FILE (see fgpipe --help)");
-    if ((rc = load_config(a, config_path, sets, n_sets, flag_values, err))) return rc;
-    return resolve_paths(a, no_checkpoint, err);
+    if ((rc = load_config(a, config_path, sets, n_sets, flag_values, err)) ||
+        (rc = resolve_paths(a, no_checkpoint, err)))
+        return rc;
+    return cli_check_paths(a, config_path, err);
 }
 
 // A number flag's value: an integer (real = 0) or a real in [lo, hi].

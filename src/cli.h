@@ -31,6 +31,10 @@ void fgpipe_catch_stop_signals(void);
 // (help printed) or 2 (bad usage or config, reported on stderr).
 int cli_parse(int argc, char **argv, RunArgs *a);
 
+// Before the first step (cli_paths.c): every output's directory is writable, no output names
+// an input (the checkpoint may replace the one it resumes from) or another output.
+int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err);
+
 // Runs the training in env; replica 0's last stage prints the result line and writes the
 // summary. Returns the process exit code: 0, 2 bad input, 1 anything else.
 int cli_train(RunArgs *a, const TrainEnv *env);

@@ -35,6 +35,17 @@ long=$(printf 'x%.0s' $(seq 3000))
 { echo "# $long lr = 5"; echo "steps = x"; } >"$dir/long.conf"
 expect 2 "long.conf:2: steps: 'x' is not a number" train --config "$dir/long.conf"
 expect 2 "value must be 0 to 255 characters" train --config "$config" --set "text_file=$long"
+# Outputs are checked before the first step and never overwrite an input (issue 19 #11).
+"$fgpipe" train --config "$config" --set model=784-10 --set steps=1 --out "$dir/run" >/dev/null 2>&1
+cp "$dir/run/checkpoint.h5" "$dir/before.h5"
+expect 2 "--log $dir/run/checkpoint.h5 is the file given to --resume" train --config "$config" \
+  --set model=784-10 --set steps=2 --resume "$dir/run" --log "$dir/run/checkpoint.h5"
+expect 2 "--save-params $config is the file given to --config" train --config "$config" --save-params "$config"
+expect 2 "--summary-json and --trace name the same file" train --config "$config" \
+  --summary-json "$dir/s.json" --trace "$dir/s.json"
+expect 2 "--trace /nonexistent/t.json: /nonexistent is not a directory" train --config "$config" --trace /nonexistent/t.json
+verdict "the resumed checkpoint is untouched by a refused --log" \
+  "$(cmp "$dir/before.h5" "$dir/run/checkpoint.h5" 2>&1)"
 expect 2 "usage" bogus-command
 expect 0 "config keys" --help
 
