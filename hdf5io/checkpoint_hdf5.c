@@ -110,6 +110,20 @@ static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError
     return FG_OK;
 }
 
+// HDF5 would convert any numeric type on read: an int32 or float64 tensor is someone else's
+// file, refused by name rather than silently rounded.
+static int check_float32(hid_t d, const char *path, const char *name, FgError *err) {
+    hid_t type = H5Dget_type(d);
+    int ok = H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == sizeof(float);
+    const char *kind = H5Tget_class(type) == H5T_INTEGER ? "integers" :
+                       H5Tget_class(type) == H5T_FLOAT ? "floats" : "another type";
+    size_t bytes = H5Tget_size(type);
+    H5Tclose(type);
+    if (ok) return FG_OK;
+    return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s holds %zu-byte %s; fgpipe stores float32",
+                   path, name, bytes, kind);
+}
+
 static Tensors tensors_new(const CheckpointState *st, const char *path, int load) {
     size_t n = (size_t)st->n_buffers * st->model->n_tensors;
     Tensors ts = {st, path, load, malloc(n * sizeof(hid_t))};
@@ -247,6 +261,7 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
                 break;
             }
             hid_t d = ts.dsets[b * m->n_tensors + t] = H5Dopen2(f, name, H5P_DEFAULT);
+            if ((rc = check_float32(d, path, name, err))) break;
             hid_t sp = H5Dget_space(d);
             hsize_t want[2], have[2] = {0, 0};
             int want_rank = tensor_rank(tv, want), have_rank = H5Sget_simple_extent_dims(sp, have, NULL);

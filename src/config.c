@@ -272,20 +272,38 @@ int config_validate(const Config *c, FgError *err) {
     return FG_OK;
 }
 
-void config_write(const Config *c, FILE *f) {
-    for (size_t i = 0; i < N_KEYS; i++) {
-        const ConfigKey *k = &KEYS[i];
-        const char *field = (const char *)c + k->offset;
-        char buf[64];
-        fprintf(f, "%s = ", k->name);
-        switch (k->type) {
-        case KEY_STRING: fprintf(f, "%s\n", field); break;
-        case KEY_CHOICE: fprintf(f, "%s\n", choice_name(k->choices, *(const int *)field, buf, sizeof buf)); break;
-        case KEY_INT: fprintf(f, "%d\n", *(const int *)field); break;
-        case KEY_UINT32: fprintf(f, "%u\n", *(const uint32_t *)field); break;
-        case KEY_REAL: fprintf(f, "%.17g\n", *(const double *)field); break;
-        }
+// One key's value as config_write prints it.
+static void key_value(const Config *c, const ConfigKey *k, char *buf, size_t size) {
+    const char *field = (const char *)c + k->offset;
+    switch (k->type) {
+    case KEY_STRING: snprintf(buf, size, "%s", field); break;
+    case KEY_CHOICE: choice_name(k->choices, *(const int *)field, buf, size); break;
+    case KEY_INT: snprintf(buf, size, "%d", *(const int *)field); break;
+    case KEY_UINT32: snprintf(buf, size, "%u", *(const uint32_t *)field); break;
+    case KEY_REAL: snprintf(buf, size, "%.17g", *(const double *)field); break;
     }
+}
+
+void config_write(const Config *c, FILE *f) {
+    char buf[512];  // longer than any string key
+    for (size_t i = 0; i < N_KEYS; i++) {
+        key_value(c, &KEYS[i], buf, sizeof buf);
+        fprintf(f, "%s = %s\n", KEYS[i].name, buf);
+    }
+}
+
+const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
+                                  size_t size) {
+    static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
+                                       "activation"};
+    int n = a->data == DATA_TEXT ? 6 : 7;  // the GPT's activation is fixed (GELU)
+    for (int i = 0; i < n; i++) {
+        const ConfigKey *k = find_key(keys[i]);
+        key_value(a, k, value_a, size);
+        key_value(b, k, value_b, size);
+        if (strcmp(value_a, value_b)) return keys[i];
+    }
+    return NULL;
 }
 
 void config_write_help(FILE *f) {

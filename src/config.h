@@ -71,6 +71,11 @@ void config_write(const Config *c, FILE *f);
 // Writes the key reference (name, accepted values, help) for --help.
 void config_write_help(FILE *f);
 
+// The first key that defines the model (data, model, its shape, the MLP's activation) on which
+// a and b differ, with both values; NULL when they agree.
+const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
+                                  size_t size);
+
 OptimizerConfig config_optimizer(const Config *c);
 // The estimator auto resolves to: cv for perturb = weight, mix for activity.
 int config_estimator(const Config *c);

@@ -74,8 +74,27 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
     if (p->need.ref) st->buffers[st->n_buffers++] = "estimator/reference";
 }
 
+// A checkpoint of another model is refused by the key that differs, before any tensor is read:
+// shapes alone miss some (an MLP's activation), and a run must never go on silently changed.
+static int check_same_model(const Config *now, Storage *io, const char *path, FgError *err) {
+    char *text = NULL, stored_value[512], now_value[512];
+    int rc = io->load_config(io, path, &text, err);
+    Config stored;
+    config_defaults(&stored);
+    if (!rc) rc = config_load_text(&stored, text, path, err);
+    free(text);
+    const char *key = rc ? NULL : config_model_mismatch(&stored, now, stored_value, now_value,
+                                                        sizeof stored_value);
+    if (key)
+        rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s is of another model: it has %s = %s, the "
+                     "config %s = %s", path, key, stored_value, key, now_value);
+    return rc;
+}
+
 int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
                     FgError *err) {
+    int rc = check_same_model(p->cfg, io, path, err);
+    if (rc) return rc;
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = path, sc.total = total;
@@ -83,6 +102,8 @@ int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layou
 }
 
 int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err) {
+    int rc = check_same_model(p->cfg, io, path, err);
+    if (rc) return rc;
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = path, sc.weights_only = 1, sc.st.n_buffers = 1;  // "params"

@@ -78,8 +78,8 @@ echo "not a checkpoint" >"$dir/text.h5"
 refuse "truncated file refused" "truncated" "$dir/truncated.h5" mode=bp schedule=1f1b
 refuse "non-HDF5 file refused" "not an HDF5 file" "$dir/text.h5" mode=bp schedule=1f1b
 refuse "missing file refused" "No such file" "$dir/nothing.h5" mode=bp schedule=1f1b
-refuse "wrong shape refused" "has shape [32, 64], the model wants [33, 64]" "$ckpt" mode=bp schedule=1f1b model=784-64-33-16-10
-refuse "missing layer refused" "has no params/fc5/weight" "$ckpt" mode=bp schedule=1f1b model=784-64-32-16-10-10
+refuse "another model refused" "it has model = 784-64-32-16-10, the config model = 784-64-33-16-10" "$ckpt" mode=bp schedule=1f1b model=784-64-33-16-10
+refuse "another depth refused" "the config model = 784-64-32-16-10-10" "$ckpt" mode=bp schedule=1f1b model=784-64-32-16-10-10
 refuse "other seed refused" "seed" "$ckpt" mode=bp schedule=1f1b seed=2
 
 finish

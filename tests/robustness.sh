@@ -54,6 +54,31 @@ why="$why$(expect_exit2 spoiled "NaN or Inf")"
 [ -f "$dir/spoiled/checkpoint.h5" ] && why="$why; a checkpoint was written: $(all_finite "$dir/spoiled/checkpoint.h5")"
 verdict "non-finite weights are never published as a checkpoint" "${why#; }"
 
+# A checkpoint of another model, or with tensors of another type, is refused by name (#7).
+train base --set mode=bp --set optimizer=sgd --set steps=4
+train other_activation --set mode=bp --set optimizer=sgd --set steps=8 --set activation=gelu \
+  --resume "$dir/base/checkpoint.h5"
+verdict "--resume of a relu model into a gelu config is refused" \
+  "$(expect_exit2 other_activation "it has activation = relu, the config activation = gelu")"
+cp "$dir/base/checkpoint.h5" "$dir/ints.h5"
+cp "$dir/base/checkpoint.h5" "$dir/missing.h5"
+why=$(py_check "$dir/ints.h5" "$dir/missing.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    w = f["params/fc1/bias"][()]
+    del f["params/fc1/bias"]
+    f["params/fc1/bias"] = np.round(w * 1000).astype(np.int32)
+with h5py.File(sys.argv[2], "r+") as f:
+    del f["params/fc2/weight"]
+PY
+)
+train int_tensor --set mode=bp --set optimizer=sgd --set steps=8 --resume "$dir/ints.h5"
+verdict "a checkpoint tensor of int32 is refused" \
+  "$why$(expect_exit2 int_tensor "params/fc1/bias holds 4-byte integers")"
+train missing_tensor --set mode=bp --set optimizer=sgd --set steps=8 --resume "$dir/missing.h5"
+verdict "a checkpoint without a tensor is refused" \
+  "$why$(expect_exit2 missing_tensor "has no params/fc2/weight")"
+
 # SIGKILL mid-run: every step before the checkpoint's is in loss.csv; the resume fills the rest.
 train straight --set steps=300
 "$fgpipe" train --config "$config" "${small[@]}" --set steps=300 --checkpoint-every 7 \
