@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 typedef struct {
@@ -74,6 +75,19 @@ static const char *shape_str(int rank, const hsize_t *dims, char *buf, size_t si
     return buf;
 }
 
+const char *hdf5io_space_note(const char *path, char *buf, size_t size) {
+    char *copy = strdup(path);
+    struct statvfs fs;
+    if (statvfs(dirname(copy), &fs) == 0)
+        snprintf(buf, size, " (its file system has %.1f MiB free%s)",
+                 (double)fs.f_bavail * (double)fs.f_frsize / 1048576.0,
+                 fs.f_bavail * fs.f_frsize < (1u << 20) ? ": disk full" : "");
+    else
+        snprintf(buf, size, "%s", "");
+    free(copy);
+    return buf;
+}
+
 static int tensor_rank(const TensorView *tv, hsize_t dims[2]) {
     dims[0] = (hsize_t)tv->rows;
     dims[1] = (hsize_t)tv->cols;
@@ -101,10 +115,11 @@ static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError
             herr_t h = ts->load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
                                 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
             if (h < 0) {
-                char name[256];
+                char name[256], note[96];
                 dataset_name(ts->st->buffers[b], tv, name, sizeof name);
                 return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s %s failed%s", ts->path,
-                               ts->load ? "reading" : "writing", name, ts->load ? " (truncated file?)" : "");
+                               ts->load ? "reading" : "writing", name,
+                               ts->load ? " (truncated file?)" : hdf5io_space_note(ts->path, note, sizeof note));
             }
         }
     return FG_OK;
@@ -173,8 +188,10 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     Tensors ts = tensors_new(st, path, 0);
     int rc = FG_OK;
-    for (int b = 0; b < st->n_buffers && !rc; b++)
-        for (int t = 0; t < m->n_tensors && !rc; t++) {
+    // Every rank makes every collective call, failed or not: a rank that stopped early would
+    // leave the others waiting in a collective for ever (a full disk hung the job that way).
+    for (int b = 0; b < st->n_buffers; b++)
+        for (int t = 0; t < m->n_tensors; t++) {
             const TensorView *tv = &m->tensors[t];
             char name[256];
             dataset_name(st->buffers[b], tv, name, sizeof name);
@@ -182,7 +199,10 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
             hid_t sp = H5Screate_simple(tensor_rank(tv, dims), dims, NULL);
             hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, sp, lcpl, dcpl, H5P_DEFAULT);
             H5Sclose(sp);
-            if (d < 0) rc = fg_fail(err, FG_ERR_INPUT, "creating dataset %s failed", name);
+            char note[96];
+            if (d < 0 && !rc)
+                rc = fg_fail(err, FG_ERR_INPUT, "creating dataset %s failed%s", name,
+                             hdf5io_space_note(path, note, sizeof note));
             else if (own_tensor(st, tv)) ts.dsets[b * m->n_tensors + t] = d;
             else H5Dclose(d);
         }
@@ -224,8 +244,10 @@ static int h5_save(Storage *io, const CheckpointState *st, const char *path, FgE
         // Data on disk first, then the name: a crash at any point leaves the old file whole.
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", path);
-        if (fsync_path(tmp) || rename(tmp, path) || fsync_path(dirname(dir)))
+        if (fsync_path(tmp) || rename(tmp, path) || fsync_path(dirname(dir))) {
             rc = fg_fail(err, FG_ERR_INPUT, "publishing checkpoint %s: %s", path, strerror(errno));
+            unlink(tmp);  // the old file, if any, is whole; the new one never became it
+        }
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, c->comm);
     if (rc && c->rank != 0) fg_fail(err, rc, "checkpoint %s: rank 0 could not publish it", path);

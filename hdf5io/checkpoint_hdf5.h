@@ -11,6 +11,10 @@
 Storage checkpoint_hdf5(MPI_Comm comm);
 void checkpoint_hdf5_free(Storage *io);
 
+// " (its file system has N MiB free[: disk full])" for the message of a failed write of path
+// into buf: HDF5's errors do not carry errno, and a full disk is the usual cause.
+const char *hdf5io_space_note(const char *path, char *buf, size_t size);
+
 // The step log (hdf5io/log_hdf5.c): Storage.open_log.
 int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
 

@@ -17,6 +17,7 @@ typedef struct {
     hid_t file, data[N_QUANTITIES], busy, bubble_used;
     hsize_t n;
     int stages;
+    char *path;  // for messages
 } LogCtx;
 
 static hid_t extendible(hid_t parent, const char *name, hid_t type, int rank, const hsize_t *inner) {
@@ -57,13 +58,17 @@ static int log_append(StepLog *log, const StepRecord *r, FgError *err) {
     bad |= append_row(c->bubble_used, c->n, 2, inner, H5T_NATIVE_DOUBLE, r->bubble_used_stage);
     c->n++;
     if (!bad && c->n % FLUSH_EVERY == 0) bad = H5Fflush(c->file, H5F_SCOPE_GLOBAL) < 0;
-    return bad ? fg_fail(err, FG_ERR_INPUT, "writing step %ld to the log failed", r->step) : FG_OK;
+    char note[96];
+    return bad ? fg_fail(err, FG_ERR_INPUT, "writing step %ld to the log %s failed%s", r->step,
+                         c->path, hdf5io_space_note(c->path, note, sizeof note))
+               : FG_OK;
 }
 
 static int log_flush(StepLog *log, FgError *err) {
     LogCtx *c = log->ctx;
     if (c && H5Fflush(c->file, H5F_SCOPE_GLOBAL) < 0)
-        return fg_fail(err, FG_ERR_INPUT, "flushing the log after step %lld failed", (long long)c->n);
+        return fg_fail(err, FG_ERR_INPUT, "flushing the log %s after step %lld failed", c->path,
+                       (long long)c->n);
     return FG_OK;
 }
 
@@ -73,7 +78,11 @@ static int log_close(StepLog *log, FgError *err) {
     for (int i = 0; i < N_QUANTITIES; i++) H5Dclose(c->data[i]);
     H5Dclose(c->busy);
     H5Dclose(c->bubble_used);
-    int rc = H5Fclose(c->file) < 0 ? fg_fail(err, FG_ERR_INPUT, "closing the log failed") : FG_OK;
+    char note[96];
+    int rc = H5Fclose(c->file) < 0 ? fg_fail(err, FG_ERR_INPUT, "closing the log %s failed%s", c->path,
+                                             hdf5io_space_note(c->path, note, sizeof note))
+                                   : FG_OK;
+    free(c->path);
     free(c);
     log->ctx = NULL;
     return rc;
@@ -134,6 +143,7 @@ int log_hdf5_open(Storage *io, const char *path, const LogInfo *info, StepLog *o
     LogCtx *c = calloc(1, sizeof *c);
     c->file = f;
     c->stages = info->stages;
+    c->path = strdup(path);
     attr_i64(f, "schema_version", SCHEMA_VERSION);
     attr_str(f, "mode", info->mode);
     attr_str(f, "estimator", info->estimator);

@@ -371,9 +371,7 @@ static int finish_run(Run *r, FgError *err) {
     const char *ckpt = r->env->storage ? r->out.checkpoint_path : NULL;
     int rc;
     if ((rc = pipeline_apply_pending(&r->p, err))) return rc;
-    if (ckpt && !r->res->stopped &&
-        (rc = save_checkpoint(&r->p, r->env->storage, ckpt, r->res->layout, r->total, err)))
-        return rc;
+    if (ckpt && !r->res->stopped && (rc = checkpoint_and_flush(r, ckpt, r->total, err))) return rc;
     if ((rc = check_replicas_agree(&r->p, err))) return rc;
     if (t->replica == 0 &&
         (rc = pipeline_evaluate(&r->p, &r->test, &r->res->test_loss, &r->res->test_acc, err)))

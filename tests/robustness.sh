@@ -101,4 +101,47 @@ cmp -s <(cut -d, -f1-2 "$dir/straight/loss.csv") <(cut -d, -f1-2 "$dir/killed/lo
   why="$why; loss.csv after the resume differs from the uninterrupted run's"
 verdict "after SIGKILL and --resume, loss.csv has every step once, as an uninterrupted run" "${why#; }"
 
+# A full disk (a 2 MiB tmpfs; needs root): two ranks agree on the failed checkpoint, exit 2
+# naming the full disk within the timeout (no hang), keep the last checkpoint and leave no
+# .tmp; a --log that fills the disk ends the same way, and stays readable (#1, #8, #12).
+full=$dir/full
+mkdir -p "$full"
+if [ "$(id -u)" -ne 0 ] || ! mount -t tmpfs -o size=2M tmpfs "$full" 2>/dev/null; then
+  echo "SKIP full-disk cases: mounting a tmpfs needs root (uid $(id -u)); not counted as passed"
+else
+  trap 'umount "$full" 2>/dev/null; rm -rf "$dir"' EXIT
+  two=(mpirun --oversubscribe -np 2 --bind-to none timeout 60 "$fgpipe" train --config "$config"
+       "${small[@]}" --set stages=2 --set model=784-96-32-10)
+  "${two[@]}" --set steps=4 --out "$full/o" >"$dir/full1.log" 2>&1
+  free_kib=$(df --output=avail -k "$full" | tail -n 1)
+  dd if=/dev/zero of="$full/filler" bs=1k count=$((free_kib - 64)) 2>/dev/null
+  "${two[@]}" --set steps=8 --resume "$full/o" --out "$full/o" >"$dir/full2.log" 2>&1
+  rc=$?
+  why=""
+  [ "$rc" -eq 2 ] && grep -q "disk full" "$dir/full2.log" || why="exit $rc, $(grep -m1 error "$dir/full2.log")"
+  ls "$full/o"/*.tmp >/dev/null 2>&1 && why="$why; a .tmp was left"
+  step=$(py_check "$full/o/checkpoint.h5" <<'PY'
+import sys, h5py
+print(h5py.File(sys.argv[1], "r").attrs["step"])
+PY
+)
+  [ "$step" = 4 ] || why="$why; the last checkpoint: $step"
+  verdict "a checkpoint that does not fit the disk: exit 2 on 2 ranks, the last one kept" "${why#; }"
+  rm -f "$full/filler" "$full/o/checkpoint.h5"
+  free_kib=$(df --output=avail -k "$full" | tail -n 1)
+  dd if=/dev/zero of="$full/filler" bs=1k count=$((free_kib - 128)) 2>/dev/null
+  "${two[@]}" --set steps=3000 --no-checkpoint --log "$full/log.h5" >"$dir/full3.log" 2>&1
+  rc=$?
+  why=""
+  [ "$rc" -eq 2 ] && grep -q "log $full/log.h5 failed.*disk full" "$dir/full3.log" ||
+    why="exit $rc, $(grep -m1 error "$dir/full3.log")"
+  why="$why$(py_check "$full/log.h5" <<'PY'
+import sys, h5py
+n = len(h5py.File(sys.argv[1], "r")["steps/loss"])
+if n == 0: print("; the log has no rows")
+PY
+)"
+  verdict "a --log that fills the disk: exit 2 naming it, the log readable" "${why#; }"
+fi
+
 finish
