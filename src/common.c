@@ -63,3 +63,14 @@ double fg_median(double *v, size_t n) {
     qsort(v, n, sizeof *v, compare_doubles);
     return v[n / 2];
 }
+
+double fg_available_memory_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0.0;
+    char line[256];
+    double kib = 0.0;
+    while (fgets(line, sizeof line, f))  // lines are short and fixed-format
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024.0;
+}

@@ -23,6 +23,10 @@ float *fg_alloc_floats(size_t n);
 void *fg_alloc_bytes(size_t n);
 void fg_free(void *p);
 
+// The memory the kernel says a new process can use without swapping (MemAvailable), in bytes;
+// 0 when unknown.
+double fg_available_memory_bytes(void);
+
 // a . b over n floats, accumulated in double in eight running sums added in a fixed order: the
 // same bits every call, without one chain of dependent adds (latency-bound).
 double fg_dot_f64(const float *a, const float *b, size_t n);

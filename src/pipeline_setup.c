@@ -26,6 +26,17 @@ static double lane_bytes(const Pipeline *p, int group) {
     return ((double)group * per_lane + (double)(group + 1) * p->inbox_stride) * sizeof(float);
 }
 
+// A resident stage that cannot fit this machine is refused before it allocates: an allocation
+// that fails aborts, after a long time on a machine that overcommits.
+static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err) {
+    double available = fg_available_memory_bytes();
+    if (p->cfg->device != DEVICE_CPU || available <= 0 || in_memory <= available) return FG_OK;
+    return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.2f GiB (weights, optimizer state, "
+                   "activations), this machine has %.2f GiB available: use more stages, or "
+                   "mem_budget and weights_dir to stream its layers from flash", p->tr->stage,
+                   in_memory / 1073741824.0, available / 1073741824.0);
+}
+
 // Resident when everything fits mem_budget (or there is none), else streamed from weights_dir.
 static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     const Config *c = p->cfg;
@@ -47,6 +58,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
                        "have no layer store to resume from (resume them from a checkpoint)",
                        p->tr->stages - p->n_streamed, p->tr->stages);
+    if (!streams_here && (rc = check_fits_machine(p, in_memory, err))) return rc;
     if (!streams_here)
         return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     if (!streams || !streams->open)

@@ -46,6 +46,9 @@ expect 2 "--summary-json and --trace name the same file" train --config "$config
 expect 2 "--trace /nonexistent/t.json: /nonexistent is not a directory" train --config "$config" --trace /nonexistent/t.json
 verdict "the resumed checkpoint is untouched by a refused --log" \
   "$(cmp "$dir/before.h5" "$dir/run/checkpoint.h5" 2>&1)"
+# A model that cannot fit this machine is refused before it allocates (issue 19 #9): 800 GB.
+expect 2 "this machine has" train --config "$config" --set model=784-200000-200000-10 --set steps=1 \
+  --no-checkpoint
 expect 2 "usage" bogus-command
 expect 0 "config keys" --help
 
