@@ -261,9 +261,6 @@ int config_validate(const Config *c, FgError *err) {
     if (gpt && c->device == DEVICE_CUDA)
         return fg_fail(err, FG_ERR_INPUT, "model = gpt runs on device = cpu for now (its CUDA "
                        "kernels are issue 18)");
-    if (gpt && c->mem_budget > 0)
-        return fg_fail(err, FG_ERR_INPUT, "model = gpt keeps its stages in memory for now "
-                       "(mem_budget = 0): its tied embedding is summed across stages in memory");
     if (gpt && c->tangent_rank > 0)
         return fg_fail(err, FG_ERR_INPUT, "model = gpt: tangent_rank applies to the MLP's linear "
                        "layers for now (full weight tangents or perturb = activity on the GPT)");

@@ -61,6 +61,11 @@ struct LayerSource {
     // accumulator; between B waves (once finish_layer_gradient has kept each layer's) the
     // engine forms updates in it.
     float *layer_buffer;
+    // Streamed only: the op-U gradient (bp) or estimate (fg, fg+bp) of each copy of a tied
+    // embedding the stage holds ([0]: model tied_first's, [1]: tied_last's; NULL: none here).
+    // The copies are summed in op U, so their gradients stay in memory from the wave that
+    // makes them to the update (docs/gpt.md).
+    float *tied_grad[2];
     // Starts reading a layer that will be acquired soon (no-op when resident).
     int (*prefetch)(LayerSource *s, int layer, unsigned parts, FgError *err);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.

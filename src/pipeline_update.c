@@ -60,9 +60,32 @@ static void sum_layer_rows(const double *rows, int n_layers, int width, double *
         for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
 }
 
+// A streamed stage's memory for the op-U gradient of a copy of the tied embedding
+// (LayerSource.tied_grad), or NULL: not a tied layer, resident, or not on this stage.
+static float *tied_buffer(const Pipeline *p, int l) {
+    const Model *m = p->model;
+    if (m->tied_first < 0) return NULL;
+    return l == m->tied_first ? p->src.tied_grad[0] : l == m->tied_last ? p->src.tied_grad[1] : NULL;
+}
+
 static float *update_of_layer(Pipeline *p, int l) {
+    float *tied = tied_buffer(p, l);
+    if (tied) return tied;
     if (p->src.streamed) return p->update;
     return p->update + (p->model->layers[l].param_offset - p->stage.param_base);
+}
+
+// Whether layer l's estimate is in update_of_layer already: a resident stage's once op U formed
+// them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
+// summed) in op U.
+static int estimate_formed(const Pipeline *p, int l) {
+    return p->pending.formed || tied_buffer(p, l);
+}
+
+// Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
+static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
+    float *tied = tied_buffer(p, l);
+    return tied ? tied : p->pending.tangents ? update_of_layer(p, l) : s->kept;
 }
 
 // A frozen layer (config freeze) takes steps of size 0: its weights stay bit for bit, and its
@@ -103,7 +126,10 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     if (p->tr->replica == 0 && needs_grad_norms(p))
         p->scalars[scalars_grad_norms(p) + l] =
             (double)p->c_scale * p->c_scale * be->dot(be, s->kept, s->kept, n);
-    if (updates_in_backward(p)) {  // bp without clipping: nothing global to wait for
+    // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
+    float *tied = p->K ? NULL : tied_buffer(p, l);
+    if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
+    if (updates_in_backward(p) && !tied) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, layer_lr(p, l, lr_at(&oc, step, total)), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
@@ -137,14 +163,16 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                              all_microbatches(p), u->coeff, upd);
 }
 
-// Every layer's estimate formed at once (a resident stage): under activity perturbation so that
-// replicas (each with the layer inputs of its own micro-batches) can sum them, and for a tied
-// embedding so that its copies can be summed before either is applied.
+// The estimates formed in op U: every layer's on a resident stage, under activity perturbation
+// so that replicas (each with the layer inputs of its own micro-batches) can sum them, and for a
+// tied embedding so that its copies can be summed before either is applied; a streamed stage's
+// tied copies alone (its other layers form theirs as they apply them).
 static int form_all_estimates(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // The weights' part holds the reference (mix).
     unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+        if (p->src.streamed && !tied_buffer(p, l)) continue;
         LayerSlot s;
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         form_estimate(p, l, &s, update_of_layer(p, l));
@@ -153,7 +181,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     if (!rc && perturbs_activity(p) && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
-    p->pending.formed = 1;
+    p->pending.formed = !p->src.streamed;
     return rc;
 }
 
@@ -161,27 +189,25 @@ static int holds_layer(const Pipeline *p, int l) {
     return l >= p->stage.first && l < p->stage.last;
 }
 
-// Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
-static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
-    return p->pending.tangents ? update_of_layer(p, l) : s->kept;
-}
-
 // The GPT's tied token embedding (docs/gpt.md): wte, the first vocab x C floats of the
 // embedding layer (first stage), and lm_head.weight (last stage) are two copies that start
 // equal. Each gets the sum of both gradients or estimates, so they stay equal bit for bit
-// (a + b == b + a), whether one stage holds both or the end stages swap theirs.
+// (a + b == b + a), whether one stage holds both or the end stages swap theirs. A resident
+// stage sums them in its gradient or update buffer, a streamed one in LayerSource.tied_grad.
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int first = m->tied_first, last = m->tied_last, rc;
     if (first < 0 || !(holds_layer(p, first) || holds_layer(p, last))) return FG_OK;
     size_t n = m->layers[last].param_count;
     int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
+    // bp's gradient of a resident stage is in the step part; tied_grad needs no layer read.
+    unsigned parts = tied_buffer(p, mine) ? 0 : LAYER_STEP;
     LayerSlot a, b;
-    if ((rc = acquire_layer(p, mine, 1, LAYER_STEP, &a, err))) return rc;
-    if (both && !(rc = acquire_layer(p, last, 1, LAYER_STEP, &b, err))) {
+    if ((rc = acquire_layer(p, mine, 1, parts, &a, err))) return rc;
+    if (both && !(rc = acquire_layer(p, last, 1, parts, &b, err))) {
         float *x = gradient_of_layer(p, first, &a), *y = gradient_of_layer(p, last, &b);
         for (size_t i = 0; i < n; i++) x[i] = y[i] = x[i] + y[i];
-        rc = release_layer(p, last, LAYER_STEP, LAYER_STEP, err);
+        rc = release_layer(p, last, parts, parts, err);
     } else if (!both) {
         float *x = gradient_of_layer(p, mine, &a), *theirs = fg_alloc_floats(n);
         int other = mine == first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
@@ -190,20 +216,31 @@ static int tie_copies(Pipeline *p, FgError *err) {
             for (size_t i = 0; i < n; i++) x[i] += theirs[i];
         fg_free(theirs);
     }
-    int rc2 = release_layer(p, mine, LAYER_STEP, LAYER_STEP, err);
+    int rc2 = release_layer(p, mine, parts, parts, err);
     return rc ? rc : rc2;
+}
+
+// bp's tied copies are summed as soon as the gradients are complete, before op U's flush: a
+// streamed stage that steps its layers in the backward wave (updates_in_backward) steps the
+// copies, which waited for the sum, here, in the version that wave wrote.
+static int tie_gradients(Pipeline *p, FgError *err) {
+    const Model *m = p->model;
+    int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
+    for (int i = 0; i < 2 && !rc && updates_in_backward(p); i++) {
+        if (!tied_buffer(p, tied[i])) continue;
+        LayerSlot s;
+        if ((rc = acquire_layer(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
+        rc = release_layer(p, tied[i], LAYER_WEIGHTS, apply_update(p, tied[i], &s), err);
+    }
+    return rc;
 }
 
 unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     const PendingUpdate *u = &p->pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
-    const float *g = s->kept;  // bp: the gradient
-    if (u->tangents) {
-        float *upd = update_of_layer(p, l);
-        if (!u->formed) form_estimate(p, l, s, upd);
-        g = upd;
-    }
+    float *g = gradient_of_layer(p, l, s);
+    if (u->tangents && !estimate_formed(p, l)) form_estimate(p, l, s, g);
     unsigned dirty = LAYER_WEIGHTS;
     for (int j = p->lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
@@ -287,12 +324,13 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
-        if (!p->pending.formed) form_estimate(p, l, &s, upd);
+        if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
         row[ROW_G2] = be->dot(be, upd, upd, n);
         if (have_c) row[ROW_GC] = p->c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
-            // A streamed stage forms g again when it applies it: f may take its buffer.
-            float *f = p->src.streamed ? upd : p->scratch;
+            // A streamed stage forms g again when it applies it: f may take its buffer (also
+            // when g, of a tied copy, is in tied_grad).
+            float *f = p->src.streamed ? p->update : p->scratch;
             be->zero(be, f, n * sizeof(float));
             stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->pending.step, 0, l),
                                      all_microbatches(p), fcoeff, f);
@@ -373,22 +411,24 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     int fresh = p->weight_lanes > 0;
     int finish = fresh ? !p->src.streamed : have_c;
     if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
+    OptimizerConfig oc = config_optimizer(c);
+    PendingUpdate *u = &p->pending;
+    *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
+                         .clip = 1.0f, .coeff = u->coeff};
+    if (!K && (rc = tie_gradients(p, err))) return rc;
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
     double c2, sums[ROW_WIDTH] = {0};  // c2: |c|^2, or bp's |grad|^2
     sum_layer_rows(p->scalars + scalars_grad_norms(p), L, 1, &c2);
-    OptimizerConfig oc = config_optimizer(c);
-    PendingUpdate *u = &p->pending;
-    *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
-                         .clip = 1.0f, .coeff = u->coeff};
     int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
     float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
     if (K) plan_estimate(p, use_cv, guided, d, rdots);
+    // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (K && (perturbs_activity(p) || tied) && !p->src.streamed) rc = form_all_estimates(p, err);
-    if (!rc && tied) rc = tie_copies(p, err);
+    if (K && (tied || (perturbs_activity(p) && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (!rc && K && tied) rc = tie_copies(p, err);
     if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);

@@ -141,6 +141,7 @@ static int streamed_close(LayerSource *s, FgError *err) {
         if (!rc) rc = rc2;
     }
     st->be->free(st->be, st->grad);
+    for (int i = 0; i < 2; i++) st->be->free(st->be, s->tied_grad[i]);
     st->be->free(st->be, st->dev_weights);
     st->be->free(st->be, st->dev_step);
     free(st);
@@ -187,12 +188,15 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                           Transport *t, const LayerStreams *ls, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err) {
     LayerNeeds need = layer_needs(c);
-    size_t largest = 0;
+    size_t largest = 0, tied[2] = {0, 0};
     int param_layers = 0;
     for (int l = first; l < last; l++) {
         largest = FG_MAX(largest, m->layers[l].param_count);
         param_layers += m->layers[l].param_count > 0;
+        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
+        if (l == m->tied_first || l == m->tied_last) tied[l == m->tied_last] = m->layers[l].param_count;
     }
+    work_bytes += (double)(tied[0] + tied[1]) * sizeof(float);
     int n_weights = 1 + need.opt_buffers + need.ref, n_step = need.keep_grad + need.prev;
     size_t slot = (size_t)n_weights * page_round(largest * sizeof(float));
     size_t step_slot = (size_t)n_step * page_round(largest * sizeof(float));
@@ -234,6 +238,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
         rc = ls->open(ls->arg, &ss, &st->step, err);
     }
     if (!rc && (need.grad || c->mode != MODE_BP)) out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
+    for (int i = 0; i < 2 && !rc; i++)
+        if (tied[i]) out->tied_grad[i] = backend_alloc_floats(be, tied[i]);
     st->largest = largest;
     if (!rc && be->on_device) {
         st->dev_weights = backend_alloc_floats(be, (size_t)n_weights * largest);
