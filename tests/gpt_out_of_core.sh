@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPT out of core (docs/gpt.md, docs/out-of-core.md): a stage that streams its layers from a
+# layer store through two slots trains byte for byte like the same stage in memory (losses,
+# final parameters and the HDF5 checkpoint) in bp, bp with clipping, fg (weight and activity
+# perturbation) and fg+bp on 1 and 2 stages, so the tied embedding's copies are summed as in
+# memory; a fine-tune (--init-from, freeze) of a streaming GPT equals the in-memory fine-tune
+# and keeps its frozen tensors.
+#
+# usage: gpt_out_of_core.sh FGPIPE CONFIG   (CONFIG: the GPT config, launch/configs/gpt-kjv.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+root=$(dirname "$config")/../..
+cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+C=64 V=256 T=16
+# One sample per micro-batch and n_embd 64 (the weights grow as its square, the activations
+# linearly): the weights, not the activations, are what does not fit, on 1 and on 2 stages.
+base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=$C --set n_head=2 --set ctx=$T
+      --set micro_batch=1 --set micro_batches=2 --set steps=10 --set warmup_steps=0
+      --set eval_every=0 --set print_every=1000000)
+
+run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memory) into NAME/, NAME.bin
+  local name=$1 M=$2 budget=$3; shift 3
+  local sets=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
+  [ "$budget" != - ] && extra+=(--mem-budget "$budget" --weights-dir "$dir/$name.w") && mkdir -p "$dir/$name.w"
+  local mpi=()  # one stage: a singleton, quicker to start (and to fail) than under mpirun
+  [ "$M" -gt 1 ] && mpi=(mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
+  timeout 120 "${mpi[@]}" "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" "${extra[@]}" \
+    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
+}
+
+# The smallest budget that streams every stage of the run through two slots: what the refusal
+# of a 1-byte budget names (the largest over the stages).
+two_slots() {  # two_slots M KEY=VALUE...
+  local M=$1; shift
+  run probe "$M" 1 "$@"
+  grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | sort -n | tail -n 1
+}
+
+differ() {  # differ A B: what differs between runs A and B (step,loss,lr; params; checkpoint)
+  cmp -s <(cut -d, -f1-3 "$dir/$1/loss.csv") <(cut -d, -f1-3 "$dir/$2/loss.csv") || echo "losses differ"
+  cmp -s "$dir/$1.bin" "$dir/$2.bin" || echo "params differ ($(cmp -l "$dir/$1.bin" "$dir/$2.bin" | wc -l) bytes)"
+  h5diff -q "$dir/$1/checkpoint.h5" "$dir/$2/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$dir/$1/checkpoint.h5" "$dir/$2/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    echo "checkpoints differ"
+}
+
+compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) against two slots (NAME-ooc)
+  local name=$1 M=$2; shift 2
+  local budget why=""
+  budget=$(two_slots "$M" "$@")
+  run "$name-mem" "$M" - "$@"; local rc_mem=$?
+  run "$name-ooc" "$M" "${budget:-1}" "$@"; local rc_ooc=$?
+  local streams slots
+  streams=$(grep -c "streams its layers" "$dir/$name-ooc.log")
+  if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
+  elif [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
+    why="exit $rc_mem / $rc_ooc: $(grep -h -m1 error "$dir/$name-mem.log" "$dir/$name-ooc.log" | head -n 1)"
+  elif [ "$streams" -ne "$M" ]; then why="$streams of $M stages streamed their layers"
+  elif ! grep -q "through 2 slots" "$dir/$name-ooc.log"; then why="no stage ran with only 2 slots"
+  else why=$(differ "$name-mem" "$name-ooc" | tr '\n' ' '); fi
+  verdict "$name ($*): out of core (two slots, $budget bytes) equals in memory, bitwise" "$why"
+}
+
+cases=(
+  "bp|mode=bp"
+  "bp-clip|mode=bp clip_norm=0.05"
+  "fg|mode=fg optimizer=sgd lr=0.0001"
+  "fg-activity|mode=fg perturb=activity tangents=2"
+  "fgbp-cv-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
+  "fgbp-mix-activity|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=1"
+)
+for c in "${cases[@]}"; do
+  name=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  for M in 1 2; do compare "$name-M$M" "$M" "${sets[@]}"; done
+done
+
+# The tied copies stay equal out of core: wte is the first V x C floats of the parameters,
+# lm_head.weight the last.
+bytes=$((V * C * 4))
+for name in bp-M1-ooc fg-activity-M2-ooc fgbp-cv-lag1-M2-ooc; do
+  cmp -s <(head -c $bytes "$dir/$name.bin") <(tail -c $bytes "$dir/$name.bin") &&
+    verdict "$name: wte and lm_head.weight equal" "" ||
+    verdict "$name: wte and lm_head.weight equal" "they differ (or no params: $(grep -m1 error "$dir/$name.log"))"
+done
+
+# A fine-tune of a streaming GPT: --init-from a trained checkpoint (another seed, fresh
+# optimizer state) with the embedding frozen equals the in-memory fine-tune, and wte, wpe (the
+# first (V + T) x C floats) and the tied head (the last V x C) stay bit for bit.
+tune=(mode=fg perturb=activity seed=9 freeze=embedding -- --init-from "$dir/bp-M1-mem/checkpoint.h5")
+compare finetune 2 "${tune[@]}"
+emb=$(((V + T) * C * 4))
+if cmp -s <(head -c $emb "$dir/bp-M1-mem.bin") <(head -c $emb "$dir/finetune-ooc.bin") &&
+   cmp -s <(tail -c $bytes "$dir/bp-M1-mem.bin") <(tail -c $bytes "$dir/finetune-ooc.bin") &&
+   ! cmp -s "$dir/bp-M1-mem.bin" "$dir/finetune-ooc.bin" && grep -q "weights from" "$dir/finetune-ooc.log"; then
+  verdict "finetune out of core: frozen copies unchanged, the rest trained" ""
+else
+  verdict "finetune out of core: frozen copies unchanged, the rest trained" "$(grep -m1 -E 'error|weights from' "$dir/finetune-ooc.log")"
+fi
+
+finish
