@@ -29,8 +29,8 @@ run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memo
     --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
 }
 
-# The smallest budget that streams every stage of the run through two slots: what the refusal
-# of a 1-byte budget names (the largest over the stages).
+# The smallest budget that gives every stage of the run two slots (the largest stage exactly
+# two): what the refusal of a 1-byte budget names, the largest over the stages.
 two_slots() {  # two_slots M KEY=VALUE...
   local M=$1; shift
   run probe "$M" 1 "$@"
@@ -51,7 +51,7 @@ compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) again
   budget=$(two_slots "$M" "$@")
   run "$name-mem" "$M" - "$@"; local rc_mem=$?
   run "$name-ooc" "$M" "${budget:-1}" "$@"; local rc_ooc=$?
-  local streams slots
+  local streams
   streams=$(grep -c "streams its layers" "$dir/$name-ooc.log")
   if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
   elif [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
