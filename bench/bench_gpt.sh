@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPT benchmark: the default byte-level GPT (docs/gpt.md, launch/configs/gpt-kjv.conf: 4 x 128,
 # ctx 128, steps of 16 sequences) on the KJV corpus, trained for STEPS steps in each mode with
-# the same data: bp, fg with weight and activity perturbation on 1 rank, fg+bp on 4 stages.
+# the same data: bp, fg with weight (full and low-rank) and activity perturbation on 1 rank,
+# fg+bp on 4 stages.
 # Prints one table: tokens/s, peak RSS of the largest rank, final train loss, validation loss
 # (nats and bits per byte) and next-byte accuracy over the whole validation split. Each row's
 # options are on top of the config, so a row can be rerun by hand. The row "torch bp" is the
@@ -21,6 +22,8 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 rows=(
   "bp|1|mode=bp"
   "fg weight K=1|1|mode=fg perturb=weight lr=0.0001"
+  "fg weight low-rank r=1|1|mode=fg perturb=weight tangent_rank=1 lr=0.0001"
+  "fg weight low-rank r=8|1|mode=fg perturb=weight tangent_rank=8 lr=0.0001"
   "fg activity K=1|1|mode=fg perturb=activity lr=0.0003"
   "fg+bp activity mix shrink=0|4|mode=fg+bp perturb=activity estimator=mix shrink=0"
   "fg+bp weight cv|4|mode=fg+bp perturb=weight estimator=cv lr=0.0001"

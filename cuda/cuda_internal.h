@@ -58,7 +58,7 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
 void cuda_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                    const float *dy, float *dx, float *dp, int B);
 void cuda_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                 const float *A, const float *B, float beta, float *C);
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 // loss_cuda.cu
 float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                         int C, int *correct);

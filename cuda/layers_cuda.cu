@@ -163,9 +163,9 @@ void cuda_backward(const Backend *be, const Layer *L, const float *p, const floa
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B and A swap places.
 void cuda_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                 const float *A, const float *B, float beta, float *C) {
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cublas_check(be, cublasSgemm(cuda_ctx(be)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B,
-                                 trans_b ? k : n, A, trans_a ? m : k, &beta, C, n),
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb, A,
+                                 lda, &beta, C, ldc),
                  "matmul: cublasSgemm");
 }

@@ -37,9 +37,11 @@ struct Backend {
     double (*dot)(const Backend *be, const float *a, const float *b, size_t n);
 
     // C [m, n] = alpha op(A) op(B) + beta C, row-major, with op(A) [m, k] (A stored [k, m] when
-    // trans_a) and op(B) [k, n] (B stored [n, k] when trans_b): low-rank tangents' GEMMs.
+    // trans_a) and op(B) [k, n] (B stored [n, k] when trans_b); lda, ldb, ldc: floats between
+    // the stored rows (a token's branch inside a wider row): low-rank tangents' GEMMs.
     void (*matmul)(const Backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                   const float *A, const float *B, float beta, float *C);
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                   int ldc);
 
     // Layers: the LayerOps of layer.h, on this backend's memory.
     void (*forward)(const Backend *be, const Layer *L, const float *p, const float *x, float *y,

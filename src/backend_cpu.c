@@ -38,10 +38,11 @@ static void cpu_axpy(const Backend *be, float *y, float a, const float *x, size_
 }
 
 static void cpu_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *A, const float *B, float beta, float *C) {
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc) {
     (void)be;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, A, trans_a ? m : k, B, trans_b ? k : n, beta, C, n);
+                m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Blocks of a fixed size summed in parallel, then the block sums in order: the same bits

@@ -48,7 +48,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
-    NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out); 0: full Gaussian"),
+    NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),
     NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
@@ -261,9 +261,6 @@ int config_validate(const Config *c, FgError *err) {
     if (gpt && c->device == DEVICE_CUDA)
         return fg_fail(err, FG_ERR_INPUT, "model = gpt runs on device = cpu for now (its CUDA "
                        "kernels are issue 18)");
-    if (gpt && c->tangent_rank > 0)
-        return fg_fail(err, FG_ERR_INPUT, "model = gpt: tangent_rank applies to the MLP's linear "
-                       "layers for now (full weight tangents or perturb = activity on the GPT)");
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

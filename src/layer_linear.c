@@ -21,9 +21,8 @@ static LinearShape shape_of(const Layer *L, int B) {
     s.in = layer_in_token(L);
     s.out = layer_out_token(L);
     s.c = L->carry;
-    s.k = s.in - s.c;
-    s.n = L->residual ? s.out : s.out - s.c;
-    s.out_offset = L->residual ? 0 : s.c;
+    s.k = linear_branch_in(L);
+    layer_branch(L, &s.out_offset, &s.n);
     return s;
 }
 

@@ -92,15 +92,15 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
 }
 
 // The parameter term of op F for tangents that are not made whole: activity perturbation adds
-// u_k to the output tangent (no parameter tangents), low-rank weight tangents add x V_k^T + vb_k.
-// Returns 0 when the layer takes full weight tangents instead.
+// u_k to the output tangent (no parameter tangents), a linear layer's low-rank weight tangents
+// add x V_k^T + vb_k. Returns 0 when the layer takes full weight tangents instead.
 static int jvp_without_full_tangents(Stage *st, int l, const float *p,
                                      const ParamTangents *tangents, const float *x,
                                      const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     int activity = st->perturb == PERTURB_ACTIVITY, K = st->tangents;
-    if (!activity && !(L->param_count && st->tangent_rank)) return 0;
+    if (!activity && !stage_layer_lowrank(st, L)) return 0;
     be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, K);
     if (!L->param_count || L->frozen) return 1;
     TangentKey key = tangents->key;

@@ -24,7 +24,7 @@ typedef struct {
     Perturbation perturb;  // where F's tangents enter (weight after stage_init; tangent.h)
     int tangent_rank;      // weight tangents of rank r (0: full; stage_set_tangent_rank)
     float *lowrank_work;   // one low-rank tangent's factors and products
-    float *ones;           // [max_rows] of 1: adds a bias tangent to every row
+    float *ones;           // [max_rows * tokens] of 1: adds a bias tangent to every token row
     float *act[2];       // ping-pong activations [max_rows, max_width]
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
@@ -107,13 +107,17 @@ void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n
                                    const float *coeff, const float *x, float *work, float *grad);
 
 // Low-rank weight tangents (perturb = weight, rank r > 0; docs/design.md section 4): a linear
-// layer's weight tangent is V = At^T Bt / sqrt(r) with At [r, out] and Bt [r, in] ~ N(0, 1),
-// so that E[vec V vec V^T] = I; its bias tangent vb [out] ~ N(0, 1). Making one costs
-// r (in + out) + out values instead of in * out + out, and its JVP term x V^T + vb two thin
-// GEMMs. Allocates the work buffers.
+// layer's weight tangent is V = At^T Bt / sqrt(r) with At [r, n] and Bt [r, k] ~ N(0, 1) for
+// its weight W [n, k] (per token: branch output n, branch input k; layer.h), so that
+// E[vec V vec V^T] = I; its bias tangent vb [n] ~ N(0, 1). Making one costs r (n + k) + n
+// values instead of n k + n, and its JVP term x V^T + vb two thin GEMMs. The other layers with
+// parameters (LayerNorm, embedding) keep full tangents. Allocates the work buffers.
 void stage_set_tangent_rank(Stage *st, int rank);
-// Op F's parameter term of a low-rank tangent (key's layer and k set): ydot [rows, out] +=
-// x V^T + vb; with ref (the layer's part of the reference), *ref_dot += ref . v.
+// Whether layer L takes low-rank tangents on this stage (a linear layer, rank > 0).
+int stage_layer_lowrank(const Stage *st, const Layer *L);
+// Op F's parameter term of a low-rank tangent (key's layer and k set): the branch of ydot
+// [rows * tokens, out per token] += x V^T + vb on every token; with ref (the layer's part of the
+// reference), *ref_dot += ref . v.
 void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
                             float *ydot, const float *ref, double *ref_dot);
 // grad_l += sum over b < n_mb, k < K of coeff[b*K + k] v(key.microbatch + b, k) for layer l

@@ -39,6 +39,8 @@ cases=(
   "bp|mode=bp"
   "fg|mode=fg optimizer=sgd lr=0.0001"
   "fgbp-cv-sel1-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
+  "fg-lowrank-r2|mode=fg tangent_rank=2 optimizer=sgd lr=0.0001"
+  "fgbp-cv-lowrank-r3-lag1|mode=fg+bp estimator=cv select=1 lag=1 tangent_rank=3 optimizer=sgd lr=0.0001"
   "fg-activity-K2|mode=fg perturb=activity tangents=2"
   "fgbp-mix-activity-sel2|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2"
 )

@@ -15,7 +15,9 @@
 //        V = 1/N^2 sum_b (E[(g_b.v)^2 |v|^2] - |g_b|^2), with E[(g.v)^2 |v|^2] summed over blocks
 //      (a layer's weights W, its bias b): sum_blocks T + sum_{blocks i != j} |g_i|^2 n_j, where a
 //      Gaussian block of n values has T = (n + 2)|g|^2 and a rank-r weight block [out, in] has
-//      T = ((out + 2)(in + 2) + (r - 1)(out in + 2)) |G|^2 / r.
+//      T = ((out + 2)(in + 2) + (r - 1)(out in + 2)) |G|^2 / r;
+//   6. on the GPT's layers (a sequence, the branch inside a wider token row), 4 holds for every
+//      linear, and LayerNorm and the embedding keep full tangents.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -259,22 +261,26 @@ static void test_unbiased_with_formula_variance(void **state) {
 // ---------------------------------------------------------------------------------------------
 // 4 and 5. Low-rank weight tangents.
 
-// Tangent (key's micro-batch and k) of layer l formed explicitly, [W (out x in), b (out)].
+// Tangent (key's micro-batch and k) of linear layer L formed explicitly: [W (n x k), b (n)],
+// with W [n, k] per token (its branch; layer.h); no b for a layer without bias.
 static void explicit_lowrank(const Layer *L, TangentKey key, int r, float *v) {
-    float At[8 * 8], Bt[8 * 8];
+    int n, offset, k = linear_branch_in(L);
+    layer_branch(L, &offset, &n);
+    float *At = fg_alloc_floats((size_t)r * n), *Bt = fg_alloc_floats((size_t)r * k);
     key.layer = (uint32_t)L->index;
     key.stream = STREAM_LOWRANK_OUT;
-    tangent_fill(key, 0, (size_t)r * L->out, At);
+    tangent_fill(key, 0, (size_t)r * n, At);
     key.stream = STREAM_LOWRANK_IN;
-    tangent_fill(key, 0, (size_t)r * L->in, Bt);
+    tangent_fill(key, 0, (size_t)r * k, Bt);
     key.stream = STREAM_LOWRANK_BIAS;
-    tangent_fill(key, 0, (size_t)L->out, v + (size_t)L->out * L->in);
-    for (int o = 0; o < L->out; o++)
-        for (int i = 0; i < L->in; i++) {
+    if (!L->no_bias) tangent_fill(key, 0, (size_t)n, v + (size_t)n * k);
+    for (int o = 0; o < n; o++)
+        for (int i = 0; i < k; i++) {
             double sum = 0;
-            for (int j = 0; j < r; j++) sum += (double)At[j * L->out + o] * Bt[j * L->in + i];
-            v[o * L->in + i] = (float)(sum / sqrt((double)r));
+            for (int j = 0; j < r; j++) sum += (double)At[j * n + o] * Bt[j * k + i];
+            v[o * k + i] = (float)(sum / sqrt((double)r));
         }
+    fg_free(At), fg_free(Bt);
 }
 
 static void test_lowrank_jvp_and_dots(void **state) {
@@ -370,12 +376,68 @@ static void test_lowrank_unbiased_with_formula_variance(void **state) {
     problem_free(&p);
 }
 
+// Low-rank tangents on the GPT's layers, one layer per stage: each linear (plain, residual, the
+// tied head without bias) reads its branch inside the token row and adds x V^T + vb on every
+// token, as the layer's JVP along the explicit tangent does; LayerNorm and the embedding keep
+// full tangents. Dots and the estimate agree with the same tangent.
+static void test_lowrank_gpt_layers(void **state) {
+    (void)state;
+    enum { B = 2, TOKENS = 4, R = 2 };
+    Model m;
+    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = TOKENS};
+    assert_int_equal(model_build_gpt(&m, g, NULL), FG_OK);
+    float *p = fg_alloc_floats(m.n_params);
+    model_init_params(&m, p, SEED);
+    Rng rng = {SEED};
+    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.1f * rng_uniform(&rng);
+    int linears = 0;
+    for (int l = 0; l < m.n_layers; l++) {
+        const Layer *L = &m.layers[l];
+        if (!L->param_count) continue;
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &m, l, l + 1, B, 1, NULL), FG_OK);
+        stage_set_tangent_rank(&st, R);
+        const float *pl = p + L->param_offset;
+        float *x = fg_alloc_floats((size_t)B * L->in), *v = fg_alloc_floats(L->param_count);
+        float *yy = fg_alloc_floats((size_t)B * L->out), *want = fg_alloc_floats((size_t)B * L->out);
+        for (int i = 0; i < B * L->in; i++) x[i] = l ? rng_uniform(&rng) : (float)rng_int(&rng, 0, 255);
+        TangentKey key = tangent_key(SEED, 3, 1, 0);
+        key.layer = (uint32_t)l;
+        if (L->kind == LAYER_LINEAR) {
+            explicit_lowrank(L, key, R, v);
+            linears++;
+        } else {
+            tangent_fill(key, 0, L->param_count, v);
+        }
+        const float *y, *ydot;
+        stage_forward(&st, pl, &key, x, NULL, B, NULL, &y, &ydot);
+        layer_ops(L)->jvp(L, pl, v, x, NULL, yy, want, B, 1);
+        for (int i = 0; i < B * L->out; i++)
+            if (!(fabs(ydot[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i]))))
+                fail_msg("%s: jvp[%d] = %.7g, along the explicit tangent %.7g", L->name, i, ydot[i], want[i]);
+        double dots = 0, want_dot = dot(pl, v, L->param_count);
+        stage_tangent_dots(&st, key, 1, pl, &dots);
+        if (!(fabs(dots - want_dot) <= 1e-5 * (1.0 + fabs(want_dot))))
+            fail_msg("%s: tangent dots %.7g, explicit %.7g", L->name, dots, want_dot);
+        float *est = fg_alloc_floats(L->param_count), coeff = -2.0f;
+        stage_add_tangents(&st, key, 1, &coeff, est);
+        for (size_t i = 0; i < L->param_count; i++)
+            if (!(fabsf(est[i] + 2.0f * v[i]) <= 1e-5f * (1.0f + fabsf(v[i]))))
+                fail_msg("%s: add_tangents[%zu] = %.7g, want %.7g", L->name, i, est[i], -2.0f * v[i]);
+        fg_free(x), fg_free(v), fg_free(yy), fg_free(want), fg_free(est);
+        stage_free(&st);
+    }
+    assert_int_equal(linears, 5);  // c_attn, attn.c_proj, c_fc, mlp.c_proj, lm_head
+    fg_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jvp_against_differences),
         cmocka_unit_test(test_unbiased_with_formula_variance),
         cmocka_unit_test(test_lowrank_jvp_and_dots),
         cmocka_unit_test(test_lowrank_unbiased_with_formula_variance),
+        cmocka_unit_test(test_lowrank_gpt_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
