@@ -258,9 +258,6 @@ int config_validate(const Config *c, FgError *err) {
     if (c->data == DATA_TEXT && !c->text_file[0])
         return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
                        "the default corpus's path)");
-    if (gpt && c->device == DEVICE_CUDA)
-        return fg_fail(err, FG_ERR_INPUT, "model = gpt runs on device = cpu for now (its CUDA "
-                       "kernels are issue 18)");
     if (gpt && c->tangent_rank > 0)
         return fg_fail(err, FG_ERR_INPUT, "model = gpt: tangent_rank applies to the MLP's linear "
                        "layers for now (full weight tangents or perturb = activity on the GPT)");
