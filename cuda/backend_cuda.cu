@@ -172,6 +172,19 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     return FG_OK;
 }
 
+extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *err) {
+    CudaCtx *c = cuda_ctx(be);
+    if (precision < PRECISION_FP32 || precision > PRECISION_BF16)
+        return fg_fail(err, FG_ERR_INPUT, "GPU %d: precision %d is not fp32, tf32 or bf16", c->device, precision);
+    // TF32 is cuBLAS's math mode for FP32 GEMMs; BF16 converts the operands (gemm_cuda.cu).
+    cublasMath_t mode = precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    cublasStatus_t s = cublasSetMathMode(c->blas, mode);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasSetMathMode: %s", c->device, cublasGetStatusString(s));
+    c->precision = precision;
+    return FG_OK;
+}
+
 extern "C" void backend_cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c) return;

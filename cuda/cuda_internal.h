@@ -85,6 +85,12 @@ typedef struct {
     int ld;
     long long stride;
 } GemmArg;
+// The same in bf16 (gemm_cuda.cu's converted operands).
+typedef struct {
+    const void *p;
+    int ld;
+    long long stride;
+} GemmArg16;
 // C = op(A) op(B) + beta C, [m, n] column-major, for `batch` matrices, FP32 in and out, the
 // products at the backend's precision. `what` names the op in errors.
 void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
