@@ -33,11 +33,7 @@ run() {  # run NAME M DEVICE KEY=VALUE...: fails (with a FAIL line) when the run
   if [ $rc -ne 0 ]; then verdict "$name" "exit $rc"; tail -5 "$dir/$name.log"; return 1; fi
 }
 
-worst() {  # worst A B: the largest relative difference between two runs' per-step losses
-  paste -d, <(cut -d, -f2 "$dir/$1/loss.csv") <(cut -d, -f2 "$dir/$2/loss.csv") |
-    awk -F, 'NR > 1 { e = ($1 - $2) / ($2 < 0 ? -$2 : $2); e = e < 0 ? -e : e; if (e > w) w = e }
-             END { printf "%.3g", w }'
-}
+worst() { loss_diff "$dir/$1/loss.csv" "$dir/$2/loss.csv"; }  # worst RUN_A RUN_B
 
 within() {  # within LABEL VALUE TOLERANCE
   verdict "$1 (worst relative difference $2)" "$(awk -v w="$2" -v t="$3" 'BEGIN { exit !(w <= t) }' || echo "more than $3")"
