@@ -125,7 +125,7 @@ void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const
                         float *ydot, int B, int K) {
     AttnShape s = attn_shape(L, B);
     if (!xdot) {
-        cuda_check(be, cudaMemsetAsync(ydot, 0, (size_t)K * B * L->out * sizeof(float), cuda_ctx(be)->stream), "attention jvp: zero");
+        zero_floats(be, ydot, (size_t)K * B * L->out, "attention jvp: zero");
         return;
     }
     copy_rows(be, ydot, s.out, xdot, s.in, s.C, (size_t)K * B * s.T, "attention jvp: carry");

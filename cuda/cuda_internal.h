@@ -68,6 +68,11 @@ static inline void copy_rows(const Backend *be, float *dst, size_t dst_ld, const
                                      cuda_ctx(be)->stream), what);
 }
 
+// n floats of 0 at dst, queued (a jvp's tangent output without any tangent in).
+static inline void zero_floats(const Backend *be, float *dst, size_t n, const char *what) {
+    cuda_check(be, cudaMemsetAsync(dst, 0, n * sizeof(float), cuda_ctx(be)->stream), what);
+}
+
 // Warp-wide sum and max by butterfly: every lane ends with the same bits, in a fixed order.
 static __device__ inline float warp_sum(float v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -58,7 +58,7 @@ static void linear_jvp(const Backend *be, const Layer *L, const float *p, const 
         copy_rows(be, ydot, s.out, xdot, s.in, s.c, (size_t)K * s.rows, "linear jvp: carry");
         branch_matmul(be, &s, xdot, p, ydot, K * s.rows, L->residual, "linear jvp: cublasSgemm");
     } else {
-        cuda_check(be, cudaMemsetAsync(ydot, 0, K * block * sizeof(float), cuda_ctx(be)->stream), "linear jvp: zero");
+        zero_floats(be, ydot, K * block, "linear jvp: zero");
     }
     if (!pdot) return;
     GemmArg A = {pdot, s.k, (long long)L->param_count}, X = {x + s.c, s.in, 0};

@@ -32,7 +32,8 @@ static void lookup(const Backend *be, const Layer *L, const float *table, size_t
                    const float *ids, float *y, int B, int K) {
     int T = layer_tokens(L), C = layer_out_token(L);
     size_t n = (size_t)K * B * T * C;
-    lookup_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(table, stride, L->vocab, ids, y, B * T, T, C, K);
+    lookup_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(table, stride, L->vocab,
+                                                                             ids, y, B * T, T, C, K);
     launch_check(be, "embedding");
 }
 
@@ -45,7 +46,7 @@ void cuda_embedding_forward(const Backend *be, const Layer *L, const float *p, c
 void cuda_embedding_jvp(const Backend *be, const Layer *L, const float *pdot, const float *x,
                         float *ydot, int B, int K) {
     if (pdot) lookup(be, L, pdot, L->param_count, x, ydot, B, K);
-    else cuda_check(be, cudaMemsetAsync(ydot, 0, (size_t)K * B * L->out * sizeof(float), cuda_ctx(be)->stream), "embedding jvp: zero");
+    else zero_floats(be, ydot, (size_t)K * B * L->out, "embedding jvp: zero");
 }
 
 // dwte[v, c] += dy[r, c] over the tokens r with id v, in token order (the CPU's sums): a block
