@@ -1,5 +1,6 @@
 // The CUDA backend: one stream per stage, memory, error reporting, and the Backend table.
-// Kernels live in layers_cuda.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
+// Kernels live in layers_cuda.cu, sequence_cuda.cu, attention_cuda.cu, gemm_cuda.cu,
+// loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,19 @@ const float *cuda_upload_coeff(const Backend *be, const float *host, size_t n) {
     return c->coeff;
 }
 
+void *cuda_workspace(const Backend *be, int slot, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (bytes > c->work_cap[slot]) {
+        cudaStreamSynchronize(c->stream);  // a kernel queued earlier may still read the old one
+        cudaFree(c->work[slot]);
+        c->work[slot] = NULL;
+        c->work_cap[slot] = bytes;
+        cuda_check(be, cudaMalloc(&c->work[slot], bytes), "cudaMalloc (scratch)");
+        if (!c->work[slot]) c->work_cap[slot] = 0;
+    }
+    return c->work[slot];
+}
+
 extern "C" int backend_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -158,6 +172,19 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     return FG_OK;
 }
 
+extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *err) {
+    CudaCtx *c = cuda_ctx(be);
+    if (precision < PRECISION_FP32 || precision > PRECISION_BF16)
+        return fg_fail(err, FG_ERR_INPUT, "GPU %d: precision %d is not fp32, tf32 or bf16", c->device, precision);
+    // TF32 is cuBLAS's math mode for FP32 GEMMs; BF16 converts the operands (gemm_cuda.cu).
+    cublasMath_t mode = precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    cublasStatus_t s = cublasSetMathMode(c->blas, mode);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasSetMathMode: %s", c->device, cublasGetStatusString(s));
+    c->precision = precision;
+    return FG_OK;
+}
+
 extern "C" void backend_cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c) return;
@@ -165,6 +192,7 @@ extern "C" void backend_cuda_destroy(Backend *be) {
     cudaFree(c->partial);
     cudaFreeHost(c->host_partial);
     cudaFree(c->coeff);
+    for (int w = 0; w < CUDA_WORK_SLOTS; w++) cudaFree(c->work[w]);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);

@@ -13,6 +13,8 @@ int backend_cuda_device_count(void);
 // Makes a backend on GPU `device` (0 .. count-1).
 int backend_cuda_create(int device, Backend *out, FgError *err);
 void backend_cuda_destroy(Backend *be);
+// The GEMMs' arithmetic (Precision, backend.h): FP32 (the default), TF32 or BF16.
+int backend_cuda_set_precision(Backend *be, int precision, FgError *err);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,9 @@ extern "C" {
 #include "backend.h"
 }
 
+// Scratch buffers of the layers, one per use, so that no two live uses share one.
+enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, CUDA_WORK_SLOTS };
+
 typedef struct {
     int device;
     cudaStream_t stream;      // all compute of the stage, in order
@@ -19,6 +22,9 @@ typedef struct {
     size_t partial_cap;       // doubles
     float *coeff;             // tangent coefficients [n_mb * K] on the device
     size_t coeff_cap;
+    void *work[CUDA_WORK_SLOTS];       // scratch of the layers (cuda_workspace)
+    size_t work_cap[CUDA_WORK_SLOTS];  // bytes
+    int precision;            // Precision (config.h): the GEMMs' inputs, FP32 / TF32 / BF16
     char error[256];          // the first failure since the last sync, "" when none
 } CudaCtx;
 
@@ -50,7 +56,56 @@ const double *cuda_download_partials(const Backend *be, size_t n);
 // Copies n host floats into a device scratch buffer (stream-ordered) and returns it.
 const float *cuda_upload_coeff(const Backend *be, const float *host, size_t n);
 
+// At least `bytes` of scratch in slot `slot` (grows, never shrinks: grown on a model's first step).
+void *cuda_workspace(const Backend *be, int slot, size_t bytes);
+
+// rows of `width` floats from src (rows src_ld floats apart) to dst (dst_ld apart), queued.
+static inline void copy_rows(const Backend *be, float *dst, size_t dst_ld, const float *src,
+                             size_t src_ld, size_t width, size_t rows, const char *what) {
+    if (!width || !rows) return;
+    cuda_check(be, cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float),
+                                     width * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+                                     cuda_ctx(be)->stream), what);
+}
+
+// n floats of 0 at dst, queued (a jvp's tangent output without any tangent in).
+static inline void zero_floats(const Backend *be, float *dst, size_t n, const char *what) {
+    cuda_check(be, cudaMemsetAsync(dst, 0, n * sizeof(float), cuda_ctx(be)->stream), what);
+}
+
+// Warp-wide sum and max by butterfly: every lane ends with the same bits, in a fixed order.
+static __device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// gemm_cuda.cu: one operand of a GEMM, column-major as cuBLAS sees it: ld, and the stride
+// between the matrices of a batch (0: one matrix shared by the batch).
+typedef struct {
+    const float *p;
+    int ld;
+    long long stride;
+} GemmArg;
+// The same in bf16 (gemm_cuda.cu's converted operands).
+typedef struct {
+    const void *p;
+    int ld;
+    long long stride;
+} GemmArg16;
+// C = op(A) op(B) + beta C, [m, n] column-major, for `batch` matrices, FP32 in and out, the
+// products at the backend's precision. `what` names the op in errors.
+void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
+               int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
+               long long stride_c, int batch);
+
 // layers_cuda.cu
+// out[j] += sum over rows r, in a fixed order, of a[r * lda + j] (times b[r * ldb + j] when b).
+void cuda_column_sums(const Backend *be, const float *a, size_t lda, const float *b, size_t ldb,
+                      int rows, int n, float *out, const char *what);
 void cuda_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
                   int B);
 void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
@@ -59,6 +114,24 @@ void cuda_backward(const Backend *be, const Layer *L, const float *p, const floa
                    const float *dy, float *dx, float *dp, int B);
 void cuda_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// sequence_cuda.cu: the GPT's embedding and LayerNorm; attention_cuda.cu: causal attention.
+void cuda_embedding_forward(const Backend *be, const Layer *L, const float *p, const float *x,
+                            float *y, int B);
+void cuda_embedding_jvp(const Backend *be, const Layer *L, const float *pdot, const float *x,
+                        float *ydot, int B, int K);
+void cuda_embedding_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
+                             float *dx, float *dp, int B);
+void cuda_norm_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
+                       int B);
+void cuda_norm_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                   const float *x, const float *xdot, float *ydot, int B, int K);
+void cuda_norm_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                        const float *dy, float *dx, float *dp, int B);
+void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);
+void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
+                        float *ydot, int B, int K);
+void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
+                             float *dx, int B);
 // loss_cuda.cu
 float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
                         int C, int *correct);

@@ -1,149 +1,192 @@
 // Layers on the GPU: linear through cuBLAS (row-major data seen as column-major transposes),
-// elementwise activations and bias sums as kernels. Same shapes and contracts as layer.h.
+// elementwise activations and bias sums as kernels, and the dispatch by layer kind (the GPT's
+// sequence layers are in sequence_cuda.cu and attention_cuda.cu). Same shapes and contracts as
+// layer.h.
 #include "cuda_internal.h"
 #include "activation_math.h"
+#include "linear_shape.h"
 
 // ---------------------------------------------------------------------------------------------
-// Linear: y = x W^T + b with W [out, in] row-major, then b [out].
+// Linear on every token (linear_shape.h): the branch h [rows, k] is read with the token's
+// stride (ld = in), its output written with the output token's (ld = out); the carried x is a
+// strided copy, and a residual layer's GEMM adds into it (beta = 1).
 
-// y [rows, out] = x [rows, in] W^T (+ beta y). Row-major y is column-major y^T = W x^T, and
-// row-major W [out, in] is column-major W^T [in, out]: hence op(A) = T.
-static void matmul_wt(const Backend *be, const float *x, const float *W, float *y, int rows,
-                      int in, int out, float beta) {
-    const float one = 1.0f;
-    cublas_check(be, cublasSgemm(cuda_ctx(be)->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one,
-                                 W, in, x, in, &beta, y, out), "linear: cublasSgemm");
+// y's branch (+)= h W^T over `rows` tokens. Row-major y is column-major y^T = W h^T, and
+// row-major W [n, k] is column-major W^T [k, n]: hence op(A) = T.
+static void branch_matmul(const Backend *be, const LinearShape *s, const float *x, const float *W,
+                          float *y, int rows, int accumulate, const char *what) {
+    GemmArg A = {W, s->k, 0}, B = {x + s->c, s->in, 0};
+    cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, s->n, rows, s->k, A, B, accumulate ? 1.0f : 0.0f,
+              y + s->out_offset, s->out, 0, 1);
 }
 
-// y[r, j] += b[j] for every block k: the bias of block k at b + k * b_stride.
-__global__ void add_bias_kernel(float *y, const float *b, size_t b_stride, int rows, int out,
-                                int blocks) {
-    size_t n = (size_t)blocks * rows * out;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t k = i / ((size_t)rows * out);
-        y[i] += b[k * b_stride + i % out];
+// The branch of y[r] += b for every block k: the bias of block k at b + k * b_stride.
+__global__ void add_bias_kernel(float *y, size_t ld, const float *b, size_t b_stride, int rows,
+                                int n, int blocks) {
+    size_t count = (size_t)blocks * rows * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / n, k = row / rows;
+        y[row * ld + i % n] += b[k * b_stride + i % n];
     }
 }
 
-static void add_bias(const Backend *be, float *y, const float *b, size_t b_stride, int rows,
-                     int out, int blocks) {
-    size_t n = (size_t)blocks * rows * out;
-    add_bias_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, b, b_stride, rows, out, blocks);
+static void add_bias(const Backend *be, const LinearShape *s, float *y, const float *b,
+                     size_t b_stride, int blocks) {
+    size_t count = (size_t)blocks * s->rows * s->n;
+    add_bias_kernel<<<grid_for(count, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(
+        y + s->out_offset, s->out, b, b_stride, s->rows, s->n, blocks);
     launch_check(be, "linear: bias");
 }
 
 static void linear_forward(const Backend *be, const Layer *L, const float *p, const float *x,
                            float *y, int B) {
-    matmul_wt(be, x, p, y, B, L->in, L->out, 0.0f);
-    add_bias(be, y, p + (size_t)L->in * L->out, 0, B, L->out, 1);
+    LinearShape s = linear_shape(L, B);
+    copy_rows(be, y, s.out, x, s.in, s.c, s.rows, "linear: carry");
+    branch_matmul(be, &s, x, p, y, s.rows, L->residual, "linear: cublasSgemm");
+    if (!L->no_bias) add_bias(be, &s, y, p + (size_t)s.n * s.k, 0, 1);
 }
 
-// ydot_k = xdot_k W^T + x Wdot_k^T + bdot_k: one GEMM over all K blocks of xdot, one strided
-// batched GEMM for the K parameter tangents (x shared: stride 0), one bias kernel.
+// ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k: one GEMM over all K blocks of
+// xdot, one strided batched GEMM for the K parameter tangents (x shared: stride 0), one bias
+// kernel.
 static void linear_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
                        const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
-    int in = L->in, out = L->out;
+    LinearShape s = linear_shape(L, B);
+    size_t block = (size_t)s.rows * s.out;
     linear_forward(be, L, p, x, y, B);
-    if (xdot) matmul_wt(be, xdot, p, ydot, K * B, in, out, 0.0f);
-    if (!pdot) {
-        if (!xdot) cuda_check(be, cudaMemsetAsync(ydot, 0, (size_t)K * B * out * sizeof(float), cuda_ctx(be)->stream), "linear jvp: zero");
-        return;
+    if (xdot) {
+        copy_rows(be, ydot, s.out, xdot, s.in, s.c, (size_t)K * s.rows, "linear jvp: carry");
+        branch_matmul(be, &s, xdot, p, ydot, K * s.rows, L->residual, "linear jvp: cublasSgemm");
+    } else {
+        zero_floats(be, ydot, K * block, "linear jvp: zero");
     }
-    const float one = 1.0f, beta = xdot ? 1.0f : 0.0f;
-    cublas_check(be, cublasSgemmStridedBatched(cuda_ctx(be)->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in,
-                                               &one, pdot, in, (long long)L->param_count, x, in, 0,
-                                               &beta, ydot, out, (long long)B * out, K),
-                 "linear jvp: cublasSgemmStridedBatched");
-    add_bias(be, ydot, pdot + (size_t)in * out, L->param_count, B, out, K);
+    if (!pdot) return;
+    GemmArg A = {pdot, s.k, (long long)L->param_count}, X = {x + s.c, s.in, 0};
+    cuda_gemm(be, "linear jvp: cublasSgemmStridedBatched", CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.rows,
+              s.k, A, X, 1.0f, ydot + s.out_offset, s.out, (long long)block, K);
+    if (!L->no_bias) add_bias(be, &s, ydot, pdot + (size_t)s.n * s.k, L->param_count, K);
 }
 
-// db[j] += sum over rows of dy[r, j]: one thread per column, rows walked in order.
-__global__ void column_sums_kernel(const float *dy, float *db, int rows, int out) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= out) return;
+// out[j] += sum of a[r, j] (b[r, j]) over rows: 32 columns per block, 16 row lanes walking
+// rows 16 apart, then the 16 partial sums added in lane order. The same order every run.
+enum { SUM_COLS = 32, SUM_LANES = 16 };
+
+__global__ void column_sums_kernel(const float *a, size_t lda, const float *b, size_t ldb, int rows,
+                                   int n, float *out) {
+    __shared__ float part[SUM_LANES][SUM_COLS + 1];
+    int j = blockIdx.x * SUM_COLS + threadIdx.x;
     float s = 0.0f;
-    for (int r = 0; r < rows; r++) s += dy[(size_t)r * out + j];
-    db[j] += s;
+    for (int r = threadIdx.y; j < n && r < rows; r += SUM_LANES)
+        s += b ? a[(size_t)r * lda + j] * b[(size_t)r * ldb + j] : a[(size_t)r * lda + j];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || j >= n) return;
+    float total = 0.0f;
+    for (int l = 0; l < SUM_LANES; l++) total += part[l][threadIdx.x];
+    out[j] += total;
 }
 
-// dx = dy W;  dW += dy^T x;  db += column sums of dy. dx == NULL: W is not read (p may be
-// NULL); dp == NULL: no parameter gradient.
+void cuda_column_sums(const Backend *be, const float *a, size_t lda, const float *b, size_t ldb,
+                      int rows, int n, float *out, const char *what) {
+    dim3 block(SUM_COLS, SUM_LANES);
+    column_sums_kernel<<<(n + SUM_COLS - 1) / SUM_COLS, block, 0, cuda_ctx(be)->stream>>>(a, lda, b, ldb, rows, n, out);
+    launch_check(be, what);
+}
+
+// dx = [dy's carry (residual: all of dy), dy_branch W];  dW += dy_branch^T h;
+// db += column sums of dy_branch. dx == NULL: W is not read (p may be NULL); dp == NULL: no
+// parameter gradient.
 static void linear_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                             const float *dy, float *dx, float *dp, int B) {
-    int in = L->in, out = L->out;
-    cublasHandle_t h = cuda_ctx(be)->blas;
-    const float one = 1.0f, zero = 0.0f;
-    if (dx)
-        cublas_check(be, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, &one, p, in, dy, out,
-                                     &zero, dx, in), "linear backward: dx");
+    LinearShape s = linear_shape(L, B);
+    const float *dy_branch = dy + s.out_offset;
+    if (dx) {
+        copy_rows(be, dx, s.in, dy, s.out, s.c, s.rows, "linear backward: carry");
+        GemmArg W = {p, s.k, 0}, G = {dy_branch, s.out, 0};
+        cuda_gemm(be, "linear backward: dx", CUBLAS_OP_N, CUBLAS_OP_N, s.k, s.rows, s.n, W, G, 0.0f,
+                  dx + s.c, s.in, 0, 1);
+    }
     if (!dp) return;
-    cublas_check(be, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, x, in, dy, out, &one,
-                                 dp, in), "linear backward: dW");
-    column_sums_kernel<<<(out + 255) / 256, 256, 0, cuda_ctx(be)->stream>>>(dy, dp + (size_t)in * out, B, out);
-    launch_check(be, "linear backward: db");
+    GemmArg H = {x + s.c, s.in, 0}, G = {dy_branch, s.out, 0};
+    cuda_gemm(be, "linear backward: dW", CUBLAS_OP_N, CUBLAS_OP_T, s.k, s.n, s.rows, H, G, 1.0f, dp,
+              s.k, 0, 1);
+    if (!L->no_bias)
+        cuda_column_sums(be, dy_branch, s.out, NULL, 0, s.rows, s.n, dp + (size_t)s.n * s.k, "linear backward: db");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Activations: y = f(x), ydot = f'(x) xdot, dx = f'(x) dy, with f and f' from
-// activation_math.h (the CPU's own).
+// activation_math.h (the CPU's own). With carry (layer.h) the first `carry` floats of each
+// token of `width` pass through: f = identity there, f' = 1 (an exact product).
 
 enum { ACT_FORWARD, ACT_JVP, ACT_BACKWARD };
 
 // One kernel per activation and direction; `what` picks: y = f(x); ydot[k] = f'(x) xdot[k]
 // (xdot NULL: 0); out = f'(x) in.
 template <bool GELU, int WHAT>
-__global__ void activation_kernel(const float *x, const float *in, float *out, size_t n, int K) {
+__global__ void activation_kernel(const float *x, const float *in, float *out, size_t n, int K,
+                                  int width, int carry) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float xi = x[i];
+        bool pass = (int)(i % width) < carry;
         if (WHAT == ACT_FORWARD) {
-            out[i] = GELU ? fg_gelu(xi) : fg_relu(xi);
+            out[i] = pass ? xi : GELU ? fg_gelu(xi) : fg_relu(xi);
         } else {
-            float g = GELU ? fg_gelu_grad(xi) : fg_relu_grad(xi);
+            float g = pass ? 1.0f : GELU ? fg_gelu_grad(xi) : fg_relu_grad(xi);
             for (int k = 0; k < K; k++) out[k * n + i] = in ? g * in[k * n + i] : 0.0f;
         }
     }
 }
 
 template <bool GELU, int WHAT>
-static void activation(const Backend *be, const float *x, const float *in, float *out, size_t n, int K) {
-    activation_kernel<GELU, WHAT><<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(x, in, out, n, K);
+static void activation(const Backend *be, const Layer *L, const float *x, const float *in,
+                       float *out, int B, int K) {
+    size_t n = (size_t)B * L->in;
+    activation_kernel<GELU, WHAT><<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(
+        x, in, out, n, K, layer_in_token(L), L->carry);
     launch_check(be, GELU ? "gelu" : "relu");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Dispatch by layer kind (the Backend's forward, jvp, backward). The GPT's sequence layers
-// (tokens, carried residual streams, a head without bias: layer.h) are CPU-only for now.
-
-static bool unsupported(const Backend *be, const Layer *L, const char *what) {
-    if (L->tokens <= 1 && !L->carry && !L->no_bias) return false;
-    cuda_note(be, what, "the GPT's sequence layers do not run on the GPU yet");
-    return true;
+template <bool GELU>
+static void activation_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
+                           float *y, float *ydot, int B, int K) {
+    activation<GELU, ACT_FORWARD>(be, L, x, NULL, y, B, 0);
+    activation<GELU, ACT_JVP>(be, L, x, xdot, ydot, B, K);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dispatch by layer kind (the Backend's forward, jvp, backward).
+
 void cuda_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y, int B) {
-    if (unsupported(be, L, "forward")) return;
-    size_t n = (size_t)B * L->in;
     switch (L->kind) {
-    case LAYER_LINEAR: linear_forward(be, L, p, x, y, B); break;
-    case LAYER_RELU: activation<false, ACT_FORWARD>(be, x, NULL, y, n, 0); break;
-    case LAYER_GELU: activation<true, ACT_FORWARD>(be, x, NULL, y, n, 0); break;
+    case LAYER_LINEAR: linear_forward(be, L, p, x, y, B); return;
+    case LAYER_RELU: activation<false, ACT_FORWARD>(be, L, x, NULL, y, B, 0); return;
+    case LAYER_GELU: activation<true, ACT_FORWARD>(be, L, x, NULL, y, B, 0); return;
+    case LAYER_EMBEDDING: cuda_embedding_forward(be, L, p, x, y, B); return;
+    case LAYER_LAYERNORM: cuda_norm_forward(be, L, p, x, y, B); return;
+    case LAYER_ATTENTION: cuda_attention_forward(be, L, x, y, B); return;
     default: cuda_note(be, "forward", "unknown layer kind");
     }
 }
 
+// Every kind's jvp writes y too (layer.h).
 void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
               const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
-    if (unsupported(be, L, "jvp")) return;
-    size_t n = (size_t)B * L->in;
     switch (L->kind) {
     case LAYER_LINEAR: linear_jvp(be, L, p, pdot, x, xdot, y, ydot, B, K); return;
-    case LAYER_RELU:
-        activation<false, ACT_FORWARD>(be, x, NULL, y, n, 0);
-        activation<false, ACT_JVP>(be, x, xdot, ydot, n, K);
+    case LAYER_RELU: activation_jvp<false>(be, L, x, xdot, y, ydot, B, K); return;
+    case LAYER_GELU: activation_jvp<true>(be, L, x, xdot, y, ydot, B, K); return;
+    case LAYER_EMBEDDING:
+        cuda_embedding_forward(be, L, p, x, y, B);
+        cuda_embedding_jvp(be, L, pdot, x, ydot, B, K);
         return;
-    case LAYER_GELU:
-        activation<true, ACT_FORWARD>(be, x, NULL, y, n, 0);
-        activation<true, ACT_JVP>(be, x, xdot, ydot, n, K);
+    case LAYER_LAYERNORM:
+        cuda_norm_forward(be, L, p, x, y, B);
+        cuda_norm_jvp(be, L, p, pdot, x, xdot, ydot, B, K);
+        return;
+    case LAYER_ATTENTION:
+        cuda_attention_forward(be, L, x, y, B);
+        cuda_attention_jvp(be, L, x, xdot, ydot, B, K);
         return;
     default: cuda_note(be, "jvp", "unknown layer kind");
     }
@@ -151,12 +194,13 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
 
 void cuda_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                    const float *dy, float *dx, float *dp, int B) {
-    if (unsupported(be, L, "backward")) return;
-    size_t n = (size_t)B * L->in;
     switch (L->kind) {
     case LAYER_LINEAR: linear_backward(be, L, p, x, dy, dx, dp, B); return;
-    case LAYER_RELU: if (dx) activation<false, ACT_BACKWARD>(be, x, dy, dx, n, 1); return;
-    case LAYER_GELU: if (dx) activation<true, ACT_BACKWARD>(be, x, dy, dx, n, 1); return;
+    case LAYER_RELU: if (dx) activation<false, ACT_BACKWARD>(be, L, x, dy, dx, B, 1); return;
+    case LAYER_GELU: if (dx) activation<true, ACT_BACKWARD>(be, L, x, dy, dx, B, 1); return;
+    case LAYER_EMBEDDING: cuda_embedding_backward(be, L, x, dy, dx, dp, B); return;
+    case LAYER_LAYERNORM: cuda_norm_backward(be, L, p, x, dy, dx, dp, B); return;
+    case LAYER_ATTENTION: if (dx) cuda_attention_backward(be, L, x, dy, dx, B); return;
     default: cuda_note(be, "backward", "unknown layer kind");
     }
 }

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: builds fgpipe with the CUDA backend, runs the gpu-labelled
-# tests (each op and whole models against the CPU, 1 vs 2 stages on the GPU, NCCL against staged
-# messages with 2 or more GPUs) and prints the GPU benchmark tables (the NCCL one needs 2 GPUs).
-# usage: launch/gpu-check.sh [ROWS_PER_MICROBATCH]
+# On a machine with an NVIDIA GPU: builds fgpipe with the CUDA backend, runs every gpu-labelled
+# test (each op, the GPT's layers and whole models against the CPU, tf32 and bf16 bounds, 1 vs 2
+# stages on the GPU for the MLP and the GPT, out of core, NCCL against staged messages with 2
+# or more GPUs) and prints the GPU benchmark tables: the MLP's (fgpipe-bench-cuda; the NCCL
+# table needs 2 GPUs) and the GPT's (bench/bench_gpu_gpt.sh: tokens/s, MFU, peak GPU memory
+# per model, mode and precision). The tests' failures do not stop the benchmarks; the exit
+# status is the tests'.
+# usage: launch/gpu-check.sh [ROWS_PER_MICROBATCH] [GPT_STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nvcc >/dev/null || { echo "gpu-check: nvcc not on PATH" >&2; exit 2; }
 nvidia-smi -L || { echo "gpu-check: no GPU visible (nvidia-smi -L failed)" >&2; exit 2; }
 launch/build.sh
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-(cd build && ctest -L gpu --output-on-failure)
+rc=0
+(cd build && ctest -L gpu --output-on-failure) || rc=$?
 build/fgpipe-bench-cuda "${1:-256}"
+bench/bench_gpu_gpt.sh "${2:-10}"
+exit $rc

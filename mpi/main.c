@@ -26,9 +26,9 @@ typedef struct {
 
 // The config's device: the CPU, or the GPU of the rank's index among the ranks on its node
 // (modulo the GPUs there: several stages may share one GPU).
-static int make_backend(Made *made, DeviceKind device, const Backend **out, FgError *err) {
+static int make_backend(Made *made, const Config *c, const Backend **out, FgError *err) {
     *out = &backend_cpu;
-    if (device == DEVICE_CPU) return FG_OK;
+    if (c->device == DEVICE_CPU) return FG_OK;
 #ifdef FGPIPE_HAVE_CUDA
     MPI_Comm node;
     int local, count = backend_cuda_device_count();
@@ -36,6 +36,7 @@ static int make_backend(Made *made, DeviceKind device, const Backend **out, FgEr
     MPI_Comm_rank(node, &local);
     MPI_Comm_free(&node);
     int rc = backend_cuda_create(count ? local % count : 0, &made->gpu, err);
+    if (!rc && (rc = backend_cuda_set_precision(&made->gpu, c->precision, err))) backend_cuda_destroy(&made->gpu);
     if (!rc) *out = &made->gpu;
     return rc;
 #else
@@ -87,7 +88,7 @@ static int run(RunArgs *args) {
         return rc;
     }
     TrainEnv env = {0};
-    int rc = make_backend(&made, (DeviceKind)args->cfg.device, &env.be, &err);
+    int rc = make_backend(&made, &args->cfg, &env.be, &err);
     if (!rc) rc = make_transport(&made, &args->cfg, env.be, &env.tr, &err);
     if (rc) {
         take_down(&made);

@@ -17,6 +17,11 @@
 #include "optimizer.h"
 #include "tangent.h"
 
+// What a backend's GEMMs compute in (config key `precision`): FP32 everywhere, TF32 tensor
+// cores, or BF16 inputs with FP32 accumulation. Storage (weights, optimizer state,
+// activations, tangents) is FP32 in every mode; the CPU computes in FP32 only.
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;  // "cpu", "cuda"

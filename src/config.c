@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+
 typedef enum { KEY_INT, KEY_UINT32, KEY_REAL, KEY_STRING, KEY_CHOICE } KeyType;
 
 typedef struct {
@@ -46,6 +48,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
+    CHOICE(precision, "fp32|tf32|bf16", "device = cuda: the GEMMs' arithmetic: fp32 (the CPU's numbers), tf32 (tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation); weights, optimizer state and activations stay FP32"),
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
@@ -258,9 +261,9 @@ int config_validate(const Config *c, FgError *err) {
     if (c->data == DATA_TEXT && !c->text_file[0])
         return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
                        "the default corpus's path)");
-    if (gpt && c->device == DEVICE_CUDA)
-        return fg_fail(err, FG_ERR_INPUT, "model = gpt runs on device = cpu for now (its CUDA "
-                       "kernels are issue 18)");
+    if (c->precision != PRECISION_FP32 && c->device != DEVICE_CUDA)
+        return fg_fail(err, FG_ERR_INPUT, "precision = tf32 or bf16 needs device = cuda (the CPU "
+                       "computes in fp32 only)");
     if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
     return FG_OK;

@@ -37,6 +37,7 @@ typedef struct {
     int stages;            // M pipeline stages (one per rank)
     int replicas;          // R data-parallel replicas of the pipeline (stages x replicas ranks)
     int device;            // DeviceKind: where each stage computes
+    int precision;         // Precision (backend.h): the GEMMs' arithmetic on the GPU
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     int tangents;          // K tangents per micro-batch (fg)
     int tangent_rank;      // perturb = weight: weight tangents of this rank (0: full)

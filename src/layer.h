@@ -69,10 +69,6 @@ static inline void layer_branch(const Layer *L, int *offset, int *width) {
     }
 }
 
-// A linear layer's weight [n, k] (layer_linear.c): per token, its branch input k follows the
-// carried features, its branch output n is layer_branch's width.
-static inline int linear_branch_in(const Layer *L) { return layer_in_token(L) - L->carry; }
-
 typedef struct {
     const char *kind_name;
     size_t (*param_count)(const Layer *L);

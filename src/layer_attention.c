@@ -8,52 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layer.h"
+#include "attention_math.h"
 
-typedef struct {
-    int B, T, C, H, hs;
-    int in, out;  // floats per input and output token: 4C, 2C
-    float scale;  // 1 / sqrt(hs)
-} AttnShape;
-
-static AttnShape shape_of(const Layer *L, int B) {
-    AttnShape s;
-    s.B = B;
-    s.T = layer_tokens(L);
-    s.C = L->carry;
-    s.H = L->heads;
-    s.hs = s.C / s.H;
-    s.in = layer_in_token(L);
-    s.out = layer_out_token(L);
-    s.scale = 1.0f / sqrtf((float)s.hs);
-    return s;
-}
+static AttnShape shape_of(const Layer *L, int B) { return attn_shape(L, B); }
 
 static size_t attention_param_count(const Layer *L) {
     (void)L;
     return 0;
 }
 
-// Where head h's part of q, k, v (part 1, 2, 3) of token t of sample b starts.
-static inline size_t at_in(const AttnShape *s, int b, int t, int part, int h) {
-    return ((size_t)b * s->T + t) * s->in + (size_t)part * s->C + (size_t)h * s->hs;
-}
-static inline size_t at_out(const AttnShape *s, int b, int t, int h) {
-    return ((size_t)b * s->T + t) * s->out + s->C + (size_t)h * s->hs;
-}
-
-static float dot_hs(const float *a, const float *b, int n) {
-    float d = 0;
-    for (int i = 0; i < n; i++) d += a[i] * b[i];
-    return d;
-}
-
 // P[t, 0..t] of head h of sample b into prob.
 static void softmax_row(const AttnShape *s, const float *x, int b, int h, int t, float *prob) {
-    const float *q = x + at_in(s, b, t, 1, h);
+    const float *q = x + attn_at_in(s, b, t, 1, h);
     float max = -INFINITY, sum = 0;
     for (int u = 0; u <= t; u++) {
-        prob[u] = dot_hs(q, x + at_in(s, b, u, 2, h), s->hs) * s->scale;
+        prob[u] = fg_dot_hs(q, x + attn_at_in(s, b, u, 2, h), s->hs) * s->scale;
         max = fmaxf(max, prob[u]);
     }
     for (int u = 0; u <= t; u++) sum += prob[u] = expf(prob[u] - max);
@@ -65,7 +34,7 @@ static void weighted_values(const AttnShape *s, const float *x, int b, int h, in
                             const float *w, float *out) {
     memset(out, 0, (size_t)s->hs * sizeof(float));
     for (int u = 0; u <= t; u++) {
-        const float *v = x + at_in(s, b, u, 3, h);
+        const float *v = x + attn_at_in(s, b, u, 3, h);
         for (int i = 0; i < s->hs; i++) out[i] += w[u] * v[i];
     }
 }
@@ -85,7 +54,7 @@ static void attention_forward(const Layer *L, const float *p, const float *x, fl
             float *prob = malloc((size_t)s.T * sizeof(float));
             for (int t = 0; t < s.T; t++) {
                 softmax_row(&s, x, b, h, t, prob);
-                weighted_values(&s, x, b, h, t, prob, y + at_out(&s, b, t, h));
+                weighted_values(&s, x, b, h, t, prob, y + attn_at_out(&s, b, t, h));
             }
             free(prob);
         }
@@ -98,18 +67,18 @@ static void head_jvp(const AttnShape *s, const float *x, const float *xd, float 
                      int h, float *prob, float *pdot) {
     for (int t = 0; t < s->T; t++) {
         softmax_row(s, x, b, h, t, prob);
-        const float *q = x + at_in(s, b, t, 1, h), *qd = xd + at_in(s, b, t, 1, h);
+        const float *q = x + attn_at_in(s, b, t, 1, h), *qd = xd + attn_at_in(s, b, t, 1, h);
         float mean = 0;
         for (int u = 0; u <= t; u++) {
-            pdot[u] = (dot_hs(qd, x + at_in(s, b, u, 2, h), s->hs) +
-                       dot_hs(q, xd + at_in(s, b, u, 2, h), s->hs)) * s->scale;
+            pdot[u] = (fg_dot_hs(qd, x + attn_at_in(s, b, u, 2, h), s->hs) +
+                       fg_dot_hs(q, xd + attn_at_in(s, b, u, 2, h), s->hs)) * s->scale;
             mean += prob[u] * pdot[u];
         }
         for (int u = 0; u <= t; u++) pdot[u] = prob[u] * (pdot[u] - mean);
-        float *out = yd + at_out(s, b, t, h);
+        float *out = yd + attn_at_out(s, b, t, h);
         weighted_values(s, x, b, h, t, pdot, out);
         for (int u = 0; u <= t; u++) {
-            const float *vd = xd + at_in(s, b, u, 3, h);
+            const float *vd = xd + attn_at_in(s, b, u, 3, h);
             for (int i = 0; i < s->hs; i++) out[i] += prob[u] * vd[i];
         }
     }
@@ -144,19 +113,19 @@ static void head_backward(const AttnShape *s, const float *x, const float *dy, f
                           int h, float *prob, float *dprob) {
     for (int t = 0; t < s->T; t++) {
         softmax_row(s, x, b, h, t, prob);
-        const float *datt = dy + at_out(s, b, t, h), *q = x + at_in(s, b, t, 1, h);
+        const float *datt = dy + attn_at_out(s, b, t, h), *q = x + attn_at_in(s, b, t, 1, h);
         float mean = 0;
         for (int u = 0; u <= t; u++) {
-            dprob[u] = dot_hs(datt, x + at_in(s, b, u, 3, h), s->hs);
+            dprob[u] = fg_dot_hs(datt, x + attn_at_in(s, b, u, 3, h), s->hs);
             mean += prob[u] * dprob[u];
-            float *dv = dx + at_in(s, b, u, 3, h);
+            float *dv = dx + attn_at_in(s, b, u, 3, h);
             for (int i = 0; i < s->hs; i++) dv[i] += prob[u] * datt[i];
         }
-        float *dq = dx + at_in(s, b, t, 1, h);
+        float *dq = dx + attn_at_in(s, b, t, 1, h);
         for (int u = 0; u <= t; u++) {
             float ds = prob[u] * (dprob[u] - mean) * s->scale;
-            const float *k = x + at_in(s, b, u, 2, h);
-            float *dk = dx + at_in(s, b, u, 2, h);
+            const float *k = x + attn_at_in(s, b, u, 2, h);
+            float *dk = dx + attn_at_in(s, b, u, 2, h);
             for (int i = 0; i < s->hs; i++) {
                 dq[i] += ds * k[i];
                 dk[i] += ds * q[i];

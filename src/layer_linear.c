@@ -6,25 +6,9 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "layer.h"
+#include "linear_shape.h"
 
-typedef struct {
-    int rows;        // tokens in the call: B * tokens
-    int in, out;     // features per token of input and output
-    int c, k, n;     // carried features, branch input, branch output
-    int out_offset;  // where the branch output goes in an output token
-} LinearShape;
-
-static LinearShape shape_of(const Layer *L, int B) {
-    LinearShape s;
-    s.rows = B * layer_tokens(L);
-    s.in = layer_in_token(L);
-    s.out = layer_out_token(L);
-    s.c = L->carry;
-    s.k = linear_branch_in(L);
-    layer_branch(L, &s.out_offset, &s.n);
-    return s;
-}
+static LinearShape shape_of(const Layer *L, int B) { return linear_shape(L, B); }
 
 static size_t linear_param_count(const Layer *L) {
     LinearShape s = shape_of(L, 1);

@@ -5,19 +5,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "layer.h"
+#include "norm_math.h"
 
-#define LN_EPS 1e-5f
-
-typedef struct {
-    int rows, C, out;  // tokens, features per token, output floats per token
-    int offset;        // where LN(x) starts in an output token (C with carry, else 0)
-} NormShape;
-
-static NormShape shape_of(const Layer *L, int B) {
-    NormShape s = {B * layer_tokens(L), layer_in_token(L), layer_out_token(L), L->carry ? layer_in_token(L) : 0};
-    return s;
-}
+static NormShape shape_of(const Layer *L, int B) { return norm_shape(L, B); }
 
 static size_t norm_param_count(const Layer *L) { return 2 * (size_t)layer_in_token(L); }
 
@@ -30,7 +20,7 @@ static RowStats row_stats(const float *x, int C) {
     for (int i = 0; i < C; i++) mean += x[i];
     mean /= (float)C;
     for (int i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
-    RowStats st = {mean, 1.0f / sqrtf(var / (float)C + LN_EPS)};
+    RowStats st = {mean, fg_norm_rstd(var, C)};
     return st;
 }
 
@@ -44,7 +34,7 @@ static void norm_forward(const Layer *L, const float *p, const float *x, float *
         RowStats st = row_stats(xr, s.C);
         if (s.offset) memcpy(yr, xr, (size_t)s.C * sizeof(float));
         for (int i = 0; i < s.C; i++)
-            yr[s.offset + i] = gamma[i] * ((xr[i] - st.mean) * st.rstd) + beta[i];
+            yr[s.offset + i] = gamma[i] * fg_norm_xhat(xr[i], st.mean, st.rstd) + beta[i];
     }
 }
 
@@ -56,7 +46,7 @@ static void norm_token_jvp(const NormShape *s, const float *gamma, const float *
     float mean_d = 0, mean_hd = 0;
     for (int i = 0; xd && i < s->C; i++) {
         mean_d += xd[i];
-        mean_hd += (xr[i] - st.mean) * st.rstd * xd[i];
+        mean_hd += fg_norm_xhat(xr[i], st.mean, st.rstd) * xd[i];
     }
     mean_d /= (float)s->C;
     mean_hd /= (float)s->C;
@@ -65,8 +55,8 @@ static void norm_token_jvp(const NormShape *s, const float *gamma, const float *
         else memset(yd, 0, (size_t)s->C * sizeof(float));
     }
     for (int i = 0; i < s->C; i++) {
-        float xhat = (xr[i] - st.mean) * st.rstd, v = 0;
-        if (xd) v = gamma[i] * (st.rstd * ((xd[i] - mean_d) - xhat * mean_hd));
+        float xhat = fg_norm_xhat(xr[i], st.mean, st.rstd), v = 0;
+        if (xd) v = fg_norm_jvp(gamma[i], st.rstd, xd[i], mean_d, xhat, mean_hd);
         if (gd) v += gd[i] * xhat + gd[s->C + i];
         yd[s->offset + i] = v;
     }
@@ -101,13 +91,13 @@ static void norm_backward(const Layer *L, const float *p, const float *x, const 
             for (int i = 0; i < s.C; i++) {
                 float g = p[i] * dyr[s.offset + i];
                 mean_g += g;
-                mean_gh += g * (xr[i] - st.mean) * st.rstd;
+                mean_gh += g * (xr[i] - st.mean) * st.rstd;  // (g (x - mean)) rstd: kept as it was
             }
             mean_g /= (float)s.C;
             mean_gh /= (float)s.C;
             for (int i = 0; i < s.C; i++) {
-                float xhat = (xr[i] - st.mean) * st.rstd;
-                float v = st.rstd * (p[i] * dyr[s.offset + i] - mean_g - xhat * mean_gh);
+                float xhat = fg_norm_xhat(xr[i], st.mean, st.rstd);
+                float v = fg_norm_dx(st.rstd, p[i] * dyr[s.offset + i], mean_g, xhat, mean_gh);
                 dxr[i] = s.offset ? dyr[i] + v : v;
             }
         }
@@ -117,7 +107,7 @@ static void norm_backward(const Layer *L, const float *p, const float *x, const 
         const float *xr = x + (size_t)r * s.C, *dyr = dy + (size_t)r * s.out + s.offset;
         RowStats st = row_stats(xr, s.C);
         for (int i = 0; i < s.C; i++) {
-            dp[i] += dyr[i] * ((xr[i] - st.mean) * st.rstd);
+            dp[i] += dyr[i] * fg_norm_xhat(xr[i], st.mean, st.rstd);
             dp[s.C + i] += dyr[i];
         }
     }

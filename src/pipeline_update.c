@@ -196,6 +196,7 @@ static int holds_layer(const Pipeline *p, int l) {
 // stage sums them in its gradient or update buffer, a streamed one in LayerSource.tied_grad.
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
+    const Backend *be = p->be;
     int first = m->tied_first, last = m->tied_last, rc;
     if (first < 0 || !(holds_layer(p, first) || holds_layer(p, last))) return FG_OK;
     size_t n = m->layers[last].param_count;
@@ -206,15 +207,16 @@ static int tie_copies(Pipeline *p, FgError *err) {
     if ((rc = acquire_layer(p, mine, 1, parts, &a, err))) return rc;
     if (both && !(rc = acquire_layer(p, last, 1, parts, &b, err))) {
         float *x = gradient_of_layer(p, first, &a), *y = gradient_of_layer(p, last, &b);
-        for (size_t i = 0; i < n; i++) x[i] = y[i] = x[i] + y[i];
+        be->axpy(be, x, 1.0f, y, n);  // x + 1 y == x + y: the same bits on every backend
+        be->copy(be, y, x, n * sizeof(float));
         rc = release_layer(p, last, parts, parts, err);
-    } else if (!both) {
-        float *x = gradient_of_layer(p, mine, &a), *theirs = fg_alloc_floats(n);
+    } else if (!both) {  // backend memory both ways: the GPU's buffers never reach the host here
+        float *x = gradient_of_layer(p, mine, &a), *theirs = backend_alloc_floats(be, n);
         int other = mine == first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
         if (!(rc = p->tr->post_recv(p->tr, other, tag, theirs, n, &h, err)) &&
             !(rc = p->tr->send(p->tr, other, tag, x, n, err)) && !(rc = p->tr->wait_recv(p->tr, h, err)))
-            for (size_t i = 0; i < n; i++) x[i] += theirs[i];
-        fg_free(theirs);
+            be->axpy(be, x, 1.0f, theirs, n);
+        be->free(be, theirs);
     }
     int rc2 = release_layer(p, mine, parts, parts, err);
     return rc ? rc : rc2;

@@ -5,6 +5,7 @@
 // micro-batch takes the same tangent, reading the branch inside the wider token row.
 #include <math.h>
 
+#include "linear_shape.h"
 #include "stage.h"
 
 // One tangent's work: At [r, n], Bt [r, k], vb [n], then either x Bt^T [token rows, r] (F) or
@@ -16,8 +17,8 @@ typedef struct {
 
 static Factors factors_at(const Stage *st, const Layer *L) {
     size_t r = (size_t)st->tangent_rank;
-    Factors f = {.k = linear_branch_in(L), .At = st->lowrank_work};
-    layer_branch(L, &f.out_offset, &f.n);
+    LinearShape s = linear_shape(L, 1);
+    Factors f = {.n = s.n, .k = s.k, .out_offset = s.out_offset, .At = st->lowrank_work};
     f.Bt = f.At + r * f.n;
     f.vb = f.Bt + r * f.k;
     f.product = f.vb + f.n;

@@ -31,9 +31,7 @@ for mode in bp fg fg+bp; do
   cmp -s "$dir/$tag-gpu1.bin" "$dir/$tag-gpu2.bin"
   verdict "$mode: 2 GPU stages give the parameters of 1, byte for byte" \
     "$([ $? -eq 0 ] || echo "2 GPU stages differ from 1")"
-  worst=$(paste -d, <(cut -d, -f2 "$dir/$tag-gpu1/loss.csv") <(cut -d, -f2 "$dir/$tag-cpu1/loss.csv") |
-          awk -F, 'NR > 1 { e = ($1 - $2) / ($2 < 0 ? -$2 : $2); e = e < 0 ? -e : e; if (e > w) w = e }
-                   END { printf "%.3g", w }')
+  worst=$(loss_diff "$dir/$tag-gpu1/loss.csv" "$dir/$tag-cpu1/loss.csv")
   verdict "$mode: GPU losses follow the CPU's (worst relative difference $worst over 20 steps)" \
     "$(awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }' || echo "more than 1e-3")"
 done

@@ -24,6 +24,13 @@ py_check() {  # py_check ARGS... <SCRIPT: what the Python check prints (its prob
   echo "$out"
 }
 
+loss_diff() {  # loss_diff CSV_A CSV_B: the largest relative difference of two runs' per-step
+  # losses (column 2 of their loss.csv), relative to B's
+  paste -d, <(cut -d, -f2 "$1") <(cut -d, -f2 "$2") |
+    awk -F, 'NR > 1 { e = ($1 - $2) / ($2 < 0 ? -$2 : $2); e = e < 0 ? -e : e; if (e > w) w = e }
+             END { printf "%.3g", w }'
+}
+
 finish() {  # the count, and the script's exit status
   echo "# $SECONDS s"
   echo "$passed passed, $failed failed"

@@ -14,52 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_cuda.h"
-#include "model.h"
-#include "stage.h"
-#include "test_util.h"
-
-static Backend gpu;
-static const Backend *cpu = &backend_cpu;
-
-static float *random_floats(size_t n, uint64_t seed) {
-    float *v = fg_alloc_floats(n);
-    Rng r = {seed};
-    fill_uniform(&r, v, n, 1.0f);
-    return v;
-}
-
-// A device copy of host floats.
-static float *on_gpu(const float *host, size_t n) {
-    float *d = backend_alloc_floats(&gpu, n);
-    gpu.upload(&gpu, d, host, n * sizeof(float));
-    return d;
-}
-
-// Host copy of device floats (the caller frees it).
-static float *from_gpu(const float *dev, size_t n) {
-    float *h = fg_alloc_floats(n);
-    gpu.download(&gpu, h, dev, n * sizeof(float));
-    FgError err = {0};
-    if (gpu.sync(&gpu, &err)) fail_msg("GPU: %s", err.msg);
-    return h;
-}
-
-// max |got - want| / max(1, max |want|)
-static double rel_error(const float *got, const float *want, size_t n) {
-    double worst = 0.0, scale = 1.0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
-    return worst / scale;
-}
-
-static void assert_close(const float *dev, const float *want, size_t n, double tol, const char *what) {
-    float *got = from_gpu(dev, n);
-    double e = rel_error(got, want, n);
-    fg_free(got);
-    if (!(e <= tol)) fail_msg("%s: GPU differs from CPU by %.3g (relative), tolerance %.1g", what, e, tol);
-}
+#include "gpu_test_util.h"
 
 static void test_tangents_bit_identical(void **state) {
     (void)state;
@@ -143,64 +98,22 @@ static void test_vectors_and_optimizers(void **state) {
     fg_free(a), fg_free(b), gpu.free(&gpu, da), gpu.free(&gpu, db);
 }
 
-// Every layer kind and shape: forward, jvp (with and without input and parameter tangents),
-// backward (fused, without dx, and each half alone), on both backends from the same inputs.
+// Every MLP layer kind and shape: forward, jvp (with and without input and parameter
+// tangents), backward (fused, without dx, and each half alone), within 1e-4.
 static void check_layer(LayerKind kind, int in, int out, int B, int K) {
     Layer L = {.kind = kind, .in = in, .out = kind == LAYER_LINEAR ? out : in};
+    snprintf(L.name, sizeof L.name, "%s", layer_ops(&L)->kind_name);
     L.param_count = layer_ops(&L)->param_count(&L);
-    size_t np = L.param_count ? L.param_count : 1, nx = (size_t)B * L.in, ny = (size_t)B * L.out;
-    float *p = random_floats(np, 10), *pdot = random_floats(np * K, 11), *x = random_floats(nx, 12);
-    float *xdot = random_floats(nx * K, 13), *dy = random_floats(ny, 14);
-    float *y = fg_alloc_floats(ny), *ydot = fg_alloc_floats(ny * K), *dx = fg_alloc_floats(nx);
-    float *dpar = random_floats(np, 15);
-    float *g_p = on_gpu(p, np), *g_pdot = on_gpu(pdot, np * K), *g_x = on_gpu(x, nx);
-    float *g_xdot = on_gpu(xdot, nx * K), *g_dy = on_gpu(dy, ny), *g_dpar = on_gpu(dpar, np);
-    float *g_y = backend_alloc_floats(&gpu, ny), *g_ydot = backend_alloc_floats(&gpu, ny * K);
-    float *g_dx = backend_alloc_floats(&gpu, nx);
-    char what[96];
-    const double tol = 1e-4;
-
-    cpu->forward(cpu, &L, p, x, y, B);
-    gpu.forward(&gpu, &L, g_p, g_x, g_y, B);
-    snprintf(what, sizeof what, "%s %dx%d B=%d forward", layer_ops(&L)->kind_name, in, out, B);
-    assert_close(g_y, y, ny, tol, what);
-    for (int variant = 0; variant < 3; variant++) {  // both tangents, no xdot, no pdot
-        const float *xd = variant == 1 ? NULL : xdot, *pd = variant == 2 ? NULL : pdot;
-        cpu->jvp(cpu, &L, p, L.param_count ? pd : NULL, x, xd, y, ydot, B, K);
-        gpu.jvp(&gpu, &L, g_p, L.param_count && pd ? g_pdot : NULL, g_x, xd ? g_xdot : NULL, g_y,
-                g_ydot, B, K);
-        snprintf(what, sizeof what, "%s %dx%d B=%d K=%d jvp variant %d", layer_ops(&L)->kind_name,
-                 in, out, B, K, variant);
-        assert_close(g_ydot, ydot, ny * K, tol, what);
-        assert_close(g_y, y, ny, tol, what);
-    }
-    cpu->backward(cpu, &L, p, x, dy, dx, dpar, B);
-    gpu.backward(&gpu, &L, g_p, g_x, g_dy, g_dx, g_dpar, B);
-    snprintf(what, sizeof what, "%s %dx%d B=%d backward", layer_ops(&L)->kind_name, in, out, B);
-    assert_close(g_dx, dx, nx, tol, what);
-    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
-    cpu->backward(cpu, &L, p, x, dy, NULL, dpar, B);  // dx skipped: only dp accumulates
-    gpu.backward(&gpu, &L, g_p, g_x, g_dy, NULL, g_dpar, B);
-    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
-    // The halves (zero-bubble Bi and Bw): dx alone (dp NULL), dp alone without the weights.
-    gpu.zero(&gpu, g_dx, nx * sizeof(float));
-    gpu.backward(&gpu, &L, g_p, g_x, g_dy, g_dx, NULL, B);
-    assert_close(g_dx, dx, nx, tol, what);
-    cpu->backward(cpu, &L, NULL, x, dy, NULL, dpar, B);
-    gpu.backward(&gpu, &L, NULL, g_x, g_dy, NULL, g_dpar, B);
-    if (L.param_count) assert_close(g_dpar, dpar, np, tol, what);
-
-    float *host[] = {p, pdot, x, xdot, dy, y, ydot, dx, dpar};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) fg_free(host[i]);
-    float *dev[] = {g_p, g_pdot, g_x, g_xdot, g_dy, g_dpar, g_y, g_ydot, g_dx};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
+    char tag[32];
+    snprintf(tag, sizeof tag, "%dx%d", in, out);
+    check_layer_ops(&L, B, K, 1e-4, tag);
 }
 
 static void test_layers(void **state) {
     (void)state;
     int shapes[][4] = {{1, 1, 1, 1}, {7, 5, 3, 2}, {784, 256, 32, 4}, {1024, 1024, 64, 2}, {33, 10, 1, 3}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int kind = 0; kind < LAYER_KIND_COUNT; kind++)
+        for (int kind = LAYER_LINEAR; kind <= LAYER_GELU; kind++)  // the GPT's: test_cuda_gpt.c
             check_layer((LayerKind)kind, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 }
 
@@ -238,8 +151,8 @@ static void test_loss(void **state) {
     gpu.free(&gpu, g_z), gpu.free(&gpu, g_zdot), gpu.free(&gpu, g_dz), gpu.free(&gpu, g_labels);
 }
 
-// Whole model, one stage per backend: the bp gradient of one micro-batch and the fg
-// directional derivatives d_k along the same regenerated tangents.
+// Whole MLPs, one stage per backend: the bp gradient of one micro-batch (fused, and as Bi
+// then Bw) and the fg directional derivatives d_k along the same regenerated tangents.
 static void test_whole_model(void **state) {
     (void)state;
     const char *acts[] = {"relu", "gelu"};
@@ -247,72 +160,18 @@ static void test_whole_model(void **state) {
         Model m;
         FgError err = {0};
         assert_int_equal(model_build_mlp(&m, "784-256-128-10", acts[a], &err), FG_OK);
-        int B = 16, K = 4;
+        enum { B = 16, K = 4 };
         float *params = fg_alloc_floats(m.n_params);
         model_init_params(&m, params, 1);
         float *x = random_floats((size_t)B * 784, 7);
-        uint8_t labels[16];
+        uint8_t labels[B];
         for (int r = 0; r < B; r++) labels[r] = (uint8_t)(r % 10);
-        const Backend *bes[2] = {cpu, &gpu};
-        float *grads[2], *split[2], d[2][4], loss[2];
-        for (int i = 0; i < 2; i++) {
-            const Backend *be = bes[i];
-            Stage st;
-            assert_int_equal(stage_init(&st, be, &m, 0, m.n_layers, B, K, &err), FG_OK);
-            float *p = backend_alloc_floats(be, m.n_params), *xd = backend_alloc_floats(be, (size_t)B * 784);
-            float *g = backend_alloc_floats(be, m.n_params), *stash = backend_alloc_floats(be, stage_stash_floats(&st, B));
-            float *dz = backend_alloc_floats(be, (size_t)B * 10);
-            uint8_t *lab = be->alloc(be, (size_t)B);
-            be->upload(be, p, params, m.n_params * sizeof(float));
-            be->upload(be, xd, x, (size_t)B * 784 * sizeof(float));
-            be->upload(be, lab, labels, (size_t)B);
-            const float *y, *ydot;
-            stage_forward(&st, p, NULL, xd, NULL, B, stash, &y, NULL);
-            loss[i] = be->loss_backward(be, y, lab, B, 10, dz);
-            stage_backward(&st, p, stash, dz, NULL, g, B);
-            // The same gradient split in Bi and Bw (on the CPU, the same bits).
-            float *g2 = backend_alloc_floats(be, m.n_params), *adj = backend_alloc_floats(be, stage_adjoint_floats(&st, B));
-            stage_backward_input(&st, p, stash, dz, NULL, adj, B);
-            stage_backward_weight(&st, stash, adj, g2, B);
-            split[i] = fg_alloc_floats(m.n_params);
-            be->download(be, split[i], g2, m.n_params * sizeof(float));
-            TangentKey key = {.seed = 5, .stream = STREAM_TANGENT, .step = 2, .microbatch = 1};
-            stage_forward(&st, p, &key, xd, NULL, B, NULL, &y, &ydot);
-            be->loss_jvp(be, y, ydot, lab, B, 10, K, d[i]);
-            grads[i] = fg_alloc_floats(m.n_params);
-            be->download(be, grads[i], g, m.n_params * sizeof(float));
-            assert_int_equal(be->sync(be, &err), FG_OK);
-            be->free(be, p), be->free(be, xd), be->free(be, g), be->free(be, stash), be->free(be, dz), be->free(be, lab);
-            be->free(be, g2), be->free(be, adj);
-            stage_free(&st);
-        }
-        double e = rel_error(grads[1], grads[0], m.n_params);
-        if (e > 1e-4) fail_msg("%s model: bp gradient differs by %.3g", acts[a], e);
-        if (memcmp(split[0], grads[0], m.n_params * sizeof(float)) != 0)
-            fail_msg("%s model: CPU Bi + Bw differs from the fused backward", acts[a]);
-        e = rel_error(split[1], grads[0], m.n_params);
-        if (e > 1e-4) fail_msg("%s model: GPU Bi + Bw gradient differs by %.3g", acts[a], e);
-        assert_true(fabsf(loss[1] - loss[0]) <= 1e-5f * loss[0]);
-        for (int k = 0; k < K; k++)
-            if (fabsf(d[1][k] - d[0][k]) > 1e-4f * fmaxf(1.0f, fabsf(d[0][k])))
-                fail_msg("%s model: fg d[%d] GPU %g CPU %g", acts[a], k, d[1][k], d[0][k]);
-        fg_free(grads[0]), fg_free(grads[1]), fg_free(split[0]), fg_free(split[1]);
+        compare_model(&m, params, B, x, labels, K, 1e-4, acts[a]);
         fg_free(params), fg_free(x);
     }
 }
 
 int main(void) {
-    int n = backend_cuda_device_count();
-    if (n == 0) {
-        fprintf(stderr, "test_cuda: SKIPPED: no CUDA GPU visible (the CUDA code was compiled; "
-                        "run the gpu-labelled tests on a machine with a GPU)\n");
-        return 77;
-    }
-    FgError err = {0};
-    if (backend_cuda_create(0, &gpu, &err)) {
-        fprintf(stderr, "test_cuda: %s\n", err.msg);
-        return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tangents_bit_identical),
         cmocka_unit_test(test_activity_tangents),
@@ -321,7 +180,5 @@ int main(void) {
         cmocka_unit_test(test_loss),
         cmocka_unit_test(test_whole_model),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    backend_cuda_destroy(&gpu);
-    return failed;
+    return run_gpu_tests("test_cuda", tests, sizeof tests / sizeof tests[0]);
 }

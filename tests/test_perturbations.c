@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "layer.h"
+#include "linear_shape.h"
 #include "model.h"
 #include "stage.h"
 #include "tangent.h"
@@ -264,8 +265,8 @@ static void test_unbiased_with_formula_variance(void **state) {
 // Tangent (key's micro-batch and k) of linear layer L formed explicitly: [W (n x k), b (n)],
 // with W [n, k] per token (its branch; layer.h); no b for a layer without bias.
 static void explicit_lowrank(const Layer *L, TangentKey key, int r, float *v) {
-    int n, offset, k = linear_branch_in(L);
-    layer_branch(L, &offset, &n);
+    LinearShape s = linear_shape(L, 1);
+    int n = s.n, k = s.k;
     float *At = fg_alloc_floats((size_t)r * n), *Bt = fg_alloc_floats((size_t)r * k);
     key.layer = (uint32_t)L->index;
     key.stream = STREAM_LOWRANK_OUT;

@@ -1,0 +1,59 @@
+// The layers' GEMMs at the backend's precision (config key `precision`): FP32 (cublasSgemm,
+// no TF32: the CPU reference's numbers), TF32 (the same call under
+// CUBLAS_TF32_TENSOR_OP_MATH, set once on the handle by backend_cuda_set_precision) or BF16
+// (both operands rounded to bf16 into scratch, products on tensor cores accumulated in FP32,
+// FP32 output). Weights, optimizer state, activations and tangents stay FP32 in every mode:
+// a tangent meets the same rounding as the primal value it travels with.
+#include <cuda_bf16.h>
+
+#include "cuda_internal.h"
+
+// dst [batch][cols][rows] (packed) = bf16 of the column-major src (ld, stride between matrices).
+__global__ void to_bf16_kernel(const float *src, int ld, long long stride, int rows, int cols,
+                               int batch, __nv_bfloat16 *dst) {
+    size_t per = (size_t)rows * cols, n = per * batch;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t b = i / per, j = i % per / rows, r = i % rows;
+        dst[i] = __float2bfloat16(src[b * stride + j * ld + r]);
+    }
+}
+
+// The operand in bf16 in scratch slot `slot`: packed (ld = rows), one copy when it is shared
+// by the batch (stride 0).
+static GemmArg16 to_bf16(const Backend *be, GemmArg a, int rows, int cols, int batch, int slot) {
+    int copies = a.stride ? batch : 1;
+    size_t n = (size_t)rows * cols * copies;
+    __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_workspace(be, slot, n * sizeof(__nv_bfloat16));
+    to_bf16_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(a.p, a.ld, a.stride, rows, cols, copies, dst);
+    launch_check(be, "gemm: conversion to bf16");
+    GemmArg16 out = {dst, rows, a.stride ? (long long)rows * cols : 0};
+    return out;
+}
+
+static void gemm_bf16(const Backend *be, const char *what, cublasOperation_t ta,
+                      cublasOperation_t tb, int m, int n, int k, GemmArg A, GemmArg B, float beta,
+                      float *C, int ldc, long long stride_c, int batch) {
+    const float one = 1.0f;
+    GemmArg16 a = ta == CUBLAS_OP_N ? to_bf16(be, A, m, k, batch, WORK_GEMM_A) : to_bf16(be, A, k, m, batch, WORK_GEMM_A);
+    GemmArg16 b = tb == CUBLAS_OP_N ? to_bf16(be, B, k, n, batch, WORK_GEMM_B) : to_bf16(be, B, n, k, batch, WORK_GEMM_B);
+    cublas_check(be, cublasGemmStridedBatchedEx(cuda_ctx(be)->blas, ta, tb, m, n, k, &one, a.p,
+                                                CUDA_R_16BF, a.ld, a.stride, b.p, CUDA_R_16BF, b.ld,
+                                                b.stride, &beta, C, CUDA_R_32F, ldc, stride_c, batch,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), what);
+}
+
+void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
+               int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
+               long long stride_c, int batch) {
+    if (cuda_ctx(be)->precision == PRECISION_BF16) {
+        gemm_bf16(be, what, ta, tb, m, n, k, A, B, beta, C, ldc, stride_c, batch);
+        return;
+    }
+    const float one = 1.0f;
+    cublasHandle_t h = cuda_ctx(be)->blas;
+    if (batch == 1)
+        cublas_check(be, cublasSgemm(h, ta, tb, m, n, k, &one, A.p, A.ld, B.p, B.ld, &beta, C, ldc), what);
+    else
+        cublas_check(be, cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, A.p, A.ld, A.stride, B.p,
+                                                   B.ld, B.stride, &beta, C, ldc, stride_c, batch), what);
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPT on the GPU end to end (docs/gpu.md): a small GPT (2 blocks, n_embd 64, 4 heads, ctx
+# 32) on a corpus made here (this repository's docs) for 50 steps with device = cuda on 1 and
+# on 2 stages (two ranks sharing one GPU: their messages go through host memory), and on the
+# CPU. Checks, for bp, fg (weight and activity perturbation) and fg+bp:
+# - 2 GPU stages give the losses and parameters of 1, byte for byte (the cut changes no
+#   operation; the tied embedding's copies are summed across the end stages);
+# - the GPU's per-step losses follow the CPU's within 2e-3 relative over the 50 steps (FP32:
+#   GEMMs and row sums add in another order; Adam and 50 steps amplify the last bits a little).
+# Then precision = tf32 and bf16 (bp): the losses stay within 2% of the fp32 GPU run's.
+# Exit 77 (ctest: skipped) without a GPU or without the CUDA build.
+# usage: gpu_gpt.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_gpt: SKIPPED: no NVIDIA GPU here (nvidia-smi -L fails)" >&2; exit 77
+fi
+root=$(dirname "$config")/../..
+cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=64 --set n_head=4
+      --set ctx=32 --set micro_batch=4 --set micro_batches=4 --set steps=50 --set warmup_steps=0
+      --set eval_every=0 --set print_every=1000000 --set select=2)
+
+run() {  # run NAME M DEVICE KEY=VALUE...: fails (with a FAIL line) when the run does
+  local name=$1 M=$2 device=$3; shift 3
+  local sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 300 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" --device "$device" \
+    "${sets[@]}" --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
+  local rc=$?
+  if grep -q "built without CUDA" "$dir/$name.log"; then
+    echo "gpu_gpt: SKIPPED: this fgpipe was built without CUDA" >&2; exit 77
+  fi
+  if [ $rc -ne 0 ]; then verdict "$name" "exit $rc"; tail -5 "$dir/$name.log"; return 1; fi
+}
+
+worst() { loss_diff "$dir/$1/loss.csv" "$dir/$2/loss.csv"; }  # worst RUN_A RUN_B
+
+within() {  # within LABEL VALUE TOLERANCE
+  verdict "$1 (worst relative difference $2)" "$(awk -v w="$2" -v t="$3" 'BEGIN { exit !(w <= t) }' || echo "more than $3")"
+}
+
+cases=(
+  "bp|mode=bp"
+  "fg|mode=fg optimizer=sgd lr=0.0001"
+  "fg-activity|mode=fg perturb=activity tangents=2"
+  "fgbp|mode=fg+bp perturb=activity estimator=mix shrink=0.5"
+)
+for c in "${cases[@]}"; do
+  tag=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  run "$tag-gpu1" 1 cuda "${sets[@]}" && run "$tag-gpu2" 2 cuda "${sets[@]}" &&
+    run "$tag-cpu1" 1 cpu "${sets[@]}" || continue
+  cmp -s "$dir/$tag-gpu1.bin" "$dir/$tag-gpu2.bin" &&
+    cmp -s <(cut -d, -f1-3 "$dir/$tag-gpu1/loss.csv") <(cut -d, -f1-3 "$dir/$tag-gpu2/loss.csv")
+  verdict "$tag: 2 GPU stages give the losses and parameters of 1, byte for byte" \
+    "$([ $? -eq 0 ] || echo "2 GPU stages differ from 1")"
+  within "$tag: GPU losses follow the CPU's over 50 steps" "$(worst "$tag-gpu1" "$tag-cpu1")" 2e-3
+done
+
+# Tensor-core precisions against FP32 on the GPU: the same 50 bp steps.
+for precision in tf32 bf16; do
+  run "bp-$precision" 1 cuda mode=bp precision=$precision || continue
+  within "bp precision = $precision: losses within 2% of fp32's" "$(worst "bp-$precision" bp-gpu1)" 0.02
+done
+finish

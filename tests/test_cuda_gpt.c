@@ -1,0 +1,106 @@
+// The GPT's layers on the CUDA backend against the CPU reference (docs/gpu.md): each layer of
+// a one-block GPT (embedding, LayerNorm with and without carry, the linears with carry,
+// residual and no bias, causal attention, GELU on the branch, the tied head) on random
+// sequence shapes, n_head = 1 and ctx = 1 among them: forward, jvp (both tangents, no input
+// tangent, no parameter tangent), backward (fused, dp only, Bi alone, Bw alone without the
+// weights); then whole GPTs: the bp gradient (fused and Bi + Bw), the loss and the fg
+// directional derivatives along the same regenerated tangents.
+// Tolerance 1e-4 relative to max(1, the largest CPU magnitude): FP32 sums in another order
+// (GEMMs, the softmax's and LayerNorm's row sums). Without a GPU it exits 77 (skipped).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gpu_test_util.h"
+
+static const double TOL = 1e-4;
+
+static Model gpt_model(int n_layer, int C, int H, int T) {
+    Model m;
+    FgError err = {0};
+    GptShape g = {.n_layer = n_layer, .n_embd = C, .n_head = H, .ctx = T};
+    if (model_build_gpt(&m, g, &err)) fail_msg("model_build_gpt: %s", err.msg);
+    return m;
+}
+
+static void test_sequence_layers(void **state) {
+    (void)state;
+    // B, T (ctx), C (n_embd), H (n_head), K: hs from 4 to 96, T across a warp's 32 lanes.
+    int shapes[][5] = {{1, 1, 4, 1, 1}, {2, 5, 8, 2, 2},   {3, 17, 12, 3, 1},
+                       {2, 40, 64, 4, 3}, {1, 70, 96, 1, 2}, {1, 300, 128, 2, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], H = shapes[s][3], K = shapes[s][4];
+        Model m = gpt_model(1, C, H, T);
+        char tag[64];
+        snprintf(tag, sizeof tag, "T=%d C=%d H=%d", T, C, H);
+        for (int l = 0; l < m.n_layers; l++) check_layer_ops(&m.layers[l], B, K, TOL, tag);
+    }
+}
+
+// Whole GPTs on one stage per backend, away from their init (so that attention is not
+// uniform): bp gradients and fg derivatives as the MLPs' in test_cuda.c.
+static void test_whole_gpt(void **state) {
+    (void)state;
+    int shapes[][5] = {{2, 32, 4, 16, 3}, {1, 8, 1, 1, 2}, {2, 24, 3, 40, 1}};  // n_layer, C, H, T, B
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int T = shapes[s][3], B = shapes[s][4], K = 3;
+        Model m = gpt_model(shapes[s][0], shapes[s][1], shapes[s][2], T);
+        float *params = fg_alloc_floats(m.n_params);
+        model_init_params(&m, params, 1);
+        Rng r = {99 + s};
+        for (size_t i = 0; i < m.n_params; i++) params[i] += 0.1f * rng_uniform(&r);
+        float *x = fg_alloc_floats((size_t)B * T);
+        uint8_t *labels = fg_alloc_bytes((size_t)B * T);
+        for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (uint8_t)rng_int(&r, 0, 255);
+        char what[64];
+        snprintf(what, sizeof what, "gpt n_layer=%d C=%d H=%d T=%d", shapes[s][0], shapes[s][1], shapes[s][2], T);
+        compare_model(&m, params, B, x, labels, K, TOL, what);
+        fg_free(params), fg_free(x), fg_free(labels);
+    }
+}
+
+// precision = tf32 and bf16: a linear layer (carry, strided rows) and a whole GPT stay within
+// a bound of the CPU's FP32 (tf32: 1e-2, bf16: 5e-2, relative to max(1, the largest
+// magnitude): inputs keep 10 and 7 mantissa bits), and the products do change (the mode is on).
+static void test_precisions(void **state) {
+    (void)state;
+    Model m = gpt_model(1, 64, 4, 32);
+    const Layer *fc = &m.layers[6];  // h.0.mlp.c_fc: [x, h] -> [x, u]
+    assert_string_equal(fc->name, "h.0.mlp.c_fc");
+    int precisions[] = {PRECISION_TF32, PRECISION_BF16};
+    double tols[] = {1e-2, 5e-2};
+    size_t nx = (size_t)2 * fc->in, ny = (size_t)2 * fc->out;
+    float *p = random_floats(fc->param_count, 1), *x = random_floats(nx, 2), *y = fg_alloc_floats(ny);
+    float *g_p = on_gpu(p, fc->param_count), *g_x = on_gpu(x, nx), *g_y = backend_alloc_floats(&gpu, ny);
+    cpu->forward(cpu, fc, p, x, y, 2);
+    for (int i = 0; i < 2; i++) {
+        FgError err = {0};
+        if (backend_cuda_set_precision(&gpu, precisions[i], &err)) fail_msg("%s", err.msg);
+        gpu.forward(&gpu, fc, g_p, g_x, g_y, 2);
+        float *got = from_gpu(g_y, ny);
+        double e = rel_error(got, y, ny);
+        if (!(e <= tols[i] && e > 0.0)) fail_msg("precision %d: c_fc forward differs by %.3g", precisions[i], e);
+        fg_free(got);
+        float *params = fg_alloc_floats(m.n_params), *ids = fg_alloc_floats(2 * 32);
+        uint8_t labels[64];
+        model_init_params(&m, params, 1);
+        for (int t = 0; t < 64; t++) ids[t] = (float)((t * 37) % 256), labels[t] = (uint8_t)((t * 11) % 256);
+        compare_model(&m, params, 2, ids, labels, 2, tols[i], precisions[i] == PRECISION_TF32 ? "tf32" : "bf16");
+        fg_free(params), fg_free(ids);
+    }
+    FgError err = {0};
+    assert_int_equal(backend_cuda_set_precision(&gpu, PRECISION_FP32, &err), FG_OK);
+    fg_free(p), fg_free(x), fg_free(y);
+    gpu.free(&gpu, g_p), gpu.free(&gpu, g_x), gpu.free(&gpu, g_y);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sequence_layers),
+        cmocka_unit_test(test_whole_gpt),
+        cmocka_unit_test(test_precisions),
+    };
+    return run_gpu_tests("test_cuda_gpt", tests, sizeof tests / sizeof tests[0]);
+}
