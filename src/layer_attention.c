@@ -10,8 +10,6 @@
 
 #include "attention_math.h"
 
-static AttnShape shape_of(const Layer *L, int B) { return attn_shape(L, B); }
-
 static size_t attention_param_count(const Layer *L) {
     (void)L;
     return 0;
@@ -46,7 +44,7 @@ static void copy_carry(const AttnShape *s, const float *x, float *y, size_t toke
 
 static void attention_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
     (void)p;
-    AttnShape s = shape_of(L, B);
+    AttnShape s = attn_shape(L, B);
     copy_carry(&s, x, y, (size_t)B * s.T);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
@@ -87,7 +85,7 @@ static void head_jvp(const AttnShape *s, const float *x, const float *xd, float 
 static void attention_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
                           const float *xdot, float *y, float *ydot, int B, int K) {
     (void)pdot;
-    AttnShape s = shape_of(L, B);
+    AttnShape s = attn_shape(L, B);
     attention_forward(L, p, x, y, B);
     size_t in_block = (size_t)B * L->in, out_block = (size_t)B * L->out;
     if (!xdot) {
@@ -138,7 +136,7 @@ static void attention_backward(const Layer *L, const float *p, const float *x, c
                                float *dx, float *dp, int B) {
     (void)p, (void)dp;
     if (!dx) return;
-    AttnShape s = shape_of(L, B);
+    AttnShape s = attn_shape(L, B);
     memset(dx, 0, (size_t)B * L->in * sizeof(float));
     for (size_t r = 0; r < (size_t)B * s.T; r++)  // the carried x's adjoint passes through
         memcpy(dx + r * s.in, dy + r * s.out, (size_t)s.C * sizeof(float));

@@ -8,10 +8,8 @@
 
 #include "linear_shape.h"
 
-static LinearShape shape_of(const Layer *L, int B) { return linear_shape(L, B); }
-
 static size_t linear_param_count(const Layer *L) {
-    LinearShape s = shape_of(L, 1);
+    LinearShape s = linear_shape(L, 1);
     return (size_t)s.n * s.k + (L->no_bias ? 0 : (size_t)s.n);
 }
 
@@ -36,7 +34,7 @@ static void add_bias(const LinearShape *s, float *y, const float *b, int rows) {
 }
 
 static void linear_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
-    LinearShape s = shape_of(L, B);
+    LinearShape s = linear_shape(L, B);
     copy_carry(&s, x, y, s.rows);
     branch_matmul(&s, x, p, y, s.rows, L->residual);
     if (!L->no_bias) add_bias(&s, y, p + (size_t)s.n * s.k, s.rows);
@@ -45,7 +43,7 @@ static void linear_forward(const Layer *L, const float *p, const float *x, float
 // ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k
 static void linear_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
                        const float *xdot, float *y, float *ydot, int B, int K) {
-    LinearShape s = shape_of(L, B);
+    LinearShape s = linear_shape(L, B);
     size_t block = (size_t)s.rows * s.out;
     linear_forward(L, p, x, y, B);
     if (xdot) {  // all K blocks at once: they are K * rows tokens
@@ -66,7 +64,7 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
 // db += column sums of dy_branch. Only dx reads W: the weight half (dx == NULL) runs without it.
 static void linear_backward(const Layer *L, const float *p, const float *x, const float *dy,
                             float *dx, float *dp, int B) {
-    LinearShape s = shape_of(L, B);
+    LinearShape s = linear_shape(L, B);
     const float *dy_branch = dy + s.out_offset;
     if (dx) {
         for (int r = 0; s.c && r < s.rows; r++)

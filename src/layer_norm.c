@@ -7,8 +7,6 @@
 
 #include "norm_math.h"
 
-static NormShape shape_of(const Layer *L, int B) { return norm_shape(L, B); }
-
 static size_t norm_param_count(const Layer *L) { return 2 * (size_t)layer_in_token(L); }
 
 typedef struct {
@@ -25,7 +23,7 @@ static RowStats row_stats(const float *x, int C) {
 }
 
 static void norm_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
-    NormShape s = shape_of(L, B);
+    NormShape s = norm_shape(L, B);
     const float *gamma = p, *beta = p + s.C;
 #pragma omp parallel for if (s.rows * s.C > 65536)
     for (int r = 0; r < s.rows; r++) {
@@ -64,7 +62,7 @@ static void norm_token_jvp(const NormShape *s, const float *gamma, const float *
 
 static void norm_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
                      const float *xdot, float *y, float *ydot, int B, int K) {
-    NormShape s = shape_of(L, B);
+    NormShape s = norm_shape(L, B);
     size_t block = (size_t)s.rows * s.out, in_block = (size_t)s.rows * s.C;
     norm_forward(L, p, x, y, B);
 #pragma omp parallel for collapse(2) if (K * in_block > 65536)
@@ -80,7 +78,7 @@ static void norm_jvp(const Layer *L, const float *p, const float *pdot, const fl
 // dgamma += dy_ln xhat, dbeta += dy_ln, summed over the rows in order.
 static void norm_backward(const Layer *L, const float *p, const float *x, const float *dy,
                           float *dx, float *dp, int B) {
-    NormShape s = shape_of(L, B);
+    NormShape s = norm_shape(L, B);
     if (dx) {
 #pragma omp parallel for if (s.rows * s.C > 65536)
         for (int r = 0; r < s.rows; r++) {
