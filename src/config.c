@@ -319,6 +319,12 @@ int config_dots_reference(const Config *c) {
     return c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_GUIDED);
 }
 
+int config_update_microbatches(const Config *c, int replicas) {
+    int e = config_estimator(c);
+    int weighs_zero = c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_MIX) && c->shrink == 0.0;
+    return weighs_zero ? 0 : c->micro_batches * replicas;
+}
+
 int config_uses_cv(const Config *c) {
     return c->mode == MODE_FG_BP && config_estimator(c) == ESTIMATOR_CV;
 }

@@ -82,6 +82,9 @@ OptimizerConfig config_optimizer(const Config *c);
 int config_estimator(const Config *c);
 // fg+bp whose op F dots the reference with its tangents (cv, guided).
 int config_dots_reference(const Config *c);
+// Micro-batches whose tangent terms op U forms: the step's, over every replica, or 0 where the
+// estimator weighs them by 0 (fg+bp's cv and mix at shrink 0: the update is c alone).
+int config_update_microbatches(const Config *c, int replicas);
 // fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);

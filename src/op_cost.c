@@ -18,7 +18,7 @@ typedef struct {
 
 static ActivityUpdate activity_buffers(const Stage *st, int n_mb, int rows) {
     ActivityUpdate a = {0};
-    if (st->perturb != PERTURB_ACTIVITY || !st->tangents) return a;
+    if (st->perturb != PERTURB_ACTIVITY || !st->tangents || !n_mb) return a;
     a.inputs = backend_alloc_floats(st->be, stage_activity_floats(st, n_mb * rows));
     a.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
     a.coeff = fg_alloc_floats((size_t)n_mb * rows * st->tangents);
@@ -50,7 +50,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     float *w = backend_alloc_floats(be, st->param_count + 1);
     float *g = backend_alloc_floats(be, st->param_count + 1);
     float *ref = setup->with_ref && K ? backend_alloc_floats(be, st->param_count + 1) : NULL;
-    float *coeff = fg_alloc_floats((size_t)n_mb * FG_MAX(K, 1));
+    float *coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * FG_MAX(K, 1));
     double *ref_dots = calloc((size_t)FG_MAX(K, 1), sizeof(double));
     ActivityUpdate act = activity_buffers(st, n_mb, rows);
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
@@ -70,7 +70,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         stage_backward_weight(st, stash, adjoints, g, rows);
         if (!rc) rc = be->sync(be, err);
         t[3] = wall_seconds();
-        if (K) {
+        if (K && n_mb) {
             if (act.inputs) activity_update(st, setup, &act, g);
             else stage_add_tangents(st, key, n_mb, coeff, g);
             if (!rc) rc = be->sync(be, err);

@@ -15,7 +15,7 @@ typedef struct {
     int rows;        // of a micro-batch
     int with_xdot;   // F receives an input tangent (every stage but the first)
     int with_ref;    // F dots the estimator's reference with its tangents (fg+bp's cv, guided)
-    int n_mb;        // micro-batches whose tangents U adds
+    int n_mb;        // micro-batches whose tangents U adds (config_update_microbatches)
     uint32_t seed;
     Perturbation perturb;  // model_measure_layer_costs: its stages' (stage_measure_costs
     int tangent_rank;      // takes the stage's own)

@@ -39,6 +39,8 @@ typedef struct {
     double lr;
     float base_kept, base_ref, clip;
     int tangents;          // the coefficients apply (fg, fg+bp)
+    int coeff_nonzero;     // some coefficient is not 0 (mix or cv at shrink 0: none is, and the
+                           // tangents' terms, a GEMM per layer under activity, are not formed)
     int formed;            // resident: the norm pass left g in Pipeline.update
     int aged;              // the source moved the weights to prev[0] (age_weights): the
                            // update reads them there

@@ -149,7 +149,8 @@ static int measure_costs(void *arg, FgError *err) {
         return FG_OK;
     }
     CostSetup setup = {.rows = B, .with_xdot = !p->is_first, .with_ref = dots_reference(p),
-                       .n_mb = all_microbatches(p), .seed = p->cfg->seed};
+                       .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
+                       .seed = p->cfg->seed};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }
 

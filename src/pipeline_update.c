@@ -151,7 +151,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     } else {
         be->zero(be, upd, n * sizeof(float));
     }
-    if (p->model->layers[l].frozen) return;  // its steps have size 0 (layer_lr)
+    if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
         stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l), Nr,
@@ -304,6 +304,8 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
     u->base_kept = (float)inside / (float)NK;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     u->tangents = 1;
+    u->coeff_nonzero = 0;
+    for (int i = 0; i < n_d && !u->coeff_nonzero; i++) u->coeff_nonzero = u->coeff[i] != 0.0f;
 }
 
 enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };

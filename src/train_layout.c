@@ -26,7 +26,7 @@ static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
     const Config *c = lt->c;
     CostSetup setup = {.rows = c->micro_batch, .with_ref = config_dots_reference(c),
-                       .n_mb = c->micro_batches * lt->e->tr->replicas, .seed = c->seed,
+                       .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->seed,
                        .perturb = (Perturbation)c->perturb, .tangent_rank = c->tangent_rank};
     return model_measure_layer_costs(lt->e->be, lt->m, c->mode == MODE_BP ? 0 : c->tangents, &setup,
                                      lt->cost, err);
