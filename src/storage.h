@@ -44,6 +44,10 @@ typedef struct {
     ModelCard card;            // (save only)
     int stages;                // the writer's layout (save only)
     const int *layout;         // [stages + 1]
+    // The estimator's running sums (cv_scale = auto, cv_scale.h; the same on every rank), or
+    // n_cv_sums 0. A load of a checkpoint without them leaves them as they are (no history).
+    double *cv_sums;
+    int n_cv_sums;
 } CheckpointState;
 
 // One step of the log (docs/log.md); NaN where a quantity does not exist that step.
