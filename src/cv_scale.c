@@ -1,5 +1,8 @@
 #include "cv_scale.h"
 
+#include <math.h>
+#include <stdlib.h>
+
 #include "common.h"
 
 void cv_scale_init(CvScale *s, int n_layers) {
@@ -39,4 +42,20 @@ void cv_scale_observe(CvScale *s, const float *d, const double *layer_dots, int 
         cov[l] = CV_SCALE_DECAY * cov[l] + step_cov;
         var[l] = CV_SCALE_DECAY * var[l] + step_var;
     }
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double cv_scale_median(const CvScale *s) {
+    float *v = fg_alloc_floats((size_t)s->n_layers);
+    int n = 0;
+    for (int l = 0; l < s->n_layers; l++)
+        if (s->sums[s->n_layers + l] > 0) v[n++] = s->beta[l];
+    qsort(v, (size_t)n, sizeof(float), cmp_float);
+    double m = n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + v[n / 2]);
+    fg_free(v);
+    return m;
 }

@@ -34,4 +34,7 @@ void cv_scale_set_betas(CvScale *s);
 void cv_scale_observe(CvScale *s, const float *d, const double *layer_dots, int replicas,
                       int width, int skip);
 
+// The median of the betas of layers with history (the log's cv_beta_median); NaN if none.
+double cv_scale_median(const CvScale *s);
+
 #endif

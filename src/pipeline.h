@@ -27,6 +27,7 @@ typedef struct {
     double seconds;     // wall time of the step on this stage
     // With Pipeline.want_stats (docs/log.md; NaN where not defined this step):
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
+    double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer
 } StepResult;
 
 // An update computed by op U and not yet applied to every layer (a streamed stage applies it

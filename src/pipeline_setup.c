@@ -242,7 +242,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->plan = &p->plans[0];
     alloc_buffers(p);
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
-    p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
+    p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
     return FG_OK;
 }
 

@@ -369,6 +369,7 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     int K = p->K, NK = all_microbatches(p) * K, Nr = p->cfg->micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
+    r->cv_beta_median = p->pending.ref_beta ? cv_scale_median(&p->cv) : NAN;
     if (!have_c) return;
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
