@@ -29,21 +29,12 @@ static int set_attr_i64(hid_t obj, const char *name, long long v) {
     return rc < 0;
 }
 
-static int set_attr_ints(hid_t obj, const char *name, const int *v, int n) {
+// A 1-D attribute of n values of `type` (H5T_NATIVE_INT, H5T_NATIVE_DOUBLE) at v.
+static int set_attr_array(hid_t obj, const char *name, hid_t type, const void *v, int n) {
     hsize_t dim = (hsize_t)n;
     hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc < 0;
-}
-
-static int set_attr_doubles(hid_t obj, const char *name, const double *v, int n) {
-    hsize_t dim = (hsize_t)n;
-    hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, v);
+    hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, v);
     if (a >= 0) H5Aclose(a);
     H5Sclose(sp);
     return rc < 0;
@@ -200,9 +191,9 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
     if (set_attr_i64(f, "format_version", CHECKPOINT_FORMAT_VERSION) ||
         set_attr_i64(f, "step", st->step) || set_attr_i64(f, "seed", st->seed) ||
         set_attr_i64(f, "stages", st->stages) ||
-        set_attr_ints(f, "layout", st->layout, st->stages + 1) ||
+        set_attr_array(f, "layout", H5T_NATIVE_INT, st->layout, st->stages + 1) ||
         set_attr_str(f, "config", st->config_text ? st->config_text : "") || write_card(f, &st->card) ||
-        (st->n_cv_sums > 0 && set_attr_doubles(f, "cv_scale_sums", st->cv_sums, st->n_cv_sums)))
+        (st->n_cv_sums > 0 && set_attr_array(f, "cv_scale_sums", H5T_NATIVE_DOUBLE, st->cv_sums, st->n_cv_sums)))
         return fg_fail(err, FG_ERR_INPUT, "writing the checkpoint's attributes failed");
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
