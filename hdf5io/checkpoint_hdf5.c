@@ -2,7 +2,7 @@
 //   /<buffer>/<layer>/<tensor>   float32, [rows, cols] or [rows]; buffers: params, optimizer/...
 //   attributes of /: format_version, step (the next step to run), seed, stages, layout
 //                    (first layer of each stage, then n_layers), model, config (the resolved
-//                    config text)
+//                    config text), cv_scale_sums (cv_scale = auto: the estimator's running sums)
 #include "checkpoint_hdf5.h"
 
 #include <errno.h>
@@ -29,11 +29,12 @@ static int set_attr_i64(hid_t obj, const char *name, long long v) {
     return rc < 0;
 }
 
-static int set_attr_ints(hid_t obj, const char *name, const int *v, int n) {
+// A 1-D attribute of n values of `type` (H5T_NATIVE_INT, H5T_NATIVE_DOUBLE) at v.
+static int set_attr_array(hid_t obj, const char *name, hid_t type, const void *v, int n) {
     hsize_t dim = (hsize_t)n;
     hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, v);
+    hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, v);
     if (a >= 0) H5Aclose(a);
     H5Sclose(sp);
     return rc < 0;
@@ -55,6 +56,18 @@ static int get_attr_i64(hid_t obj, const char *name, long long *v) {
     if (H5Aexists(obj, name) <= 0) return -1;
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     herr_t rc = H5Aread(a, H5T_NATIVE_LLONG, v);
+    H5Aclose(a);
+    return rc < 0 ? -1 : 0;
+}
+
+// The n doubles of attribute `name`: 0, or -1 when it holds another number of values or the
+// read fails; 1 when there is no such attribute (v untouched).
+static int get_attr_doubles(hid_t obj, const char *name, double *v, int n) {
+    if (H5Aexists(obj, name) <= 0) return 1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = H5Aget_space(a);
+    hssize_t have = H5Sget_simple_extent_npoints(sp);
+    herr_t rc = have == n ? H5Aread(a, H5T_NATIVE_DOUBLE, v) : -1;
+    H5Sclose(sp);
     H5Aclose(a);
     return rc < 0 ? -1 : 0;
 }
@@ -178,8 +191,9 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
     if (set_attr_i64(f, "format_version", CHECKPOINT_FORMAT_VERSION) ||
         set_attr_i64(f, "step", st->step) || set_attr_i64(f, "seed", st->seed) ||
         set_attr_i64(f, "stages", st->stages) ||
-        set_attr_ints(f, "layout", st->layout, st->stages + 1) ||
-        set_attr_str(f, "config", st->config_text ? st->config_text : "") || write_card(f, &st->card))
+        set_attr_array(f, "layout", H5T_NATIVE_INT, st->layout, st->stages + 1) ||
+        set_attr_str(f, "config", st->config_text ? st->config_text : "") || write_card(f, &st->card) ||
+        (st->n_cv_sums > 0 && set_attr_array(f, "cv_scale_sums", H5T_NATIVE_DOUBLE, st->cv_sums, st->n_cv_sums)))
         return fg_fail(err, FG_ERR_INPUT, "writing the checkpoint's attributes failed");
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
@@ -269,6 +283,9 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
                      path, version, CHECKPOINT_FORMAT_VERSION);
     else if (get_attr_i64(f, "step", &step) || get_attr_i64(f, "seed", &seed) || step < 0)
         rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: missing or bad step/seed attributes", path);
+    else if (st->n_cv_sums > 0 && get_attr_doubles(f, "cv_scale_sums", st->cv_sums, st->n_cv_sums) < 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s: attribute cv_scale_sums does not hold %d "
+                     "doubles", path, st->n_cv_sums);
     // Every tensor is found and shaped right before the stage's state is touched.
     Tensors ts = tensors_new(st, path, 1);
     for (int b = 0; b < st->n_buffers && !rc; b++)

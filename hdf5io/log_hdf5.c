@@ -7,11 +7,12 @@
 
 #include "checkpoint_hdf5.h"
 
-enum { FLUSH_EVERY = 10, N_QUANTITIES = 12, SCHEMA_VERSION = 1 };
+enum { FLUSH_EVERY = 10, N_QUANTITIES = 13, SCHEMA_VERSION = 1 };
 
 static const char *const QUANTITIES[N_QUANTITIES] = {
     "step",         "loss",     "lr",     "estimate_norm",   "exact_norm", "cos_estimate_exact",
-    "cos_fg_exact", "variance_reduction", "step_seconds", "makespan", "bubble", "bubble_used_by_b"};
+    "cos_fg_exact", "variance_reduction", "step_seconds", "makespan", "bubble", "bubble_used_by_b",
+    "cv_beta_median"};
 
 typedef struct {
     hid_t file, data[N_QUANTITIES], busy, bubble_used;
@@ -49,7 +50,8 @@ static int log_append(StepLog *log, const StepRecord *r, FgError *err) {
     LogCtx *c = log->ctx;
     double v[N_QUANTITIES] = {0, r->loss, r->lr, r->estimate_norm, r->exact_norm,
                               r->cos_estimate_exact, r->cos_fg_exact, r->variance_reduction,
-                              r->step_seconds, r->makespan, r->bubble, r->bubble_used_by_b};
+                              r->step_seconds, r->makespan, r->bubble, r->bubble_used_by_b,
+                              r->cv_beta_median};
     long long step = r->step;
     int bad = append_row(c->data[0], c->n, 1, NULL, H5T_NATIVE_LLONG, &step);
     for (int i = 1; i < N_QUANTITIES; i++) bad |= append_row(c->data[i], c->n, 1, NULL, H5T_NATIVE_DOUBLE, &v[i]);

@@ -41,6 +41,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
     CHOICE(estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
     NUM(KEY_REAL, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance"),
+    CHOICE(cv_scale, "1|auto", "fg+bp estimator cv: the control variate's scale beta per layer; 1: c itself; auto: beta_l = Cov/Var of the layer's c.v with d, from an average over earlier steps (still unbiased; guards against a stale or poor c, e.g. at lag 1)"),
     CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
     NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
@@ -245,6 +246,9 @@ int config_validate(const Config *c, FgError *err) {
         (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_GUIDED))
         return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
                        "= mix, fg or auto (cv and guided dot c with weight tangents)");
+    if (c->cv_scale == CV_SCALE_AUTO && !config_uses_cv(c))
+        return fg_fail(err, FG_ERR_INPUT, "cv_scale = auto applies to mode fg+bp with estimator "
+                       "cv and perturb = weight (it scales the control variate c)");
     if (c->tangent_rank > 0 && c->perturb != PERTURB_WEIGHT)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank applies to perturb = weight (activity "
                        "perturbation has no weight tangents)");

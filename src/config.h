@@ -15,6 +15,7 @@
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
 typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED, ESTIMATOR_MIX } EstimatorChoice;
+typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT } DataKind;
 
@@ -29,6 +30,7 @@ typedef struct {
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
+    int cv_scale;          // CvScaleChoice (fg+bp cv): scale of c per layer, 1 or online (cv_scale.h)
     int perturb;           // Perturbation (tangent.h): where fg's tangents enter
     double shrink;         // fg+bp cv and mix: weight of the step's own noisy term (estimator.h)
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)

@@ -10,6 +10,7 @@
 #define FGPIPE_PIPELINE_H
 
 #include "config.h"
+#include "cv_scale.h"
 #include "data.h"
 #include "exec_plan.h"
 #include "layer_source.h"
@@ -26,13 +27,15 @@ typedef struct {
     double seconds;     // wall time of the step on this stage
     // With Pipeline.want_stats (docs/log.md; NaN where not defined this step):
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
+    double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer
 } StepResult;
 
 // An update computed by op U and not yet applied to every layer (a streamed stage applies it
 // as the next forward wave reads each layer), per layer, scaled by clip, then the optimizer
 // step: g = the kept gradient (bp), or
-// g = base_kept * kept + base_ref * ref + sum coeff[i] v_i (fg, fg+bp), where kept is this
-// step's c and ref the reference of the step before.
+// g = base_kept * kept + base_ref * ref_beta[l] * ref + sum coeff[i] v_i (fg, fg+bp), where
+// kept is this step's c, ref the reference of the step before and ref_beta its scale per layer
+// (cv_scale = auto; NULL: 1).
 typedef struct {
     int active;
     long step;
@@ -47,6 +50,7 @@ typedef struct {
     int set_ref;           // afterwards the reference becomes ref_scale * c (fg+bp, cv, guided)
     float ref_scale;
     float *coeff;          // [N*K] over every replica's micro-batches
+    const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
 typedef struct {
@@ -106,6 +110,7 @@ typedef struct {
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;
     int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
+    CvScale cv;               // cv_scale = auto: the reference's scale per layer (else empty)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
     // [N*K*B]), then
     // r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].

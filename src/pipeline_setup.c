@@ -115,6 +115,7 @@ static void alloc_buffers(Pipeline *p) {
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(d_per_microbatch(p), 1));
+    if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->cv, p->model->n_layers);
     if (perturbs_activity(p)) {
         size_t kept = stage_activity_floats(&p->stage, N * B);
         for (int i = 0; i < 1 + p->src.streamed; i++) p->act_inputs[i] = backend_alloc_floats(be, kept);
@@ -242,7 +243,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->plan = &p->plans[0];
     alloc_buffers(p);
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
-    p->stats.cos_fg_exact = p->stats.variance_reduction = NAN;
+    p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
     return FG_OK;
 }
 
@@ -275,6 +276,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                        p->host_layer[2], p->host_layer[3]};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(p->lanes);
+    cv_scale_free(&p->cv);
     message_plan_free(&p->messages);
     for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->plans[i]);
     stage_free(&p->stage);

@@ -53,11 +53,15 @@ static int reads_kept(const PendingUpdate *u) {
     return !u->tangents || u->base_kept != 0.0f || u->set_ref;
 }
 
-// Sums per-layer rows of `width` values in layer order: the same bits on any stage layout.
-static void sum_layer_rows(const double *rows, int n_layers, int width, double *out) {
+// Sums per-layer rows of `width` values in layer order, each weighted by weights[l] (NULL: 1;
+// 1 * x is x, so the same bits as no weight): the same bits on any stage layout.
+static void sum_layer_rows(const double *rows, const float *weights, int n_layers, int width,
+                           double *out) {
     for (int i = 0; i < width; i++) out[i] = 0.0;
-    for (int l = 0; l < n_layers; l++)
-        for (int i = 0; i < width; i++) out[i] += rows[(size_t)l * width + i];
+    for (int l = 0; l < n_layers; l++) {
+        double w = weights ? weights[l] : 1.0;
+        for (int i = 0; i < width; i++) out[i] += w * rows[(size_t)l * width + i];
+    }
 }
 
 // A streamed stage's memory for the op-U gradient of a copy of the tied embedding
@@ -143,11 +147,12 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
+    float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (u->base_kept != 0.0f) {
         be->scale(be, upd, u->base_kept * p->c_scale, s->kept, n);
-        if (u->base_ref != 0.0f) be->axpy(be, upd, u->base_ref, s->ref, n);
-    } else if (u->base_ref != 0.0f) {
-        be->scale(be, upd, u->base_ref, s->ref, n);
+        if (base_ref != 0.0f) be->axpy(be, upd, base_ref, s->ref, n);
+    } else if (base_ref != 0.0f) {
+        be->scale(be, upd, base_ref, s->ref, n);
     } else {
         be->zero(be, upd, n * sizeof(float));
     }
@@ -281,15 +286,19 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // The estimate's coefficients from the summed scalars, into the pending update. The
 // reference's dots with the tangents were taken in op F; cv's estimate is
 // ref + (1/N) sum_b (d_b - ref.v_b) v_b, unbiased because the reference (the last step's c)
-// does not depend on this step's tangents.
+// does not depend on this step's tangents; so is ref's scale per layer (cv_scale = auto), set
+// from earlier steps' scalars before this step's join them.
 static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
     int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
     int L = p->model->n_layers, n_d = N * d_per_microbatch(p);
     PendingUpdate *u = &p->pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
+    u->ref_beta = use_cv ? p->cv.beta : NULL;
+    if (u->ref_beta) cv_scale_set_betas(&p->cv);
     for (int i = 0; i < n_d; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
     for (int r = 0; (use_cv || guided) && r < p->tr->replicas; r++)
-        sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, L, Nr * K, rdots + (size_t)r * Nr * K);
+        sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, u->ref_beta, L, Nr * K,
+                       rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
     int mix = mixes(p) && p->ref_active;
@@ -301,6 +310,9 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
     // estimate: c's weight is their share.
     for (int i = 0; use_cv && i < NK; i++)
         if (inside_c(p, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
+    // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
+    if (u->ref_beta)
+        cv_scale_observe(&p->cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
     u->base_kept = (float)inside / (float)NK;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     u->tangents = 1;
@@ -344,7 +356,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         rc = release_layer(p, l, parts, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, rows, L * ROW_WIDTH, err);
-    sum_layer_rows(rows, L, ROW_WIDTH, sums);
+    sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
     free(rows);
     free(fcoeff);
     p->pending.formed = !p->src.streamed;
@@ -359,6 +371,7 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     int K = p->K, NK = all_microbatches(p) * K, Nr = p->cfg->micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
+    r->cv_beta_median = p->pending.ref_beta ? cv_scale_median(&p->cv) : NAN;
     if (!have_c) return;
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
@@ -424,7 +437,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
     double c2, sums[ROW_WIDTH] = {0};  // c2: |c|^2, or bp's |grad|^2
-    sum_layer_rows(p->scalars + scalars_grad_norms(p), L, 1, &c2);
+    sum_layer_rows(p->scalars + scalars_grad_norms(p), NULL, L, 1, &c2);
     int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
     float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;

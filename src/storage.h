@@ -44,6 +44,10 @@ typedef struct {
     ModelCard card;            // (save only)
     int stages;                // the writer's layout (save only)
     const int *layout;         // [stages + 1]
+    // The estimator's running sums (cv_scale = auto, cv_scale.h; the same on every rank), or
+    // n_cv_sums 0. A load of a checkpoint without them leaves them as they are (no history).
+    double *cv_sums;
+    int n_cv_sums;
 } CheckpointState;
 
 // One step of the log (docs/log.md); NaN where a quantity does not exist that step.
@@ -56,6 +60,7 @@ typedef struct {
     double cos_fg_exact;        // cos(plain fg estimate, c)
     double variance_reduction;  // sum d^2 / sum (d - c.v)^2 over the estimated micro-batches
     double step_seconds, makespan, bubble, bubble_used_by_b;
+    double cv_beta_median;      // cv_scale = auto: the median over layers of the step's beta_l
     const double *busy_seconds;  // [stages][3]: F, B, U seconds of each stage
     const double *bubble_used_stage;  // [stages]: share of each stage's bubble used by B ops
 } StepRecord;

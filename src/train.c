@@ -264,7 +264,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
                     ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
         StepRecord rec = {step, sr->loss, lr, sr->estimate_norm, sr->exact_norm, sr->cos_estimate_exact,
                           sr->cos_fg_exact, sr->variance_reduction, sr->seconds, ms.makespan,
-                          ms.bubble_fraction, ms.bubble_used_by_b, r->busy, used};
+                          ms.bubble_fraction, ms.bubble_used_by_b, sr->cv_beta_median, r->busy, used};
         if (r->log.ctx && (rc = r->log.append(&r->log, &rec, err))) return rc;
     }
     if ((rc = check_divergence(r, step, sr->loss, err))) return rc;  // its row is in the outputs

@@ -12,8 +12,8 @@
 #include "progress.h"
 #include "train_internal.h"
 
-// The stage's share of a checkpoint: parameters, optimizer state, and the estimator's reference
-// (fg+bp's last exact gradient, cv and guided); everything else follows from the config, the
+// The stage's share of a checkpoint: parameters, optimizer state, the estimator's reference
+// (fg+bp's last exact gradient, cv and guided) and its scale's sums (cv_scale.h); everything else follows from the config, the
 // seed and the step. The tensors come from pipeline_visit_layers (out of core: one slot at a
 // time).
 typedef struct {
@@ -72,6 +72,7 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
         st->buffers[st->n_buffers++] = "optimizer/velocity";
     }
     if (p->need.ref) st->buffers[st->n_buffers++] = "estimator/reference";
+    st->cv_sums = p->cv.sums, st->n_cv_sums = 2 * p->cv.n_layers;
 }
 
 // A checkpoint of another model is refused by the key that differs, before any tensor is read:
@@ -107,6 +108,7 @@ int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, 
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = path, sc.weights_only = 1, sc.st.n_buffers = 1;  // "params"
+    sc.st.n_cv_sums = 0;  // the weights alone: the estimator starts without history
     return io->load(io, &sc.st, path, err);
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints: a run stopped by SIGUSR1 on 4 stages and resumed on 4, 2 or 1 stages ends with
-# byte-identical weights and losses to the uninterrupted run (bp and fg+bp); a job killed with
+# byte-identical weights and losses to the uninterrupted run (bp, and fg+bp whose cv_scale = auto
+# keeps running sums in the checkpoint besides the reference); a job killed with
 # SIGKILL while writing checkpoints leaves one that loads; bad checkpoint files are refused with
 # exit code 2 and a message naming the problem.  usage: checkpoint_restart.sh FGPIPE CONFIG
 . "$(dirname "$0")/lib.sh" "$@"
@@ -29,7 +30,7 @@ train_and_stop() {
   wait "$pid"
 }
 
-for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"; do
+for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv cv_scale=auto lag=0 select=2 optimizer=sgd lr=0.0001"; do
   name=${mode%%|*}; read -r -a sets <<<"${mode#*|}"
   train 4 "$dir/$name-straight" "${sets[@]}" >"$dir/$name-straight.log" 2>&1
   train_and_stop "$dir/$name-stopped" "${sets[@]}"; rc=$?

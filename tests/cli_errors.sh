@@ -23,6 +23,9 @@ expect 2 "model: '784-x-10' is not a list" train --config "$config" --set model=
 expect 2 "takes 100 features" train --config "$config" --set model=100-10 --set steps=1
 expect 2 "perturb = activity works in mode fg+bp with estimator = mix" train --config "$config" --set mode=fg+bp --set perturb=activity --set estimator=cv --set steps=1
 expect 2 "shrink: 1.5 is" train --config "$config" --set shrink=1.5
+expect 2 "cv_scale = auto applies to mode fg+bp with estimator cv" train --config "$config" --set cv_scale=auto --set steps=1
+expect 2 "cv_scale = auto applies to mode fg+bp with estimator cv" train --config "$config" --set mode=fg+bp --set perturb=activity --set cv_scale=auto --set steps=1
+expect 2 "cv_scale: '0.5' is not one of 1|auto" train --config "$config" --set cv_scale=0.5
 expect 2 "dataset-fashion-mnist" train --config "$config" --set data_dir=/nonexistent --set steps=1
 expect 2 "'tpu' is not one of cpu|cuda" train --config "$config" --device tpu
 if ! nvidia-smi -L >/dev/null 2>&1; then
