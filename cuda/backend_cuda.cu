@@ -208,6 +208,10 @@ extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *e
     return FG_OK;
 }
 
+extern "C" long backend_cuda_unfused_bias_gemms(const Backend *be) {
+    return cuda_ctx(be)->unfused_bias;
+}
+
 extern "C" void backend_cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c) return;

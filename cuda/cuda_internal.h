@@ -21,6 +21,7 @@ typedef struct {
     cublasLtHandle_t lt;      // the GEMMs with a fused bias (gemm_lt.cu)
     void *lt_work;            // cuBLASLt's workspace, owned here: no hidden per-stream one
     size_t lt_work_bytes;
+    long unfused_bias;        // GEMMs with a bias cuBLASLt had no kernel for (a count for tests)
     double *partial;          // reductions: per-block partial sums, summed on the host
     double *host_partial;     // pinned mirror of partial
     size_t partial_cap;       // doubles

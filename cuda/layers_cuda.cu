@@ -39,6 +39,7 @@ static void linear_gemm(const Backend *be, const LinearShape *s, GemmArg W, cons
     cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, s->n, rows, s->k, W, H, beta, branch, s->out,
               y_stride, batch);
     if (!b) return;
+    cuda_ctx(be)->unfused_bias++;
     size_t count = (size_t)batch * rows * s->n;
     add_bias_kernel<<<grid_for(count, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(
         branch, s->out, b, b_stride, rows, s->n, batch);
