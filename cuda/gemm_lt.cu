@@ -6,12 +6,11 @@
 // FP32 in every precision. Precision as cuda_gemm's: FP32 (CUBLAS_COMPUTE_32F), TF32
 // (CUBLAS_COMPUTE_32F_FAST_TF32: cuBLASLt ignores the handle's math mode) or BF16 (the operands
 // cuda_gemm_operands_bf16 converts, FP32 accumulation and output).
-// Determinism: cuBLAS gives the same bits every run on one GPU model with one toolkit ("Results
-// reproducibility" in its guide; for cublasLtMatmul with a workspace the caller owns, as here),
-// and split-K reductions are either absent or sequential (cublasLtReductionScheme_t). The
-// algorithm is the heuristic's first for the call's shapes, types and operand alignments, the
-// alignments capped at 16 bytes so that where a stage's cut falls does not change it when the
-// widths are multiples of 4 floats.
+// Determinism: cuBLAS's guide ("Results reproducibility") promises the same bits every run on
+// GPUs of one architecture and SM count with one toolkit, for cublasLtMatmul when the caller
+// owns its workspace, as here. The algorithm is the heuristic's first for the call's shapes,
+// types and operand alignments, the alignments capped at 16 bytes so that where a stage's cut
+// falls does not change it when the widths are multiples of 4 floats.
 #include "cuda_internal.h"
 
 // One call's cuBLASLt descriptors (C's layout serves D too).
