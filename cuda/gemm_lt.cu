@@ -95,12 +95,14 @@ int cuda_gemm_bias(const Backend *be, const char *what, cublasOperation_t ta, cu
         cuda_gemm_operands_bf16(be, ta, tb, m, n, k, A, B, batch, &a, &b);
         t = CUDA_R_16BF, elem = 2;
     }
-    const uint32_t align[3] = {alignment(a.p, a.stride, elem), alignment(b.p, b.stride, elem),
-                               alignment(C, stride_c, sizeof(float))};
+    int strided = batch > 1;  // one matrix: its stride is never applied
+    const uint32_t align[3] = {alignment(a.p, strided * a.stride, elem), alignment(b.p, strided * b.stride, elem),
+                               alignment(C, strided * stride_c, sizeof(float))};
     LtCall d = {0};
     cublasStatus_t s = describe_op(&d, c->precision, ta, tb, bias, bias_stride);
-    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&d.a, t, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, a.ld, a.stride, batch);
-    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&d.b, t, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, b.ld, b.stride, batch);
+    int a_n = ta == CUBLAS_OP_N, b_n = tb == CUBLAS_OP_N;  // stored as op() sees it
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&d.a, t, a_n ? m : k, a_n ? k : m, a.ld, a.stride, batch);
+    if (s == CUBLAS_STATUS_SUCCESS) s = layout(&d.b, t, b_n ? k : n, b_n ? n : k, b.ld, b.stride, batch);
     if (s == CUBLAS_STATUS_SUCCESS) s = layout(&d.c, CUDA_R_32F, m, n, ldc, stride_c, batch);
     if (s == CUBLAS_STATUS_SUCCESS) s = describe_pref(&d, c->lt_work_bytes, align);
     cublasLtMatmulHeuristicResult_t h;
