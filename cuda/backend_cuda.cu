@@ -1,6 +1,6 @@
 // The CUDA backend: one stream per stage, memory, error reporting, and the Backend table.
 // Kernels live in layers_cuda.cu, sequence_cuda.cu, attention_cuda.cu, gemm_cuda.cu,
-// loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
+// gemm_lt.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +117,33 @@ extern "C" int backend_cuda_device_count(void) {
     return n;
 }
 
+// cuBLASLt's workspace: what NVIDIA suggests for Hopper (32 MiB), ample for Ampere.
+enum { LT_WORKSPACE_BYTES = 32 << 20 };
+
+// cuBLAS's handle on the stage's stream, and cuBLASLt's with its workspace (gemm_lt.cu). On
+// failure nothing of them is left.
+static int create_blas(CudaCtx *c, FgError *err) {
+    cublasStatus_t s = cublasCreate(&c->blas);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasCreate: %s", c->device, cublasGetStatusString(s));
+    cublasSetStream(c->blas, c->stream);
+    // FP32 GEMMs stay FP32 (no TF32): the CPU reference is FP32 and tests compare against it.
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    if ((s = cublasLtCreate(&c->lt)) != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(c->blas);
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasLtCreate: %s", c->device, cublasLtGetStatusString(s));
+    }
+    cudaError_t e = cudaMalloc(&c->lt_work, LT_WORKSPACE_BYTES);
+    if (e != cudaSuccess) {
+        cublasLtDestroy(c->lt);
+        cublasDestroy(c->blas);
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cuBLASLt workspace (%d bytes): %s", c->device,
+                       (int)LT_WORKSPACE_BYTES, cudaGetErrorString(e));
+    }
+    c->lt_work_bytes = LT_WORKSPACE_BYTES;
+    return FG_OK;
+}
+
 extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     int count = backend_cuda_device_count();
     if (count == 0) return fg_fail(err, FG_ERR_INPUT, "device = cuda, but no CUDA GPU is visible to this process");
@@ -131,15 +158,11 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
         free(c);
         return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
     }
-    cublasStatus_t s = cublasCreate(&c->blas);
-    if (s != CUBLAS_STATUS_SUCCESS) {
+    if (create_blas(c, err)) {
         cudaStreamDestroy(c->stream);
         free(c);
-        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasCreate: %s", device, cublasGetStatusString(s));
+        return FG_ERR_INTERNAL;
     }
-    cublasSetStream(c->blas, c->stream);
-    // FP32 GEMMs stay FP32 (no TF32): the CPU reference is FP32 and tests compare against it.
-    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     Backend b;
     memset(&b, 0, sizeof b);
     b.name = "cuda";
@@ -185,6 +208,10 @@ extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *e
     return FG_OK;
 }
 
+extern "C" long backend_cuda_unfused_bias_gemms(const Backend *be) {
+    return cuda_ctx(be)->unfused_bias;
+}
+
 extern "C" void backend_cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c) return;
@@ -193,6 +220,8 @@ extern "C" void backend_cuda_destroy(Backend *be) {
     cudaFreeHost(c->host_partial);
     cudaFree(c->coeff);
     for (int w = 0; w < CUDA_WORK_SLOTS; w++) cudaFree(c->work[w]);
+    cudaFree(c->lt_work);
+    cublasLtDestroy(c->lt);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     free(c);

@@ -15,6 +15,9 @@ int backend_cuda_create(int device, Backend *out, FgError *err);
 void backend_cuda_destroy(Backend *be);
 // The GEMMs' arithmetic (Precision, backend.h): FP32 (the default), TF32 or BF16.
 int backend_cuda_set_precision(Backend *be, int precision, FgError *err);
+// Linear GEMMs with a bias that cuBLASLt had no kernel for, run as a GEMM then a bias kernel
+// (cuda/gemm_lt.cu), since the backend was made: 0 when every bias was fused.
+long backend_cuda_unfused_bias_gemms(const Backend *be);
 
 #ifdef __cplusplus
 }

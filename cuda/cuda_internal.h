@@ -3,6 +3,7 @@
 #ifndef FGPIPE_CUDA_INTERNAL_H
 #define FGPIPE_CUDA_INTERNAL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -17,6 +18,10 @@ typedef struct {
     int device;
     cudaStream_t stream;      // all compute of the stage, in order
     cublasHandle_t blas;
+    cublasLtHandle_t lt;      // the GEMMs with a fused bias (gemm_lt.cu)
+    void *lt_work;            // cuBLASLt's workspace, owned here: no hidden per-stream one
+    size_t lt_work_bytes;
+    long unfused_bias;        // GEMMs with a bias cuBLASLt had no kernel for (a count for tests)
     double *partial;          // reductions: per-block partial sums, summed on the host
     double *host_partial;     // pinned mirror of partial
     size_t partial_cap;       // doubles
@@ -37,6 +42,9 @@ static inline void cuda_check(const Backend *be, cudaError_t e, const char *what
 }
 static inline void cublas_check(const Backend *be, cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS) cuda_note(be, what, cublasGetStatusString(s));
+}
+static inline void cublaslt_check(const Backend *be, cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS) cuda_note(be, what, cublasLtGetStatusString(s));
 }
 // After a kernel launch: a bad launch configuration shows up here, a fault at the next sync.
 static inline void launch_check(const Backend *be, const char *what) {
@@ -90,17 +98,28 @@ typedef struct {
     int ld;
     long long stride;
 } GemmArg;
-// The same in bf16 (gemm_cuda.cu's converted operands).
+// The same in bf16 (gemm_cuda.cu's converted operands), or of either type (gemm_lt.cu).
 typedef struct {
     const void *p;
     int ld;
     long long stride;
 } GemmArg16;
+// Both operands of a GEMM rounded to bf16 into the scratch slots WORK_GEMM_A and WORK_GEMM_B,
+// packed (ld = rows of the stored matrix), one copy of an operand the batch shares.
+void cuda_gemm_operands_bf16(const Backend *be, cublasOperation_t ta, cublasOperation_t tb, int m,
+                             int n, int k, GemmArg A, GemmArg B, int batch, GemmArg16 *a,
+                             GemmArg16 *b);
 // C = op(A) op(B) + beta C, [m, n] column-major, for `batch` matrices, FP32 in and out, the
 // products at the backend's precision. `what` names the op in errors.
 void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
                int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
                long long stride_c, int batch);
+// gemm_lt.cu: the same plus bias[i] on row i of every C (matrix j's bias at bias + j *
+// bias_stride), the bias fused as cuBLASLt's BIAS epilogue. Returns 0, having queued nothing,
+// when cuBLASLt has no kernel for the call (the caller then runs cuda_gemm and a bias kernel).
+int cuda_gemm_bias(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
+                   int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
+                   long long stride_c, int batch, const float *bias, long long bias_stride);
 
 // layers_cuda.cu
 // out[j] += sum over rows r, in a fixed order, of a[r * lda + j] (times b[r * ldb + j] when b).

@@ -30,12 +30,19 @@ static GemmArg16 to_bf16(const Backend *be, GemmArg a, int rows, int cols, int b
     return out;
 }
 
+void cuda_gemm_operands_bf16(const Backend *be, cublasOperation_t ta, cublasOperation_t tb, int m,
+                             int n, int k, GemmArg A, GemmArg B, int batch, GemmArg16 *a,
+                             GemmArg16 *b) {
+    *a = ta == CUBLAS_OP_N ? to_bf16(be, A, m, k, batch, WORK_GEMM_A) : to_bf16(be, A, k, m, batch, WORK_GEMM_A);
+    *b = tb == CUBLAS_OP_N ? to_bf16(be, B, k, n, batch, WORK_GEMM_B) : to_bf16(be, B, n, k, batch, WORK_GEMM_B);
+}
+
 static void gemm_bf16(const Backend *be, const char *what, cublasOperation_t ta,
                       cublasOperation_t tb, int m, int n, int k, GemmArg A, GemmArg B, float beta,
                       float *C, int ldc, long long stride_c, int batch) {
     const float one = 1.0f;
-    GemmArg16 a = ta == CUBLAS_OP_N ? to_bf16(be, A, m, k, batch, WORK_GEMM_A) : to_bf16(be, A, k, m, batch, WORK_GEMM_A);
-    GemmArg16 b = tb == CUBLAS_OP_N ? to_bf16(be, B, k, n, batch, WORK_GEMM_B) : to_bf16(be, B, n, k, batch, WORK_GEMM_B);
+    GemmArg16 a, b;
+    cuda_gemm_operands_bf16(be, ta, tb, m, n, k, A, B, batch, &a, &b);
     cublas_check(be, cublasGemmStridedBatchedEx(cuda_ctx(be)->blas, ta, tb, m, n, k, &one, a.p,
                                                 CUDA_R_16BF, a.ld, a.stride, b.p, CUDA_R_16BF, b.ld,
                                                 b.stride, &beta, C, CUDA_R_32F, ldc, stride_c, batch,

@@ -9,18 +9,11 @@
 // ---------------------------------------------------------------------------------------------
 // Linear on every token (linear_shape.h): the branch h [rows, k] is read with the token's
 // stride (ld = in), its output written with the output token's (ld = out); the carried x is a
-// strided copy, and a residual layer's GEMM adds into it (beta = 1).
+// strided copy, and a residual layer's GEMM adds into it (beta = 1). Row-major y = h W^T is
+// column-major y^T = W h^T, and row-major W [n, k] is column-major W^T [k, n]: hence
+// op(A) = T, and the bias is per row of the column-major result (cuBLASLt's BIAS epilogue).
 
-// y's branch (+)= h W^T over `rows` tokens. Row-major y is column-major y^T = W h^T, and
-// row-major W [n, k] is column-major W^T [k, n]: hence op(A) = T.
-static void branch_matmul(const Backend *be, const LinearShape *s, const float *x, const float *W,
-                          float *y, int rows, int accumulate, const char *what) {
-    GemmArg A = {W, s->k, 0}, B = {x + s->c, s->in, 0};
-    cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, s->n, rows, s->k, A, B, accumulate ? 1.0f : 0.0f,
-              y + s->out_offset, s->out, 0, 1);
-}
-
-// The branch of y[r] += b for every block k: the bias of block k at b + k * b_stride.
+// The branch of y[r] += b for every block j: the bias of block j at b + j * b_stride.
 __global__ void add_bias_kernel(float *y, size_t ld, const float *b, size_t b_stride, int rows,
                                 int n, int blocks) {
     size_t count = (size_t)blocks * rows * n;
@@ -30,41 +23,61 @@ __global__ void add_bias_kernel(float *y, size_t ld, const float *b, size_t b_st
     }
 }
 
-static void add_bias(const Backend *be, const LinearShape *s, float *y, const float *b,
-                     size_t b_stride, int blocks) {
-    size_t count = (size_t)blocks * s->rows * s->n;
+// `batch` blocks of `rows` tokens, block j's output at y + j * rows * out:
+// y's branch (+)= h W_j^T + b_j, W_j at W.p + j * W.stride, b_j at b + j * b_stride (b NULL:
+// no bias, the tied head). With a bias, one cuBLASLt GEMM with the bias as its epilogue; where
+// cuBLASLt has no kernel for the call, the plain GEMM, then the bias kernel.
+static void linear_gemm(const Backend *be, const LinearShape *s, GemmArg W, const float *h,
+                        float beta, float *y, int rows, int batch, const float *b,
+                        size_t b_stride, const char *what) {
+    GemmArg H = {h + s->c, s->in, 0};
+    float *branch = y + s->out_offset;
+    long long y_stride = (long long)rows * s->out;
+    if (b && cuda_gemm_bias(be, what, CUBLAS_OP_T, CUBLAS_OP_N, s->n, rows, s->k, W, H, beta, branch,
+                            s->out, y_stride, batch, b, (long long)b_stride))
+        return;
+    cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, s->n, rows, s->k, W, H, beta, branch, s->out,
+              y_stride, batch);
+    if (!b) return;
+    cuda_ctx(be)->unfused_bias++;
+    size_t count = (size_t)batch * rows * s->n;
     add_bias_kernel<<<grid_for(count, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(
-        y + s->out_offset, s->out, b, b_stride, s->rows, s->n, blocks);
+        branch, s->out, b, b_stride, rows, s->n, batch);
     launch_check(be, "linear: bias");
+}
+
+static const float *linear_bias(const Layer *L, const LinearShape *s, const float *p) {
+    return L->no_bias ? NULL : p + (size_t)s->n * s->k;
 }
 
 static void linear_forward(const Backend *be, const Layer *L, const float *p, const float *x,
                            float *y, int B) {
     LinearShape s = linear_shape(L, B);
+    GemmArg W = {p, s.k, 0};
     copy_rows(be, y, s.out, x, s.in, s.c, s.rows, "linear: carry");
-    branch_matmul(be, &s, x, p, y, s.rows, L->residual, "linear: cublasSgemm");
-    if (!L->no_bias) add_bias(be, &s, y, p + (size_t)s.n * s.k, 0, 1);
+    linear_gemm(be, &s, W, x, L->residual ? 1.0f : 0.0f, y, s.rows, 1, linear_bias(L, &s, p), 0,
+                "linear: GEMM");
 }
 
 // ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k: one GEMM over all K blocks of
-// xdot, one strided batched GEMM for the K parameter tangents (x shared: stride 0), one bias
-// kernel.
+// xdot, one strided batched GEMM for the K parameter tangents (x shared: stride 0) with the
+// K bias tangents as its epilogue.
 static void linear_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
                        const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
     LinearShape s = linear_shape(L, B);
-    size_t block = (size_t)s.rows * s.out;
     linear_forward(be, L, p, x, y, B);
     if (xdot) {
+        GemmArg W = {p, s.k, 0};
         copy_rows(be, ydot, s.out, xdot, s.in, s.c, (size_t)K * s.rows, "linear jvp: carry");
-        branch_matmul(be, &s, xdot, p, ydot, K * s.rows, L->residual, "linear jvp: cublasSgemm");
+        linear_gemm(be, &s, W, xdot, L->residual ? 1.0f : 0.0f, ydot, K * s.rows, 1, NULL, 0,
+                    "linear jvp: GEMM");
     } else {
-        zero_floats(be, ydot, K * block, "linear jvp: zero");
+        zero_floats(be, ydot, (size_t)K * s.rows * s.out, "linear jvp: zero");
     }
     if (!pdot) return;
-    GemmArg A = {pdot, s.k, (long long)L->param_count}, X = {x + s.c, s.in, 0};
-    cuda_gemm(be, "linear jvp: cublasSgemmStridedBatched", CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.rows,
-              s.k, A, X, 1.0f, ydot + s.out_offset, s.out, (long long)block, K);
-    if (!L->no_bias) add_bias(be, &s, ydot, pdot + (size_t)s.n * s.k, L->param_count, K);
+    GemmArg Wdot = {pdot, s.k, (long long)L->param_count};
+    linear_gemm(be, &s, Wdot, x, 1.0f, ydot, s.rows, K, linear_bias(L, &s, pdot), L->param_count,
+                "linear jvp: parameter tangents' GEMM");
 }
 
 // out[j] += sum of a[r, j] (b[r, j]) over rows: 32 columns per block, 16 row lanes walking
@@ -110,6 +123,9 @@ static void linear_backward(const Backend *be, const Layer *L, const float *p, c
     GemmArg H = {x + s.c, s.in, 0}, G = {dy_branch, s.out, 0};
     cuda_gemm(be, "linear backward: dW", CUBLAS_OP_N, CUBLAS_OP_T, s.k, s.n, s.rows, H, G, 1.0f, dp,
               s.k, 0, 1);
+    // Not cuBLASLt's BGRADB epilogue on the dW GEMM: it stores the bias gradient where dp must
+    // accumulate (a scratch vector and an add would remain), and cuBLAS documents no order for
+    // its sum; the column sums' order is fixed (deterministic, docs/gpu.md).
     if (!L->no_bias)
         cuda_column_sums(be, dy_branch, s.out, NULL, 0, s.rows, s.n, dp + (size_t)s.n * s.k, "linear backward: db");
 }

@@ -4,7 +4,8 @@
 // sequence shapes, n_head = 1 and ctx = 1 among them: forward, jvp (both tangents, no input
 // tangent, no parameter tangent), backward (fused, dp only, Bi alone, Bw alone without the
 // weights); then whole GPTs: the bp gradient (fused and Bi + Bw), the loss and the fg
-// directional derivatives along the same regenerated tangents.
+// directional derivatives along the same regenerated tangents; tf32 and bf16 within their
+// bounds; the bias fused into cuBLASLt's GEMM epilogue (carry, residual, no bias) in each.
 // Tolerance 1e-4 relative to max(1, the largest CPU magnitude): FP32 sums in another order
 // (GEMMs, the softmax's and LayerNorm's row sums). Without a GPU it exits 77 (skipped).
 #include <stdarg.h>
@@ -96,11 +97,51 @@ static void test_precisions(void **state) {
     gpu.free(&gpu, g_p), gpu.free(&gpu, g_x), gpu.free(&gpu, g_y);
 }
 
+// The linears' bias as cuBLASLt's epilogue (cuda/gemm_lt.cu) in every precision: c_attn (bias,
+// carry, the branch at an offset in the token), attn.c_proj (bias, residual: beta = 1) and the
+// tied head (no bias: the plain GEMM) against the CPU, every op; the same bits on a second
+// forward; and no bias GEMM left to the unfused fallback.
+static void test_fused_bias(void **state) {
+    (void)state;
+    Model m = gpt_model(1, 64, 4, 32);
+    const int layers[] = {2, 4, 10};
+    const char *names[] = {"h.0.attn.c_attn", "h.0.attn.c_proj", "lm_head"};
+    const int precisions[] = {PRECISION_FP32, PRECISION_TF32, PRECISION_BF16};
+    const double tols[] = {TOL, 1e-2, 5e-2};
+    long unfused = backend_cuda_unfused_bias_gemms(&gpu);
+    for (int i = 0; i < 3; i++) {
+        FgError err = {0};
+        if (backend_cuda_set_precision(&gpu, precisions[i], &err)) fail_msg("%s", err.msg);
+        for (int l = 0; l < 3; l++) {
+            const Layer *L = &m.layers[layers[l]];
+            assert_string_equal(L->name, names[l]);
+            char tag[32];
+            snprintf(tag, sizeof tag, "precision %d", precisions[i]);
+            check_layer_ops(L, 2, 2, tols[i], tag);
+            size_t nx = (size_t)2 * L->in, ny = (size_t)2 * L->out;
+            float *p = random_floats(L->param_count, 3), *x = random_floats(nx, 4);
+            float *g_p = on_gpu(p, L->param_count), *g_x = on_gpu(x, nx), *g_y = backend_alloc_floats(&gpu, ny);
+            gpu.forward(&gpu, L, g_p, g_x, g_y, 2);
+            float *once = from_gpu(g_y, ny);
+            gpu.forward(&gpu, L, g_p, g_x, g_y, 2);
+            float *twice = from_gpu(g_y, ny);
+            if (memcmp(once, twice, ny * sizeof(float)) != 0) fail_msg("%s %s: forward not repeatable", tag, L->name);
+            fg_free(p), fg_free(x), fg_free(once), fg_free(twice);
+            gpu.free(&gpu, g_p), gpu.free(&gpu, g_x), gpu.free(&gpu, g_y);
+        }
+    }
+    FgError err = {0};
+    assert_int_equal(backend_cuda_set_precision(&gpu, PRECISION_FP32, &err), FG_OK);
+    unfused = backend_cuda_unfused_bias_gemms(&gpu) - unfused;
+    if (unfused) fail_msg("%ld GEMMs with a bias ran unfused (cuBLASLt had no kernel)", unfused);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequence_layers),
         cmocka_unit_test(test_whole_gpt),
         cmocka_unit_test(test_precisions),
+        cmocka_unit_test(test_fused_bias),
     };
     return run_gpu_tests("test_cuda_gpt", tests, sizeof tests / sizeof tests[0]);
 }
