@@ -7,7 +7,7 @@
 //
 // Auto (select = -1) tries a few candidate shapes (F ops as early or as late as they can,
 // 1..lag+1 phases, how many chains, their source phases, Bw ops earliest or latest) and keeps
-// the one that fills most of the bubble.
+// the one that corrects the most stages and, of those, fills most of the bubble.
 // Each candidate: first every chain's Bi ops, each in the earliest gap after its input (and
 // after the previous chain's Bi on the same stage, so every link delivers in the order its
 // receiver consumes); then the Bw ops; a Bw op that fits nowhere within the lag bound cuts its
@@ -148,9 +148,21 @@ static void init_chains(Fill *f, const Shape *sh, int *store_i, double *store_t)
     }
 }
 
-// Builds one candidate into out; returns its share of the bubble used.
-static double build_shape(const ScheduleSpec *sp, const Shape *sh, const double *end_f,
-                          Schedule *out) {
+// How good a candidate is: first how many stages it corrects at all (a stage without
+// corrections never gets its part of c, and its update stays the forward gradient), then the
+// share of the bubble its B ops fill.
+typedef struct {
+    int stages;
+    double used;
+} Score;
+
+static int better(Score a, Score b) {
+    return a.stages != b.stages ? a.stages > b.stages : a.used > b.used + 1e-9;
+}
+
+// Builds one candidate into out; returns its score.
+static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *end_f,
+                         Schedule *out) {
     const int M = sp->M;
     const int explicit_lag = sp->select >= 0;
     Fill f = {.sp = sp, .end_f = end_f, .n = sh->chains};
@@ -167,6 +179,12 @@ static double build_shape(const ScheduleSpec *sp, const Shape *sh, const double 
             if (sh->bw_by_stage) place_weight(&f, inner, M - 1 - outer, sh->bw_late);
             else place_weight(&f, outer, M - 1 - inner, sh->bw_late);
     out->n_chains = 0;
+    Score score = {0, 0.0};
+    for (int s = 0; s < M; s++) {
+        int corrected = 0;
+        for (int i = 0; i < sh->chains; i++) corrected |= f.chains[i].bw_q[s] >= 0;
+        score.stages += corrected;
+    }
     for (int i = 0; i < sh->chains; i++) {
         const Chain *ch = &f.chains[i];
         out->n_chains += ch->bw_q[M - 1] >= 0;
@@ -181,7 +199,8 @@ static double build_shape(const ScheduleSpec *sp, const Shape *sh, const double 
     fg_free(f.chains);
     fg_free(store_i);
     fg_free(store_t);
-    return schedule_stats(out).bubble_used_by_b;
+    score.used = schedule_stats(out).bubble_used_by_b;
+    return score;
 }
 
 // How many chains a candidate with `phases` phases could use at most: the last stage's idle
@@ -193,9 +212,9 @@ static int most_chains(const ScheduleSpec *sp, const double *end_f, int phases) 
     return FG_MIN(phases * N, phases * (per_step + 1));
 }
 
-// The best candidate of one F layout into *best (kept when no candidate beats *best_used).
+// The best candidate of one F layout into *best (kept when no candidate beats *best_score).
 static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *best,
-                       double *best_used) {
+                       Score *best_score) {
     for (int phases = 1; phases <= sp->lag + 1; phases++)
         for (int variant = 0; variant < (phases > 1 ? 8 : 4); variant++) {
             const int n_max = most_chains(sp, end_f, phases);
@@ -203,11 +222,11 @@ static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *be
             for (int chains = 1; chains <= n_max && empty_run < 2; chains++) {
                 Shape sh = {phases, chains, variant >> 2, variant & 1, (variant >> 1) & 1};
                 Schedule cand;
-                const double used = build_shape(sp, &sh, end_f, &cand);
+                const Score score = build_shape(sp, &sh, end_f, &cand);
                 empty_run = cand.n_chains < chains ? empty_run + 1 : 0;
-                if (used > *best_used + 1e-9) {
+                if (better(score, *best_score)) {
                     schedule_free(best);
-                    *best = cand, *best_used = used;
+                    *best = cand, *best_score = score;
                 } else {
                     schedule_free(&cand);
                 }
@@ -220,15 +239,15 @@ int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
     double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
     fg_forward_ends(sp, end_f);
     Schedule best = {0};
-    double best_used = -1.0;
+    Score best_score = {-1, -1.0};
     if (sp->select >= 0) {  // explicit: F ops where fg has them
         Shape sh = {1, sp->select, 1, 0, 0};
         build_shape(sp, &sh, end_f, &best);
     } else {
-        best_shape(sp, end_f, &best, &best_used);
+        best_shape(sp, end_f, &best, &best_score);
         fg_forward_latest_ends(sp, end_f);
-        best_shape(sp, end_f, &best, &best_used);
-        if (best_used < 0.0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
+        best_shape(sp, end_f, &best, &best_score);
+        if (best_score.stages < 0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
             Shape none = {1, 0, 1, 0, 0};
             fg_forward_ends(sp, end_f);
             build_shape(sp, &none, end_f, &best);

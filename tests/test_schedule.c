@@ -724,6 +724,29 @@ static void test_late_forward_gathers_gaps(void **state) {
     schedule_free(&S);
 }
 
+// Auto corrects every stage when some candidate does: the candidate that fills most of the
+// bubble may leave the first stage, whose only idle time is the drain, without a chain (costs of
+// the bubble benchmark's M = 2, N = 32 run, ms: 0.29 of the bubble there with every stage
+// corrected, against 0.77 and none on stage 0 when the fill alone decided).
+static void test_auto_corrects_every_stage(void **state) {
+    (void)state;
+    const int M = 2, N = 32;
+    Costs c = {.f = {13.33, 12.41}, .bi = {3.93, 3.34}, .bw = {5.47, 2.45}, .u = {0.0, 0.0}};
+    for (int lag = 1; lag <= 2; lag++) {
+        const ScheduleSpec sp = spec_of(&c, M, N, SCHED_FG_BP, lag, -1);
+        Schedule S;
+        build_ok(&sp, &S);
+        printf("# M=2 N=32 lag %d: %.3f of the bubble used, corrections", lag,
+               schedule_stats(&S).bubble_used_by_b);
+        for (int st = 0; st < M; st++) printf(" %d", schedule_stage_bubbles(&S, st).corrections);
+        printf("\n");
+        for (int st = 0; st < M; st++)
+            if (schedule_stage_bubbles(&S, st).corrections == 0)
+                fail_msg("lag %d: stage %d has no corrections", lag, st);
+        schedule_free(&S);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. schedule_check catches corrupted timetables and names the broken invariant
 
@@ -1078,6 +1101,7 @@ int main(void) {
         cmocka_unit_test(test_link_order_uneven_stages),
         cmocka_unit_test(test_random_specs),
         cmocka_unit_test(test_bubble_used),
+        cmocka_unit_test(test_auto_corrects_every_stage),
         cmocka_unit_test(test_late_forward_gathers_gaps),
         cmocka_unit_test(test_check_detects_violations),
         cmocka_unit_test(test_chrome_trace),
