@@ -13,9 +13,9 @@
 #include "train_internal.h"
 
 // The stage's share of a checkpoint: parameters, optimizer state, the estimator's reference
-// (fg+bp's last exact gradient, cv and guided) and its scale's sums (cv_scale.h); everything else follows from the config, the
-// seed and the step. The tensors come from pipeline_visit_layers (out of core: one slot at a
-// time).
+// (fg+bp's last exact gradient, cv and guided) and its scale's sums (cv_scale.h); everything
+// else follows from the config, the seed and the step. The tensors come from
+// pipeline_visit_layers (out of core: one slot at a time).
 typedef struct {
     Pipeline *p;
     CheckpointState st;
