@@ -53,6 +53,7 @@ static const ConfigKey KEYS[] = {
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
+    NUM(KEY_INT, local_groups, 0, 4096, "mode = fg, perturb = activity: every hidden layer learns from its own loss, G fixed random classifiers on as many groups of its outputs, its tangents stopped there (far less variance; docs/design.md); 0: the model's loss"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),
     NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
@@ -255,6 +256,11 @@ int config_validate(const Config *c, FgError *err) {
     if (c->tangent_rank > 0 && c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank > 0 and estimator = guided: the guide "
                        "is a full vector, not of rank tangent_rank");
+    if (c->local_groups > 0 &&
+        (c->mode != MODE_FG || c->perturb != PERTURB_ACTIVITY || c->device != DEVICE_CPU ||
+         c->data == DATA_TEXT))
+        return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg, perturb = activity, "
+                       "device = cpu and an MLP (the local losses are not written for the others)");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

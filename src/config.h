@@ -43,6 +43,7 @@ typedef struct {
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     int tangents;          // K tangents per micro-batch (fg)
     int tangent_rank;      // perturb = weight: weight tangents of this rank (0: full)
+    int local_groups;      // local losses: G heads per hidden layer (0: none; local_loss.h)
     int micro_batch;       // B samples per micro-batch
     int micro_batches;     // N micro-batches per optimizer step
     int epochs;            // used when steps == 0

@@ -20,6 +20,7 @@ typedef struct Lane {
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
     float *keep;              // Bi, Bw: each parameter layer's output adjoint
+    const uint8_t *labels;    // F with local losses: the micro-batch's labels (host)
 } Lane;
 
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
@@ -42,6 +43,11 @@ int d_per_microbatch(const Pipeline *p);
 // Activity perturbation: layer l's inputs kept by the F ops of `step`, for the step's
 // micro-batches one after the other [N * B, in].
 float *kept_layer_inputs(const Pipeline *p, long step, int l);
+// Local losses: whether F's messages carry tangents; the floats of the stage's heads' d's
+// before layer `layer`; where layer l's head keeps its d's of a step.
+int sends_tangents(const Pipeline *p);
+size_t local_d_floats(const Pipeline *p, int layer);
+float *local_d_of(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]

@@ -41,8 +41,22 @@ int next_param_layer(const Pipeline *p, int l, int dir) {
 
 int first_param_layer(const Pipeline *p) { return next_param_layer(p, p->stage.first - 1, 1); }
 
+// Local losses stop every tangent at a head, and a stage (but the last) ends with one.
+int sends_tangents(const Pipeline *p) { return p->K && !p->stage.local_groups; }
+
 size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
-    return (size_t)rows * p->model->layers[layer].in * (1 + p->K);
+    return (size_t)rows * p->model->layers[layer].in * (1 + (sends_tangents(p) ? p->K : 0));
+}
+
+size_t local_d_floats(const Pipeline *p, int layer) {
+    const Config *c = p->cfg;
+    size_t heads = 0;
+    for (int l = p->stage.first; l < layer; l++) heads += (size_t)stage_local_head(&p->stage, l);
+    return heads * c->micro_batches * p->K * c->micro_batch * p->stage.local_groups;
+}
+
+float *local_d_of(const Pipeline *p, long step, int l) {
+    return p->local_d[p->local_d[1] ? step & 1 : 0] + local_d_floats(p, l);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,7 +175,12 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
                 be->upload(be, x, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = take_message(p, step, &msg, err))) {
-                a->x = msg, a->xdot = p->K ? msg + in : NULL;
+                a->x = msg, a->xdot = sends_tangents(p) ? msg + in : NULL;
+            }
+            if (p->stage.local_groups) {
+                uint8_t *labels = p->lane_labels + (size_t)n * B;
+                gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels);
+                a->labels = labels;
             }
             if (keeps_stash(p, step, a->microbatch))
                 p->stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
@@ -213,6 +232,15 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
+// A local loss at layer l: its d's for the update; the lane's tangent goes no further.
+static void end_local_loss(Pipeline *p, long step, int l, Lane *a) {
+    const Config *c = p->cfg;
+    size_t per_microbatch = (size_t)p->K * c->micro_batch * p->stage.local_groups;
+    float *d = local_d_of(p, step, l) + (size_t)a->microbatch * per_microbatch;
+    stage_local_derivatives(&p->stage, l, a->x, a->xdot, a->labels, a->rows, d);
+    a->xdot = NULL;
+}
+
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
@@ -239,6 +267,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             if (tangents && L->param_count && perturbs_activity(p)) keep_layer_input(p, step, l, a);
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
+            if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a);
         }
         if (parts) rc = release_layer(p, l, parts, dirty, err);
     }
@@ -309,7 +338,8 @@ int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sam
             continue;
         }
         be->copy(be, p->outbox, a->x, rows_out * sizeof(float));
-        if (p->K) be->copy(be, p->outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
+        if (sends_tangents(p))
+            be->copy(be, p->outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
                          p->outbox, forward_msg_floats(p, last, B), err);
     }

@@ -121,6 +121,12 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->act_inputs[i] = backend_alloc_floats(be, kept);
         p->act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
+    if (p->stage.local_groups) {
+        size_t d = local_d_floats(p, p->stage.last);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->local_d[i] = fg_alloc_floats(d);
+        p->local_coeff = fg_alloc_floats((size_t)N * K * B * p->stage.local_groups);
+        p->lane_labels = fg_alloc_bytes((size_t)group * B);
+    }
     if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
@@ -221,6 +227,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
     p->stage.perturb = (Perturbation)c->perturb;
     if (p->K) stage_set_tangent_rank(&p->stage, c->tangent_rank);
+    if (p->K && (rc = stage_set_local_groups(&p->stage, c->local_groups, c->seed, err))) return rc;
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;
@@ -273,7 +280,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
                        p->stashes, p->taker_lag, p->scalars,
                        p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
-                       p->host_layer[2], p->host_layer[3]};
+                       p->host_layer[2], p->host_layer[3], p->local_d[0], p->local_d[1],
+                       p->local_coeff, p->lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(p->lanes);
     cv_scale_free(&p->cv);

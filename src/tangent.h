@@ -10,9 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Low-rank weight tangents take their factors and bias from three streams of their own.
+// Low-rank weight tangents take their factors and bias from three streams of their own; the
+// fixed heads of local losses (local_loss.h) from another.
 enum { STREAM_TANGENT = 0, STREAM_INIT = 1, STREAM_SHUFFLE = 2, STREAM_ACTIVITY = 3,
-       STREAM_LOWRANK_OUT = 4, STREAM_LOWRANK_IN = 5, STREAM_LOWRANK_BIAS = 6 };
+       STREAM_LOWRANK_OUT = 4, STREAM_LOWRANK_IN = 5, STREAM_LOWRANK_BIAS = 6,
+       STREAM_LOCAL_HEAD = 7 };
 
 // Where the random direction lives (docs/design.md section 4): `weight` perturbs every parameter
 // (v over the stage's weights); `activity` perturbs every linear layer's output, one tangent

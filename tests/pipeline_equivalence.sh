@@ -61,6 +61,7 @@ cases=(
   "fg|mode=fg ${sgd[*]}"
   "fg-K3|mode=fg tangents=3 ${sgd[*]}"
   "fg-activity-K2|mode=fg perturb=activity tangents=2 ${sgd[*]}"
+  "fg-local-G4-K2|mode=fg perturb=activity local_groups=4 tangents=2 ${sgd[*]}"
   "fg-lowrank-r4|mode=fg tangent_rank=4 ${sgd[*]}"
   "fgbp-cv-lowrank-r2-lag1|mode=fg+bp estimator=cv lag=1 select=2 tangent_rank=2 ${sgd[*]}"
   "fgbp-mix-activity-sel1|mode=fg+bp estimator=mix shrink=0.5 perturb=activity select=1 ${sgd[*]}"
