@@ -29,6 +29,8 @@ static void pass_carry(const Span *s, size_t rows, const float *from, float *to)
         memcpy(to + r * s->width, from + r * s->width, (size_t)s->carry * sizeof(float));
 }
 
+enum { ACTIVATION_CHUNK = 256 };  // floats of f' a jvp keeps on the stack
+
 // One definition of the three functions per activation, from f and f'. Loops run over the
 // branch of every row (all of it without carry).
 #define DEFINE_ACTIVATION(NAME, F, DF)                                                          \
@@ -55,12 +57,19 @@ static void pass_carry(const Span *s, size_t rows, const float *from, float *to)
             return;                                                                            \
         }                                                                                      \
         pass_carry(&s, K * s.rows, xdot, ydot);                                                \
+        /* f' once per chunk of a row, then each tangent's chunk: unit strides for any K */    \
         _Pragma("omp parallel for if (n > 65536)")                                             \
         for (size_t r = 0; r < s.rows; r++) {                                                  \
-            for (int i = s.carry; i < s.width; i++) {                                          \
-                size_t at = r * s.width + i;                                                   \
-                float g = DF(x[at]);                                                           \
-                for (int k = 0; k < K; k++) ydot[k * n + at] = g * xdot[k * n + at];           \
+            float g[ACTIVATION_CHUNK];                                                         \
+            for (int i0 = s.carry; i0 < s.width; i0 += ACTIVATION_CHUNK) {                     \
+                int m = s.width - i0 < ACTIVATION_CHUNK ? s.width - i0 : ACTIVATION_CHUNK;     \
+                const float *xr = x + r * s.width + i0;                                        \
+                _Pragma("omp simd") for (int i = 0; i < m; i++) g[i] = DF(xr[i]);              \
+                for (int k = 0; k < K; k++) {                                                  \
+                    const float *tr = xdot + k * n + r * s.width + i0;                         \
+                    float *yr = ydot + k * n + r * s.width + i0;                               \
+                    _Pragma("omp simd") for (int i = 0; i < m; i++) yr[i] = g[i] * tr[i];      \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \

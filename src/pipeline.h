@@ -106,10 +106,10 @@ typedef struct {
     // step (stage_activity_offset's layout), from F to the update; two when the update is
     // applied in the next step (streamed). act_work: one layer's G for the update.
     float *act_inputs[2], *act_work;
-    // Local losses: each head's d [Nr][K][B][G] (stage_local_derivatives), heads in layer order,
-    // from F to the update (two as act_inputs); the coefficients of one layer's estimate; the
-    // labels of F's lanes, which every stage needs.
-    float *local_d[2], *local_coeff;
+    // Local losses: the output-gradient estimate [Nr * B, out] of each linear layer learning
+    // from a head (stage_local_output_grad), in layer order, from F to the update (two as
+    // act_inputs); the labels of F's lanes, which every stage needs.
+    float *local_est[2];
     uint8_t *lane_labels;     // [max_group][B]
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate

@@ -43,11 +43,11 @@ int d_per_microbatch(const Pipeline *p);
 // Activity perturbation: layer l's inputs kept by the F ops of `step`, for the step's
 // micro-batches one after the other [N * B, in].
 float *kept_layer_inputs(const Pipeline *p, long step, int l);
-// Local losses: whether F's messages carry tangents; the floats of the stage's heads' d's
-// before layer `layer`; where layer l's head keeps its d's of a step.
+// Local losses: whether F's messages carry tangents; the floats of the stage's local estimates
+// before layer `layer`; where linear layer l's estimate of a step is kept.
 int sends_tangents(const Pipeline *p);
-size_t local_d_floats(const Pipeline *p, int layer);
-float *local_d_of(const Pipeline *p, long step, int l);
+size_t local_est_floats(const Pipeline *p, int layer);
+float *local_est_of(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]

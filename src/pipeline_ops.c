@@ -48,15 +48,16 @@ size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
     return (size_t)rows * p->model->layers[layer].in * (1 + (sends_tangents(p) ? p->K : 0));
 }
 
-size_t local_d_floats(const Pipeline *p, int layer) {
+size_t local_est_floats(const Pipeline *p, int layer) {
     const Config *c = p->cfg;
-    size_t heads = 0;
-    for (int l = p->stage.first; l < layer; l++) heads += (size_t)stage_local_head(&p->stage, l);
-    return heads * c->micro_batches * p->K * c->micro_batch * p->stage.local_groups;
+    size_t n = 0;
+    for (int l = p->stage.first; l < layer; l++)
+        if (stage_local_head(&p->stage, l + 1)) n += (size_t)p->model->layers[l].out;
+    return n * c->micro_batches * c->micro_batch;
 }
 
-float *local_d_of(const Pipeline *p, long step, int l) {
-    return p->local_d[p->local_d[1] ? step & 1 : 0] + local_d_floats(p, l);
+float *local_est_of(const Pipeline *p, long step, int l) {
+    return p->local_est[p->local_est[1] ? step & 1 : 0] + local_est_floats(p, l);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,12 +233,14 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
-// A local loss at layer l: its d's for the update; the lane's tangent goes no further.
-static void end_local_loss(Pipeline *p, long step, int l, Lane *a) {
-    const Config *c = p->cfg;
-    size_t per_microbatch = (size_t)p->K * c->micro_batch * p->stage.local_groups;
-    float *d = local_d_of(p, step, l) + (size_t)a->microbatch * per_microbatch;
-    stage_local_derivatives(&p->stage, l, a->x, a->xdot, a->labels, a->rows, d);
+// A local loss at layer l: the estimate of layer l - 1's update (fg's mean over the step's
+// samples, of every replica: they sum); zdot: layer l - 1's output tangent. The lane's tangent
+// goes no further.
+static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
+    int B = p->cfg->micro_batch, out = p->model->layers[l].out;
+    float *est = local_est_of(p, step, l - 1) + (size_t)a->microbatch * B * out;
+    float scale = 1.0f / ((float)all_microbatches(p) * B * p->K);
+    stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
     a->xdot = NULL;
 }
 
@@ -265,9 +268,10 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
                                 : p->act[cur] + (size_t)i * p->act_stride;
             float *ydot = tangents ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
             if (tangents && L->param_count && perturbs_activity(p)) keep_layer_input(p, step, l, a);
+            const float *xdot = a->xdot;
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
-            if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a);
+            if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot);
         }
         if (parts) rc = release_layer(p, l, parts, dirty, err);
     }

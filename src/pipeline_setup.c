@@ -122,9 +122,8 @@ static void alloc_buffers(Pipeline *p) {
         p->act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups) {
-        size_t d = local_d_floats(p, p->stage.last);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->local_d[i] = fg_alloc_floats(d);
-        p->local_coeff = fg_alloc_floats((size_t)N * K * B * p->stage.local_groups);
+        size_t n = local_est_floats(p, p->stage.last);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->local_est[i] = fg_alloc_floats(n);
         p->lane_labels = fg_alloc_bytes((size_t)group * B);
     }
     if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
@@ -280,8 +279,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
                        p->stashes, p->taker_lag, p->scalars,
                        p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
-                       p->host_layer[2], p->host_layer[3], p->local_d[0], p->local_d[1],
-                       p->local_coeff, p->lane_labels};
+                       p->host_layer[2], p->host_layer[3], p->local_est[0], p->local_est[1],
+                       p->lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(p->lanes);
     cv_scale_free(&p->cv);

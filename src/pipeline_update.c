@@ -142,16 +142,6 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     return FG_OK;
 }
 
-// A layer learning from a local loss: fg's coefficients d / (N B K) of its head's d's, one
-// per sample and group, over the step's samples of every replica (they sum their estimates).
-static const float *local_coefficients(Pipeline *p, long step, int l) {
-    size_t n = (size_t)p->cfg->micro_batches * p->K * p->cfg->micro_batch * p->stage.local_groups;
-    float scale = 1.0f / ((float)all_microbatches(p) * p->cfg->micro_batch * p->K);
-    const float *d = local_d_of(p, step, l);
-    for (size_t i = 0; i < n; i++) p->local_coeff[i] = d[i] * scale;
-    return p->local_coeff;
-}
-
 // g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd.
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->pending;
@@ -169,11 +159,13 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
-        const float *coeff = stage_local_head(&p->stage, l + 1)
-                                 ? local_coefficients(p, u->step, l)
-                                 : u->coeff + (size_t)mb0 * d_per_microbatch(p);
-        stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l), Nr,
-                                      B, coeff, kept_layer_inputs(p, u->step, l), p->act_work, upd);
+        const float *x = kept_layer_inputs(p, u->step, l);
+        if (stage_local_head(&p->stage, l + 1))  // formed in op F
+            stage_local_weight_grad(&p->stage, l, Nr * B, x, local_est_of(p, u->step, l), upd);
+        else
+            stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
+                                          Nr, B, u->coeff + (size_t)mb0 * d_per_microbatch(p), x,
+                                          p->act_work, upd);
         return;
     }
     stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),

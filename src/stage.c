@@ -268,10 +268,6 @@ size_t stage_activity_floats(const Stage *st, int rows) {
 
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
                                    const float *coeff, const float *x, float *work, float *grad) {
-    if (stage_local_head(st, l + 1)) {
-        stage_layer_local_estimate(st, l, key, n_mb, rows, coeff, x, work, grad);
-        return;
-    }
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
     int K = st->tangents, T = layer_tokens(L), offset, width;

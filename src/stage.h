@@ -28,7 +28,7 @@ typedef struct {
     float *ones;           // [max_rows * tokens] of 1: adds a bias tangent to every token row
     int local_groups;      // local losses: G groups per hidden layer (0: none; stage_local.c)
     float **local_head;    // [n_layers]: the fixed heads of a layer ending a local loss, or NULL
-    float *local_work;     // [K, max_rows, max_width]: the local estimate's tangents
+    float *local_work;     // the heads' d [K, max_rows, G] and one row's H e [max_width]
     float *act[2];       // ping-pong activations [max_rows, max_width]
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
@@ -104,8 +104,7 @@ size_t stage_activity_offset(const Stage *st, int layer, int rows);
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
-// x [n_mb * rows, in] are the layer's kept inputs. work holds G. A layer learning from a local
-// loss (stage_local_head(st, l + 1)) takes stage_layer_local_estimate's coefficients instead. On sequences (the GPT) u has a
+// x [n_mb * rows, in] are the layer's kept inputs. work holds G. On sequences (the GPT) u has a
 // row per token on the layer's branch columns (layer_branch), and a sample's coefficient
 // applies to all of its token rows.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
@@ -119,14 +118,17 @@ int stage_set_local_groups(Stage *st, int groups, uint32_t seed, FgError *err);
 void stage_free_local(Stage *st);
 // Whether layer l ends a local loss (then layer l - 1, the linear, learns from it alone).
 int stage_local_head(const Stage *st, int l);
-// Op F at such a layer: from its output h [rows, out], its tangents hdot [K, rows, out] and the
-// labels, d [K, rows, G] (local_loss_jvp); returns the heads' mean loss summed over the groups.
-double stage_local_derivatives(const Stage *st, int l, const float *h, const float *hdot,
-                               const uint8_t *labels, int rows, float *d);
-// stage_layer_activity_estimate of a linear layer l whose activation ends a local loss: coeff
-// has one value per group, [n_mb, K, rows, G], instead of one per row.
-void stage_layer_local_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
-                                const float *coeff, const float *x, float *work, float *grad);
+// Op F at such a layer l: from its output h [rows, out], its tangent hdot [K, rows, out], the
+// linear's output tangent zdot (= u: nothing enters before it) and the labels, the linear's
+// output-gradient estimate est [rows, out] = scale sum_k d_k[r, g(j)] u_k[r, j], d the groups'
+// directional derivatives (local_loss_jvp). After a ReLU, u is hdot: the dead units, whose
+// gradient is known to be 0, drop out (still unbiased, less variance).
+void stage_local_output_grad(const Stage *st, int l, const float *h, const float *hdot,
+                             const float *zdot, const uint8_t *labels, int rows, float scale,
+                             float *est);
+// The update of that linear layer l: grad += est^T x, db += column sums of est, over rows.
+void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
+                             float *grad);
 
 // Low-rank weight tangents (perturb = weight, rank r > 0; docs/design.md section 4): a linear
 // layer's weight tangent is V = At^T Bt / sqrt(r) with At [r, n] and Bt [r, k] ~ N(0, 1) for

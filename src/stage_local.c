@@ -31,7 +31,7 @@ int stage_set_local_groups(Stage *st, int groups, uint32_t seed, FgError *err) {
         st->local_head[l] = fg_alloc_floats((size_t)width * m->classes);
         local_heads_fill(seed, l, width, groups, m->classes, st->local_head[l]);
     }
-    st->local_work = fg_alloc_floats((size_t)st->tangents * st->max_rows * m->max_width);
+    st->local_work = fg_alloc_floats((size_t)st->tangents * st->max_rows * groups + m->max_width);
     return FG_OK;
 }
 
@@ -41,37 +41,28 @@ void stage_free_local(Stage *st) {
     fg_free(st->local_work);
 }
 
-double stage_local_derivatives(const Stage *st, int l, const float *h, const float *hdot,
-                               const uint8_t *labels, int rows, float *d) {
+void stage_local_output_grad(const Stage *st, int l, const float *h, const float *hdot,
+                             const float *zdot, const uint8_t *labels, int rows, float scale,
+                             float *est) {
     const Model *m = st->model;
-    return local_loss_jvp(st->local_head[l], h, hdot, labels, rows, m->layers[l].out,
-                          st->local_groups, m->classes, st->tangents, st->local_work, d);
+    int K = st->tangents, G = st->local_groups, width = m->layers[l].out, S = width / G;
+    float *d = st->local_work, *work = d + (size_t)K * rows * G;
+    local_loss_jvp(st->local_head[l], h, hdot, labels, rows, width, G, m->classes, K, work, d);
+    // ReLU: hdot is u with the dead units zeroed, whose gradient is known to be 0.
+    const float *u = m->layers[l].kind == LAYER_RELU ? hdot : zdot;
+    memset(est, 0, (size_t)rows * width * sizeof(float));
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < rows; r++)
+            for (int g = 0; g < G; g++) {
+                size_t at = ((size_t)k * rows + r) * width + (size_t)g * S;
+                float c = scale * d[((size_t)k * rows + r) * G + g];
+                float *e = est + (size_t)r * width + (size_t)g * S;
+                for (int j = 0; j < S; j++) e[j] += c * u[at + j];
+            }
 }
 
-void stage_layer_local_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
-                                const float *coeff, const float *x, float *work, float *grad) {
-    const Backend *be = st->be;
+void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
+                             float *grad) {
     const Layer *L = &st->model->layers[l];
-    int K = st->tangents, G = st->local_groups, S = L->out / G;
-    size_t block = (size_t)rows * L->out;
-    key.layer = (uint32_t)l;
-    key.stream = STREAM_ACTIVITY;
-    uint32_t mb0 = key.microbatch;
-    for (int b = 0; b < n_mb; b++) {
-        float *w = work + b * block;
-        memset(w, 0, block * sizeof(float));
-        key.microbatch = mb0 + (uint32_t)b;
-        for (int k = 0; k < K; k++) {  // G = sum_k c_k u_k, c_k one value per row and group
-            key.k = (uint32_t)k;
-            tangent_fill(key, 0, block, st->local_work);
-            const float *c = coeff + ((size_t)b * K + k) * rows * G;
-            for (int r = 0; r < rows; r++) {
-                const float *u = st->local_work + (size_t)r * L->out;
-                float *wr = w + (size_t)r * L->out;
-                for (int j = 0; j < L->out; j++) wr[j] += c[(size_t)r * G + j / S] * u[j];
-            }
-        }
-    }
-    // The weight half of the layer's backward: dW += G^T x, db += column sums of G.
-    be->backward(be, L, NULL, x, work, NULL, grad, n_mb * rows);
+    st->be->backward(st->be, L, NULL, x, est, NULL, grad, rows);
 }
