@@ -2,7 +2,7 @@
 # Estimator benchmark: test accuracy of every way fgpipe estimates the gradient, on the default
 # MLP (Fashion-MNIST, 784-1024-1024-1024-10, steps of 4 micro-batches of 32), with the same
 # steps and micro-batches for all: bp; fg with weight (K = 1 and 4, low-rank r = 1 and 8) and
-# activity perturbation (K = 1 and 4)
+# activity perturbation (K = 1 and 4; with local losses, G = 32 groups, K = 4 to 32)
 # on 1 rank; fg+bp on 4 stages (one rank each, the default selection: the corrections the
 # 4-stage timetable gives) with each estimator. Prints one table: test accuracy, final train
 # loss, samples/s, peak RSS of the largest rank, kept activations (stash) of the largest stage,
@@ -22,16 +22,21 @@ fgpipe=build/fgpipe config=launch/configs/fashion-mnist-mlp-fg.conf
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 adam=(optimizer=adam lr=0.001)
-act=(perturb=activity optimizer=adam lr=0.0003)
-weight=(perturb=weight optimizer=sgd momentum=0.9 lr=0.00002)  # Adam amplifies its noise
+act=(perturb=activity local_groups=0 tangents=1 optimizer=adam lr=0.0003)
+local=(perturb=activity optimizer=adam lr=0.001)  # local losses: the launch config's fg
+weight=(perturb=weight local_groups=0 tangents=1 optimizer=sgd momentum=0.9 lr=0.00002)  # Adam amplifies its noise
 rows=(
-  "bp|1|mode=bp ${adam[*]}"
+  "bp|1|mode=bp local_groups=0 ${adam[*]}"
   "fg weight K=1|1|mode=fg ${weight[*]}"
   "fg weight K=4|1|mode=fg ${weight[*]} tangents=4"
   "fg weight low-rank r=1|1|mode=fg ${weight[*]} tangent_rank=1"
   "fg weight low-rank r=8|1|mode=fg ${weight[*]} tangent_rank=8"
   "fg activity K=1|1|mode=fg ${act[*]}"
   "fg activity K=4|1|mode=fg ${act[*]} tangents=4"
+  "fg activity local G=32 K=4|1|mode=fg ${local[*]} local_groups=32 tangents=4"
+  "fg activity local G=32 K=8|1|mode=fg ${local[*]} local_groups=32 tangents=8"
+  "fg activity local G=32 K=16|1|mode=fg ${local[*]} local_groups=32 tangents=16"
+  "fg activity local G=32 K=32|1|mode=fg ${local[*]} local_groups=32 tangents=32"
   "fg+bp weight cv|4|mode=fg+bp ${weight[*]} estimator=cv"
   "fg+bp weight cv shrink=0.05|4|mode=fg+bp ${weight[*]} estimator=cv shrink=0.05"
   "fg+bp activity mix shrink=1 (fg)|4|mode=fg+bp ${act[*]} estimator=mix shrink=1"

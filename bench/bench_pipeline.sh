@@ -19,7 +19,7 @@ repeat=${REPEAT:-2}
 Ms=("$@")
 if [ ${#Ms[@]} -eq 0 ]; then for M in 2 4 8; do [ "$M" -le "$(nproc)" ] && Ms+=("$M"); done; fi
 [ ${#Ms[@]} -gt 0 ] || Ms=(2)
-fgpipe=build/fgpipe config=launch/configs/fashion-mnist-mlp-fg.conf
+fgpipe=build/fgpipe config=launch/configs/fashion-mnist-mlp-fgbp.conf
 model=784-1024-1024-1024-1024-1024-1024-1024-10
 [ -x "$fgpipe" ] || { echo "bench_pipeline: build first (launch/build.sh)" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

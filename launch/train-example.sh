@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The main job: build, then train a 9-layer MLP (784-768x8-10, two linear layers per stage: the
-# default 4-layer MLP would leave fc4's 10k parameters alone on the 4th stage, which then has
-# nothing to backprop in its idle time) on Fashion-MNIST as a 4-stage pipeline (one
-# MPI rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
-# (fg+bp with activity perturbation and the mix estimator of the config; the default select=-1
-# backpropagates as many micro-batches per stage as fit the stage's idle time, and prints how
-# many). The last stage prints progress and the final test
+# The main job: build, then train a 9-layer MLP on Fashion-MNIST as a 4-stage pipeline (one MPI
+# rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
+# (launch/configs/fashion-mnist-mlp-fgbp.conf: fg+bp with activity perturbation and the mix
+# estimator; the default select=-1 backpropagates as many micro-batches per stage as fit the
+# stage's idle time, and prints how many). The last stage prints progress and the final test
 # accuracy; out/example/ gets the resolved config, the loss per step, a summary and the
 # timeline of the last step (out/example/trace.json: open it in Perfetto).
 # Extra arguments go to `fgpipe train`, e.g. --set epochs=5 or --set mode=bp.
@@ -15,7 +13,5 @@ launch/build.sh
 mkdir -p out/example
 . launch/lib.sh
 mpi_flags 4
-exec mpirun "${MPI_FLAGS[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fg.conf \
-  --set stages=4 --set mode=fg+bp --set epochs=1 \
-  --set model=784-768-768-768-768-768-768-768-768-10 --set lr=0.001 \
+exec mpirun "${MPI_FLAGS[@]}" build/fgpipe train --config launch/configs/fashion-mnist-mlp-fgbp.conf \
   --out out/example --summary-json out/example/summary.json --trace out/example/trace.json "$@"

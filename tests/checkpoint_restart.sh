@@ -30,7 +30,8 @@ train_and_stop() {
   wait "$pid"
 }
 
-for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv cv_scale=auto lag=0 select=2 optimizer=sgd lr=0.0001"; do
+for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv cv_scale=auto lag=0 select=2 optimizer=sgd lr=0.0001" \
+            "fg-local|mode=fg perturb=activity local_groups=4 tangents=2 optimizer=sgd lr=0.0001"; do
   name=${mode%%|*}; read -r -a sets <<<"${mode#*|}"
   train 4 "$dir/$name-straight" "${sets[@]}" >"$dir/$name-straight.log" 2>&1
   train_and_stop "$dir/$name-stopped" "${sets[@]}"; rc=$?

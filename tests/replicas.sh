@@ -71,6 +71,7 @@ cases=(
   "bp|mode=bp schedule=1f1b|"
   "fg|mode=fg tangents=2 ${sgd[*]}|bitwise"
   "fg-activity|mode=fg perturb=activity tangents=2 ${sgd[*]}|"
+  "fg-local|mode=fg perturb=activity local_groups=4 tangents=2 ${sgd[*]}|"
   "fgbp|mode=fg+bp estimator=cv lag=1 ${sgd[*]}|"
   "fgbp-lag0|mode=fg+bp estimator=cv lag=0 ${sgd[*]}|"
 )
