@@ -1,12 +1,13 @@
-// Local losses (local_loss.h, stage_local.c) on a "6-8-3" MLP whose hidden layer (fc1, relu)
-// ends in G = 2 fixed heads of S = 4 units each:
+// Local losses (local_loss.h, stage_local.c) on a "6-8-3" MLP whose hidden layer (fc1 and a
+// ReLU or a GELU) ends in G = 2 fixed heads of S = 4 units each:
 //   1. op F's d of a row and group is the derivative of that group's loss when the layer's
 //      output h moves along the tangent (central differences);
 //   2. fc1's estimate from the heads' d's is unbiased for the gradient of the summed local
 //      losses (mean over the rows) and its per-draw variance is
 //        V = 1/(B^2 K) sum_r |x~_r|^2 sum_g (S_{r,g} + 1) |a_{r,g}|^2,
 //      a_{r,g} = the group's loss gradient at fc1's output, x~ = (x, 1), S_{r,g} the group's
-//      units that the ReLU lets through (the others' tangents drop out: their gradient is 0);
+//      units that the ReLU lets through (the others' tangents drop out: their gradient is 0;
+//      GELU: all S);
 //   3. a G that does not divide a hidden width is refused.
 // (That the tangent stops at the heads is pipeline_equivalence.sh's: 1, 2 and 4 stages agree.)
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activation_math.h"
 #include "common.h"
 #include "local_loss.h"
 #include "loss_math.h"
@@ -75,10 +77,10 @@ typedef struct {
     double pred1;                      // V for K = 1
 } Problem;
 
-// The exact gradient, by hand: a = H_g (softmax - onehot) * relu'(z) per row and group.
-static void problem_make(Problem *p) {
+// The exact gradient, by hand: a = H_g (softmax - onehot) * f'(z) per row and group.
+static void problem_make(Problem *p, int relu) {
     FgError err = {0};
-    assert_int_equal(model_build_mlp(&p->m, "6-8-3", "relu", &err), FG_OK);
+    assert_int_equal(model_build_mlp(&p->m, "6-8-3", relu ? "relu" : "gelu", &err), FG_OK);
     p->params = fg_alloc_floats(p->m.n_params);
     model_init_params(&p->m, p->params, SEED);
     Rng r = {SEED};
@@ -91,7 +93,7 @@ static void problem_make(Problem *p) {
         float z[WIDTH], h[WIDTH], a[WIDTH];
         for (int j = 0; j < WIDTH; j++) {
             z[j] = b[j] + (float)dot(W + j * IN, x, IN);
-            h[j] = z[j] > 0 ? z[j] : 0;
+            h[j] = relu ? fg_relu(z[j]) : fg_gelu(z[j]);
         }
         for (int g = 0; g < G; g++) {
             float logits[C], e[C];
@@ -102,7 +104,7 @@ static void problem_make(Problem *p) {
             SoftmaxRow s = fg_softmax_row(logits, C);
             for (int c = 0; c < C; c++) e[c] = fg_xent_grad(s, logits, p->labels[row], c);
             for (int j = g * S; j < (g + 1) * S; j++)
-                a[j] = z[j] > 0 ? (float)dot(p->head + j * C, e, C) : 0.0f;
+                a[j] = (relu ? fg_relu_grad(z[j]) : fg_gelu_grad(z[j])) * (float)dot(p->head + j * C, e, C);
         }
         for (int j = 0; j < WIDTH; j++) {
             for (int i = 0; i < IN; i++) p->g_true[j * IN + i] += a[j] * x[i] / ROWS;
@@ -111,7 +113,8 @@ static void problem_make(Problem *p) {
         for (int g = 0; g < G; g++) {
             double a2 = 0;
             int active = 0;
-            for (int j = g * S; j < (g + 1) * S; j++) a2 += (double)a[j] * a[j], active += z[j] > 0;
+            for (int j = g * S; j < (g + 1) * S; j++)
+                a2 += (double)a[j] * a[j], active += !relu || z[j] > 0;
             p->pred1 += (dot(x, x, IN) + 1.0) * (active + 1) * a2;
         }
     }
@@ -149,20 +152,29 @@ static void draws(const Problem *p, int K, double *err2, double *var, double *va
     stage_free(&st);
 }
 
-static void test_unbiased_with_formula_variance(void **state) {
-    (void)state;
+static void unbiased_with_formula_variance(int relu) {
     Problem p = {0};
-    problem_make(&p);
+    problem_make(&p, relu);
     for (int K = 1; K <= KMAX; K++) {
         double err2, var, se, pred = p.pred1 / K;
         draws(&p, K, &err2, &var, &se);
-        printf("# local G=%d K=%d  |mean - g|^2 = %.4g  var/T = %.4g  var = %.4g +- %.2g  "
-               "predicted %.4g (ratio %.3f)\n", G, K, err2, var / T, var, se, pred, var / pred);
+        printf("# local %s G=%d K=%d  |mean - g|^2 = %.4g  var/T = %.4g  var = %.4g +- %.2g  "
+               "predicted %.4g (ratio %.3f)\n", relu ? "relu" : "gelu", G, K, err2, var / T, var, se, pred, var / pred);
         char name[32];
-        snprintf(name, sizeof name, "local K=%d", K);
+        snprintf(name, sizeof name, "local %s K=%d", relu ? "relu" : "gelu", K);
         assert_draws_match(name, err2, var, se, pred, T);
     }
     fg_free(p.params);
+}
+
+static void test_unbiased_relu(void **state) {
+    (void)state;
+    unbiased_with_formula_variance(1);
+}
+
+static void test_unbiased_gelu(void **state) {
+    (void)state;
+    unbiased_with_formula_variance(0);
 }
 
 // A G that does not divide a hidden width is refused by name.
@@ -181,7 +193,8 @@ static void test_groups_must_divide_widths(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jvp_against_differences),
-        cmocka_unit_test(test_unbiased_with_formula_variance),
+        cmocka_unit_test(test_unbiased_relu),
+        cmocka_unit_test(test_unbiased_gelu),
         cmocka_unit_test(test_groups_must_divide_widths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
