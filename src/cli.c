@@ -241,8 +241,12 @@ int cli_fail(const FgError *err) {
 
 // Replica 0's first stage describes the run.
 static void print_run(const Config *c) {
-    char mode[CONFIG_NAME_MAX], tangents[32] = "";
-    if (c->mode != MODE_BP) snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->tangents);
+    char mode[CONFIG_NAME_MAX], tangents[64] = "";
+    if (c->mode != MODE_BP && c->local_groups)
+        snprintf(tangents, sizeof tangents, " (K=%d tangents, local losses: %d groups per hidden "
+                 "layer)", c->tangents, c->local_groups);
+    else if (c->mode != MODE_BP)
+        snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->tangents);
     char model[96];
     if (c->data == DATA_TEXT)
         snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d)", c->n_layer,

@@ -257,10 +257,11 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank > 0 and estimator = guided: the guide "
                        "is a full vector, not of rank tangent_rank");
     if (c->local_groups > 0 &&
-        (c->mode != MODE_FG || c->perturb != PERTURB_ACTIVITY || c->device != DEVICE_CPU ||
+        (c->mode == MODE_BP || c->perturb != PERTURB_ACTIVITY || c->device != DEVICE_CPU ||
          c->data == DATA_TEXT))
-        return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg, perturb = activity, "
-                       "device = cpu and an MLP (the local losses are not written for the others)");
+        return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg or fg+bp, perturb = "
+                       "activity, device = cpu and an MLP (the local losses are not written for the "
+                       "others)");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

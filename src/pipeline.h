@@ -50,6 +50,8 @@ typedef struct {
     int set_ref;           // afterwards the reference becomes ref_scale * c (fg+bp, cv, guided)
     float ref_scale;
     float *coeff;          // [N*K] over every replica's micro-batches
+    float fg_weight;       // the weight of the step's own forward gradient (mix: shrink; else 1):
+                           // applies to the local estimates, formed in F unweighted
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 

@@ -160,12 +160,16 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
         const float *x = kept_layer_inputs(p, u->step, l);
-        if (stage_local_head(&p->stage, l + 1))  // formed in op F
-            stage_local_weight_grad(&p->stage, l, Nr * B, x, local_est_of(p, u->step, l), upd);
-        else
+        if (stage_local_head(&p->stage, l + 1)) {  // formed in op F, read once
+            float *est = local_est_of(p, u->step, l);
+            size_t n_est = (size_t)Nr * B * p->model->layers[l].out;
+            if (u->fg_weight != 1.0f) be->scale(be, est, u->fg_weight, est, n_est);
+            stage_local_weight_grad(&p->stage, l, Nr * B, x, est, upd);
+        } else {
             stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
                                           Nr, B, u->coeff + (size_t)mb0 * d_per_microbatch(p), x,
                                           p->act_work, upd);
+        }
         return;
     }
     stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),
@@ -310,6 +314,7 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
                      use_cv || mix ? (float)p->cfg->shrink : 1.0f};
     float base;
     estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &base);
+    u->fg_weight = est.kind == EST_MIX ? est.shrink : 1.0f;
     // Micro-batches inside this step's c contribute their exact gradient instead of their
     // estimate: c's weight is their share.
     for (int i = 0; use_cv && i < NK; i++)
