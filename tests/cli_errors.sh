@@ -23,7 +23,7 @@ expect 2 "model: '784-x-10' is not a list" train --config "$config" --set model=
 expect 2 "takes 100 features" train --config "$config" --set model=100-10 --set steps=1
 expect 2 "perturb = activity works in mode fg+bp with estimator = mix" train --config "$config" --set mode=fg+bp --set perturb=activity --set estimator=cv --set steps=1
 expect 2 "shrink: 1.5 is" train --config "$config" --set shrink=1.5
-expect 2 "local_groups needs mode = fg, perturb = activity" train --config "$config" --set local_groups=4 --set steps=1
+expect 2 "local_groups needs mode = fg or fg+bp, perturb = activity" train --config "$config" --set local_groups=4 --set steps=1
 expect 2 "local_groups = 3 does not divide the 1024 outputs of layer fc1" train --config "$config" --set mode=fg --set perturb=activity --set local_groups=3 --set steps=1
 expect 2 "cv_scale = auto applies to mode fg+bp with estimator cv" train --config "$config" --set cv_scale=auto --set steps=1
 expect 2 "cv_scale = auto applies to mode fg+bp with estimator cv" train --config "$config" --set mode=fg+bp --set perturb=activity --set cv_scale=auto --set steps=1

@@ -65,6 +65,7 @@ cases=(
   "fg-lowrank-r4|mode=fg tangent_rank=4 ${sgd[*]}"
   "fgbp-cv-lowrank-r2-lag1|mode=fg+bp estimator=cv lag=1 select=2 tangent_rank=2 ${sgd[*]}"
   "fgbp-mix-activity-sel1|mode=fg+bp estimator=mix shrink=0.5 perturb=activity select=1 ${sgd[*]}"
+  "fgbp-mix-local-sel1|mode=fg+bp estimator=mix shrink=0.5 perturb=activity local_groups=4 tangents=2 select=1 ${sgd[*]}"
   "fgbp-cv-lag0-sel2|mode=fg+bp estimator=cv lag=0 select=2 ${sgd[*]}"
   "fgbp-cv-lag1-sel2-K2|mode=fg+bp estimator=cv lag=1 select=2 tangents=2 ${sgd[*]}"
   "fgbp-cv-auto-lag1-sel2|mode=fg+bp estimator=cv cv_scale=auto lag=1 select=2 ${sgd[*]}"
