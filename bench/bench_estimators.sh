@@ -43,9 +43,7 @@ rows=(
   "fg+bp activity mix shrink=0.2|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.2"
   "fg+bp activity mix shrink=0.05|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.05"
   "fg+bp activity mix shrink=0 (c)|4|mode=fg+bp ${act[*]} estimator=mix shrink=0"
-  "fg+bp activity local mix shrink=0.5|4|mode=fg+bp ${local[*]} local_groups=32 tangents=16 estimator=mix shrink=0.5"
   "fg+bp activity local mix shrink=0.2|4|mode=fg+bp ${local[*]} local_groups=32 tangents=16 estimator=mix shrink=0.2"
-  "fg+bp activity local mix shrink=0.05|4|mode=fg+bp ${local[*]} local_groups=32 tangents=16 estimator=mix shrink=0.05"
 )
 want=("$@")
 printf '| %-34s | %-6s | %-8s | %-10s | %-9s | %-9s | %-9s | %-10s |\n' row ranks "test acc" "train loss" samples/s "RSS MiB" "stash MiB" "median cos"
