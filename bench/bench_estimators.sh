@@ -43,6 +43,7 @@ rows=(
   "fg+bp activity mix shrink=0.2|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.2"
   "fg+bp activity mix shrink=0.05|4|mode=fg+bp ${act[*]} estimator=mix shrink=0.05"
   "fg+bp activity mix shrink=0 (c)|4|mode=fg+bp ${act[*]} estimator=mix shrink=0"
+  "fg+bp activity mix shrink=0 (c) lr 1e-3|4|mode=fg+bp ${act[*]} estimator=mix shrink=0 lr=0.001"
   "fg+bp activity local mix shrink=0.2|4|mode=fg+bp ${local[*]} local_groups=32 tangents=16 estimator=mix shrink=0.2"
 )
 want=("$@")
