@@ -97,7 +97,7 @@ int model_measure_layer_costs(const Backend *be, const Model *m, int K, const Co
         st.perturb = setup->perturb;
         if (K) stage_set_tangent_rank(&st, setup->tangent_rank);
         CostSetup layer = *setup;
-        layer.with_xdot = l > 0;
+        layer.with_xdot = l > 0 && !setup->local_groups;
         rc = stage_measure_costs(&st, &layer, cost + (size_t)l * N_OP_COSTS, err);
         stage_free(&st);
     }

@@ -19,6 +19,8 @@ typedef struct {
     uint32_t seed;
     Perturbation perturb;  // model_measure_layer_costs: its stages' (stage_measure_costs
     int tangent_rank;      // takes the stage's own)
+    int local_groups;      // model_measure_layer_costs: local losses, so no layer receives a
+                           // tangent (with_xdot is 0 for all)
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, and of U (regenerating and adding the
@@ -28,7 +30,8 @@ typedef struct {
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
 
 // The same for every layer of the model on its own: cost[l * N_OP_COSTS + i]. Only layer 0
-// runs without an input tangent, as it does in any pipeline (setup->with_xdot is ignored).
+// runs without an input tangent, as it does in any pipeline (setup->with_xdot is ignored), or
+// every layer with local losses.
 // K tangents as in stage_init.
 int model_measure_layer_costs(const Backend *be, const Model *m, int K, const CostSetup *setup,
                               double *cost, FgError *err);

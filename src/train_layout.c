@@ -27,7 +27,8 @@ static int time_layers(void *arg, FgError *err) {
     const Config *c = lt->c;
     CostSetup setup = {.rows = c->micro_batch, .with_ref = config_dots_reference(c),
                        .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->seed,
-                       .perturb = (Perturbation)c->perturb, .tangent_rank = c->tangent_rank};
+                       .perturb = (Perturbation)c->perturb, .tangent_rank = c->tangent_rank,
+                       .local_groups = c->local_groups};
     return model_measure_layer_costs(lt->e->be, lt->m, c->mode == MODE_BP ? 0 : c->tangents, &setup,
                                      lt->cost, err);
 }
