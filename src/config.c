@@ -53,7 +53,7 @@ static const ConfigKey KEYS[] = {
     STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
-    NUM(KEY_INT, local_groups, 0, 4096, "mode = fg, perturb = activity: every hidden layer learns from its own loss, G fixed random classifiers on as many groups of its outputs, its tangents stopped there (far less variance; docs/design.md); 0: the model's loss"),
+    NUM(KEY_INT, local_groups, 0, 4096, "mode = fg or fg+bp, perturb = activity, MLP, cpu: every hidden layer learns from its own loss, G fixed random classifiers on as many groups of its outputs, its tangents stopped there (far less variance; docs/design.md); 0: the model's loss"),
     NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
     NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),
     NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),

@@ -154,7 +154,8 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
-    CostSetup setup = {.rows = B, .with_xdot = !p->is_first && sends_tangents(p), .with_ref = dots_reference(p),
+    CostSetup setup = {.rows = B, .with_xdot = !p->is_first && sends_tangents(p),
+                       .with_ref = dots_reference(p),
                        .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
                        .seed = p->cfg->seed};
     return stage_measure_costs(&p->stage, &setup, cost, err);

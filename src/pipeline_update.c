@@ -160,10 +160,13 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
         const float *x = kept_layer_inputs(p, u->step, l);
-        if (stage_local_head(&p->stage, l + 1)) {  // formed in op F, read once
-            float *est = local_est_of(p, u->step, l);
-            size_t n_est = (size_t)Nr * B * p->model->layers[l].out;
-            if (u->fg_weight != 1.0f) be->scale(be, est, u->fg_weight, est, n_est);
+        if (stage_local_head(&p->stage, l + 1)) {  // formed in op F; may be read again
+            const float *est = local_est_of(p, u->step, l);
+            if (u->fg_weight != 1.0f) {
+                size_t n_est = (size_t)Nr * B * p->model->layers[l].out;
+                be->scale(be, p->act_work, u->fg_weight, est, n_est);
+                est = p->act_work;
+            }
             stage_local_weight_grad(&p->stage, l, Nr * B, x, est, upd);
         } else {
             stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
