@@ -330,6 +330,11 @@ int config_dots_reference(const Config *c) {
     return c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_GUIDED);
 }
 
+int config_timetable_lag(const Config *c) {
+    if (c->mode != MODE_FG_BP) return 0;
+    return c->select >= 0 ? c->lag : c->max_lag;
+}
+
 int config_update_microbatches(const Config *c, int replicas) {
     int e = config_estimator(c);
     int weighs_zero = c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_MIX) && c->shrink == 0.0;

@@ -88,6 +88,9 @@ int config_dots_reference(const Config *c);
 // Micro-batches whose tangent terms op U forms: the step's, over every replica, or 0 where the
 // estimator weighs them by 0 (fg+bp's cv and mix at shrink 0: the update is c alone).
 int config_update_microbatches(const Config *c, int replicas);
+// The most steps a B op of the timetable may lag (fg+bp: lag with a fixed select, else max_lag;
+// 0 for the other modes).
+int config_timetable_lag(const Config *c);
 // fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);

@@ -37,6 +37,21 @@ static void activity_update(const Stage *st, const CostSetup *setup, const Activ
     }
 }
 
+// Op U: the tangents' part of the estimate, then the optimizer's step (state: its buffers).
+// The weights kept for lagged ops age by pointer swaps: free.
+static int update(const Stage *st, const CostSetup *setup, const ActivityUpdate *act, TangentKey key,
+                  const float *coeff, float *w, float *g, float *state, FgError *err) {
+    const Backend *be = st->be;
+    if (st->tangents && setup->n_mb) {
+        if (act->inputs) activity_update(st, setup, act, g);
+        else stage_add_tangents(st, key, setup->n_mb, coeff, g);
+    }
+    if (setup->optimizer)
+        be->optimizer_step(be, setup->optimizer, 0, setup->optimizer->lr, w, w, g, 1.0f, state,
+                           st->param_count, st->param_count);
+    return be->sync(be, err);
+}
+
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
@@ -53,6 +68,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     float *coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * FG_MAX(K, 1));
     double *ref_dots = calloc((size_t)FG_MAX(K, 1), sizeof(double));
     ActivityUpdate act = activity_buffers(st, n_mb, rows);
+    int n_state = setup->optimizer ? optimizer_state_buffers(setup->optimizer->kind) : 0;
+    float *state = n_state ? backend_alloc_floats(be, (size_t)n_state * st->param_count) : NULL;
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
     st->ref = ref, st->ref_dots = ref_dots;
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
@@ -70,17 +87,14 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         stage_backward_weight(st, stash, adjoints, g, rows);
         if (!rc) rc = be->sync(be, err);
         t[3] = wall_seconds();
-        if (K && n_mb) {
-            if (act.inputs) activity_update(st, setup, &act, g);
-            else stage_add_tangents(st, key, n_mb, coeff, g);
-            if (!rc) rc = be->sync(be, err);
-        }
+        int rc2 = update(st, setup, &act, key, coeff, w, g, state, err);
+        if (!rc) rc = rc2;
         t[4] = wall_seconds();
-        for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = K || i != COST_U ? t[i + 1] - t[i] : 0.0;
+        for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = t[i + 1] - t[i];
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     st->ref = NULL, st->ref_dots = NULL;
-    void *bufs[] = {x, stash, adjoints, dy, dx, w, g, ref, act.inputs, act.work};
+    void *bufs[] = {x, stash, adjoints, dy, dx, w, g, ref, act.inputs, act.work, state};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(coeff);
     fg_free(act.coeff);

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "optimizer.h"
 #include "stage.h"
 #include "transport.h"
 
@@ -21,11 +22,13 @@ typedef struct {
     int tangent_rank;      // takes the stage's own)
     int local_groups;      // model_measure_layer_costs: local losses, so no layer receives a
                            // tangent (with_xdot is 0 for all)
+    const OptimizerConfig *optimizer;  // U steps it over the parameters (NULL: U is the
+                                       // tangents' part alone)
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, and of U (regenerating and adding the
 // tangents of every micro-batch, or with activity perturbation forming each layer's estimate
-// from their kept inputs; 0 without tangents), the median of five. Values do not change the
+// from their kept inputs, then the optimizer's step), the median of five. Values do not change the
 // cost, so the buffers are zeros.
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
 

@@ -154,10 +154,11 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = 0.0;
         return FG_OK;
     }
+    OptimizerConfig oc = config_optimizer(p->cfg);
     CostSetup setup = {.rows = B, .with_xdot = !p->is_first && sends_tangents(p),
                        .with_ref = dots_reference(p),
                        .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
-                       .seed = p->cfg->seed};
+                       .seed = p->cfg->seed, .optimizer = &oc};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }
 
@@ -176,7 +177,7 @@ static int plan_timetable(Pipeline *p, FgError *err) {
     if (!rc) {
         int fg_bp = c->mode == MODE_FG_BP;
         ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c),
-                             fg_bp ? (c->select >= 0 ? c->lag : c->max_lag) : 0, fg_bp ? c->select : -1,
+                             config_timetable_lag(c), fg_bp ? c->select : -1,
                              costs, costs + M, costs + 2 * M, costs + 3 * M};
         rc = schedule_build(&spec, &p->sched, err);
     }

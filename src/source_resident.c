@@ -14,7 +14,7 @@ LayerNeeds layer_needs(const Config *c) {
         // update); bp's gradient is read after the B wave only when a global norm (clipping)
         // must come first.
         .keep_grad = fg_bp || (c->mode == MODE_BP && c->clip_norm > 0),
-        .prev = fg_bp ? (c->select >= 0 ? c->lag : c->max_lag) : 0,
+        .prev = config_timetable_lag(c),
     };
 }
 

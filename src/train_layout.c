@@ -9,10 +9,11 @@
 #include "train_internal.h"
 
 // A layer's seconds of work in one step of one replica: N F ops and one U pass when the
-// timetable is made of those (fg, fg+bp: Bi and Bw go into the bubbles), N F+Bi+Bw ops for bp.
+// timetable is made of those (fg, fg+bp: Bi and Bw go into the bubbles), N F+Bi+Bw ops and U
+// for bp.
 static double step_work(const Config *c, const double cost[N_OP_COSTS]) {
-    if (c->mode == MODE_BP) return c->micro_batches * (cost[COST_F] + cost[COST_BI] + cost[COST_BW]);
-    return c->micro_batches * cost[COST_F] + cost[COST_U];
+    double f = cost[COST_F] + (c->mode == MODE_BP ? cost[COST_BI] + cost[COST_BW] : 0.0);
+    return c->micro_batches * f + cost[COST_U];
 }
 
 typedef struct {
@@ -25,10 +26,11 @@ typedef struct {
 static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
     const Config *c = lt->c;
+    OptimizerConfig oc = config_optimizer(c);
     CostSetup setup = {.rows = c->micro_batch, .with_ref = config_dots_reference(c),
                        .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->seed,
                        .perturb = (Perturbation)c->perturb, .tangent_rank = c->tangent_rank,
-                       .local_groups = c->local_groups};
+                       .local_groups = c->local_groups, .optimizer = &oc};
     return model_measure_layer_costs(lt->e->be, lt->m, c->mode == MODE_BP ? 0 : c->tangents, &setup,
                                      lt->cost, err);
 }
