@@ -1,7 +1,8 @@
 // Tangent generation against memory bandwidth: how fast the regenerated tangents of one layer
 // are made (fill), made and dotted with a reference (fill+dot, op F of cv), added into an
-// update (axpy, op U) and dotted without being kept (dot, low-rank F), next to memset and
-// memcpy of the same bytes, on one thread and on all.
+// update (axpy, op U of weight perturbation; axpy by rows, a coefficient per sample row: op U
+// of activity perturbation) and dotted without being kept (dot, low-rank F), next to memset
+// and memcpy of the same bytes, on one thread and on all.
 // Prints one table. Usage: fgpipe-bench-tangent [MILLION_VALUES] (default 16: past the caches).
 #include <omp.h>
 #include <stdio.h>
@@ -14,11 +15,12 @@
 
 enum { REPS = 5 };
 
-typedef enum { FILL, FILL_DOT, AXPY, DOT, MEMSET, MEMCPY, N_KINDS } Kind;
+typedef enum { FILL, FILL_DOT, AXPY, AXPY_ROWS, DOT, MEMSET, MEMCPY, N_KINDS } Kind;
 static const char *const NAMES[N_KINDS] = {"tangent fill", "fill + dot", "tangent axpy",
-                                           "tangent dot", "memset", "memcpy"};
+                                           "axpy by rows", "tangent dot", "memset", "memcpy"};
 // Bytes each kind moves per value: written, read, or read and written.
-static const double BYTES[N_KINDS] = {4, 8, 8, 4, 4, 8};
+static const double BYTES[N_KINDS] = {4, 8, 8, 8, 4, 4, 8};
+enum { ROW_WIDTH = 1024 };  // axpy by rows: a hidden layer's width
 
 // The Philox path tangent.c picks with these same compile flags.
 #if defined(__AVX512F__)
@@ -35,6 +37,7 @@ static void run(Kind kind, size_t n, float *a, float *b, double *sink) {
     case FILL: tangent_fill(key, 0, n, a); break;
     case FILL_DOT: *sink += tangent_fill_dot(key, 0, n, a, b); break;
     case AXPY: tangent_axpy(key, 0, n, 0.5f, a); break;
+    case AXPY_ROWS: tangent_axpy_rows(key, n / ROW_WIDTH, ROW_WIDTH, b, a); break;
     case DOT: *sink += tangent_dot(key, 0, n, b); break;
     case MEMSET:
     case MEMCPY: {

@@ -179,8 +179,13 @@ static double walk_group(TangentKey key, size_t lo, size_t hi, size_t first, con
             for (size_t i = 0; i < len; i++) y[off + i] = vv[i];
         } else if (op == OP_AXPY) {
             for (size_t i = 0; i < len; i++) y[off + i] += alpha * vv[i];
-        } else if (op == OP_AXPY_ROWS) {
-            for (size_t i = 0; i < len; i++) y[off + i] += x[(off + i) / w->width] * vv[i];
+        } else if (op == OP_AXPY_ROWS) {  // row by row, so that each inner loop vectorises
+            for (size_t i = 0; i < len;) {
+                size_t row = (off + i) / w->width, end = FG_MIN(len, (row + 1) * w->width - off);
+                const float c = x[row];
+                for (size_t j = i; j < end; j++) y[off + j] += c * vv[j];
+                i = end;
+            }
         } else if (op == OP_DOT) {
             for (size_t i = 0; i < len; i++) sum += (double)x[off + i] * vv[i];
         } else {

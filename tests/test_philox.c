@@ -67,6 +67,16 @@ static void test_reproducible_and_order_independent(void **state) {
     memset(b, 0, N * sizeof(float));
     tangent_axpy(key, 0, N, 2.0f, b);
     for (size_t i = 0; i < N; i++) assert_true(b[i] == 2.0f * a[i]);
+    // axpy_rows: row r scaled by its own coefficient, rows not aligned to the batches.
+    float *coeff = fg_alloc_floats(N);
+    for (size_t width = 1; width <= 1000; width = width * 7 + 3) {
+        size_t rows = N / width;
+        for (size_t r = 0; r < rows; r++) coeff[r] = 0.5f + (float)r * 0.25f;
+        for (size_t i = 0; i < N; i++) b[i] = (float)i;
+        tangent_axpy_rows(key, rows, width, coeff, b);
+        for (size_t i = 0; i < rows * width; i++) assert_true(b[i] == (float)i + coeff[i / width] * a[i]);
+    }
+    fg_free(coeff);
     double dot = tangent_dot(key, 0, N, a), sq = 0;
     for (size_t i = 0; i < N; i++) sq += (double)a[i] * a[i];
     assert_true(fabs(dot - sq) <= 1e-9 * sq);
