@@ -90,7 +90,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         int rc2 = update(st, setup, &act, key, coeff, w, g, state, err);
         if (!rc) rc = rc2;
         t[4] = wall_seconds();
-        for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = t[i + 1] - t[i];
+        int has_u = (K && n_mb) || setup->optimizer;
+        for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = has_u || i != COST_U ? t[i + 1] - t[i] : 0.0;
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     st->ref = NULL, st->ref_dots = NULL;

@@ -501,24 +501,28 @@ static void test_forward_reference_dots(void **state) {
     stage_free(&st);
 }
 
-// Timed op costs are positive and finite, U only with tangents; every layer is timed.
+// Timed op costs are positive and finite, U only with tangents or an optimizer (then on the
+// layers with parameters); every layer is timed.
 static void test_measure_costs(void **state) {
     (void)state;
     Model m;
     FgError err = {0};
     assert_int_equal(model_build_mlp(&m, "64-128-10", "relu", &err), FG_OK);
-    for (int K = 0; K <= 1; K++) {
-        double cost[3 * N_OP_COSTS];
-        CostSetup setup = {.rows = 8, .with_ref = K, .n_mb = 4, .seed = 1};
-        assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, K, &setup, cost, &err), FG_OK);
-        for (int l = 0; l < 3; l++)
-            for (int i = 0; i < N_OP_COSTS; i++) {
-                double c = cost[l * N_OP_COSTS + i];
-                assert_true(isfinite(c) && c >= 0);
-                if (i == COST_U) assert_true(K ? c >= 0 : c == 0);
-                else if (l != 1) assert_true(c > 0);
-            }
-    }
+    OptimizerConfig adam = {.kind = OPT_ADAM, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    for (int K = 0; K <= 1; K++)
+        for (int opt = 0; opt <= 1; opt++) {
+            double cost[3 * N_OP_COSTS];
+            CostSetup setup = {.rows = 8, .with_ref = K, .n_mb = 4, .seed = 1, .optimizer = opt ? &adam : NULL};
+            assert_int_equal(model_measure_layer_costs(&backend_cpu, &m, K, &setup, cost, &err), FG_OK);
+            for (int l = 0; l < 3; l++)
+                for (int i = 0; i < N_OP_COSTS; i++) {
+                    double c = cost[l * N_OP_COSTS + i];
+                    assert_true(isfinite(c) && c >= 0);
+                    if (i == COST_U) assert_true(K || opt ? c >= 0 : c == 0);
+                    else if (l != 1) assert_true(c > 0);
+                }
+            if (opt) assert_true(cost[COST_U] > 0 && cost[2 * N_OP_COSTS + COST_U] > 0);
+        }
 }
 
 int main(void) {
