@@ -68,6 +68,11 @@ int take_message(Pipeline *p, long step, const float **msg, FgError *err);
 // Posts the step's first receive.
 int start_messages(Pipeline *p, long step, FgError *err);
 
+// Calibration: `steps` steps of the timetable's F ops alone (no B, no update), every stage at
+// once, on the first samples of the data; *f_seconds: this stage's F, the median over the
+// steps after the first (a warm-up) of each step's median.
+int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *err);
+
 // Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->lanes with
 // those that run this step and takes their messages (stage 0: gathers its inputs); the group
 // then passes its lanes through the stage's layers together. *loss_sum collects the last

@@ -129,7 +129,6 @@ static void alloc_buffers(Pipeline *p) {
     if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
-    p->measured = fg_alloc_bytes((size_t)2 * p->sched.n_ops * sizeof(double));
 }
 
 static ScheduleMode schedule_mode(const Config *c) {
@@ -163,30 +162,32 @@ static int measure_costs(void *arg, FgError *err) {
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
-// mean over the replicas), and the deterministic builder turns identical inputs into identical
-// timetables, on every replica.
-static int plan_timetable(Pipeline *p, FgError *err) {
-    const Config *c = p->cfg;
+// mean over the replicas): costs[kind * M + stage].
+static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
     Transport *t = p->tr;
-    int M = t->stages, s = t->stage;
-    double *costs = calloc((size_t)N_OP_COSTS * M, sizeof(double)), mine[N_OP_COSTS];
+    int M = t->stages;
+    double mine[N_OP_COSTS];
     int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine}, err);
-    for (int i = 0; i < N_OP_COSTS; i++) costs[i * M + s] = mine[i];
+    for (int i = 0; i < N_OP_COSTS; i++) costs[i * M + t->stage] = mine[i];
     if (!rc) rc = t->allreduce_sum_world(t, costs, N_OP_COSTS * M, err);
     for (int i = 0; i < N_OP_COSTS * M; i++) costs[i] /= t->replicas;
-    if (!rc) {
-        int fg_bp = c->mode == MODE_FG_BP;
-        ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c),
-                             config_timetable_lag(c), fg_bp ? c->select : -1,
-                             costs, costs + M, costs + 2 * M, costs + 3 * M};
-        rc = schedule_build(&spec, &p->sched, err);
-    }
-    free(costs);
     return rc;
 }
 
+// The deterministic builder turns identical costs into identical timetables, on every rank.
+// without_b: fg+bp's timetable without B ops (for the calibration).
+static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
+    const Config *c = p->cfg;
+    int M = p->tr->stages, select = c->mode == MODE_FG_BP ? c->select : -1;
+    ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), without_b ? 0 : config_timetable_lag(c),
+                         without_b ? 0 : select, costs, costs + M, costs + 2 * M, costs + 3 * M};
+    return schedule_build(&spec, &p->sched, err);
+}
+
 // What the timetable asks of this stage: which F ops keep stashes, where its B and Bi ops send
-// their adjoints, and the first step with an exact gradient.
+// their adjoints, the first step with an exact gradient, and the order it runs its ops in. If
+// any stage streams, every stage runs layer-major, so that neighbours agree on the order of
+// their messages.
 static void plan_stage(Pipeline *p) {
     const Schedule *S = &p->sched;
     int N = p->cfg->micro_batches, s = p->tr->stage;
@@ -211,6 +212,46 @@ static void plan_stage(Pipeline *p) {
             for (int i = 0; i < n; i++)
                 if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->first_c_step = k;
         }
+    for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->plans[ph]);
+    p->plan = &p->plans[0];
+    p->measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
+}
+
+static void unplan_stage(Pipeline *p) {
+    for (int ph = 0; ph <= SCHED_MAX_LAG; ph++) exec_plan_free(&p->plans[ph]);
+    void *on_host[] = {p->stashes, p->taker_lag, p->measured};
+    for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
+    p->stashes = NULL, p->taker_lag = NULL, p->measured = NULL, p->plan = NULL;
+    p->lags_kept = 0;
+    schedule_free(&p->sched);
+}
+
+// fg+bp's auto timetable packs B ops into the gaps between F ops, so it is as good as the F
+// times it is given: the start-up timing runs each stage alone, while in training every stage
+// runs at once and they share the machine (memory bandwidth, clocks). Out of core, the F
+// times are nominal and the I/O varies: no calibration.
+static int calibrates(const Pipeline *p) {
+    const Config *c = p->cfg;
+    return c->mode == MODE_FG_BP && c->select < 0 && c->calibrate_steps > 0 && p->tr->stages > 1 &&
+           p->n_streamed == 0;
+}
+
+// Times F in steps without B ops, then plans the timetable with those F times.
+static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
+    Transport *t = p->tr;
+    int M = t->stages;
+    double f, *timed = calloc((size_t)M, sizeof(double));
+    int rc = pipeline_time_forward(p, p->cfg->calibrate_steps, &f, err);
+    timed[t->stage] = f / t->replicas;
+    if (!rc) rc = t->allreduce_sum_world(t, timed, M, err);
+    if (!rc) {
+        memcpy(costs + COST_F * M, timed, (size_t)M * sizeof(double));
+        unplan_stage(p);
+        if (!(rc = build_timetable(p, costs, 0, err))) plan_stage(p);
+        p->calibrated_steps = p->cfg->calibrate_steps;
+    }
+    free(timed);
+    return rc;
 }
 
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
@@ -242,14 +283,12 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
-    if ((rc = plan_timetable(p, err))) return rc;
+    double costs[N_OP_COSTS * SCHED_MAX_STAGES] = {0};
+    if ((rc = measure_all_costs(p, costs, err)) || (rc = build_timetable(p, costs, calibrates(p), err)))
+        return rc;
     plan_stage(p);
-    // If any stage streams, every stage runs layer-major, so that neighbours agree on the order
-    // of their messages.
-    for (int ph = 0; ph < p->sched.n_phases; ph++)
-        exec_plan_build(&p->sched, ph, s, p->n_streamed > 0, &p->plans[ph]);
-    p->plan = &p->plans[0];
     alloc_buffers(p);
+    if (calibrates(p) && (rc = calibrate_timetable(p, costs, err))) return rc;
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
     p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
     return FG_OK;

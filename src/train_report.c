@@ -58,6 +58,15 @@ FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
     return f;
 }
 
+// The seconds the timetable gives an F op of stage s.
+static double planned_f(const Schedule *S, int s) {
+    const ScheduledOp *ops;
+    int n = schedule_stage_ops(S, 0, s, &ops);
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind == OP_F) return ops[i].end - ops[i].start;
+    return 0.0;
+}
+
 void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p) {
     const int *first = res->layout;
     if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
@@ -73,6 +82,10 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
     }
     const Schedule *S = &p->sched;
     ScheduleStats st = schedule_stats(S);
+    if (p->calibrated_steps) {
+        fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:", p->calibrated_steps);
+        for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * planned_f(S, s));
+    }
     fprintf(stderr, "\nfgpipe: timetable %s, planned bubble %.1f%%", schedule_mode_name(S->mode),
             100 * st.bubble_fraction);
     if (S->mode == SCHED_FG_BP) {
