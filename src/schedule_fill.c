@@ -6,7 +6,8 @@
 // phase p has lag q - p; step q runs in phase q mod n_phases of the periodic timetable.
 //
 // Auto (select = -1) tries a few candidate shapes (F ops as early or as late as they can,
-// 1..lag+1 phases, how many chains, their source phases, Bw ops earliest or latest) and keeps
+// 1..lag+1 phases, how many chains, their source phases, Bw ops earliest or latest, Bi ops only
+// where their Bw fits right after them or anywhere) and keeps
 // the one that corrects the most stages and, of those, fills most of the bubble.
 // Each candidate: first every chain's Bi ops, each in the earliest gap after its input (and
 // after the previous chain's Bi on the same stage, so every link delivers in the order its
@@ -29,6 +30,8 @@ typedef struct {
     int round_robin;      // chain i's source phase: i mod phases (else: blocks of chains)
     int bw_by_stage;      // place Bw ops stage by stage (else chain by chain)
     int bw_late;          // Bw in the latest gap within the lag bound (else the earliest)
+    int bi_with_bw;       // a Bi op only where its Bw fits right after it (else Bi ops placed
+                          // first may take all of a gap and leave their Bw ops none)
 } Shape;
 
 typedef struct {
@@ -84,7 +87,7 @@ static void take_back(Fill *f, OpKind kind, int s, Chain *ch) {
 }
 
 // Chain i's Bi ops, from the last stage down, as far as they fit.
-static void place_inputs(Fill *f, int i, int explicit_lag) {
+static void place_inputs(Fill *f, int i, int explicit_lag, int with_bw) {
     const ScheduleSpec *sp = f->sp;
     const int M = sp->M, N = sp->N;
     Chain *ch = &f->chains[i];
@@ -104,7 +107,8 @@ static void place_inputs(Fill *f, int i, int explicit_lag) {
         if (prev) r = FG_MAX(r, prev->bi_q[s] * f->T + prev->bi_t[s] + sp->cost_bi[s]);
         int q, pos;
         double t;
-        if (!place(f, s, r, sp->cost_bi[s], last_q, 0, &q, &t, &pos)) return;
+        if (!place(f, s, r, sp->cost_bi[s] + (with_bw ? sp->cost_bw[s] : 0.0), last_q, 0, &q, &t, &pos))
+            return;
         // Link order across periods too: before the first chain's op of the next period.
         // (Explicit lags keep every op in one step, however long: no period overtakes.)
         if (first && !explicit_lag &&
@@ -173,7 +177,7 @@ static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *
     int *store_i = fg_alloc_bytes(sizeof(int) * (size_t)2 * M * FG_MAX(sh->chains, 1));
     double *store_t = fg_alloc_bytes(sizeof(double) * (size_t)2 * M * FG_MAX(sh->chains, 1));
     init_chains(&f, sh, store_i, store_t);
-    for (int i = 0; i < sh->chains; i++) place_inputs(&f, i, explicit_lag);
+    for (int i = 0; i < sh->chains; i++) place_inputs(&f, i, explicit_lag, sh->bi_with_bw);
     for (int outer = 0; outer < (sh->bw_by_stage ? M : sh->chains); outer++)
         for (int inner = 0; inner < (sh->bw_by_stage ? sh->chains : M); inner++)
             if (sh->bw_by_stage) place_weight(&f, inner, M - 1 - outer, sh->bw_late);
@@ -216,11 +220,11 @@ static int most_chains(const ScheduleSpec *sp, const double *end_f, int phases) 
 static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *best,
                        Score *best_score) {
     for (int phases = 1; phases <= sp->lag + 1; phases++)
-        for (int variant = 0; variant < (phases > 1 ? 8 : 4); variant++) {
+        for (int variant = 0; variant < (phases > 1 ? 16 : 8); variant++) {
             const int n_max = most_chains(sp, end_f, phases);
             int empty_run = 0;
             for (int chains = 1; chains <= n_max && empty_run < 2; chains++) {
-                Shape sh = {phases, chains, variant >> 2, variant & 1, (variant >> 1) & 1};
+                Shape sh = {phases, chains, variant >> 3, variant & 1, (variant >> 1) & 1, (variant >> 2) & 1};
                 Schedule cand;
                 const Score score = build_shape(sp, &sh, end_f, &cand);
                 empty_run = cand.n_chains < chains ? empty_run + 1 : 0;
@@ -241,14 +245,14 @@ int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
     Schedule best = {0};
     Score best_score = {-1, -1.0};
     if (sp->select >= 0) {  // explicit: F ops where fg has them
-        Shape sh = {1, sp->select, 1, 0, 0};
+        Shape sh = {1, sp->select, 1, 0, 0, 0};
         build_shape(sp, &sh, end_f, &best);
     } else {
         best_shape(sp, end_f, &best, &best_score);
         fg_forward_latest_ends(sp, end_f);
         best_shape(sp, end_f, &best, &best_score);
         if (best_score.stages < 0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
-            Shape none = {1, 0, 1, 0, 0};
+            Shape none = {1, 0, 1, 0, 0, 0};
             fg_forward_ends(sp, end_f);
             build_shape(sp, &none, end_f, &best);
         }
