@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // Sends go out non-blocking from private copies, so the caller can reuse its buffer at once.
 // A send never waits for its receiver (which may itself be waiting for this rank): a copy is
@@ -137,6 +138,19 @@ static int mpi_wait_replica_sum(Transport *t, FgError *err) {
     return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "sum over replicas");
 }
 
+// Whether some node runs more of the job's ranks than it has cores (the same on every rank).
+static int ranks_share_cores(MPI_Comm world) {
+    MPI_Comm node;
+    int here, more = 0;
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &here);
+    MPI_Comm_free(&node);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int mine = cores > 0 && here > cores;
+    MPI_Allreduce(&mine, &more, 1, MPI_INT, MPI_MAX, world);
+    return more;
+}
+
 int transport_mpi_create(MPI_Comm world, int stages, int replicas, Transport *out, FgError *err) {
     int rank, size;
     MPI_Comm_rank(world, &rank);
@@ -163,7 +177,8 @@ int transport_mpi_create(MPI_Comm world, int stages, int replicas, Transport *ou
                    .post_recv = mpi_post_recv, .wait_recv = mpi_wait_recv,
                    .allreduce_sum = mpi_allreduce, .allreduce_sum_world = mpi_allreduce_world,
                    .start_replica_sum = mpi_start_replica_sum,
-                   .wait_replica_sum = mpi_wait_replica_sum};
+                   .wait_replica_sum = mpi_wait_replica_sum,
+                   .shares_cores = ranks_share_cores(world)};
     *out = t;
     return FG_OK;
 }

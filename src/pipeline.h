@@ -140,6 +140,10 @@ typedef struct {
 int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err);
+
+// Why the timetable is not planned with calibrated F times (config key calibrate_steps), or
+// NULL where it is.
+const char *pipeline_calibration_off(const Pipeline *p);
 // Returns the first error of closing the stage's layer source (its last writes).
 int pipeline_free(Pipeline *p, FgError *err);
 

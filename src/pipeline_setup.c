@@ -229,11 +229,15 @@ static void unplan_stage(Pipeline *p) {
 // fg+bp's auto timetable packs B ops into the gaps between F ops, so it is as good as the F
 // times it is given: the start-up timing runs each stage alone, while in training every stage
 // runs at once and they share the machine (memory bandwidth, clocks). Out of core, the F
-// times are nominal and the I/O varies: no calibration.
-static int calibrates(const Pipeline *p) {
+// times are nominal and the I/O varies; where ranks share cores, F ops timed at once measure
+// how the OS shares the cores that moment: no calibration.
+const char *pipeline_calibration_off(const Pipeline *p) {
     const Config *c = p->cfg;
-    return c->mode == MODE_FG_BP && c->select < 0 && c->calibrate_steps > 0 && p->tr->stages > 1 &&
-           p->n_streamed == 0;
+    if (c->mode != MODE_FG_BP || c->select >= 0 || p->tr->stages == 1) return "no auto timetable";
+    if (c->calibrate_steps == 0) return "calibrate_steps = 0";
+    if (p->n_streamed) return "stages stream their layers";
+    if (p->tr->shares_cores) return "ranks share cores";
+    return NULL;
 }
 
 // Times F in steps without B ops, then plans the timetable with those F times.
@@ -284,11 +288,12 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
                        "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
     double costs[N_OP_COSTS * SCHED_MAX_STAGES] = {0};
-    if ((rc = measure_all_costs(p, costs, err)) || (rc = build_timetable(p, costs, calibrates(p), err)))
+    const int calibrates = !pipeline_calibration_off(p);
+    if ((rc = measure_all_costs(p, costs, err)) || (rc = build_timetable(p, costs, calibrates, err)))
         return rc;
     plan_stage(p);
     alloc_buffers(p);
-    if (calibrates(p) && (rc = calibrate_timetable(p, costs, err))) return rc;
+    if (calibrates && (rc = calibrate_timetable(p, costs, err))) return rc;
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
     p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
     return FG_OK;

@@ -19,6 +19,8 @@ struct Transport {
     int stage, stages;  // this rank's stage and the pipeline length M
     int replica, replicas;  // this rank's data-parallel replica and their number R (1: none)
     int device_memory;  // 1: send/recv buffers are a device backend's memory (NCCL, staged)
+    int shares_cores;   // 1: on some node the job has more ranks than cores, so timings
+                        // taken on every rank at once measure their contention
     // Sends n floats to another stage. buf may be reused as soon as the call returns.
     int (*send)(Transport *t, int to_stage, int tag, const float *buf, size_t n, FgError *err);
     // Receives exactly n floats sent with this tag; a message of another size is an error.
