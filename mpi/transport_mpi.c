@@ -1,6 +1,7 @@
 #include "transport_mpi.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -138,14 +139,21 @@ static int mpi_wait_replica_sum(Transport *t, FgError *err) {
     return rc == MPI_SUCCESS ? FG_OK : mpi_fail(err, c, rc, "sum over replicas");
 }
 
-// Whether some node runs more of the job's ranks than it has cores (the same on every rank).
+// Whether some node runs more of the job's ranks than it has cores for them (the same on every
+// rank). The node's cores for the job are the union of its ranks' affinity masks (Slurm and
+// containers narrow them; binding gives each rank its own), or all of the node's.
 static int ranks_share_cores(MPI_Comm world) {
     MPI_Comm node;
     int here, more = 0;
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &here);
+    cpu_set_t mask, all;
+    int known = sched_getaffinity(0, sizeof mask, &mask) == 0, everywhere = 0;
+    MPI_Allreduce(&known, &everywhere, 1, MPI_INT, MPI_MIN, node);
+    if (!known) CPU_ZERO(&mask);
+    MPI_Allreduce(&mask, &all, (int)sizeof mask, MPI_BYTE, MPI_BOR, node);
     MPI_Comm_free(&node);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = everywhere ? CPU_COUNT(&all) : sysconf(_SC_NPROCESSORS_ONLN);
     int mine = cores > 0 && here > cores;
     MPI_Allreduce(&mine, &more, 1, MPI_INT, MPI_MAX, world);
     return more;

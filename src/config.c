@@ -45,7 +45,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
     NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
-    NUM(KEY_INT, calibrate_steps, 0, 100, "fg+bp with select = -1 on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (the first is a warm-up and does not count); 0: with the F times of the start-up warm-up, each stage alone"),
+    NUM(KEY_INT, calibrate_steps, 0, 100, "fg+bp on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (select = -1: which B ops run and where; an explicit select: its planned times only); the first step is a warm-up and counts only when it is the only one; 0: the F times of the start-up timing, each stage alone"),
     NUM(KEY_INT, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),

@@ -73,6 +73,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
     st->ref = ref, st->ref_dots = ref_dots;
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
+    const int has_u = (K && n_mb) || setup->optimizer;
     for (int r = 0; r < COST_ROUNDS && !rc; r++) {
         const float *y, *ydot;
         double t[5];
@@ -90,7 +91,6 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         int rc2 = update(st, setup, &act, key, coeff, w, g, state, err);
         if (!rc) rc = rc2;
         t[4] = wall_seconds();
-        int has_u = (K && n_mb) || setup->optimizer;
         for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = has_u || i != COST_U ? t[i + 1] - t[i] : 0.0;
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);

@@ -92,7 +92,7 @@ static int forward_only_step(Pipeline *p, StepRun *r, double *f_seconds, FgError
     p->plan = &p->plans[step_phase(p, r->step)];
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
     int rc = start_messages(p, r->step, err), n_f = 0;
-    double *f = malloc(sizeof(double) * (size_t)FG_MAX(p->plan->n_ops, 1));
+    double *f = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(p->plan->n_ops, 1));
     for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) {
         const OpGroup *g = &p->plan->groups[gi];
         if (g->kind != OP_F) continue;
@@ -103,15 +103,15 @@ static int forward_only_step(Pipeline *p, StepRun *r, double *f_seconds, FgError
         }
     }
     *f_seconds = n_f ? fg_median(f, (size_t)n_f) : 0.0;
-    free(f);
+    fg_free(f);
     return rc;
 }
 
 int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *err) {
     const size_t samples = (size_t)p->cfg->micro_batches * p->cfg->micro_batch, count = p->data->count;
-    size_t *order = malloc(sizeof(size_t) * samples);
+    size_t *order = fg_alloc_bytes(sizeof(size_t) * samples);
     for (size_t i = 0; i < samples; i++) order[i] = count ? i % count : 0;
-    double *per_step = calloc((size_t)steps, sizeof(double));
+    double *per_step = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(steps, 1));
     int rc = FG_OK;
     for (int k = 0; k < steps && !rc; k++) {
         StepRun r = {.step = p->first_step, .total = p->first_step + 1, .order = order,
@@ -119,8 +119,8 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
         rc = forward_only_step(p, &r, &per_step[k], err);
     }
     *f_seconds = steps > 1 ? fg_median(per_step + 1, (size_t)steps - 1) : per_step[0];
-    free(order);
-    free(per_step);
+    fg_free(order);
+    fg_free(per_step);
     return rc;
 }
 

@@ -228,33 +228,43 @@ static void unplan_stage(Pipeline *p) {
 
 // fg+bp's auto timetable packs B ops into the gaps between F ops, so it is as good as the F
 // times it is given: the start-up timing runs each stage alone, while in training every stage
-// runs at once and they share the machine (memory bandwidth, clocks). Out of core, the F
-// times are nominal and the I/O varies; where ranks share cores, F ops timed at once measure
-// how the OS shares the cores that moment: no calibration.
+// runs at once and they share the machine (memory bandwidth, clocks). An explicit select keeps
+// its ops and only its planned times change (and the equivalence tests, which use it, check
+// that the calibration leaves no trace). Out of core, the F times are nominal and the I/O
+// varies; where ranks share cores, F ops timed at once measure how the OS shares the cores
+// that moment: no calibration.
 const char *pipeline_calibration_off(const Pipeline *p) {
     const Config *c = p->cfg;
-    if (c->mode != MODE_FG_BP || c->select >= 0 || p->tr->stages == 1) return "no auto timetable";
+    if (c->mode != MODE_FG_BP || p->tr->stages == 1) return "not fg+bp on several stages";
     if (c->calibrate_steps == 0) return "calibrate_steps = 0";
     if (p->n_streamed) return "stages stream their layers";
     if (p->tr->shares_cores) return "ranks share cores";
     return NULL;
 }
 
-// Times F in steps without B ops, then plans the timetable with those F times.
+// Times F in steps without B ops, then plans the timetable with those F times. Both
+// timetables run every op as its own group (nothing streams), so the lanes and the inbox
+// sized for the first fit the second.
 static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages;
-    double f, *timed = calloc((size_t)M, sizeof(double));
+    double f, *timed = fg_alloc_bytes(sizeof(double) * (size_t)M);
     int rc = pipeline_time_forward(p, p->cfg->calibrate_steps, &f, err);
     timed[t->stage] = f / t->replicas;
     if (!rc) rc = t->allreduce_sum_world(t, timed, M, err);
+    for (int s = 0; s < M && !rc; s++)  // a stage too quick for the clock still costs something
+        costs[COST_F * M + s] = FG_MAX(timed[s], 1e-9);
     if (!rc) {
-        memcpy(costs + COST_F * M, timed, (size_t)M * sizeof(double));
         unplan_stage(p);
-        if (!(rc = build_timetable(p, costs, 0, err))) plan_stage(p);
+        if ((rc = build_timetable(p, costs, 0, err))) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            rc = fg_fail(err, rc, "planning with the calibrated F times: %s", why);
+        }
+        if (!rc) plan_stage(p);
         p->calibrated_steps = p->cfg->calibrate_steps;
     }
-    free(timed);
+    fg_free(timed);
     return rc;
 }
 

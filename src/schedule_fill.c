@@ -30,8 +30,9 @@ typedef struct {
     int round_robin;      // chain i's source phase: i mod phases (else: blocks of chains)
     int bw_by_stage;      // place Bw ops stage by stage (else chain by chain)
     int bw_late;          // Bw in the latest gap within the lag bound (else the earliest)
-    int bi_with_bw;       // a Bi op only where its Bw fits right after it (else Bi ops placed
-                          // first may take all of a gap and leave their Bw ops none)
+    int bi_with_bw;       // a Bi op only where its Bw fits right after it when placed (else
+                          // Bi ops placed first may take all of a gap and leave their Bw ops
+                          // none; the room is not reserved: a later chain's Bi may take it)
 } Shape;
 
 typedef struct {

@@ -83,13 +83,12 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
     const Schedule *S = &p->sched;
     ScheduleStats st = schedule_stats(S);
     const char *off = pipeline_calibration_off(p);
-    if (p->calibrated_steps || (off && S->mode == SCHED_FG_BP && M > 1 && p->cfg->select < 0)) {
+    if (S->mode == SCHED_FG_BP && M > 1) {
         if (p->calibrated_steps)
             fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:", p->calibrated_steps);
         else
-            fprintf(stderr, "\nfgpipe: F ms per stage timed at start-up, each stage alone (no "
-                    "calibration: %s):", off);
-        for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * planned_f(S, s));
+            fprintf(stderr, "\nfgpipe: F ms per stage from the start-up costs (no calibration: %s):", off);
+        for (int s = 0; s < M; s++) fprintf(stderr, " %.3g", 1e3 * planned_f(S, s));
     }
     fprintf(stderr, "\nfgpipe: timetable %s, planned bubble %.1f%%", schedule_mode_name(S->mode),
             100 * st.bubble_fraction);
