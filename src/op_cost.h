@@ -9,7 +9,8 @@
 #include "stage.h"
 #include "transport.h"
 
-enum { COST_F, COST_BI, COST_BW, COST_U, N_OP_COSTS };
+// COST_ZERO: clearing the stage's gradient, which the step's first Bw (or B) op does.
+enum { COST_F, COST_BI, COST_BW, COST_U, COST_ZERO, N_OP_COSTS };
 
 // How the ops to time run: as in the pipeline, so that the plan's costs are the step's.
 typedef struct {
@@ -24,12 +25,13 @@ typedef struct {
                            // tangent (with_xdot is 0 for all)
     const OptimizerConfig *optimizer;  // U steps it over the parameters (NULL: U is the
                                        // tangents' part alone)
+    int lagged_weights;    // Bi reads a weight version of its own (the timetable's B ops lag)
 } CostSetup;
 
-// Seconds of one op F, Bi and Bw on a micro-batch, and of U (regenerating and adding the
-// tangents of every micro-batch, or with activity perturbation forming each layer's estimate
-// from their kept inputs, then the optimizer's step), the median of five. Values do not change the
-// cost, so the buffers are zeros.
+// Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
+// of every micro-batch, or with activity perturbation forming each layer's estimate from their
+// kept inputs, then the optimizer's step) and of clearing the gradient, the median of five.
+// Values do not change the cost, so the buffers are zeros.
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
 
 // The same for every layer of the model on its own: cost[l * N_OP_COSTS + i]. Only layer 0

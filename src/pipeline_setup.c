@@ -150,14 +150,15 @@ static int measure_costs(void *arg, FgError *err) {
     if (p->src.streamed) {
         cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
         cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
-        cost[COST_U] = 0.0;
+        cost[COST_U] = cost[COST_ZERO] = 0.0;
         return FG_OK;
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
     CostSetup setup = {.rows = B, .with_xdot = !p->is_first && sends_tangents(p),
                        .with_ref = dots_reference(p),
                        .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
-                       .seed = p->cfg->seed, .optimizer = &oc};
+                       .seed = p->cfg->seed, .optimizer = &oc,
+                       .lagged_weights = config_timetable_lag(p->cfg) > 0};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }
 
@@ -175,12 +176,24 @@ static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
 }
 
 // The deterministic builder turns identical costs into identical timetables, on every rank.
-// without_b: fg+bp's timetable without B ops (for the calibration).
+// without_b: fg+bp's timetable without B ops (for the calibration). A stage's first Bw of a
+// step also clears its gradient: once the timetable says how many Bw ops a step has, each is
+// planned with its share of that, and the timetable built again.
 static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
     const Config *c = p->cfg;
     int M = p->tr->stages, select = c->mode == MODE_FG_BP ? c->select : -1;
+    double bw[SCHED_MAX_STAGES];
+    memcpy(bw, costs + COST_BW * M, (size_t)M * sizeof(double));
     ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), without_b ? 0 : config_timetable_lag(c),
-                         without_b ? 0 : select, costs, costs + M, costs + 2 * M, costs + 3 * M};
+                         without_b ? 0 : select, costs + COST_F * M, costs + COST_BI * M, bw,
+                         costs + COST_U * M};
+    int rc = schedule_build(&spec, &p->sched, err);
+    if (rc || p->sched.mode != SCHED_FG_BP || without_b) return rc;
+    for (int s = 0; s < M; s++) {
+        double per_step = (double)schedule_stage_bubbles(&p->sched, s).corrections / p->sched.n_phases;
+        if (per_step > 0) bw[s] += costs[COST_ZERO * M + s] / per_step;
+    }
+    schedule_free(&p->sched);
     return schedule_build(&spec, &p->sched, err);
 }
 
