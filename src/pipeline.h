@@ -125,8 +125,6 @@ typedef struct {
     size_t n_scalars;
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     long first_step;          // the run's first step (a resumed run's is > 0)
-    int calibrated_steps;     // the timetable's F times: from this many timed steps of F ops
-                              // (the first a warm-up), or 0: from the start-up timing
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage
     StepResult stats;         // of the last update

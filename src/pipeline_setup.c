@@ -275,7 +275,6 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
             rc = fg_fail(err, rc, "planning with the calibrated F times: %s", why);
         }
         if (!rc) plan_stage(p);
-        p->calibrated_steps = p->cfg->calibrate_steps;
     }
     fg_free(timed);
     return rc;

@@ -84,8 +84,8 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
     ScheduleStats st = schedule_stats(S);
     const char *off = pipeline_calibration_off(p);
     if (S->mode == SCHED_FG_BP && M > 1) {
-        if (p->calibrated_steps)
-            fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:", p->calibrated_steps);
+        if (!off)
+            fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:", p->cfg->calibrate_steps);
         else
             fprintf(stderr, "\nfgpipe: F ms per stage from the start-up costs (no calibration: %s):", off);
         for (int s = 0; s < M; s++) fprintf(stderr, " %.3g", 1e3 * planned_f(S, s));
