@@ -85,7 +85,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
                       &y, &ydot);
         rc = be->sync(be, err);
         t[1] = wall_seconds();
-        stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL, adjoints, rows);
+        stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
+                             adjoints, rows);
         if (!rc) rc = be->sync(be, err);
         t[2] = wall_seconds();
         stage_backward_weight(st, stash, adjoints, g, rows);

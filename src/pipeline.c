@@ -71,15 +71,20 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     return rc;
 }
 
+// A step's start: its phase's plan, cleared sums, its receives posted.
+static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
+    p->plan = &p->plans[step_phase(p, r->step)];
+    p->weight_lanes = 0;
+    find_roles(p, r);
+    memset(p->scalars, 0, p->n_scalars * sizeof(double));
+    return start_messages(p, r->step, err);
+}
+
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err) {
     StepRun r = {.step = step, .total = total, .order = order, .sample0 = sample0,
                  .t_start = wall_seconds()};
-    p->plan = &p->plans[step_phase(p, step)];
-    p->weight_lanes = 0;
-    find_roles(p, &r);
-    memset(p->scalars, 0, p->n_scalars * sizeof(double));
-    int rc = start_messages(p, step, err);
+    int rc = begin_step(p, &r, err);
     for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
     *out = p->stats;
     out->loss = p->scalars[0] / all_microbatches(p);
@@ -89,9 +94,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
 
 // Each step of the calibration: the F groups alone, on the first samples of the data.
 static int forward_only_step(Pipeline *p, StepRun *r, double *f_seconds, FgError *err) {
-    p->plan = &p->plans[step_phase(p, r->step)];
-    memset(p->scalars, 0, p->n_scalars * sizeof(double));
-    int rc = start_messages(p, r->step, err), n_f = 0;
+    int rc = begin_step(p, r, err), n_f = 0;
     double *f = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(p->plan->n_ops, 1));
     for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) {
         const OpGroup *g = &p->plan->groups[gi];

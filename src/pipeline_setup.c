@@ -189,10 +189,13 @@ static int build_timetable(Pipeline *p, const double *costs, int without_b, FgEr
                          costs + COST_U * M};
     int rc = schedule_build(&spec, &p->sched, err);
     if (rc || p->sched.mode != SCHED_FG_BP || without_b) return rc;
+    int changed = 0;
     for (int s = 0; s < M; s++) {
         double per_step = (double)schedule_stage_bubbles(&p->sched, s).corrections / p->sched.n_phases;
-        if (per_step > 0) bw[s] += costs[COST_ZERO * M + s] / per_step;
+        double zero = costs[COST_ZERO * M + s];
+        if (per_step > 0 && zero > 0) bw[s] += zero / per_step, changed = 1;
     }
+    if (!changed) return FG_OK;
     schedule_free(&p->sched);
     return schedule_build(&spec, &p->sched, err);
 }
