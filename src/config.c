@@ -45,6 +45,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
     NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
+    NUM(KEY_INT, grad_delay, 0, 2, "mode = bp: apply each step's gradient this many steps late (none in the run's first grad_delay steps): bp at the staleness of fg+bp's B ops at lag `lag` (a baseline, and the exact reference of fg+bp with select = micro_batches, estimator = mix, shrink = 0); stages in memory, clip_norm = 0"),
     NUM(KEY_INT, calibrate_steps, 0, 100, "fg+bp on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (select = -1: which B ops run and where; an explicit select: its planned times only); the first step is a warm-up and counts only when it is the only one; 0: the F times of the start-up timing, each stage alone"),
     NUM(KEY_INT, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
     NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
@@ -264,6 +265,9 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg or fg+bp, perturb = "
                        "activity, device = cpu and an MLP (the local losses are not written for the "
                        "others)");
+    if (c->grad_delay > 0 && (c->mode != MODE_BP || c->clip_norm > 0))
+        return fg_fail(err, FG_ERR_INPUT, "grad_delay applies to mode = bp with clip_norm = 0 "
+                       "(fg+bp's staleness is its lag; a delayed gradient is clipped by no norm)");
     if (c->mem_budget > 0 && !c->weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

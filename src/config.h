@@ -35,6 +35,7 @@ typedef struct {
     double shrink;         // fg+bp cv and mix: weight of the step's own noisy term (estimator.h)
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
+    int grad_delay;        // bp: steps each gradient waits before its update
     int calibrate_steps;   // fg+bp on M > 1 stages: timed steps of F ops before planning
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     int stages;            // M pipeline stages (one per rank)

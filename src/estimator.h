@@ -15,8 +15,9 @@ typedef enum {
                  // d_{b,0} = grad(loss_b) . u exactly; the K-1 random tangents estimate the rest
                  // of the gradient, projected off u:
                  // g = (1/N) sum_b [d_{b,0} u + 1/(K-1) sum_{k>0} d_{b,k} (v_{b,k} - (u.v_{b,k}) u)]
-    EST_MIX,     // g = (1 - s) r + s (1/(N K)) sum d_{b,k} v_{b,k}: the exact (stale, partial)
-                 // gradient and the fresh estimate, weighted; biased toward r for s < 1
+    EST_MIX,     // g = (1 - s) c + s (1/(N K)) sum d_{b,k} v_{b,k}: the step's exact gradient
+                 // (as old as its ops' lag, partial when select < N) and the fresh estimate,
+                 // weighted; biased toward c for s < 1, and c itself for s = 0
 } EstimatorKind;
 
 typedef struct {

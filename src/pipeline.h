@@ -113,6 +113,7 @@ typedef struct {
     // act_inputs); the labels of F's lanes, which every stage needs.
     float *local_est[2];
     uint8_t *lane_labels;     // [max_group][B]
+    float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
     float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;

@@ -59,6 +59,9 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
                        "have no layer store to resume from (resume them from a checkpoint)",
                        p->tr->stages - p->n_streamed, p->tr->stages);
     if (!streams_here && (rc = check_fits_machine(p, in_memory, err))) return rc;
+    if (streams_here && c->grad_delay)
+        return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers (mem_budget): grad_delay "
+                       "needs every stage in memory", p->tr->stage);
     if (!streams_here)
         return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     if (!streams || !streams->open)
@@ -126,6 +129,8 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->local_est[i] = fg_alloc_floats(n);
         p->lane_labels = fg_alloc_bytes((size_t)group * B);
     }
+    for (int i = 0; p->cfg->grad_delay && i <= p->cfg->grad_delay; i++)
+        p->delayed[i] = backend_alloc_floats(be, p->n);
     if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
@@ -283,6 +288,30 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
     return rc;
 }
 
+// fg+bp's mix with shrink 0 updates a stage by its exact gradient alone: a stage whose
+// timetable backpropagates nothing (no bubble to fill, e.g. one stage with select = -1) would
+// never learn. Every rank sees the same timetable, so all of them refuse it alike.
+static int check_every_stage_learns(const Pipeline *p, FgError *err) {
+    const Schedule *S = &p->sched;
+    if (!p->K || p->cfg->mode != MODE_FG_BP || config_estimator(p->cfg) != ESTIMATOR_MIX ||
+        p->cfg->shrink > 0)
+        return FG_OK;
+    for (int t = 0; t < S->M; t++) {
+        int backprops = 0;
+        for (int ph = 0; ph < S->n_phases && !backprops; ph++) {
+            const ScheduledOp *ops;
+            int n = schedule_stage_ops(S, ph, t, &ops);
+            for (int i = 0; i < n; i++) backprops |= ops[i].kind == OP_BW || ops[i].kind == OP_B;
+        }
+        if (!backprops)
+            return fg_fail(err, FG_ERR_INPUT, "stage %d backpropagates no micro-batch (its "
+                           "timetable has no bubble for one) and estimator = mix with shrink = 0 "
+                           "updates by the exact gradient alone: it would never learn; set select "
+                           ">= 1 or shrink > 0", t);
+    }
+    return FG_OK;
+}
+
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err) {
@@ -319,6 +348,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     plan_stage(p);
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, costs, err))) return rc;
+    if ((rc = check_every_stage_learns(p, err))) return rc;
     p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
     p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
     return FG_OK;
@@ -345,7 +375,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     void *on_backend[] = {p->act[0], p->act[1], p->tan[0], p->tan[1], p->adj[0], p->adj[1],
                           p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1], p->dz[2],
                           p->src.streamed ? NULL : p->update, p->scratch, p->act_inputs[0],
-                          p->act_inputs[1], p->act_work};
+                          p->act_inputs[1], p->act_work, p->delayed[0], p->delayed[1],
+                          p->delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
                        p->stashes, p->taker_lag, p->scalars,

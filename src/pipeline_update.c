@@ -37,7 +37,7 @@ int uses_guide(const Pipeline *p) {
 
 int dots_reference(const Pipeline *p) { return p->K && config_dots_reference(p->cfg); }
 
-// fg+bp's mix: the estimate weighed against the reference (once there is one: ref_active).
+// fg+bp's mix: the estimate weighed against the step's c.
 static int mixes(const Pipeline *p) {
     return p->K && p->cfg->mode == MODE_FG_BP && config_estimator(p->cfg) == ESTIMATOR_MIX;
 }
@@ -299,7 +299,7 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // ref + (1/N) sum_b (d_b - ref.v_b) v_b, unbiased because the reference (the last step's c)
 // does not depend on this step's tangents; so is ref's scale per layer (cv_scale = auto), set
 // from earlier steps' scalars before this step's join them.
-static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double *rdots) {
+static void plan_estimate(Pipeline *p, int use_cv, int guided, int have_c, float *d, double *rdots) {
     int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
     int L = p->model->n_layers, n_d = N * d_per_microbatch(p);
     PendingUpdate *u = &p->pending;
@@ -312,7 +312,7 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
                        rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
-    int mix = mixes(p) && p->ref_active;
+    int mix = mixes(p);
     Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : mix ? EST_MIX : EST_FG, n_d / K, K,
                      use_cv || mix ? (float)p->cfg->shrink : 1.0f};
     float base;
@@ -327,6 +327,9 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, float *d, double 
         cv_scale_observe(&p->cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
     u->base_kept = (float)inside / (float)NK;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
+    // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
+    // each part as old as its op's lag; 0 before the first): with shrink 0 the update is c.
+    if (mix) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
     u->tangents = 1;
     u->coeff_nonzero = 0;
     for (int i = 0; i < n_d && !u->coeff_nonzero; i++) u->coeff_nonzero = u->coeff[i] != 0.0f;
@@ -401,6 +404,19 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     if (corrected > 0) r->variance_reduction = plain / corrected;
 }
 
+// bp with grad_delay = D applies the gradient of step - D, none before the run's D-th step
+// (as fg+bp at lag D has no c yet, also after a resume): fg+bp's staleness with bp's gradient.
+static void delay_gradient(Pipeline *p, long step) {
+    const Backend *be = p->be;
+    int D = p->cfg->grad_delay;
+    size_t bytes = p->n * sizeof(float);
+    be->copy(be, p->delayed[step % (D + 1)], p->src.stage_grad, bytes);
+    if (step - D >= p->first_step)
+        be->copy(be, p->src.stage_grad, p->delayed[(step - D) % (D + 1)], bytes);
+    else
+        be->zero(be, p->src.stage_grad, bytes);
+}
+
 static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
     double t = wall_seconds();
     int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)p->n_scalars, err);
@@ -445,6 +461,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
     if (!K && (rc = tie_gradients(p, err))) return rc;
+    if (!K && c->grad_delay) delay_gradient(p, step);
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
@@ -453,7 +470,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
     float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
-    if (K) plan_estimate(p, use_cv, guided, d, rdots);
+    if (K) plan_estimate(p, use_cv, guided, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
     if (K && (tied || (perturbs_activity(p) && !p->src.streamed))) rc = form_all_estimates(p, err);
@@ -469,7 +486,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         // one a resumed run loaded); guided renormalises every stage's part by the new |c|.
         u->set_ref = fresh || uses_guide(p);
         u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
-        // Only the guide needs |c| (known: needs_grad_norms); mix's reference is c from here on.
+        // Only the guide needs |c| (known: needs_grad_norms); cv's reference is c from here on.
         p->ref_active = uses_guide(p) ? c2 > 0 : 1;
     }
     if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);

@@ -8,7 +8,7 @@ LayerNeeds layer_needs(const Config *c) {
     int fg_bp = c->mode == MODE_FG_BP;
     return (LayerNeeds){
         .opt_buffers = optimizer_state_buffers(c->optimizer),
-        .ref = fg_bp && config_estimator(c) != ESTIMATOR_FG,
+        .ref = config_dots_reference(c),  // cv, guided: the step before's c, dotted in F
         .grad = c->mode != MODE_FG,
         // fg+bp's c becomes the next step's reference (and with select's lag 0 is part of the
         // update); bp's gradient is read after the B wave only when a global norm (clipping)
