@@ -87,7 +87,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     int rc = begin_step(p, &r, err);
     for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
     *out = p->stats;
-    out->loss = p->scalars[0] / all_microbatches(p);
+    out->loss = p->scalars[0] / p->run.all_microbatches;
     out->seconds = wall_seconds() - r.t_start;
     return rc;
 }

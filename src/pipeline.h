@@ -18,6 +18,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "partition.h"
+#include "run_plan.h"
 #include "schedule.h"
 #include "stage.h"
 #include "transport.h"
@@ -63,6 +64,7 @@ typedef struct {
     const Dataset *data;      // training set: stage 0 reads inputs, the last stage labels
     Stage stage;
     LayerSource src;          // the stage's layers: resident or streamed
+    RunPlan run;              // the run's options, resolved
     LayerNeeds need;
     Schedule sched;
     ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable

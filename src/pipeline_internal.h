@@ -1,6 +1,8 @@
-// What the parts of the step engine share: pipeline.c (set-up, the step loop, evaluation,
-// checkpoint visits), pipeline_ops.c (op groups F and B, messages, the loss end of F) and
-// pipeline_update.c (op U: the estimate, clipping, statistics, applying updates).
+// What the parts of the step engine share: pipeline_setup.c (set-up), pipeline.c (the step
+// loop, evaluation, checkpoint visits), pipeline_ops.c (op groups F and B, messages, the loss
+// end of F), pipeline_update.c (op U: the estimate, clipping, statistics, applying updates),
+// and below both of these pipeline_layers.c (layer access, what F keeps for U). The run's
+// options are resolved once into Pipeline.run (run_plan.h).
 #ifndef FGPIPE_PIPELINE_INTERNAL_H
 #define FGPIPE_PIPELINE_INTERNAL_H
 
@@ -26,26 +28,28 @@ typedef struct Lane {
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
 // and the place of its scalars, so R replicas of N micro-batches compute what one pipeline of
 // R*N micro-batches computes.
-int global_microbatch(const Pipeline *p, int mb);
-int all_microbatches(const Pipeline *p);
+static inline int global_microbatch(const Pipeline *p, int mb) {
+    return p->tr->replica * p->cfg->micro_batches + mb;
+}
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int keeps_stash(const Pipeline *p, long step, int mb);
-// Whether micro-batch mb's exact gradient is inside c this very step (explicit select, lag 0):
-// its forward-gradient term is left out.
-int inside_c(const Pipeline *p, int mb);
 // The timetable's phase of a step.
 int step_phase(const Pipeline *p, long step);
 
-// Whether op F perturbs every linear layer's output (tangent.h) instead of the weights.
-int perturbs_activity(const Pipeline *p);
-// Directional derivatives per micro-batch: K, or K per sample under activity perturbation.
-int d_per_microbatch(const Pipeline *p);
+// pipeline_layers.c: the stage's layers and what F keeps of them for U.
+// The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
+int next_param_layer(const Pipeline *p, int l, int dir);
+int first_param_layer(const Pipeline *p);
+
+// Acquires layer l's parts and starts reading the next layer with parameters in direction dir
+// (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
+int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
+int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
 // Activity perturbation: layer l's inputs kept by the F ops of `step`, for the step's
 // micro-batches one after the other [N * B, in].
 float *kept_layer_inputs(const Pipeline *p, long step, int l);
-// Local losses: whether F's messages carry tangents; the floats of the stage's local estimates
-// before layer `layer`; where linear layer l's estimate of a step is kept.
-int sends_tangents(const Pipeline *p);
+// Local losses: the floats of the stage's local estimates before layer `layer`; where linear
+// layer l's estimate of a step is kept.
 size_t local_est_floats(const Pipeline *p, int layer);
 float *local_est_of(const Pipeline *p, long step, int l);
 
@@ -53,10 +57,6 @@ float *local_est_of(const Pipeline *p, long step, int l);
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
-
-// The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
-int next_param_layer(const Pipeline *p, int l, int dir);
-int first_param_layer(const Pipeline *p);
 
 // Floats of a forward message into `layer` for `rows` samples: activations, then K times as
 // many tangents.
@@ -88,19 +88,11 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 
 // A streamed bp stage without clipping updates each layer in the backward wave.
 int updates_in_backward(const Pipeline *p);
-// Whether tangent 0 follows the reference (fg+bp's guided estimator).
-int uses_guide(const Pipeline *p);
-// Whether op F dots the reference with its tangents (cv, guided).
-int dots_reference(const Pipeline *p);
 
 // Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
-// its weights are written back). Releases with release_layer.
+// its weights are written back). Releases with release_layer (pipeline_layers.c).
 int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err);
-int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
-// Acquires layer l's parts and starts reading the next layer with parameters in direction dir
-// (a streamed stage's read-ahead).
-int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 
 // Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
 // gradient: summed over the replicas (streamed: here; resident: the whole stage before),

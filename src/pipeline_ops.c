@@ -7,57 +7,17 @@
 
 #include "pipeline_internal.h"
 
-int global_microbatch(const Pipeline *p, int mb) {
-    return p->tr->replica * p->cfg->micro_batches + mb;
-}
-
-int all_microbatches(const Pipeline *p) { return p->tr->replicas * p->cfg->micro_batches; }
-
-int perturbs_activity(const Pipeline *p) { return p->K && p->stage.perturb == PERTURB_ACTIVITY; }
-
-int d_per_microbatch(const Pipeline *p) {
-    return p->K * (perturbs_activity(p) ? p->cfg->micro_batch : 1);
-}
-
 int step_phase(const Pipeline *p, long step) { return (int)(step % p->sched.n_phases); }
 
 int keeps_stash(const Pipeline *p, long step, int mb) {
     return p->stashes[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
 }
 
-int inside_c(const Pipeline *p, int mb) {
-    const Config *c = p->cfg;
-    return c->mode == MODE_FG_BP && c->select >= 0 && c->lag == 0 && mb < c->select;
-}
-
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
 static int ring(long step) { return (int)(step % (SCHED_MAX_LAG + 1)); }
 
-int next_param_layer(const Pipeline *p, int l, int dir) {
-    for (l += dir; l >= p->stage.first && l < p->stage.last; l += dir)
-        if (p->model->layers[l].param_count) return l;
-    return -1;
-}
-
-int first_param_layer(const Pipeline *p) { return next_param_layer(p, p->stage.first - 1, 1); }
-
-// Local losses stop every tangent at a head, and a stage (but the last) ends with one.
-int sends_tangents(const Pipeline *p) { return p->K && !p->stage.local_groups; }
-
 size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
-    return (size_t)rows * p->model->layers[layer].in * (1 + (sends_tangents(p) ? p->K : 0));
-}
-
-size_t local_est_floats(const Pipeline *p, int layer) {
-    const Config *c = p->cfg;
-    size_t n = 0;
-    for (int l = p->stage.first; l < layer; l++)
-        if (stage_local_head(&p->stage, l + 1)) n += (size_t)p->model->layers[l].out;
-    return n * c->micro_batches * c->micro_batch;
-}
-
-float *local_est_of(const Pipeline *p, long step, int l) {
-    return p->local_est[p->local_est[1] ? step & 1 : 0] + local_est_floats(p, l);
+    return (size_t)rows * p->model->layers[layer].in * (1 + (p->run.sends_tangents ? p->K : 0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,7 +136,7 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
                 be->upload(be, x, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = take_message(p, step, &msg, err))) {
-                a->x = msg, a->xdot = sends_tangents(p) ? msg + in : NULL;
+                a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
             if (p->stage.local_groups) {
                 uint8_t *labels = p->lane_labels + (size_t)n * B;
@@ -194,17 +154,6 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
     return rc;
 }
 
-int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
-    return p->src.release(&p->src, l, parts, dirty, err);
-}
-
-int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
-    int next = next_param_layer(p, l, dir);
-    int rc = p->src.acquire(&p->src, l, parts, s, err);
-    if (!rc && next >= 0) rc = p->src.prefetch(&p->src, next, parts, err);
-    return rc;
-}
-
 // The parameter tangents of lane a in layer l (step < 0: none): the guided estimator's tangent
 // 0 is the reference, and the reference's dots with the tangents go into the step's scalars
 // while the tangents are in memory.
@@ -212,18 +161,13 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
                                           const Lane *a, ParamTangents *t) {
     if (step < 0 || !p->K) return NULL;
     *t = (ParamTangents){.key = a->key};
-    if (!s->ref || !dots_reference(p)) return t;
+    if (!s->ref || !p->run.dots_reference) return t;
     int Nr = p->cfg->micro_batches, L = p->model->n_layers;
-    if (p->ref_active && uses_guide(p)) t->guide = s->ref;
+    if (p->ref_active && p->run.guided) t->guide = s->ref;
     t->ref = s->ref;
     t->ref_dots = p->scalars + scalars_ref_dots(p) +
                   (((size_t)p->tr->replica * L + l) * Nr + a->microbatch) * p->K;
     return t;
-}
-
-float *kept_layer_inputs(const Pipeline *p, long step, int l) {
-    int rows = p->cfg->micro_batches * p->cfg->micro_batch;
-    return p->act_inputs[p->act_inputs[1] ? step & 1 : 0] + stage_activity_offset(&p->stage, l, rows);
 }
 
 // Activity perturbation: the update needs layer l's input of lane a.
@@ -239,7 +183,7 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
 static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
     int B = p->cfg->micro_batch, out = p->model->layers[l].out;
     float *est = local_est_of(p, step, l - 1) + (size_t)a->microbatch * B * out;
-    float scale = 1.0f / ((float)all_microbatches(p) * B * p->K);
+    float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
     stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
     a->xdot = NULL;
 }
@@ -267,7 +211,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
                                 : p->act[cur] + (size_t)i * p->act_stride;
             float *ydot = tangents ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
-            if (tangents && L->param_count && perturbs_activity(p)) keep_layer_input(p, step, l, a);
+            if (tangents && L->param_count && p->run.activity) keep_layer_input(p, step, l, a);
             const float *xdot = a->xdot;
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
@@ -306,8 +250,8 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     be->upload(be, p->labels, p->host_labels, (size_t)rows);
     double loss;
     if (p->K) {
-        int n_d = d_per_microbatch(p);
-        loss = perturbs_activity(p) ? sample_derivatives(p, a, rows, C)
+        int n_d = p->run.d_per_microbatch;
+        loss = p->run.activity ? sample_derivatives(p, a, rows, C)
                                     : be->loss_jvp(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d);
         double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
         for (int i = 0; i < n_d; i++) d[i] = p->loss_d[i];
@@ -342,7 +286,7 @@ int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sam
             continue;
         }
         be->copy(be, p->outbox, a->x, rows_out * sizeof(float));
-        if (sends_tangents(p))
+        if (p->run.sends_tangents)
             be->copy(be, p->outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
                          p->outbox, forward_msg_floats(p, last, B), err);

@@ -45,7 +45,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
     // Activity perturbation keeps every micro-batch's layer inputs until the update.
-    double kept = perturbs_activity(p) ? (double)stage_activity_floats(&p->stage, N * B) * sizeof(float) : 0;
+    double kept = p->run.activity ? (double)stage_activity_floats(&p->stage, N * B) * sizeof(float) : 0;
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
                        lane_bytes(p, 1) + kept;
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
@@ -109,7 +109,7 @@ static void alloc_buffers(Pipeline *p) {
     p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
     p->host_labels = fg_alloc_bytes(labels);
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
-    p->loss_d = fg_alloc_floats((size_t)FG_MAX(d_per_microbatch(p) * p->model->tokens, 1));
+    p->loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
             p->dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
@@ -117,9 +117,9 @@ static void alloc_buffers(Pipeline *p) {
     p->free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
-    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(d_per_microbatch(p), 1));
+    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->cv, p->model->n_layers);
-    if (perturbs_activity(p)) {
+    if (p->run.activity) {
         size_t kept = stage_activity_floats(&p->stage, N * B);
         for (int i = 0; i < 1 + p->src.streamed; i++) p->act_inputs[i] = backend_alloc_floats(be, kept);
         p->act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
@@ -159,8 +159,8 @@ static int measure_costs(void *arg, FgError *err) {
         return FG_OK;
     }
     OptimizerConfig oc = config_optimizer(p->cfg);
-    CostSetup setup = {.rows = B, .with_xdot = !p->is_first && sends_tangents(p),
-                       .with_ref = dots_reference(p),
+    CostSetup setup = {.rows = B, .with_xdot = !p->is_first && p->run.sends_tangents,
+                       .with_ref = p->run.dots_reference,
                        .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
                        .seed = p->cfg->seed, .optimizer = &oc,
                        .lagged_weights = config_timetable_lag(p->cfg) > 0};
@@ -293,9 +293,7 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 // never learn. Every rank sees the same timetable, so all of them refuse it alike.
 static int check_every_stage_learns(const Pipeline *p, FgError *err) {
     const Schedule *S = &p->sched;
-    if (!p->K || p->cfg->mode != MODE_FG_BP || config_estimator(p->cfg) != ESTIMATOR_MIX ||
-        p->cfg->shrink > 0)
-        return FG_OK;
+    if (p->run.estimator != EST_MIX || p->run.shrink > 0) return FG_OK;
     for (int t = 0; t < S->M; t++) {
         int backprops = 0;
         for (int ph = 0; ph < S->n_phases && !backprops; ph++) {
@@ -319,7 +317,8 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     int s = t->stage, N = c->micro_batches, B = c->micro_batch, rc;
     p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->want_stats = want_stats;
     p->is_first = s == 0, p->is_last = s == t->stages - 1;
-    p->K = c->mode == MODE_BP ? 0 : c->tangents;
+    p->run = run_plan(c, t->replicas);
+    p->K = p->run.tangents;
     p->c_scale = 1.0f;
     p->need = layer_needs(c);
     if (N > SCHED_MAX_MICROBATCHES)
@@ -337,7 +336,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
-    if (perturbs_activity(p) && p->src.streamed && t->replicas > 1)
+    if (p->run.activity && p->src.streamed && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;

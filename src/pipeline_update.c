@@ -17,35 +17,21 @@
 size_t scalars_d(const Pipeline *p) { (void)p; return 1; }
 
 size_t scalars_ref_dots(const Pipeline *p) {
-    return scalars_d(p) + (size_t)all_microbatches(p) * d_per_microbatch(p);
+    return scalars_d(p) + (size_t)p->run.all_microbatches * p->run.d_per_microbatch;
 }
 
 size_t scalars_grad_norms(const Pipeline *p) {
-    return scalars_ref_dots(p) + (size_t)p->model->n_layers * all_microbatches(p) * p->K;
+    return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
 int updates_in_backward(const Pipeline *p) {
     return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
 }
 
-// Whether the estimate uses the reference as its control variate (fg+bp's cv).
-static int uses_cv(const Pipeline *p) { return p->K && config_uses_cv(p->cfg); }
-
-int uses_guide(const Pipeline *p) {
-    return p->K && p->cfg->mode == MODE_FG_BP && p->cfg->estimator == ESTIMATOR_GUIDED;
-}
-
-int dots_reference(const Pipeline *p) { return p->K && config_dots_reference(p->cfg); }
-
-// fg+bp's mix: the estimate weighed against the step's c.
-static int mixes(const Pipeline *p) {
-    return p->K && p->cfg->mode == MODE_FG_BP && config_estimator(p->cfg) == ESTIMATOR_MIX;
-}
-
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || uses_guide(p) || p->want_stats;
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->run.guided || p->want_stats;
 }
 
 // Whether applying the update reads the step's kept gradient.
@@ -157,7 +143,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
         be->zero(be, upd, n * sizeof(float));
     }
     if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
-    if (perturbs_activity(p)) {  // this replica's micro-batches, from their kept layer inputs
+    if (p->run.activity) {  // this replica's micro-batches, from their kept layer inputs
         int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
         const float *x = kept_layer_inputs(p, u->step, l);
         if (stage_local_head(&p->stage, l + 1)) {  // formed in op F; may be read again
@@ -170,13 +156,13 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
             stage_local_weight_grad(&p->stage, l, Nr * B, x, est, upd);
         } else {
             stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
-                                          Nr, B, u->coeff + (size_t)mb0 * d_per_microbatch(p), x,
+                                          Nr, B, u->coeff + (size_t)mb0 * p->run.d_per_microbatch, x,
                                           p->act_work, upd);
         }
         return;
     }
     stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),
-                             all_microbatches(p), u->coeff, upd);
+                             p->run.all_microbatches, u->coeff, upd);
 }
 
 // The estimates formed in op U: every layer's on a resident stage, under activity perturbation
@@ -194,7 +180,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
         form_estimate(p, l, &s, update_of_layer(p, l));
         rc = release_layer(p, l, parts, 0, err);
     }
-    if (!rc && perturbs_activity(p) && p->tr->replicas > 1 &&
+    if (!rc && p->run.activity && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
     p->pending.formed = !p->src.streamed;
@@ -299,29 +285,28 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // ref + (1/N) sum_b (d_b - ref.v_b) v_b, unbiased because the reference (the last step's c)
 // does not depend on this step's tangents; so is ref's scale per layer (cv_scale = auto), set
 // from earlier steps' scalars before this step's join them.
-static void plan_estimate(Pipeline *p, int use_cv, int guided, int have_c, float *d, double *rdots) {
-    int N = all_microbatches(p), Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
-    int L = p->model->n_layers, n_d = N * d_per_microbatch(p);
+static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d, double *rdots) {
+    int N = p->run.all_microbatches, Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
+    int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
     PendingUpdate *u = &p->pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
+    int use_cv = kind == EST_CV, dotted = use_cv || kind == EST_GUIDED;
     u->ref_beta = use_cv ? p->cv.beta : NULL;
     if (u->ref_beta) cv_scale_set_betas(&p->cv);
     for (int i = 0; i < n_d; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
-    for (int r = 0; (use_cv || guided) && r < p->tr->replicas; r++)
+    for (int r = 0; dotted && r < p->tr->replicas; r++)
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, u->ref_beta, L, Nr * K,
                        rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
-    int mix = mixes(p);
-    Estimator est = {use_cv ? EST_CV : guided ? EST_GUIDED : mix ? EST_MIX : EST_FG, n_d / K, K,
-                     use_cv || mix ? (float)p->cfg->shrink : 1.0f};
+    Estimator est = {kind, n_d / K, K, p->run.shrink};
     float base;
-    estimator_coefficients(&est, d, use_cv || guided ? rdots : NULL, u->coeff, &base);
+    estimator_coefficients(&est, d, dotted ? rdots : NULL, u->coeff, &base);
     u->fg_weight = est.kind == EST_MIX ? est.shrink : 1.0f;
     // Micro-batches inside this step's c contribute their exact gradient instead of their
     // estimate: c's weight is their share.
     for (int i = 0; use_cv && i < NK; i++)
-        if (inside_c(p, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
+        if (run_plan_exact(&p->run, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
     // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
     if (u->ref_beta)
         cv_scale_observe(&p->cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
@@ -329,7 +314,7 @@ static void plan_estimate(Pipeline *p, int use_cv, int guided, int have_c, float
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
     // each part as old as its op's lag; 0 before the first): with shrink 0 the update is c.
-    if (mix) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
+    if (kind == EST_MIX) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
     u->tangents = 1;
     u->coeff_nonzero = 0;
     for (int i = 0; i < n_d && !u->coeff_nonzero; i++) u->coeff_nonzero = u->coeff[i] != 0.0f;
@@ -341,9 +326,9 @@ enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
 // g (resident: kept for the update), and the plain fg estimate f = sum d/(NK) v.
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
     const Backend *be = p->be;
-    int L = p->model->n_layers, NK = all_microbatches(p) * p->K, rc = FG_OK;
+    int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
-    int with_fg = p->want_stats && have_c && !perturbs_activity(p);
+    int with_fg = p->want_stats && have_c && !p->run.activity;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -364,7 +349,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
             float *f = p->src.streamed ? p->update : p->scratch;
             be->zero(be, f, n * sizeof(float));
             stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->pending.step, 0, l),
-                                     all_microbatches(p), fcoeff, f);
+                                     p->run.all_microbatches, fcoeff, f);
             row[ROW_F2] = be->dot(be, f, f, n);
             row[ROW_FC] = p->c_scale * be->dot(be, f, s.kept, n);
         }
@@ -383,7 +368,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
 static void record_stats(Pipeline *p, const double *sums, double c2, int have_c, const float *d,
                          const double *cdots) {
     StepResult *r = &p->stats;
-    int K = p->K, NK = all_microbatches(p) * K, Nr = p->cfg->micro_batches;
+    int K = p->K, NK = p->run.all_microbatches * K, Nr = p->cfg->micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
     r->cv_beta_median = p->pending.ref_beta ? cv_scale_median(&p->cv) : NAN;
@@ -392,12 +377,12 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
     const PendingUpdate *u = &p->pending;
     int g_is_fg = u->base_kept == 0.0f && u->base_ref == 0.0f;
-    if (K && !perturbs_activity(p)) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    if (K && !p->run.activity) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
     else if (K && g_is_fg) r->cos_fg_exact = r->cos_estimate_exact;
     if (!cdots) return;
     double plain = 0, corrected = 0;
     for (int i = 0; i < NK; i++) {
-        if (inside_c(p, (i / K) % Nr)) continue;
+        if (run_plan_exact(&p->run, (i / K) % Nr)) continue;
         plain += (double)d[i] * d[i];
         corrected += ((double)d[i] - cdots[i]) * ((double)d[i] - cdots[i]);
     }
@@ -449,7 +434,7 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
 
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
-    int N = all_microbatches(p), K = p->K, L = p->model->n_layers, rc;
+    int N = p->run.all_microbatches, K = p->K, L = p->model->n_layers, rc;
     int have_c = c->mode == MODE_FG_BP && step >= p->first_c_step;
     // fg+bp: a stage without corrections this step keeps its last c, which stays its
     // reference.
@@ -467,27 +452,28 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
     double c2, sums[ROW_WIDTH] = {0};  // c2: |c|^2, or bp's |grad|^2
     sum_layer_rows(p->scalars + scalars_grad_norms(p), NULL, L, 1, &c2);
-    int use_cv = uses_cv(p), guided = uses_guide(p) && p->ref_active;
-    float *d = K ? malloc((size_t)N * d_per_microbatch(p) * sizeof(float)) : NULL;
+    // guided before its first reference: plain fg (tangent 0 was random).
+    EstimatorKind kind = p->run.guided && !p->ref_active ? EST_FG : p->run.estimator;
+    float *d = K ? malloc((size_t)N * p->run.d_per_microbatch * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
-    if (K) plan_estimate(p, use_cv, guided, have_c, d, rdots);
+    if (K) plan_estimate(p, kind, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (K && (tied || (perturbs_activity(p) && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (K && (tied || (p->run.activity && !p->src.streamed))) rc = form_all_estimates(p, err);
     if (!rc && K && tied) rc = tie_copies(p, err);
     if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);
-    if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, use_cv ? rdots : NULL);
+    if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, kind == EST_CV ? rdots : NULL);
     free(d);
     free(rdots);
     if (!rc && p->need.ref && have_c) {
         // cv: a stage whose c did not change already holds it as its reference (also the
         // one a resumed run loaded); guided renormalises every stage's part by the new |c|.
-        u->set_ref = fresh || uses_guide(p);
-        u->ref_scale = !uses_guide(p) ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
+        u->set_ref = fresh || p->run.guided;
+        u->ref_scale = !p->run.guided ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
         // Only the guide needs |c| (known: needs_grad_norms); cv's reference is c from here on.
-        p->ref_active = uses_guide(p) ? c2 > 0 : 1;
+        p->ref_active = p->run.guided ? c2 > 0 : 1;
     }
     if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
     return rc;
