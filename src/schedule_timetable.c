@@ -1,0 +1,208 @@
+// The timetable, below every builder (schedule.c's FG and bp, schedule_fill.c's fg+bp
+// chains): while building, F ops placed as FG runs them, a segment of ops per phase and stage,
+// idle gaps, op U, and packing the segments into the Schedule; once built, its queries and
+// statistics.
+#include "schedule_internal.h"
+
+#include <string.h>
+
+int schedule_is_bp(ScheduleMode mode) { return mode == SCHED_BP_GPIPE || mode == SCHED_BP_1F1B; }
+
+// Each F starts as soon as its input has arrived and the stage has finished the micro-batch
+// before.
+double fg_forward_start(const double *end_f, int N, int s, int b) {
+    double t = 0.0;
+    if (s > 0) t = end_f[(s - 1) * N + b];
+    if (b > 0) t = FG_MAX(t, end_f[s * N + b - 1]);
+    return t;
+}
+
+void fg_forward_ends(const ScheduleSpec *sp, double *end_f) {
+    for (int s = 0; s < sp->M; s++)
+        for (int b = 0; b < sp->N; b++)
+            end_f[s * sp->N + b] = fg_forward_start(end_f, sp->N, s, b) + sp->cost_f[s];
+}
+
+void fg_forward_latest_ends(const ScheduleSpec *sp, double *end_f) {
+    const int M = sp->M, N = sp->N;
+    fg_forward_ends(sp, end_f);
+    const double last_f = end_f[M * N - 1];
+    for (int s = M - 1; s >= 0; s--)
+        for (int b = N - 1; b >= 0; b--) {
+            double t = last_f;
+            if (b < N - 1) t = FG_MIN(t, end_f[s * N + b + 1] - sp->cost_f[s]);
+            if (s < M - 1) t = FG_MIN(t, end_f[(s + 1) * N + b] - sp->cost_f[s + 1]);
+            end_f[s * N + b] = t;
+        }
+}
+
+static double max_cost(const double *c, int M) {
+    double m = 0.0;
+    for (int s = 0; s < M; s++) m = FG_MAX(m, c[s]);
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segments
+
+ScheduledOp *segment(const Build *b, int phase, int s) {
+    return b->S->ops + (size_t)(phase * b->S->M + s) * b->cap;
+}
+
+int *segment_count(const Build *b, int phase, int s) {
+    return &b->S->stage_count[phase * b->S->M + s];
+}
+
+void segment_insert(const Build *b, int phase, int s, int pos, ScheduledOp op) {
+    ScheduledOp *ops = segment(b, phase, s);
+    int *n = segment_count(b, phase, s);
+    memmove(ops + pos + 1, ops + pos, sizeof(ScheduledOp) * (size_t)(*n - pos));
+    ops[pos] = op;
+    (*n)++;
+}
+
+void segment_remove(const Build *b, int phase, int s, const ScheduledOp *op) {
+    ScheduledOp *ops = segment(b, phase, s);
+    int *n = segment_count(b, phase, s);
+    for (int i = 0; i < *n; i++)
+        if (ops[i].kind == op->kind && ops[i].microbatch == op->microbatch && ops[i].lag == op->lag) {
+            memmove(ops + i, ops + i + 1, sizeof(ScheduledOp) * (size_t)(*n - i - 1));
+            (*n)--;
+            return;
+        }
+}
+
+double earliest_gap(const ScheduledOp *ops, int n, double ready, double c, double limit, int *pos) {
+    int lo = 0, hi = n;  // first op that ends after ready: earlier ones cannot bound the gap
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (ops[mid].end <= ready) lo = mid + 1;
+        else hi = mid;
+    }
+    double t = ready;
+    for (int i = lo; i < n; i++) {
+        if (t + c <= ops[i].start) break;
+        t = FG_MAX(t, ops[i].end);
+        lo = i + 1;
+    }
+    *pos = lo;
+    return t + c <= limit * (1 + 1e-12) ? t : -1.0;
+}
+
+void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
+                 Schedule *S) {
+    const int M = sp->M, N = sp->N;
+    *S = (Schedule){.M = M, .N = N, .mode = sp->mode, .lag = sp->lag, .select = sp->select,
+                    .n_phases = n_phases};
+    S->ops = fg_alloc_bytes(sizeof(ScheduledOp) * (size_t)n_phases * M * cap);
+    S->stage_first = fg_alloc_bytes(sizeof(int) * (size_t)n_phases * M);
+    S->stage_count = fg_alloc_bytes(sizeof(int) * (size_t)n_phases * M);
+    *b = (Build){S, cap};
+    S->last_f = end_f[M * N - 1];
+    S->fg_makespan = S->last_f + max_cost(sp->cost_u, M);
+    if (!schedule_is_bp(sp->mode))
+        for (int p = 0; p < n_phases; p++)
+            for (int s = 0; s < M; s++)
+                for (int mb = 0; mb < N; mb++)
+                    segment(b, p, s)[(*segment_count(b, p, s))++] = (ScheduledOp){
+                        OP_F, s, mb, 0, end_f[s * N + mb] - sp->cost_f[s], end_f[s * N + mb]};
+}
+
+// U(s) starts when the last stage has ended its last F (then all d_b are known; the scalar
+// allreduce costs 0 here) and every B op on every stage has ended: the same allreduce carries
+// each stage's part of c . v_b. Each stage then applies its own update.
+void build_updates(Build *b, const ScheduleSpec *sp) {
+    const Schedule *S = b->S;
+    for (int p = 0; p < S->n_phases; p++) {
+        double t = 0.0;
+        for (int s = 0; s < S->M; s++) {
+            const int n = *segment_count(b, p, s);
+            if (n) t = FG_MAX(t, segment(b, p, s)[n - 1].end);
+        }
+        for (int s = 0; s < S->M; s++)
+            segment(b, p, s)[(*segment_count(b, p, s))++] =
+                (ScheduledOp){OP_U, s, -1, 0, t, t + sp->cost_u[s]};
+    }
+}
+
+void schedule_pack(Build *b) {
+    Schedule *S = b->S;
+    for (int i = 0; i < S->n_phases * S->M; i++) {
+        memmove(S->ops + S->n_ops, S->ops + (size_t)i * b->cap,
+                sizeof(ScheduledOp) * (size_t)S->stage_count[i]);
+        S->stage_first[i] = S->n_ops;
+        S->n_ops += S->stage_count[i];
+    }
+    for (int i = 0; i < S->n_ops; i++) S->makespan = FG_MAX(S->makespan, S->ops[i].end);
+}
+
+void schedule_free(Schedule *s) {
+    if (!s) return;
+    fg_free(s->ops);
+    fg_free(s->stage_first);
+    fg_free(s->stage_count);
+    memset(s, 0, sizeof *s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading a built timetable
+
+int schedule_stage_ops(const Schedule *S, int phase, int stage, const ScheduledOp **first) {
+    const int i = phase * S->M + stage;
+    *first = S->ops + S->stage_first[i];
+    return S->stage_count[i];
+}
+
+int schedule_source_phase(const Schedule *S, int phase, int lag) {
+    return ((phase - lag) % S->n_phases + S->n_phases) % S->n_phases;
+}
+
+const ScheduledOp *schedule_chain_op(const Schedule *S, OpKind kind, int source, int b, int stage) {
+    for (int q = 0; q < S->n_phases; q++) {
+        const ScheduledOp *ops;
+        const int n = schedule_stage_ops(S, q, stage, &ops);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == kind && ops[i].microbatch == b &&
+                schedule_source_phase(S, q, ops[i].lag) == source)
+                return &ops[i];
+    }
+    return NULL;
+}
+
+int schedule_stashes(const Schedule *S, int phase, int stage, int b) {
+    return schedule_is_bp(S->mode) || schedule_chain_op(S, OP_BI, phase, b, stage);
+}
+
+// B time before the last F, and FG's idle time before the last F, of one stage over the phases.
+void stage_fill(const Schedule *S, int s, double *used, double *idle) {
+    *used = *idle = 0.0;
+    for (int p = 0; p < S->n_phases; p++) {
+        const ScheduledOp *ops;
+        const int n = schedule_stage_ops(S, p, s, &ops);
+        double busy_f = 0.0;
+        for (int i = 0; i < n; i++) {
+            const ScheduledOp *o = &ops[i];
+            if (o->kind == OP_F) busy_f += o->end - o->start;
+            if (o->kind == OP_B || o->kind == OP_BI || o->kind == OP_BW)
+                *used += FG_MAX(0.0, FG_MIN(o->end, S->last_f) - o->start);
+        }
+        *idle += S->last_f - busy_f;
+    }
+}
+
+ScheduleStats schedule_stats(const Schedule *S) {
+    ScheduleStats st = {.makespan = S->makespan};
+    double busy = 0.0;
+    for (int i = 0; i < S->n_ops; i++) busy += S->ops[i].end - S->ops[i].start;
+    if (S->makespan > 0.0) st.bubble_fraction = 1.0 - busy / (S->n_phases * S->M * S->makespan);
+    if (S->mode == SCHED_FG_BP) {
+        double used = 0.0, idle = 0.0;
+        for (int s = 0; s < S->M; s++) {
+            double u, i;
+            stage_fill(S, s, &u, &i);
+            used += u, idle += i;
+        }
+        if (idle > 0.0) st.bubble_used_by_b = used / idle;
+    }
+    return st;
+}
