@@ -17,7 +17,7 @@
 static void record_times(Pipeline *p, const OpGroup *g, int n_lanes, double t0, double t1) {
     int n = g->kind == OP_U ? 1 : n_lanes;
     for (int i = 0; i < n; i++) {
-        int op = g->kind == OP_U ? p->plan->op[g->first] : p->lanes[i].op;
+        int op = g->kind == OP_U ? p->plan->op[g->first] : p->work.lanes[i].op;
         p->measured[2 * op] = t0 + (t1 - t0) * i / n;
         p->measured[2 * op + 1] = t0 + (t1 - t0) * (i + 1) / n;
     }
@@ -74,7 +74,7 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
 // A step's start: its phase's plan, cleared sums, its receives posted.
 static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     p->plan = &p->plans[step_phase(p, r->step)];
-    p->weight_lanes = 0;
+    p->upd.weight_lanes = 0;
     find_roles(p, r);
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
     return start_messages(p, r->step, err);
@@ -147,8 +147,8 @@ int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, do
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
     size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
-    p->be->upload(p->be, p->labels, ds->labels + chunk * rows * T, (size_t)n * T);
-    totals[0] += (double)p->be->loss_forward(p->be, y, p->labels, n * (int)T, p->model->classes,
+    p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T);
+    totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, p->model->classes,
                                              &correct) * (double)(n * T);
     totals[1] += correct;
     return FG_OK;
@@ -164,12 +164,12 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
     for (size_t w = 0; w < chunks && !rc; w += group) {
         int n = (int)FG_MIN((size_t)group, chunks - w);
         for (int i = 0; i < n && !rc; i++) {
-            float *x = p->inbox + (size_t)i * p->inbox_stride;  // no receive is posted now
-            p->lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
+            float *x = p->msg.inbox + (size_t)i * p->msg.stride;  // no receive is posted now
+            p->work.lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
             rc = eval_input(p, ds, w + i, x, err);
         }
-        if (!rc) rc = forward_layers(p, -1, p->lanes, n, err);
-        for (int i = 0; i < n && !rc; i++) rc = eval_output(p, ds, w + i, p->lanes[i].x, totals, err);
+        if (!rc) rc = forward_layers(p, -1, p->work.lanes, n, err);
+        for (int i = 0; i < n && !rc; i++) rc = eval_output(p, ds, w + i, p->work.lanes[i].x, totals, err);
         if (!rc) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
@@ -195,7 +195,7 @@ int refresh_ref(Pipeline *p, FgError *err) {
         rc = release_layer(p, l, LAYER_WEIGHTS, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
-    p->ref_active = norm2 > 0;
+    p->upd.ref_active = norm2 > 0;
     return rc;
 }
 
@@ -218,7 +218,7 @@ static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, L
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
                           FgError *err) {
     // Writing replaces the state, so a pending update is dropped, not applied.
-    if (writable) p->pending.active = 0;
+    if (writable) p->upd.pending.active = 0;
     int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
@@ -234,8 +234,8 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 
 double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->micro_batch;
-    double kept = p->act_inputs[0] ? (1 + (p->act_inputs[1] != NULL)) *
+    double kept = p->kept.act_inputs[0] ? (1 + (p->kept.act_inputs[1] != NULL)) *
                   (double)stage_activity_floats(&p->stage, p->cfg->micro_batches * B) : 0.0;
-    return ((double)p->n_stash_alloc * stage_stash_floats(&p->stage, B) +
-            (double)p->n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
+    return ((double)p->pool.n_stash_alloc * stage_stash_floats(&p->stage, B) +
+            (double)p->pool.n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
 }

@@ -56,6 +56,70 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
+// Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
+// the message before is in use) and the outbox.
+typedef struct {
+    MessagePlan plan;         // this step's
+    size_t stride;            // floats of an inbox slot: the largest message
+    float *inbox;             // received messages, [n_inbox][stride], used round-robin
+    int n_inbox;
+    const MessagePlan *recv_plan;     // this step's receives:
+    int recv_posted, recv_taken;      // posted so far (one ahead of those taken), taken
+    int recv_handle;
+    float *outbox;            // the message being sent
+} Messages;
+
+// The buffers an op group's micro-batches ("lanes") pass through the layers with.
+typedef struct {
+    struct Lane *lanes;       // [max_group]
+    size_t act_stride, tan_stride, adj_stride;
+    float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
+    float *x_in;              // stage 0's inputs: [max_group][x_stride]
+    size_t x_stride;
+    uint8_t *labels;          // last stage: one micro-batch of labels
+    float *host_x;            // host: inputs as gathered from the dataset
+    uint8_t *host_labels;     // host: labels as gathered
+    float *loss_d;            // host: one micro-batch's directional derivatives [K]
+} LaneBuffers;
+
+// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations,
+// the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod
+// SCHED_MAX_LAG + 1) and micro-batch, and the buffers free for reuse.
+typedef struct {
+    unsigned char *keeps;     // [n_phases][N]: F of micro-batch b in phase p keeps a stash
+    float *dz[SCHED_MAX_LAG + 1];
+    float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_stash, **free_adj;
+    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+} StashPool;
+
+// What op F keeps for op U besides the scalars, under activity perturbation and local losses.
+typedef struct {
+    // The inputs of the stage's linear layers for every micro-batch of a step
+    // (stage_activity_offset's layout); two when the update is applied in the next step
+    // (streamed). act_work: one layer's G for the update.
+    float *act_inputs[2], *act_work;
+    // Local losses: the output-gradient estimate [Nr * B, out] of each linear layer learning
+    // from a head (stage_local_output_grad), in layer order (two as act_inputs); the labels of
+    // F's lanes, which every stage needs.
+    float *local_est[2];
+    uint8_t *lane_labels;     // [max_group][B]
+} ForwardKept;
+
+// Op U's state between steps: the exact gradient c, the reference, the update in waiting.
+typedef struct {
+    long first_c_step;        // fg+bp: the first step with an exact gradient c
+    int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
+    float c_scale;            // c = c_scale * the kept gradient (fg+bp: 1 / its lanes)
+    int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
+    CvScale cv;               // cv_scale = auto: the reference's scale per layer (else empty)
+    float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
+    float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
+    float *scratch;           // want_stats, resident: one layer's plain fg estimate
+    PendingUpdate pending;
+} UpdateState;
+
 typedef struct {
     const Backend *be;        // every float buffer below is its memory unless marked host
     const Config *cfg;
@@ -69,61 +133,22 @@ typedef struct {
     Schedule sched;
     ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
     const ExecPlan *plan;     // this step's (phase step mod n_phases)
-    MessagePlan messages;     // this step's
-    unsigned char *stashes;   // [n_phases][N]: F of micro-batch b in phase p keeps a stash
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
-    long first_c_step;        // fg+bp: the first step with an exact gradient c
     int lags_kept;            // weight versions kept for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
-    int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
-    float c_scale;            // c = c_scale * the kept gradient (fg+bp: 1 / its lanes)
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
     size_t n;                 // parameters of this stage
     size_t largest;           // parameters of its largest layer
-    // Lanes: the micro-batches of one op group on their way through the layers.
-    size_t act_stride, tan_stride, adj_stride, inbox_stride;
-    float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
-    struct Lane *lanes;       // [max_group]
-    float *inbox;             // received messages, [n_inbox][inbox_stride], used round-robin
-    int n_inbox;
-    const MessagePlan *recv_plan;     // this step's receives:
-    int recv_posted, recv_taken;      // posted so far (one ahead of those taken), taken
-    int recv_handle;
-    float *outbox;            // the message being sent
-    float *x_in;              // stage 0's inputs: [max_group][x_stride]
-    size_t x_stride;
     int n_streamed;           // stages of the pipeline that stream their layers
-    uint8_t *labels;          // last stage: one micro-batch of labels
-    float *host_x;            // host: inputs as gathered from the dataset
-    uint8_t *host_labels;     // host: labels as gathered
-    float *loss_d;            // host: one micro-batch's directional derivatives [K]
+    Messages msg;
+    LaneBuffers work;
+    StashPool pool;
+    ForwardKept kept;
+    UpdateState upd;
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
-    // Live stashes, the last stage's loss adjoints and Bi's kept adjoints, by the step of their
-    // F (mod SCHED_MAX_LAG + 1) and micro-batch.
-    float *dz[SCHED_MAX_LAG + 1];
-    float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
-    float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
-    float **free_stash, **free_adj;  // reusable buffers
-    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
-    // Activity perturbation: the inputs of the stage's linear layers for every micro-batch of a
-    // step (stage_activity_offset's layout), from F to the update; two when the update is
-    // applied in the next step (streamed). act_work: one layer's G for the update.
-    float *act_inputs[2], *act_work;
-    // Local losses: the output-gradient estimate [Nr * B, out] of each linear layer learning
-    // from a head (stage_local_output_grad), in layer order, from F to the update (two as
-    // act_inputs); the labels of F's lanes, which every stage needs.
-    float *local_est[2];
-    uint8_t *lane_labels;     // [max_group][B]
-    float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
-    float *update;            // the estimate g: the stage's (resident), or the source's layer_buffer
-    float *scratch;           // want_stats, resident: one layer's plain fg estimate
-    PendingUpdate pending;
-    int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
-    CvScale cv;               // cv_scale = auto: the reference's scale per layer (else empty)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
-    // [N*K*B]), then
-    // r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
+    // [N*K*B]), then r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
     double *scalars;
     size_t n_scalars;
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops

@@ -73,7 +73,7 @@ int start_messages(Pipeline *p, long step, FgError *err);
 // steps after the first (a warm-up) of each step's median.
 int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *err);
 
-// Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->lanes with
+// Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->work.lanes with
 // those that run this step and takes their messages (stage 0: gathers its inputs); the group
 // then passes its lanes through the stage's layers together. *loss_sum collects the last
 // stage's losses; first_of_step: the step's first F group; last_w: whether this is the step's

@@ -21,7 +21,7 @@ size_t local_est_floats(const Pipeline *p, int layer) {
 }
 
 float *local_est_of(const Pipeline *p, long step, int l) {
-    return p->local_est[p->local_est[1] ? step & 1 : 0] + local_est_floats(p, l);
+    return p->kept.local_est[p->kept.local_est[1] ? step & 1 : 0] + local_est_floats(p, l);
 }
 
 int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
@@ -37,5 +37,5 @@ int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgE
 
 float *kept_layer_inputs(const Pipeline *p, long step, int l) {
     int rows = p->cfg->micro_batches * p->cfg->micro_batch;
-    return p->act_inputs[p->act_inputs[1] ? step & 1 : 0] + stage_activity_offset(&p->stage, l, rows);
+    return p->kept.act_inputs[p->kept.act_inputs[1] ? step & 1 : 0] + stage_activity_offset(&p->stage, l, rows);
 }

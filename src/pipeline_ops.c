@@ -10,7 +10,7 @@
 int step_phase(const Pipeline *p, long step) { return (int)(step % p->sched.n_phases); }
 
 int keeps_stash(const Pipeline *p, long step, int mb) {
-    return p->stashes[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
+    return p->pool.keeps[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
 }
 
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
@@ -25,35 +25,35 @@ size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
 // before is in use, into inbox slots used round-robin.
 
 static int post_receive(Pipeline *p, long step, FgError *err) {
-    const MessagePlan *mp = p->recv_plan;
-    if (p->recv_posted >= mp->n_recv) return FG_OK;
-    const PlannedMessage *m = &mp->recv[p->recv_posted];
+    const MessagePlan *mp = p->msg.recv_plan;
+    if (p->msg.recv_posted >= mp->n_recv) return FG_OK;
+    const PlannedMessage *m = &mp->recv[p->msg.recv_posted];
     int B = p->cfg->micro_batch;
     size_t n = m->kind == MSG_FORWARD ? forward_msg_floats(p, p->stage.first, B)
                                       : (size_t)B * p->model->layers[p->stage.last - 1].out;
-    float *slot = p->inbox + (size_t)(p->recv_posted % p->n_inbox) * p->inbox_stride;
+    float *slot = p->msg.inbox + (size_t)(p->msg.recv_posted % p->msg.n_inbox) * p->msg.stride;
     int tag = message_tag(m->kind, step - m->lag, m->microbatch);
-    int rc = p->tr->post_recv(p->tr, m->peer, tag, slot, n, &p->recv_handle, err);
-    if (!rc) p->recv_posted++;
+    int rc = p->tr->post_recv(p->tr, m->peer, tag, slot, n, &p->msg.recv_handle, err);
+    if (!rc) p->msg.recv_posted++;
     return rc;
 }
 
 int start_messages(Pipeline *p, long step, FgError *err) {
-    message_plan_free(&p->messages);
+    message_plan_free(&p->msg.plan);
     message_plan_build(&p->sched, p->plan, step_phase(p, step), p->tr->stage, step - p->first_step,
-                       &p->messages);
-    p->recv_plan = &p->messages;
-    p->recv_taken = p->recv_posted = 0;
+                       &p->msg.plan);
+    p->msg.recv_plan = &p->msg.plan;
+    p->msg.recv_taken = p->msg.recv_posted = 0;
     return post_receive(p, step, err);
 }
 
 int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
-    if (p->recv_taken >= p->recv_posted)
+    if (p->msg.recv_taken >= p->msg.recv_posted)
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: an op needs a message its plan does not list",
                        p->tr->stage);
-    int rc = p->tr->wait_recv(p->tr, p->recv_handle, err);
+    int rc = p->tr->wait_recv(p->tr, p->msg.recv_handle, err);
     if (rc) return rc;
-    *msg = p->inbox + (size_t)(p->recv_taken++ % p->n_inbox) * p->inbox_stride;
+    *msg = p->msg.inbox + (size_t)(p->msg.recv_taken++ % p->msg.n_inbox) * p->msg.stride;
     return post_receive(p, step, err);
 }
 
@@ -63,35 +63,35 @@ int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
 // the number in flight, not with N.
 
 static float *stash_take(Pipeline *p) {
-    if (p->n_free_stash) return p->free_stash[--p->n_free_stash];
-    p->n_stash_alloc++;
+    if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
+    p->pool.n_stash_alloc++;
     return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->micro_batch));
 }
 
-static void stash_give(Pipeline *p, float *s) { p->free_stash[p->n_free_stash++] = s; }
+static void stash_give(Pipeline *p, float *s) { p->pool.free_stash[p->pool.n_free_stash++] = s; }
 
 static float *adj_take(Pipeline *p) {
-    if (p->n_free_adj) return p->free_adj[--p->n_free_adj];
-    p->n_adj_alloc++;
+    if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
+    p->pool.n_adj_alloc++;
     return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->micro_batch));
 }
 
-static void adj_give(Pipeline *p, float *s) { p->free_adj[p->n_free_adj++] = s; }
+static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_adj++] = s; }
 
 // A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     const int B = p->cfg->micro_batch, C = p->model->classes, r = ring(step - a->lag), mb = a->microbatch;
-    a->stash = p->stash[r][mb];
-    if (a->kind == OP_BI) p->kept_adj[r][mb] = a->keep = adj_take(p);
-    if (a->kind == OP_BW) a->keep = p->kept_adj[r][mb], p->kept_adj[r][mb] = NULL;
-    if (a->kind != OP_BI) p->stash[r][mb] = NULL;  // the lane's last use
+    a->stash = p->pool.stash[r][mb];
+    if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
+    if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
+    if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
     if (!a->stash || (a->kind == OP_BW && !a->keep))
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
     if (a->kind == OP_BW) return FG_OK;
     if (p->is_last) {
-        a->dy = p->dz[r] + (size_t)mb * B * p->model->tokens * C;
+        a->dy = p->pool.dz[r] + (size_t)mb * B * p->model->tokens * C;
         return FG_OK;
     }
     const float *msg = NULL;
@@ -124,27 +124,27 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
         int idx = p->plan->op[g->first + i];
         const ScheduledOp *op = &p->sched.ops[idx];
         if (!op_runs(op, step, p->first_step)) continue;
-        Lane *a = &p->lanes[n];
+        Lane *a = &p->work.lanes[n];
         *a = (Lane){.op = idx, .kind = op->kind, .microbatch = op->microbatch, .lag = op->lag,
                     .taker_lag = p->taker_lag[idx], .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
             a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);
             if (p->is_first) {
-                float *x = p->x_in + (size_t)n * p->x_stride;
-                gather_microbatch(p, step, a->microbatch, order, sample0, p->host_x, NULL);
-                be->upload(be, x, p->host_x, (size_t)B * p->model->in_features * sizeof(float));
+                float *x = p->work.x_in + (size_t)n * p->work.x_stride;
+                gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL);
+                be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = take_message(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
             if (p->stage.local_groups) {
-                uint8_t *labels = p->lane_labels + (size_t)n * B;
+                uint8_t *labels = p->kept.lane_labels + (size_t)n * B;
                 gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels);
                 a->labels = labels;
             }
             if (keeps_stash(p, step, a->microbatch))
-                p->stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
+                p->pool.stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
         } else {
             rc = backward_lane(p, step, a, err);
         }
@@ -163,7 +163,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     *t = (ParamTangents){.key = a->key};
     if (!s->ref || !p->run.dots_reference) return t;
     int Nr = p->cfg->micro_batches, L = p->model->n_layers;
-    if (p->ref_active && p->run.guided) t->guide = s->ref;
+    if (p->upd.ref_active && p->run.guided) t->guide = s->ref;
     t->ref = s->ref;
     t->ref_dots = p->scalars + scalars_ref_dots(p) +
                   (((size_t)p->tr->replica * L + l) * Nr + a->microbatch) * p->K;
@@ -209,8 +209,8 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             ParamTangents t;
             const ParamTangents *tangents = lane_tangents(p, step, l, &s, a, &t);
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
-                                : p->act[cur] + (size_t)i * p->act_stride;
-            float *ydot = tangents ? p->tan[cur] + (size_t)i * p->tan_stride : NULL;
+                                : p->work.act[cur] + (size_t)i * p->work.act_stride;
+            float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.activity) keep_layer_input(p, step, l, a);
             const float *xdot = a->xdot;
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
@@ -222,16 +222,16 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     return rc;
 }
 
-// Activity perturbation: each sample's directional derivative into p->loss_d [K][B]. A GPT
+// Activity perturbation: each sample's directional derivative into p->work.loss_d [K][B]. A GPT
 // sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
 // the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
 static double sample_derivatives(Pipeline *p, const Lane *a, int rows, int C) {
     int T = p->model->tokens, samples = rows / T, K = p->K;
-    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->labels, rows, C, K, p->loss_d);
+    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, K, p->work.loss_d);
     for (int i = 0; T > 1 && i < K * samples; i++) {  // in place: i <= i * T
         double sum = 0;
-        for (int t = 0; t < T; t++) sum += p->loss_d[(size_t)i * T + t];
-        p->loss_d[i] = (float)(sum / T);
+        for (int t = 0; t < T; t++) sum += p->work.loss_d[(size_t)i * T + t];
+        p->work.loss_d[i] = (float)(sum / T);
     }
     return loss;
 }
@@ -246,24 +246,24 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
     int rows = c->micro_batch * p->model->tokens, C = p->model->classes, N = c->micro_batches;
     int mb = a->microbatch;
-    gather_microbatch(p, step, mb, order, sample0, NULL, p->host_labels);
-    be->upload(be, p->labels, p->host_labels, (size_t)rows);
+    gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels);
+    be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows);
     double loss;
     if (p->K) {
         int n_d = p->run.d_per_microbatch;
         loss = p->run.activity ? sample_derivatives(p, a, rows, C)
-                                    : be->loss_jvp(be, a->x, a->xdot, p->labels, rows, C, p->K, p->loss_d);
+                                    : be->loss_jvp(be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
         double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
-        for (int i = 0; i < n_d; i++) d[i] = p->loss_d[i];
+        for (int i = 0; i < n_d; i++) d[i] = p->work.loss_d[i];
     } else {
-        loss = be->loss_forward(be, a->x, p->labels, rows, C, NULL);
+        loss = be->loss_forward(be, a->x, p->work.labels, rows, C, NULL);
     }
     if (keeps_stash(p, step, mb)) {
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
         // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
         // here and over each stage's own corrections in op U.
-        float *dz = p->dz[ring(step)] + (size_t)mb * rows * C;
-        be->loss_backward(be, a->x, p->labels, rows, C, dz);
+        float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C;
+        be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
         int n = c->mode == MODE_BP ? N : c->select >= 0 ? c->select : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)rows * C);
@@ -276,20 +276,20 @@ int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sam
     const Backend *be = p->be;
     int B = p->cfg->micro_batch, last = p->stage.last, rc;
     // A streamed stage's pending update is written back as the layers pass: a new version.
-    if (p->pending.active && (rc = p->src.begin_version(&p->src, p->pending.step + 1, err))) return rc;
-    if ((rc = forward_layers(p, step, p->lanes, n, err))) return rc;
+    if (p->upd.pending.active && (rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err))) return rc;
+    if ((rc = forward_layers(p, step, p->work.lanes, n, err))) return rc;
     size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
     for (int i = 0; i < n && !rc; i++) {
-        const Lane *a = &p->lanes[i];
+        const Lane *a = &p->work.lanes[i];
         if (p->is_last) {
             loss_end(p, step, a, order, sample0, loss_sum);
             continue;
         }
-        be->copy(be, p->outbox, a->x, rows_out * sizeof(float));
+        be->copy(be, p->msg.outbox, a->x, rows_out * sizeof(float));
         if (p->run.sends_tangents)
-            be->copy(be, p->outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
+            be->copy(be, p->msg.outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
-                         p->outbox, forward_msg_floats(p, last, B), err);
+                         p->msg.outbox, forward_msg_floats(p, last, B), err);
     }
     return rc;
 }
@@ -304,7 +304,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     int B = p->cfg->micro_batch, cur = (st->last - 1 - l) & 1;
     if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
-        Lane *a = &p->lanes[i];
+        Lane *a = &p->work.lanes[i];
         const float *x = a->stash + stage_stash_offset(st, l, B);
         float *kept = L->param_count && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
         if (a->kind == OP_BW) {
@@ -313,7 +313,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         }
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
-        float *dx = p->is_first && l == st->first ? NULL : p->adj[cur] + (size_t)i * p->adj_stride;
+        float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
         be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B ? s->grad : NULL, B);
         a->dy = dx;
@@ -323,9 +323,9 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
 int backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
     int B = p->cfg->micro_batch, rc = FG_OK, weights = 0;
-    for (int i = 0; i < n; i++) weights += p->lanes[i].kind != OP_BI;
-    const int zero = weights && !p->weight_lanes;
-    p->weight_lanes += weights;
+    for (int i = 0; i < n; i++) weights += p->work.lanes[i].kind != OP_BI;
+    const int zero = weights && !p->upd.weight_lanes;
+    p->upd.weight_lanes += weights;
     if (last_w && updates_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
@@ -341,7 +341,7 @@ int backward_group(Pipeline *p, long step, long total, int n, int last_w, FgErro
     }
     size_t n_dx = (size_t)B * p->model->layers[st->first].in;
     for (int i = 0; i < n && !rc; i++) {
-        Lane *a = &p->lanes[i];
+        Lane *a = &p->work.lanes[i];
         if (a->kind != OP_BI) stash_give(p, a->stash);
         if (a->kind == OP_BW) adj_give(p, a->keep);
         // Not to a step after the run's last: nobody would take it.

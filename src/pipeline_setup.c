@@ -21,9 +21,9 @@ static int stashes_in_flight(const Config *c) {
 
 // Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
 static double lane_bytes(const Pipeline *p, int group) {
-    double per_lane = 2.0 * (p->act_stride + p->tan_stride + (p->need.grad ? p->adj_stride : 0)) +
-                      (p->is_first ? p->x_stride : 0);
-    return ((double)group * per_lane + (double)(group + 1) * p->inbox_stride) * sizeof(float);
+    double per_lane = 2.0 * (p->work.act_stride + p->work.tan_stride + (p->need.grad ? p->work.adj_stride : 0)) +
+                      (p->is_first ? p->work.x_stride : 0);
+    return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
 }
 
 // A resident stage that cannot fit this machine is refused before it allocates: an allocation
@@ -83,18 +83,18 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
 
 static void alloc_lanes(Pipeline *p, int group) {
     const Backend *be = p->be;
-    p->lanes = calloc((size_t)group, sizeof(Lane));
+    p->work.lanes = calloc((size_t)group, sizeof(Lane));
     for (int i = 0; i < 2; i++) {
-        p->act[i] = backend_alloc_floats(be, (size_t)group * p->act_stride);
-        if (p->tan_stride) p->tan[i] = backend_alloc_floats(be, (size_t)group * p->tan_stride);
-        if (p->need.grad) p->adj[i] = backend_alloc_floats(be, (size_t)group * p->adj_stride);
+        p->work.act[i] = backend_alloc_floats(be, (size_t)group * p->work.act_stride);
+        if (p->work.tan_stride) p->work.tan[i] = backend_alloc_floats(be, (size_t)group * p->work.tan_stride);
+        if (p->need.grad) p->work.adj[i] = backend_alloc_floats(be, (size_t)group * p->work.adj_stride);
     }
     // One slot more than a group takes: the next group's first message is posted while the
     // group still uses all of its own.
-    p->n_inbox = group + 1;
-    p->inbox = backend_alloc_floats(be, (size_t)p->n_inbox * p->inbox_stride);
-    p->outbox = backend_alloc_floats(be, p->inbox_stride);
-    if (p->is_first) p->x_in = backend_alloc_floats(be, (size_t)group * p->x_stride);
+    p->msg.n_inbox = group + 1;
+    p->msg.inbox = backend_alloc_floats(be, (size_t)p->msg.n_inbox * p->msg.stride);
+    p->msg.outbox = backend_alloc_floats(be, p->msg.stride);
+    if (p->is_first) p->work.x_in = backend_alloc_floats(be, (size_t)group * p->work.x_stride);
 }
 
 static void alloc_buffers(Pipeline *p) {
@@ -105,34 +105,34 @@ static void alloc_buffers(Pipeline *p) {
     for (int ph = 0; ph < p->sched.n_phases; ph++) group = FG_MAX(group, p->plans[ph].max_group);
     alloc_lanes(p, group);
     const size_t labels = (size_t)B * p->model->tokens;  // a micro-batch's labels (GPT: one per token)
-    p->labels = be->alloc(be, labels);
-    p->host_x = fg_alloc_floats(p->x_stride);  // stage 0's inputs as gathered
-    p->host_labels = fg_alloc_bytes(labels);
+    p->work.labels = be->alloc(be, labels);
+    p->work.host_x = fg_alloc_floats(p->work.x_stride);  // stage 0's inputs as gathered
+    p->work.host_labels = fg_alloc_bytes(labels);
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
-    p->loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
+    p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     if (p->is_last && c->mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
-            p->dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
-    p->free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
-    p->free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
+            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
+    p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
+    p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
-    p->pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
-    if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->cv, p->model->n_layers);
+    p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
+    if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     if (p->run.activity) {
         size_t kept = stage_activity_floats(&p->stage, N * B);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->act_inputs[i] = backend_alloc_floats(be, kept);
-        p->act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.act_inputs[i] = backend_alloc_floats(be, kept);
+        p->kept.act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups) {
         size_t n = local_est_floats(p, p->stage.last);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->local_est[i] = fg_alloc_floats(n);
-        p->lane_labels = fg_alloc_bytes((size_t)group * B);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.local_est[i] = fg_alloc_floats(n);
+        p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
     }
     for (int i = 0; p->cfg->grad_delay && i <= p->cfg->grad_delay; i++)
-        p->delayed[i] = backend_alloc_floats(be, p->n);
-    if (K) p->update = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
-    if (K && p->want_stats && !p->src.streamed) p->scratch = backend_alloc_floats(be, p->largest);
+        p->upd.delayed[i] = backend_alloc_floats(be, p->n);
+    if (K) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
+    if (K && p->want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
@@ -212,10 +212,10 @@ static int build_timetable(Pipeline *p, const double *costs, int without_b, FgEr
 static void plan_stage(Pipeline *p) {
     const Schedule *S = &p->sched;
     int N = p->cfg->micro_batches, s = p->tr->stage;
-    p->stashes = fg_alloc_bytes((size_t)S->n_phases * N);
+    p->pool.keeps = fg_alloc_bytes((size_t)S->n_phases * N);
     p->taker_lag = fg_alloc_bytes(sizeof(int) * (size_t)FG_MAX(S->n_ops, 1));
     for (int ph = 0; ph < S->n_phases; ph++) {
-        for (int b = 0; b < N; b++) p->stashes[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
+        for (int b = 0; b < N; b++) p->pool.keeps[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
         const ScheduledOp *ops;
         int n = schedule_stage_ops(S, ph, s, &ops);
         for (int i = 0; i < n; i++) {
@@ -225,13 +225,13 @@ static void plan_stage(Pipeline *p) {
         }
     }
     // Every phase recurs within n_phases steps once the lags have passed.
-    p->first_c_step = LONG_MAX;
-    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG && p->first_c_step == LONG_MAX; k++)
+    p->upd.first_c_step = LONG_MAX;
+    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG && p->upd.first_c_step == LONG_MAX; k++)
         for (int t = 0; t < S->M; t++) {
             const ScheduledOp *ops;
             int n = schedule_stage_ops(S, (int)(k % S->n_phases), t, &ops);
             for (int i = 0; i < n; i++)
-                if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->first_c_step = k;
+                if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->upd.first_c_step = k;
         }
     for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->plans[ph]);
     p->plan = &p->plans[0];
@@ -240,9 +240,9 @@ static void plan_stage(Pipeline *p) {
 
 static void unplan_stage(Pipeline *p) {
     for (int ph = 0; ph <= SCHED_MAX_LAG; ph++) exec_plan_free(&p->plans[ph]);
-    void *on_host[] = {p->stashes, p->taker_lag, p->measured};
+    void *on_host[] = {p->pool.keeps, p->taker_lag, p->measured};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
-    p->stashes = NULL, p->taker_lag = NULL, p->measured = NULL, p->plan = NULL;
+    p->pool.keeps = NULL, p->taker_lag = NULL, p->measured = NULL, p->plan = NULL;
     p->lags_kept = 0;
     schedule_free(&p->sched);
 }
@@ -319,7 +319,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->is_first = s == 0, p->is_last = s == t->stages - 1;
     p->run = run_plan(c, t->replicas);
     p->K = p->run.tangents;
-    p->c_scale = 1.0f;
+    p->upd.c_scale = 1.0f;
     p->need = layer_needs(c);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
@@ -330,11 +330,11 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;
-    p->act_stride = p->adj_stride = (size_t)B * width;
-    p->tan_stride = (size_t)B * width * p->K;
-    p->x_stride = (size_t)B * m->in_features;
+    p->work.act_stride = p->work.adj_stride = (size_t)B * width;
+    p->work.tan_stride = (size_t)B * width * p->K;
+    p->work.x_stride = (size_t)B * m->in_features;
     // Messages, and evaluation's inputs on every stage.
-    p->inbox_stride = FG_MAX((size_t)B * width * (1 + p->K), p->x_stride);
+    p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
     if (p->run.activity && p->src.streamed && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
@@ -366,26 +366,26 @@ int pipeline_free(Pipeline *p, FgError *err) {
     }
     for (int i = 0; i <= SCHED_MAX_LAG; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) {
-            be->free(be, p->stash[i][b]);
-            be->free(be, p->kept_adj[i][b]);
+            be->free(be, p->pool.stash[i][b]);
+            be->free(be, p->pool.kept_adj[i][b]);
         }
-    for (int i = 0; i < p->n_free_stash; i++) be->free(be, p->free_stash[i]);
-    for (int i = 0; i < p->n_free_adj; i++) be->free(be, p->free_adj[i]);
-    void *on_backend[] = {p->act[0], p->act[1], p->tan[0], p->tan[1], p->adj[0], p->adj[1],
-                          p->inbox, p->outbox, p->x_in, p->labels, p->dz[0], p->dz[1], p->dz[2],
-                          p->src.streamed ? NULL : p->update, p->scratch, p->act_inputs[0],
-                          p->act_inputs[1], p->act_work, p->delayed[0], p->delayed[1],
-                          p->delayed[2]};
+    for (int i = 0; i < p->pool.n_free_stash; i++) be->free(be, p->pool.free_stash[i]);
+    for (int i = 0; i < p->pool.n_free_adj; i++) be->free(be, p->pool.free_adj[i]);
+    void *on_backend[] = {p->work.act[0], p->work.act[1], p->work.tan[0], p->work.tan[1], p->work.adj[0], p->work.adj[1],
+                          p->msg.inbox, p->msg.outbox, p->work.x_in, p->work.labels, p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
+                          p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch, p->kept.act_inputs[0],
+                          p->kept.act_inputs[1], p->kept.act_work, p->upd.delayed[0], p->upd.delayed[1],
+                          p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
-    void *on_host[] = {p->host_x, p->host_labels, p->loss_d, p->free_stash, p->free_adj,
-                       p->stashes, p->taker_lag, p->scalars,
-                       p->pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
-                       p->host_layer[2], p->host_layer[3], p->local_est[0], p->local_est[1],
-                       p->lane_labels};
+    void *on_host[] = {p->work.host_x, p->work.host_labels, p->work.loss_d, p->pool.free_stash, p->pool.free_adj,
+                       p->pool.keeps, p->taker_lag, p->scalars,
+                       p->upd.pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
+                       p->host_layer[2], p->host_layer[3], p->kept.local_est[0], p->kept.local_est[1],
+                       p->kept.lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
-    free(p->lanes);
-    cv_scale_free(&p->cv);
-    message_plan_free(&p->messages);
+    free(p->work.lanes);
+    cv_scale_free(&p->upd.cv);
+    message_plan_free(&p->msg.plan);
     for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->plans[i]);
     stage_free(&p->stage);
     schedule_free(&p->sched);

@@ -61,21 +61,21 @@ static float *tied_buffer(const Pipeline *p, int l) {
 static float *update_of_layer(Pipeline *p, int l) {
     float *tied = tied_buffer(p, l);
     if (tied) return tied;
-    if (p->src.streamed) return p->update;
-    return p->update + (p->model->layers[l].param_offset - p->stage.param_base);
+    if (p->src.streamed) return p->upd.estimate;
+    return p->upd.estimate + (p->model->layers[l].param_offset - p->stage.param_base);
 }
 
 // Whether layer l's estimate is in update_of_layer already: a resident stage's once op U formed
 // them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
 // summed) in op U.
 static int estimate_formed(const Pipeline *p, int l) {
-    return p->pending.formed || tied_buffer(p, l);
+    return p->upd.pending.formed || tied_buffer(p, l);
 }
 
 // Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
-    return tied ? tied : p->pending.tangents ? update_of_layer(p, l) : s->kept;
+    return tied ? tied : p->upd.pending.tangents ? update_of_layer(p, l) : s->kept;
 }
 
 // A frozen layer (config freeze) takes steps of size 0: its weights stay bit for bit, and its
@@ -86,7 +86,7 @@ static double layer_lr(const Pipeline *p, int l, double lr) {
 
 int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err) {
-    const PendingUpdate *u = &p->pending;
+    const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_kept(u) || p->lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
@@ -107,7 +107,7 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     // fg+bp auto: c is the mean of the stage's corrections; the scale rides on c's readers
     // (a pass over the stage's weights saved).
     if (fresh && p->cfg->mode == MODE_FG_BP)
-        p->c_scale = p->cfg->select < 0 ? 1.0f / (float)p->weight_lanes : 1.0f;
+        p->upd.c_scale = p->cfg->select < 0 ? 1.0f / (float)p->upd.weight_lanes : 1.0f;
     if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
@@ -115,7 +115,7 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
     if (p->tr->replica == 0 && needs_grad_norms(p))
         p->scalars[scalars_grad_norms(p) + l] =
-            (double)p->c_scale * p->c_scale * be->dot(be, s->kept, s->kept, n);
+            (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
     // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
     float *tied = p->K ? NULL : tied_buffer(p, l);
     if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
@@ -130,12 +130,12 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
 
 // g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd.
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
-    const PendingUpdate *u = &p->pending;
+    const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (u->base_kept != 0.0f) {
-        be->scale(be, upd, u->base_kept * p->c_scale, s->kept, n);
+        be->scale(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
         if (base_ref != 0.0f) be->axpy(be, upd, base_ref, s->ref, n);
     } else if (base_ref != 0.0f) {
         be->scale(be, upd, base_ref, s->ref, n);
@@ -150,14 +150,14 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
             const float *est = local_est_of(p, u->step, l);
             if (u->fg_weight != 1.0f) {
                 size_t n_est = (size_t)Nr * B * p->model->layers[l].out;
-                be->scale(be, p->act_work, u->fg_weight, est, n_est);
-                est = p->act_work;
+                be->scale(be, p->kept.act_work, u->fg_weight, est, n_est);
+                est = p->kept.act_work;
             }
             stage_local_weight_grad(&p->stage, l, Nr * B, x, est, upd);
         } else {
             stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
                                           Nr, B, u->coeff + (size_t)mb0 * p->run.d_per_microbatch, x,
-                                          p->act_work, upd);
+                                          p->kept.act_work, upd);
         }
         return;
     }
@@ -172,7 +172,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
 static int form_all_estimates(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // The weights' part holds the reference (mix).
-    unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
+    unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         if (p->src.streamed && !tied_buffer(p, l)) continue;
         LayerSlot s;
@@ -181,9 +181,9 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
         rc = release_layer(p, l, parts, 0, err);
     }
     if (!rc && p->run.activity && p->tr->replicas > 1 &&
-        !(rc = p->tr->start_replica_sum(p->tr, p->update, p->n, err)))
+        !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
-    p->pending.formed = !p->src.streamed;
+    p->upd.pending.formed = !p->src.streamed;
     return rc;
 }
 
@@ -240,7 +240,7 @@ static int tie_gradients(Pipeline *p, FgError *err) {
 }
 
 unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
-    const PendingUpdate *u = &p->pending;
+    const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     float *g = gradient_of_layer(p, l, s);
@@ -254,7 +254,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     be->optimizer_step(be, &oc, u->step, layer_lr(p, l, u->lr), s->params, u->aged ? s->prev[0] : s->params, g,
                        u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
-    if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->c_scale, s->kept, n);
+    if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->upd.c_scale, s->kept, n);
     return dirty;
 }
 
@@ -288,11 +288,11 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d, double *rdots) {
     int N = p->run.all_microbatches, Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
     int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
-    PendingUpdate *u = &p->pending;
+    PendingUpdate *u = &p->upd.pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
     int use_cv = kind == EST_CV, dotted = use_cv || kind == EST_GUIDED;
-    u->ref_beta = use_cv ? p->cv.beta : NULL;
-    if (u->ref_beta) cv_scale_set_betas(&p->cv);
+    u->ref_beta = use_cv ? p->upd.cv.beta : NULL;
+    if (u->ref_beta) cv_scale_set_betas(&p->upd.cv);
     for (int i = 0; i < n_d; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
     for (int r = 0; dotted && r < p->tr->replicas; r++)
         sum_layer_rows(layer_dots + (size_t)r * L * Nr * K, u->ref_beta, L, Nr * K,
@@ -309,7 +309,7 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
         if (run_plan_exact(&p->run, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
     // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
     if (u->ref_beta)
-        cv_scale_observe(&p->cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
+        cv_scale_observe(&p->upd.cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
     u->base_kept = (float)inside / (float)NK;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
@@ -335,23 +335,23 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         size_t n = p->model->layers[l].param_count;
         // The weights only for the reference: a streamed stage reads no more than the pass uses.
-        unsigned parts = LAYER_STEP | (p->pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
+        unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
         LayerSlot s;
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
         row[ROW_G2] = be->dot(be, upd, upd, n);
-        if (have_c) row[ROW_GC] = p->c_scale * be->dot(be, upd, s.kept, n);
+        if (have_c) row[ROW_GC] = p->upd.c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
             // A streamed stage forms g again when it applies it: f may take its buffer (also
             // when g, of a tied copy, is in tied_grad).
-            float *f = p->src.streamed ? p->update : p->scratch;
+            float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
             be->zero(be, f, n * sizeof(float));
-            stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->pending.step, 0, l),
+            stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->upd.pending.step, 0, l),
                                      p->run.all_microbatches, fcoeff, f);
             row[ROW_F2] = be->dot(be, f, f, n);
-            row[ROW_FC] = p->c_scale * be->dot(be, f, s.kept, n);
+            row[ROW_FC] = p->upd.c_scale * be->dot(be, f, s.kept, n);
         }
         rc = release_layer(p, l, parts, 0, err);
     }
@@ -359,7 +359,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
     free(rows);
     free(fcoeff);
-    p->pending.formed = !p->src.streamed;
+    p->upd.pending.formed = !p->src.streamed;
     return rc;
 }
 
@@ -371,11 +371,11 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     int K = p->K, NK = p->run.all_microbatches * K, Nr = p->cfg->micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
-    r->cv_beta_median = p->pending.ref_beta ? cv_scale_median(&p->cv) : NAN;
+    r->cv_beta_median = p->upd.pending.ref_beta ? cv_scale_median(&p->upd.cv) : NAN;
     if (!have_c) return;
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
-    const PendingUpdate *u = &p->pending;
+    const PendingUpdate *u = &p->upd.pending;
     int g_is_fg = u->base_kept == 0.0f && u->base_ref == 0.0f;
     if (K && !p->run.activity) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
     else if (K && g_is_fg) r->cos_fg_exact = r->cos_estimate_exact;
@@ -395,9 +395,9 @@ static void delay_gradient(Pipeline *p, long step) {
     const Backend *be = p->be;
     int D = p->cfg->grad_delay;
     size_t bytes = p->n * sizeof(float);
-    be->copy(be, p->delayed[step % (D + 1)], p->src.stage_grad, bytes);
+    be->copy(be, p->upd.delayed[step % (D + 1)], p->src.stage_grad, bytes);
     if (step - D >= p->first_step)
-        be->copy(be, p->src.stage_grad, p->delayed[(step - D) % (D + 1)], bytes);
+        be->copy(be, p->src.stage_grad, p->upd.delayed[(step - D) % (D + 1)], bytes);
     else
         be->zero(be, p->src.stage_grad, bytes);
 }
@@ -412,21 +412,21 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
-    p->pending.aged = p->lags_kept > 0 && p->src.age_weights;
-    if (p->pending.aged) p->src.age_weights(&p->src);
+    p->upd.pending.aged = p->lags_kept > 0 && p->src.age_weights;
+    if (p->upd.pending.aged) p->src.age_weights(&p->src);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
         if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
         rc = release_layer(p, l, parts, apply_update(p, l, &s), err);
     }
-    p->pending.active = 0;
+    p->upd.pending.active = 0;
     return rc;
 }
 
 int pipeline_apply_pending(Pipeline *p, FgError *err) {
-    if (!p->pending.active) return FG_OK;
-    int rc = p->src.begin_version(&p->src, p->pending.step + 1, err);
+    if (!p->upd.pending.active) return FG_OK;
+    int rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err);
     if (!rc) rc = apply_everywhere(p, err);
     if (!rc) rc = p->src.flush(&p->src, err);
     return rc;
@@ -435,14 +435,14 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
     int N = p->run.all_microbatches, K = p->K, L = p->model->n_layers, rc;
-    int have_c = c->mode == MODE_FG_BP && step >= p->first_c_step;
+    int have_c = c->mode == MODE_FG_BP && step >= p->upd.first_c_step;
     // fg+bp: a stage without corrections this step keeps its last c, which stays its
     // reference.
-    int fresh = p->weight_lanes > 0;
+    int fresh = p->upd.weight_lanes > 0;
     int finish = fresh ? !p->src.streamed : have_c;
     if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
     OptimizerConfig oc = config_optimizer(c);
-    PendingUpdate *u = &p->pending;
+    PendingUpdate *u = &p->upd.pending;
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
     if (!K && (rc = tie_gradients(p, err))) return rc;
@@ -453,7 +453,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     double c2, sums[ROW_WIDTH] = {0};  // c2: |c|^2, or bp's |grad|^2
     sum_layer_rows(p->scalars + scalars_grad_norms(p), NULL, L, 1, &c2);
     // guided before its first reference: plain fg (tangent 0 was random).
-    EstimatorKind kind = p->run.guided && !p->ref_active ? EST_FG : p->run.estimator;
+    EstimatorKind kind = p->run.guided && !p->upd.ref_active ? EST_FG : p->run.estimator;
     float *d = K ? malloc((size_t)N * p->run.d_per_microbatch * sizeof(float)) : NULL;
     double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
     if (K) plan_estimate(p, kind, have_c, d, rdots);
@@ -473,7 +473,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         u->set_ref = fresh || p->run.guided;
         u->ref_scale = !p->run.guided ? 1.0f : c2 > 0 ? (float)(1.0 / sqrt(c2)) : 0.0f;
         // Only the guide needs |c| (known: needs_grad_norms); cv's reference is c from here on.
-        p->ref_active = p->run.guided ? c2 > 0 : 1;
+        p->upd.ref_active = p->run.guided ? c2 > 0 : 1;
     }
     if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
     return rc;

@@ -72,7 +72,7 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
         st->buffers[st->n_buffers++] = "optimizer/velocity";
     }
     if (p->need.ref) st->buffers[st->n_buffers++] = "estimator/reference";
-    st->cv_sums = p->cv.sums, st->n_cv_sums = 2 * p->cv.n_layers;
+    st->cv_sums = p->upd.cv.sums, st->n_cv_sums = 2 * p->upd.cv.n_layers;
 }
 
 // A checkpoint of another model is refused by the key that differs, before any tensor is read:
