@@ -17,9 +17,9 @@
 static void record_times(Pipeline *p, const OpGroup *g, int n_lanes, double t0, double t1) {
     int n = g->kind == OP_U ? 1 : n_lanes;
     for (int i = 0; i < n; i++) {
-        int op = g->kind == OP_U ? p->plan->op[g->first] : p->work.lanes[i].op;
-        p->measured[2 * op] = t0 + (t1 - t0) * i / n;
-        p->measured[2 * op + 1] = t0 + (t1 - t0) * (i + 1) / n;
+        int op = g->kind == OP_U ? p->tt.plan->op[g->first] : p->work.lanes[i].op;
+        p->tt.measured[2 * op] = t0 + (t1 - t0) * i / n;
+        p->tt.measured[2 * op + 1] = t0 + (t1 - t0) * (i + 1) / n;
     }
 }
 
@@ -34,10 +34,10 @@ typedef struct {
 
 static void find_roles(const Pipeline *p, StepRun *r) {
     r->last_w = -1;
-    for (int gi = 0; gi < p->plan->n_groups; gi++) {
-        const OpGroup *g = &p->plan->groups[gi];
+    for (int gi = 0; gi < p->tt.plan->n_groups; gi++) {
+        const OpGroup *g = &p->tt.plan->groups[gi];
         for (int i = 0; i < g->count; i++) {
-            const ScheduledOp *op = &p->sched.ops[p->plan->op[g->first + i]];
+            const ScheduledOp *op = &p->tt.sched.ops[p->tt.plan->op[g->first + i]];
             if ((op->kind == OP_B || op->kind == OP_BW) && op_runs(op, r->step, p->first_step))
                 r->last_w = gi;
         }
@@ -45,7 +45,7 @@ static void find_roles(const Pipeline *p, StepRun *r) {
 }
 
 static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
-    const OpGroup *g = &p->plan->groups[gi];
+    const OpGroup *g = &p->tt.plan->groups[gi];
     int n = 0, rc;
     // Waiting for the group's messages counts as idle time, before the op starts.
     if (g->kind != OP_U &&
@@ -73,7 +73,7 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
 
 // A step's start: its phase's plan, cleared sums, its receives posted.
 static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
-    p->plan = &p->plans[step_phase(p, r->step)];
+    p->tt.plan = &p->tt.plans[step_phase(p, r->step)];
     p->upd.weight_lanes = 0;
     find_roles(p, r);
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
@@ -85,7 +85,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     StepRun r = {.step = step, .total = total, .order = order, .sample0 = sample0,
                  .t_start = wall_seconds()};
     int rc = begin_step(p, &r, err);
-    for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
+    for (int gi = 0; gi < p->tt.plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
     *out = p->stats;
     out->loss = p->scalars[0] / p->run.all_microbatches;
     out->seconds = wall_seconds() - r.t_start;
@@ -95,14 +95,14 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
 // Each step of the calibration: the F groups alone, on the first samples of the data.
 static int forward_only_step(Pipeline *p, StepRun *r, double *f_seconds, FgError *err) {
     int rc = begin_step(p, r, err), n_f = 0;
-    double *f = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(p->plan->n_ops, 1));
-    for (int gi = 0; gi < p->plan->n_groups && !rc; gi++) {
-        const OpGroup *g = &p->plan->groups[gi];
+    double *f = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(p->tt.plan->n_ops, 1));
+    for (int gi = 0; gi < p->tt.plan->n_groups && !rc; gi++) {
+        const OpGroup *g = &p->tt.plan->groups[gi];
         if (g->kind != OP_F) continue;
         rc = run_group(p, r, gi, err);
         for (int i = 0; i < g->count; i++) {
-            int op = p->plan->op[g->first + i];
-            f[n_f++] = p->measured[2 * op + 1] - p->measured[2 * op];
+            int op = p->tt.plan->op[g->first + i];
+            f[n_f++] = p->tt.measured[2 * op + 1] - p->tt.measured[2 * op];
         }
     }
     *f_seconds = n_f ? fg_median(f, (size_t)n_f) : 0.0;
@@ -157,7 +157,7 @@ int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, do
 // Chunks of micro_batch rows in groups as large as the step's (a streamed stage reads its
 // weights once per group).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
-    int rows = p->cfg->micro_batch, group = p->plans[0].max_group, rc;
+    int rows = p->cfg->micro_batch, group = p->tt.plans[0].max_group, rc;
     double totals[2] = {0, 0};  // loss * rows, hits
     if ((rc = pipeline_apply_pending(p, err))) return rc;
     size_t chunks = (ds->count + rows - 1) / rows;

@@ -56,6 +56,17 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
+// The timetable (identical on every stage) and this stage's part of it.
+typedef struct {
+    Schedule sched;
+    ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
+    const ExecPlan *plan;     // this step's (phase step mod n_phases)
+    int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
+    int lags_kept;            // weight versions kept for this stage's ops with a lag: the
+                              // largest lag in its timetable (at most need.prev)
+    double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+} StageTimetable;
+
 // Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
 // the message before is in use) and the outbox.
 typedef struct {
@@ -130,12 +141,7 @@ typedef struct {
     LayerSource src;          // the stage's layers: resident or streamed
     RunPlan run;              // the run's options, resolved
     LayerNeeds need;
-    Schedule sched;
-    ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
-    const ExecPlan *plan;     // this step's (phase step mod n_phases)
-    int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
-    int lags_kept;            // weight versions kept for this stage's ops with a lag: the
-                              // largest lag in its timetable (at most need.prev)
+    StageTimetable tt;
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
     size_t n;                 // parameters of this stage
@@ -151,7 +157,6 @@ typedef struct {
     // [N*K*B]), then r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
     double *scalars;
     size_t n_scalars;
-    double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     long first_step;          // the run's first step (a resumed run's is > 0)
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage

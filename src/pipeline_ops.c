@@ -7,7 +7,7 @@
 
 #include "pipeline_internal.h"
 
-int step_phase(const Pipeline *p, long step) { return (int)(step % p->sched.n_phases); }
+int step_phase(const Pipeline *p, long step) { return (int)(step % p->tt.sched.n_phases); }
 
 int keeps_stash(const Pipeline *p, long step, int mb) {
     return p->pool.keeps[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
@@ -40,7 +40,7 @@ static int post_receive(Pipeline *p, long step, FgError *err) {
 
 int start_messages(Pipeline *p, long step, FgError *err) {
     message_plan_free(&p->msg.plan);
-    message_plan_build(&p->sched, p->plan, step_phase(p, step), p->tr->stage, step - p->first_step,
+    message_plan_build(&p->tt.sched, p->tt.plan, step_phase(p, step), p->tr->stage, step - p->first_step,
                        &p->msg.plan);
     p->msg.recv_plan = &p->msg.plan;
     p->msg.recv_taken = p->msg.recv_posted = 0;
@@ -121,12 +121,12 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
     int B = p->cfg->micro_batch, n = 0, rc = FG_OK;
     size_t in = (size_t)B * p->model->layers[p->stage.first].in;
     for (int i = 0; i < g->count && !rc; i++) {
-        int idx = p->plan->op[g->first + i];
-        const ScheduledOp *op = &p->sched.ops[idx];
+        int idx = p->tt.plan->op[g->first + i];
+        const ScheduledOp *op = &p->tt.sched.ops[idx];
         if (!op_runs(op, step, p->first_step)) continue;
         Lane *a = &p->work.lanes[n];
         *a = (Lane){.op = idx, .kind = op->kind, .microbatch = op->microbatch, .lag = op->lag,
-                    .taker_lag = p->taker_lag[idx], .rows = B};
+                    .taker_lag = p->tt.taker_lag[idx], .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
             a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);

@@ -102,7 +102,7 @@ static void alloc_buffers(Pipeline *p) {
     const Backend *be = p->be;
     int N = c->micro_batches, B = c->micro_batch, NR = N * p->tr->replicas, K = p->K;
     int group = 0;
-    for (int ph = 0; ph < p->sched.n_phases; ph++) group = FG_MAX(group, p->plans[ph].max_group);
+    for (int ph = 0; ph < p->tt.sched.n_phases; ph++) group = FG_MAX(group, p->tt.plans[ph].max_group);
     alloc_lanes(p, group);
     const size_t labels = (size_t)B * p->model->tokens;  // a micro-batch's labels (GPT: one per token)
     p->work.labels = be->alloc(be, labels);
@@ -192,17 +192,17 @@ static int build_timetable(Pipeline *p, const double *costs, int without_b, FgEr
     ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), without_b ? 0 : config_timetable_lag(c),
                          without_b ? 0 : select, costs + COST_F * M, costs + COST_BI * M, bw,
                          costs + COST_U * M};
-    int rc = schedule_build(&spec, &p->sched, err);
-    if (rc || p->sched.mode != SCHED_FG_BP || without_b) return rc;
+    int rc = schedule_build(&spec, &p->tt.sched, err);
+    if (rc || p->tt.sched.mode != SCHED_FG_BP || without_b) return rc;
     int changed = 0;
     for (int s = 0; s < M; s++) {
-        double per_step = (double)schedule_stage_bubbles(&p->sched, s).corrections / p->sched.n_phases;
+        double per_step = (double)schedule_stage_bubbles(&p->tt.sched, s).corrections / p->tt.sched.n_phases;
         double zero = costs[COST_ZERO * M + s];
         if (per_step > 0 && zero > 0) bw[s] += zero / per_step, changed = 1;
     }
     if (!changed) return FG_OK;
-    schedule_free(&p->sched);
-    return schedule_build(&spec, &p->sched, err);
+    schedule_free(&p->tt.sched);
+    return schedule_build(&spec, &p->tt.sched, err);
 }
 
 // What the timetable asks of this stage: which F ops keep stashes, where its B and Bi ops send
@@ -210,18 +210,18 @@ static int build_timetable(Pipeline *p, const double *costs, int without_b, FgEr
 // any stage streams, every stage runs layer-major, so that neighbours agree on the order of
 // their messages.
 static void plan_stage(Pipeline *p) {
-    const Schedule *S = &p->sched;
+    const Schedule *S = &p->tt.sched;
     int N = p->cfg->micro_batches, s = p->tr->stage;
     p->pool.keeps = fg_alloc_bytes((size_t)S->n_phases * N);
-    p->taker_lag = fg_alloc_bytes(sizeof(int) * (size_t)FG_MAX(S->n_ops, 1));
+    p->tt.taker_lag = fg_alloc_bytes(sizeof(int) * (size_t)FG_MAX(S->n_ops, 1));
     for (int ph = 0; ph < S->n_phases; ph++) {
         for (int b = 0; b < N; b++) p->pool.keeps[ph * N + b] = (unsigned char)schedule_stashes(S, ph, s, b);
         const ScheduledOp *ops;
         int n = schedule_stage_ops(S, ph, s, &ops);
         for (int i = 0; i < n; i++) {
-            p->taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
+            p->tt.taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
             // Each version kept costs a copy of the stage's weights per step: only those used.
-            if (ops[i].kind != OP_F) p->lags_kept = FG_MAX(p->lags_kept, ops[i].lag);
+            if (ops[i].kind != OP_F) p->tt.lags_kept = FG_MAX(p->tt.lags_kept, ops[i].lag);
         }
     }
     // Every phase recurs within n_phases steps once the lags have passed.
@@ -233,18 +233,18 @@ static void plan_stage(Pipeline *p) {
             for (int i = 0; i < n; i++)
                 if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->upd.first_c_step = k;
         }
-    for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->plans[ph]);
-    p->plan = &p->plans[0];
-    p->measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
+    for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->tt.plans[ph]);
+    p->tt.plan = &p->tt.plans[0];
+    p->tt.measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
 }
 
 static void unplan_stage(Pipeline *p) {
-    for (int ph = 0; ph <= SCHED_MAX_LAG; ph++) exec_plan_free(&p->plans[ph]);
-    void *on_host[] = {p->pool.keeps, p->taker_lag, p->measured};
+    for (int ph = 0; ph <= SCHED_MAX_LAG; ph++) exec_plan_free(&p->tt.plans[ph]);
+    void *on_host[] = {p->pool.keeps, p->tt.taker_lag, p->tt.measured};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
-    p->pool.keeps = NULL, p->taker_lag = NULL, p->measured = NULL, p->plan = NULL;
-    p->lags_kept = 0;
-    schedule_free(&p->sched);
+    p->pool.keeps = NULL, p->tt.taker_lag = NULL, p->tt.measured = NULL, p->tt.plan = NULL;
+    p->tt.lags_kept = 0;
+    schedule_free(&p->tt.sched);
 }
 
 // fg+bp's auto timetable packs B ops into the gaps between F ops, so it is as good as the F
@@ -292,7 +292,7 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 // timetable backpropagates nothing (no bubble to fill, e.g. one stage with select = -1) would
 // never learn. Every rank sees the same timetable, so all of them refuse it alike.
 static int check_every_stage_learns(const Pipeline *p, FgError *err) {
-    const Schedule *S = &p->sched;
+    const Schedule *S = &p->tt.sched;
     if (p->run.estimator != EST_MIX || p->run.shrink > 0) return FG_OK;
     for (int t = 0; t < S->M; t++) {
         int backprops = 0;
@@ -378,17 +378,17 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {p->work.host_x, p->work.host_labels, p->work.loss_d, p->pool.free_stash, p->pool.free_adj,
-                       p->pool.keeps, p->taker_lag, p->scalars,
-                       p->upd.pending.coeff, p->measured, p->host_layer[0], p->host_layer[1],
+                       p->pool.keeps, p->tt.taker_lag, p->scalars,
+                       p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3], p->kept.local_est[0], p->kept.local_est[1],
                        p->kept.lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(p->work.lanes);
     cv_scale_free(&p->upd.cv);
     message_plan_free(&p->msg.plan);
-    for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->plans[i]);
+    for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->tt.plans[i]);
     stage_free(&p->stage);
-    schedule_free(&p->sched);
+    schedule_free(&p->tt.sched);
     memset(p, 0, sizeof *p);
     return rc;
 }

@@ -87,7 +87,7 @@ static double layer_lr(const Pipeline *p, int l, double lr) {
 int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
-    int reads_step = u->active && (reads_kept(u) || p->lags_kept > 0);
+    int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = acquire_layer(p, l, 1, *parts, s, err);
@@ -246,7 +246,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     float *g = gradient_of_layer(p, l, s);
     if (u->tangents && !estimate_formed(p, l)) form_estimate(p, l, s, g);
     unsigned dirty = LAYER_WEIGHTS;
-    for (int j = p->lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
+    for (int j = p->tt.lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
@@ -412,7 +412,7 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
-    p->upd.pending.aged = p->lags_kept > 0 && p->src.age_weights;
+    p->upd.pending.aged = p->tt.lags_kept > 0 && p->src.age_weights;
     if (p->upd.pending.aged) p->src.age_weights(&p->src);
     for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
         LayerSlot s;

@@ -178,7 +178,7 @@ static int open_outputs(Run *r, FgError *err) {
 // bubble planned for B ops.
 static void plan_figures(Run *r) {
     TrainResult *res = r->res;
-    const Schedule *S = &r->p.sched;
+    const Schedule *S = &r->p.tt.sched;
     res->stages = S->M;
     for (int s = 0; s < S->M; s++) {
         StageBubbles planned = schedule_stage_bubbles(S, s);
@@ -379,7 +379,7 @@ static int finish_run(Run *r, FgError *err) {
     Schedule measured;
     rc = gather_measured(&r->p, &measured, err);
     if (!rc && r->out.trace_path && t->stage == 0 && t->replica == 0)
-        rc = write_trace(&r->p.sched, &measured, r->out.trace_path, err);
+        rc = write_trace(&r->p.tt.sched, &measured, r->out.trace_path, err);
     ScheduleStats ms = schedule_stats(&measured);
     double ms_stage[SCHED_MAX_STAGES];
     for (int s = 0; s < measured.M; s++) ms_stage[s] = schedule_stage_bubbles(&measured, s).bubble_used;

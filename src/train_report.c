@@ -80,7 +80,7 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
         fprintf(stderr, ", ms per step:");
         for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->work_stage[s]);
     }
-    const Schedule *S = &p->sched;
+    const Schedule *S = &p->tt.sched;
     ScheduleStats st = schedule_stats(S);
     const char *off = pipeline_calibration_off(p);
     if (S->mode == SCHED_FG_BP && M > 1) {
@@ -107,11 +107,11 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
 // The last step as it ran: every stage contributes the times of its own ops, one sum gathers
 // them, and every stage gets the timetable with measured times (free measured->ops).
 int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
-    const Schedule *S = &p->sched;
-    int n = S->n_ops, s = p->tr->stage, M = S->M, phase = (int)(p->plan - p->plans);
+    const Schedule *S = &p->tt.sched;
+    int n = S->n_ops, s = p->tr->stage, M = S->M, phase = (int)(p->tt.plan - p->tt.plans);
     int lo = S->stage_first[phase * M + s], hi = lo + S->stage_count[phase * M + s];
     double *times = calloc((size_t)2 * n, sizeof(double));
-    memcpy(times + 2 * lo, p->measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
+    memcpy(times + 2 * lo, p->tt.measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
     int rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
     int first = S->stage_first[phase * M], count = 0;
     for (int t = 0; t < M; t++) count += S->stage_count[phase * M + t];
