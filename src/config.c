@@ -247,7 +247,7 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
                        c->micro_batches);
     if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP &&
-        (c->estimator == ESTIMATOR_CV || c->estimator == ESTIMATOR_GUIDED))
+        (c->estimator == EST_CV || c->estimator == EST_GUIDED))
         return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
                        "= mix, fg or auto (cv and guided dot c with weight tangents)");
     if (c->cv_scale == CV_SCALE_AUTO && !config_uses_cv(c))
@@ -256,7 +256,7 @@ int config_validate(const Config *c, FgError *err) {
     if (c->tangent_rank > 0 && c->perturb != PERTURB_WEIGHT)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank applies to perturb = weight (activity "
                        "perturbation has no weight tangents)");
-    if (c->tangent_rank > 0 && c->mode == MODE_FG_BP && c->estimator == ESTIMATOR_GUIDED)
+    if (c->tangent_rank > 0 && c->mode == MODE_FG_BP && c->estimator == EST_GUIDED)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank > 0 and estimator = guided: the guide "
                        "is a full vector, not of rank tangent_rank");
     if (c->local_groups > 0 &&
@@ -326,14 +326,14 @@ void config_write_help(FILE *f) {
                 KEYS[i].choices ? KEYS[i].choices : "", KEYS[i].choices ? "]" : "");
 }
 
-int config_estimator(const Config *c) {
-    if (c->estimator != ESTIMATOR_AUTO) return c->estimator;
-    return c->perturb == PERTURB_ACTIVITY ? ESTIMATOR_MIX : ESTIMATOR_CV;
+EstimatorKind config_estimator(const Config *c) {
+    if (c->estimator != EST_AUTO) return c->estimator;
+    return c->perturb == PERTURB_ACTIVITY ? EST_MIX : EST_CV;
 }
 
 int config_dots_reference(const Config *c) {
     int e = config_estimator(c);
-    return c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_GUIDED);
+    return c->mode == MODE_FG_BP && (e == EST_CV || e == EST_GUIDED);
 }
 
 int config_timetable_lag(const Config *c) {
@@ -343,12 +343,12 @@ int config_timetable_lag(const Config *c) {
 
 int config_update_microbatches(const Config *c, int replicas) {
     int e = config_estimator(c);
-    int weighs_zero = c->mode == MODE_FG_BP && (e == ESTIMATOR_CV || e == ESTIMATOR_MIX) && c->shrink == 0.0;
+    int weighs_zero = c->mode == MODE_FG_BP && (e == EST_CV || e == EST_MIX) && c->shrink == 0.0;
     return weighs_zero ? 0 : c->micro_batches * replicas;
 }
 
 int config_uses_cv(const Config *c) {
-    return c->mode == MODE_FG_BP && config_estimator(c) == ESTIMATOR_CV;
+    return c->mode == MODE_FG_BP && config_estimator(c) == EST_CV;
 }
 
 OptimizerConfig config_optimizer(const Config *c) {

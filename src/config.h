@@ -9,12 +9,12 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "estimator.h"
 #include "optimizer.h"
 #include "tangent.h"
 
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
-typedef enum { ESTIMATOR_AUTO, ESTIMATOR_FG, ESTIMATOR_CV, ESTIMATOR_GUIDED, ESTIMATOR_MIX } EstimatorChoice;
 typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT } DataKind;
@@ -29,7 +29,7 @@ typedef struct {
     char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
     int mode;              // Mode
     int schedule;          // ScheduleKind (bp)
-    int estimator;         // EstimatorChoice (fg+bp); auto: cv for fg+bp, fg for fg
+    int estimator;         // EstimatorKind (fg+bp); EST_AUTO: cv for perturb = weight, mix for activity
     int cv_scale;          // CvScaleChoice (fg+bp cv): scale of c per layer, 1 or online (cv_scale.h)
     int perturb;           // Perturbation (tangent.h): where fg's tangents enter
     double shrink;         // fg+bp cv and mix: weight of the step's own noisy term (estimator.h)
@@ -84,7 +84,7 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
 
 OptimizerConfig config_optimizer(const Config *c);
 // The estimator auto resolves to: cv for perturb = weight, mix for activity.
-int config_estimator(const Config *c);
+EstimatorKind config_estimator(const Config *c);
 // fg+bp whose op F dots the reference with its tangents (cv, guided).
 int config_dots_reference(const Config *c);
 // Micro-batches whose tangent terms op U forms: the step's, over every replica, or 0 where the

@@ -7,6 +7,8 @@ int estimator_coefficients(const Estimator *e, const float *d, const double *rdo
     int n = e->micro_batches * e->tangents;
     float scale = 1.0f / (float)n;
     switch (e->kind) {
+    case EST_AUTO:  // a choice, not an estimate: the run plan resolves it
+        return -1;
     case EST_FG:
         for (int i = 0; i < n; i++) coeff[i] = scale * d[i];
         *base = 0.0f;

@@ -8,7 +8,10 @@
 #ifndef FGPIPE_ESTIMATOR_H
 #define FGPIPE_ESTIMATOR_H
 
+// One enum for the config's choice and the estimate: EST_AUTO exists only in a Config (the run
+// plan resolves it: cv for weight perturbation, mix for activity).
 typedef enum {
+    EST_AUTO,
     EST_FG,      // g = (1/(N K)) sum d_{b,k} v_{b,k}
     EST_CV,      // g = c + (1/(N K)) sum (d_{b,k} - c.v_{b,k}) v_{b,k}   (control variate)
     EST_GUIDED,  // tangent k=0 of every micro-batch is u = c/|c| (from the previous step), so

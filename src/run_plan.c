@@ -1,15 +1,5 @@
 #include "run_plan.h"
 
-static EstimatorKind estimator_of(const Config *c) {
-    if (c->mode != MODE_FG_BP) return EST_FG;
-    switch (config_estimator(c)) {
-    case ESTIMATOR_CV: return EST_CV;
-    case ESTIMATOR_GUIDED: return EST_GUIDED;
-    case ESTIMATOR_MIX: return EST_MIX;
-    default: return EST_FG;
-    }
-}
-
 RunPlan run_plan(const Config *c, int replicas) {
     RunPlan r = {.mode = (Mode)c->mode, .microbatches = c->micro_batches, .grad_delay = c->grad_delay};
     r.all_microbatches = replicas * c->micro_batches;
@@ -18,7 +8,7 @@ RunPlan run_plan(const Config *c, int replicas) {
     r.activity = c->perturb == PERTURB_ACTIVITY;
     r.sends_tangents = c->local_groups == 0;
     r.d_per_microbatch = r.tangents * (r.activity ? c->micro_batch : 1);
-    r.estimator = estimator_of(c);
+    r.estimator = c->mode == MODE_FG_BP ? config_estimator(c) : EST_FG;
     r.shrink = r.estimator == EST_CV || r.estimator == EST_MIX ? (float)c->shrink : 1.0f;
     r.dots_reference = r.estimator == EST_CV || r.estimator == EST_GUIDED;
     r.guided = r.estimator == EST_GUIDED;
