@@ -34,7 +34,9 @@ static inline int global_microbatch(const Pipeline *p, int mb) {
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int keeps_stash(const Pipeline *p, long step, int mb);
 // The timetable's phase of a step.
-int step_phase(const Pipeline *p, long step);
+static inline int step_phase(const Pipeline *p, long step) {
+    return (int)(step % p->tt.sched.n_phases);
+}
 
 // pipeline_layers.c: the stage's layers and what F keeps of them for U.
 // The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
@@ -58,8 +60,8 @@ size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 
-// Floats of a forward message into `layer` for `rows` samples: activations, then K times as
-// many tangents.
+// pipeline_messages.c. Floats of a forward message into `layer` for `rows` samples:
+// activations, then K times as many tangents.
 size_t forward_msg_floats(const Pipeline *p, int layer, int rows);
 
 // Receives the next message of the step's plan into the inbox (posted one ahead); *msg points

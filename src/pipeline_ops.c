@@ -7,55 +7,12 @@
 
 #include "pipeline_internal.h"
 
-int step_phase(const Pipeline *p, long step) { return (int)(step % p->tt.sched.n_phases); }
-
 int keeps_stash(const Pipeline *p, long step, int mb) {
     return p->pool.keeps[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
 }
 
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
 static int ring(long step) { return (int)(step % (SCHED_MAX_LAG + 1)); }
-
-size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
-    return (size_t)rows * p->model->layers[layer].in * (1 + (p->run.sends_tangents ? p->K : 0));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Messages: received in the order of the step's message plan, each posted while the one
-// before is in use, into inbox slots used round-robin.
-
-static int post_receive(Pipeline *p, long step, FgError *err) {
-    const MessagePlan *mp = p->msg.recv_plan;
-    if (p->msg.recv_posted >= mp->n_recv) return FG_OK;
-    const PlannedMessage *m = &mp->recv[p->msg.recv_posted];
-    int B = p->cfg->micro_batch;
-    size_t n = m->kind == MSG_FORWARD ? forward_msg_floats(p, p->stage.first, B)
-                                      : (size_t)B * p->model->layers[p->stage.last - 1].out;
-    float *slot = p->msg.inbox + (size_t)(p->msg.recv_posted % p->msg.n_inbox) * p->msg.stride;
-    int tag = message_tag(m->kind, step - m->lag, m->microbatch);
-    int rc = p->tr->post_recv(p->tr, m->peer, tag, slot, n, &p->msg.recv_handle, err);
-    if (!rc) p->msg.recv_posted++;
-    return rc;
-}
-
-int start_messages(Pipeline *p, long step, FgError *err) {
-    message_plan_free(&p->msg.plan);
-    message_plan_build(&p->tt.sched, p->tt.plan, step_phase(p, step), p->tr->stage, step - p->first_step,
-                       &p->msg.plan);
-    p->msg.recv_plan = &p->msg.plan;
-    p->msg.recv_taken = p->msg.recv_posted = 0;
-    return post_receive(p, step, err);
-}
-
-int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
-    if (p->msg.recv_taken >= p->msg.recv_posted)
-        return fg_fail(err, FG_ERR_INTERNAL, "stage %d: an op needs a message its plan does not list",
-                       p->tr->stage);
-    int rc = p->tr->wait_recv(p->tr, p->msg.recv_handle, err);
-    if (rc) return rc;
-    *msg = p->msg.inbox + (size_t)(p->msg.recv_taken++ % p->msg.n_inbox) * p->msg.stride;
-    return post_receive(p, step, err);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Stashes: a stage keeps one per micro-batch it will backpropagate, from F until its B (or
