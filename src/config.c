@@ -246,8 +246,8 @@ int config_validate(const Config *c, FgError *err) {
     if (c->select > c->micro_batches)
         return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
                        c->micro_batches);
-    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP &&
-        (c->estimator == EST_CV || c->estimator == EST_GUIDED))
+    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP && c->estimator != EST_AUTO &&
+        estimator_info((EstimatorKind)c->estimator)->dots_reference)
         return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
                        "= mix, fg or auto (cv and guided dot c with weight tangents)");
     if (c->cv_scale == CV_SCALE_AUTO && !config_uses_cv(c))
@@ -332,8 +332,7 @@ EstimatorKind config_estimator(const Config *c) {
 }
 
 int config_dots_reference(const Config *c) {
-    int e = config_estimator(c);
-    return c->mode == MODE_FG_BP && (e == EST_CV || e == EST_GUIDED);
+    return c->mode == MODE_FG_BP && estimator_info(config_estimator(c))->dots_reference;
 }
 
 int config_timetable_lag(const Config *c) {
@@ -342,8 +341,8 @@ int config_timetable_lag(const Config *c) {
 }
 
 int config_update_microbatches(const Config *c, int replicas) {
-    int e = config_estimator(c);
-    int weighs_zero = c->mode == MODE_FG_BP && (e == EST_CV || e == EST_MIX) && c->shrink == 0.0;
+    int weighs_zero = c->mode == MODE_FG_BP && estimator_info(config_estimator(c))->shrinks &&
+                      c->shrink == 0.0;
     return weighs_zero ? 0 : c->micro_batches * replicas;
 }
 

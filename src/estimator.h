@@ -31,9 +31,25 @@ typedef struct {
                         // sum (d - r.v) v, biased for s < 1; mix: above); 1 for fg and guided
 } Estimator;
 
-// Fills coeff[N*K] and *base from d[N*K] and, for EST_CV and EST_GUIDED, rdots[N*K] = r . v_{b,k}
-// (NULL for EST_FG and EST_MIX; entries k=0 are ignored by EST_GUIDED). Returns 0, or -1 when
-// rdots is missing.
+// What the engine needs to know of an estimator, one row per kind (estimator.c's table; each
+// kind's file defines its row): how op F and op U treat it, and its coefficients.
+typedef struct {
+    const char *name;
+    int dots_reference;   // op F dots the reference (the step before's c) with the tangents
+    int shrinks;          // `shrink` weighs its noisy term (else s = 1)
+    int base_is_c;        // its base term weighs this step's c (else the reference)
+    int drops_exact;      // micro-batches exact in this step's c leave its sum (cv at lag 0)
+    int guides;           // tangent 0 of each micro-batch is the unit reference (op F)
+    // Fills coeff[N*K] and *base from d[N*K] and, where dots_reference, rdots[N*K] = r . v_{b,k}.
+    // Returns 0, or -1 when rdots is missing.
+    int (*coefficients)(const Estimator *e, const float *d, const double *rdots, float *coeff,
+                        float *base);
+} EstimatorInfo;
+
+// The row of `kind`; NULL for EST_AUTO (a choice the run plan resolves, not an estimator).
+const EstimatorInfo *estimator_info(EstimatorKind kind);
+
+// estimator_info(e->kind)->coefficients, or -1 for EST_AUTO.
 int estimator_coefficients(const Estimator *e, const float *d, const double *rdots, float *coeff,
                            float *base);
 

@@ -293,7 +293,7 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 // never learn. Every rank sees the same timetable, so all of them refuse it alike.
 static int check_every_stage_learns(const Pipeline *p, FgError *err) {
     const Schedule *S = &p->tt.sched;
-    if (p->run.estimator != EST_MIX || p->run.shrink > 0) return FG_OK;
+    if (!p->K || !estimator_info(p->run.estimator)->base_is_c || p->run.shrink > 0) return FG_OK;
     for (int t = 0; t < S->M; t++) {
         int backprops = 0;
         for (int ph = 0; ph < S->n_phases && !backprops; ph++) {

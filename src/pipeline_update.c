@@ -290,8 +290,9 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
     int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
     PendingUpdate *u = &p->upd.pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
-    int use_cv = kind == EST_CV, dotted = use_cv || kind == EST_GUIDED;
-    u->ref_beta = use_cv ? p->upd.cv.beta : NULL;
+    const EstimatorInfo *info = estimator_info(kind);
+    int dotted = info->dots_reference;
+    u->ref_beta = p->upd.cv.beta;  // cv_scale = auto (cv only), else NULL
     if (u->ref_beta) cv_scale_set_betas(&p->upd.cv);
     for (int i = 0; i < n_d; i++) d[i] = (float)p->scalars[scalars_d(p) + i];
     for (int r = 0; dotted && r < p->tr->replicas; r++)
@@ -302,10 +303,10 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
     Estimator est = {kind, n_d / K, K, p->run.shrink};
     float base;
     estimator_coefficients(&est, d, dotted ? rdots : NULL, u->coeff, &base);
-    u->fg_weight = est.kind == EST_MIX ? est.shrink : 1.0f;
+    u->fg_weight = info->base_is_c ? est.shrink : 1.0f;  // mix weighs fg itself by s
     // Micro-batches inside this step's c contribute their exact gradient instead of their
     // estimate: c's weight is their share.
-    for (int i = 0; use_cv && i < NK; i++)
+    for (int i = 0; info->drops_exact && i < NK; i++)
         if (run_plan_exact(&p->run, (i / K) % Nr)) u->coeff[i] = 0.0f, inside++;
     // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
     if (u->ref_beta)
@@ -314,7 +315,7 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
     // each part as old as its op's lag; 0 before the first): with shrink 0 the update is c.
-    if (kind == EST_MIX) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
+    if (info->base_is_c) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
     u->tangents = 1;
     u->coeff_nonzero = 0;
     for (int i = 0; i < n_d && !u->coeff_nonzero; i++) u->coeff_nonzero = u->coeff[i] != 0.0f;
