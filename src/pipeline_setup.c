@@ -21,8 +21,9 @@ static int stashes_in_flight(const Config *c) {
 
 // Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
 static double lane_bytes(const Pipeline *p, int group) {
-    double per_lane = 2.0 * (p->work.act_stride + p->work.tan_stride + (p->need.grad ? p->work.adj_stride : 0)) +
-                      (p->is_first ? p->work.x_stride : 0);
+    const LaneBuffers *w = &p->work;
+    double per_lane = 2.0 * (w->act_stride + w->tan_stride + (p->need.grad ? w->adj_stride : 0)) +
+                      (p->is_first ? w->x_stride : 0);
     return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
 }
 
@@ -59,7 +60,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
                        "have no layer store to resume from (resume them from a checkpoint)",
                        p->tr->stages - p->n_streamed, p->tr->stages);
     if (!streams_here && (rc = check_fits_machine(p, in_memory, err))) return rc;
-    if (streams_here && c->grad_delay)
+    if (streams_here && p->run.grad_delay)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers (mem_budget): grad_delay "
                        "needs every stage in memory", p->tr->stage);
     if (!streams_here)
@@ -83,18 +84,20 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
 
 static void alloc_lanes(Pipeline *p, int group) {
     const Backend *be = p->be;
-    p->work.lanes = calloc((size_t)group, sizeof(Lane));
+    LaneBuffers *w = &p->work;
+    Messages *msg = &p->msg;
+    w->lanes = calloc((size_t)group, sizeof(Lane));
     for (int i = 0; i < 2; i++) {
-        p->work.act[i] = backend_alloc_floats(be, (size_t)group * p->work.act_stride);
-        if (p->work.tan_stride) p->work.tan[i] = backend_alloc_floats(be, (size_t)group * p->work.tan_stride);
-        if (p->need.grad) p->work.adj[i] = backend_alloc_floats(be, (size_t)group * p->work.adj_stride);
+        w->act[i] = backend_alloc_floats(be, (size_t)group * w->act_stride);
+        if (w->tan_stride) w->tan[i] = backend_alloc_floats(be, (size_t)group * w->tan_stride);
+        if (p->need.grad) w->adj[i] = backend_alloc_floats(be, (size_t)group * w->adj_stride);
     }
     // One slot more than a group takes: the next group's first message is posted while the
     // group still uses all of its own.
-    p->msg.n_inbox = group + 1;
-    p->msg.inbox = backend_alloc_floats(be, (size_t)p->msg.n_inbox * p->msg.stride);
-    p->msg.outbox = backend_alloc_floats(be, p->msg.stride);
-    if (p->is_first) p->work.x_in = backend_alloc_floats(be, (size_t)group * p->work.x_stride);
+    msg->n_inbox = group + 1;
+    msg->inbox = backend_alloc_floats(be, (size_t)msg->n_inbox * msg->stride);
+    msg->outbox = backend_alloc_floats(be, msg->stride);
+    if (p->is_first) w->x_in = backend_alloc_floats(be, (size_t)group * w->x_stride);
 }
 
 static void alloc_buffers(Pipeline *p) {
@@ -129,7 +132,7 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.local_est[i] = fg_alloc_floats(n);
         p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
     }
-    for (int i = 0; p->cfg->grad_delay && i <= p->cfg->grad_delay; i++)
+    for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (K) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
@@ -225,13 +228,14 @@ static void plan_stage(Pipeline *p) {
         }
     }
     // Every phase recurs within n_phases steps once the lags have passed.
-    p->upd.first_c_step = LONG_MAX;
-    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG && p->upd.first_c_step == LONG_MAX; k++)
+    long *first_c = &p->upd.first_c_step;
+    *first_c = LONG_MAX;
+    for (long k = p->first_step; k < p->first_step + S->n_phases + SCHED_MAX_LAG && *first_c == LONG_MAX; k++)
         for (int t = 0; t < S->M; t++) {
             const ScheduledOp *ops;
             int n = schedule_stage_ops(S, (int)(k % S->n_phases), t, &ops);
             for (int i = 0; i < n; i++)
-                if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) p->upd.first_c_step = k;
+                if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) *first_c = k;
         }
     for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->tt.plans[ph]);
     p->tt.plan = &p->tt.plans[0];
@@ -294,19 +298,12 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 static int check_every_stage_learns(const Pipeline *p, FgError *err) {
     const Schedule *S = &p->tt.sched;
     if (!p->K || !estimator_info(p->run.estimator)->base_is_c || p->run.shrink > 0) return FG_OK;
-    for (int t = 0; t < S->M; t++) {
-        int backprops = 0;
-        for (int ph = 0; ph < S->n_phases && !backprops; ph++) {
-            const ScheduledOp *ops;
-            int n = schedule_stage_ops(S, ph, t, &ops);
-            for (int i = 0; i < n; i++) backprops |= ops[i].kind == OP_BW || ops[i].kind == OP_B;
-        }
-        if (!backprops)
+    for (int t = 0; t < S->M; t++)
+        if (!schedule_stage_bubbles(S, t).corrections)
             return fg_fail(err, FG_ERR_INPUT, "stage %d backpropagates no micro-batch (its "
                            "timetable has no bubble for one) and estimator = mix with shrink = 0 "
                            "updates by the exact gradient alone: it would never learn; set select "
                            ">= 1 or shrink > 0", t);
-    }
     return FG_OK;
 }
 
@@ -371,19 +368,21 @@ int pipeline_free(Pipeline *p, FgError *err) {
         }
     for (int i = 0; i < p->pool.n_free_stash; i++) be->free(be, p->pool.free_stash[i]);
     for (int i = 0; i < p->pool.n_free_adj; i++) be->free(be, p->pool.free_adj[i]);
-    void *on_backend[] = {p->work.act[0], p->work.act[1], p->work.tan[0], p->work.tan[1], p->work.adj[0], p->work.adj[1],
-                          p->msg.inbox, p->msg.outbox, p->work.x_in, p->work.labels, p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
-                          p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch, p->kept.act_inputs[0],
-                          p->kept.act_inputs[1], p->kept.act_work, p->upd.delayed[0], p->upd.delayed[1],
-                          p->upd.delayed[2]};
+    const LaneBuffers *w = &p->work;
+    void *on_backend[] = {w->act[0], w->act[1], w->tan[0], w->tan[1], w->adj[0], w->adj[1],
+                          w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
+                          p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
+                          p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch,
+                          p->kept.act_inputs[0], p->kept.act_inputs[1], p->kept.act_work,
+                          p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
-    void *on_host[] = {p->work.host_x, p->work.host_labels, p->work.loss_d, p->pool.free_stash, p->pool.free_adj,
+    void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
                        p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3], p->kept.local_est[0], p->kept.local_est[1],
                        p->kept.lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
-    free(p->work.lanes);
+    free(w->lanes);
     cv_scale_free(&p->upd.cv);
     message_plan_free(&p->msg.plan);
     for (int i = 0; i <= SCHED_MAX_LAG; i++) exec_plan_free(&p->tt.plans[i]);

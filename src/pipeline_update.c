@@ -394,7 +394,7 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
 // (as fg+bp at lag D has no c yet, also after a resume): fg+bp's staleness with bp's gradient.
 static void delay_gradient(Pipeline *p, long step) {
     const Backend *be = p->be;
-    int D = p->cfg->grad_delay;
+    int D = p->run.grad_delay;
     size_t bytes = p->n * sizeof(float);
     be->copy(be, p->upd.delayed[step % (D + 1)], p->src.stage_grad, bytes);
     if (step - D >= p->first_step)
@@ -447,7 +447,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
     if (!K && (rc = tie_gradients(p, err))) return rc;
-    if (!K && c->grad_delay) delay_gradient(p, step);
+    if (!K && p->run.grad_delay) delay_gradient(p, step);
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;

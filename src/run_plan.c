@@ -1,8 +1,7 @@
 #include "run_plan.h"
 
 RunPlan run_plan(const Config *c, int replicas) {
-    RunPlan r = {.mode = (Mode)c->mode, .microbatches = c->micro_batches, .grad_delay = c->grad_delay,
-                 .estimator = EST_FG, .shrink = 1.0f};
+    RunPlan r = {.grad_delay = c->grad_delay, .estimator = EST_FG, .shrink = 1.0f};
     r.all_microbatches = replicas * c->micro_batches;
     r.tangents = c->mode == MODE_BP ? 0 : c->tangents;
     if (!r.tangents) return r;

@@ -8,9 +8,7 @@
 #include "estimator.h"
 
 typedef struct {
-    Mode mode;
     int tangents;            // K per micro-batch; 0 in bp (no tangents at all)
-    int microbatches;        // N of one replica
     int all_microbatches;    // R * N: the step's over every replica (they name the tangents)
     int activity;            // F perturbs every linear layer's output, not the weights
     int sends_tangents;      // F's messages carry tangents (not with local losses)
