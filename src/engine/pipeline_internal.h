@@ -47,13 +47,9 @@ int first_param_layer(const Pipeline *p);
 // (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
 int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
-// Activity perturbation: layer l's inputs kept by the F ops of `step`, for the step's
-// micro-batches one after the other [N * B, in].
-float *kept_layer_inputs(const Pipeline *p, long step, int l);
-// Local losses: the floats of the stage's local estimates before layer `layer`; where linear
-// layer l's estimate of a step is kept.
-size_t local_est_floats(const Pipeline *p, int layer);
-float *local_est_of(const Pipeline *p, long step, int l);
+// What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for
+// the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
+float *kept_of_layer(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]

@@ -1,9 +1,10 @@
-// Local losses on a stage (stage.h, local_loss.h): the fixed heads, op F's directional
-// derivatives at each head, and the update's estimate from them.
+// Local losses on a stage (perturbation.h, stage.h, local_loss.h): the fixed heads, op F's
+// directional derivatives at each head, and the update's estimate from them. The linear layer
+// before a head takes activity tangents and keeps its input and its output-gradient estimate.
 #include <string.h>
 
 #include "local_loss.h"
-#include "stage.h"
+#include "perturbation.h"
 
 int stage_local_head(const Stage *st, int l) {
     if (!st->local_groups || l <= st->first || l >= st->last) return 0;
@@ -66,3 +67,24 @@ void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, c
     const Layer *L = &st->model->layers[l];
     st->be->backward(st->be, L, NULL, x, est, NULL, grad, rows);
 }
+
+// Kept per row: the layer's input, then the estimate F formed at the head [rows, out].
+static size_t local_kept_floats(const Stage *st, int l) {
+    return (size_t)st->model->layers[l].in + (size_t)st->model->layers[l].out;
+}
+
+// U: the estimate F formed (unweighted, so that it can be read again), times fg's weight.
+static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
+    const Layer *L = &st->model->layers[l];
+    size_t rows = (size_t)e->replica_microbatches * e->rows;
+    const float *x = e->kept, *est = x + rows * L->in;
+    if (e->fg_weight != 1.0f) {
+        st->be->scale(st->be, e->work, e->fg_weight, est, rows * L->out);
+        est = e->work;
+    }
+    stage_local_weight_grad(st, l, (int)rows, x, est, grad_l);
+}
+
+const PerturbationOps perturb_local = {
+    .name = "local", .d_per_sample = 1, .kept_floats = local_kept_floats,
+    .jvp = perturb_activity_jvp, .estimate = local_estimate};

@@ -46,7 +46,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
     // Activity perturbation keeps every micro-batch's layer inputs until the update.
-    double kept = p->run.activity ? (double)stage_activity_floats(&p->stage, N * B) * sizeof(float) : 0;
+    double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
                        lane_bytes(p, 1) + kept;
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
@@ -122,16 +122,12 @@ static void alloc_buffers(Pipeline *p) {
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
-    if (p->run.activity) {
-        size_t kept = stage_activity_floats(&p->stage, N * B);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.act_inputs[i] = backend_alloc_floats(be, kept);
-        p->kept.act_work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
+    if (p->run.keeps_inputs) {
+        size_t kept = stage_kept_floats(&p->stage, N * B);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
+        p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
-    if (p->stage.local_groups) {
-        size_t n = local_est_floats(p, p->stage.last);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.local_est[i] = fg_alloc_floats(n);
-        p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
-    }
+    if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (K) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
@@ -333,7 +329,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
-    if (p->run.activity && p->src.streamed && t->replicas > 1)
+    if (p->run.keeps_inputs && p->src.streamed && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
@@ -373,13 +369,13 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
                           p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
                           p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch,
-                          p->kept.act_inputs[0], p->kept.act_inputs[1], p->kept.act_work,
+                          p->kept.blocks[0], p->kept.blocks[1], p->kept.work,
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
                        p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
-                       p->host_layer[2], p->host_layer[3], p->kept.local_est[0], p->kept.local_est[1],
+                       p->host_layer[2], p->host_layer[3],
                        p->kept.lane_labels};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(w->lanes);

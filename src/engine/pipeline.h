@@ -105,17 +105,12 @@ typedef struct {
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
 } StashPool;
 
-// What op F keeps for op U besides the scalars, under activity perturbation and local losses.
+// What op F keeps for op U besides the scalars (activity perturbation, local losses).
 typedef struct {
-    // The inputs of the stage's linear layers for every micro-batch of a step
-    // (stage_activity_offset's layout); two when the update is applied in the next step
-    // (streamed). act_work: one layer's G for the update.
-    float *act_inputs[2], *act_work;
-    // Local losses: the output-gradient estimate [Nr * B, out] of each linear layer learning
-    // from a head (stage_local_output_grad), in layer order (two as act_inputs); the labels of
-    // F's lanes, which every stage needs.
-    float *local_est[2];
-    uint8_t *lane_labels;     // [max_group][B]
+    // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
+    // two when the update is applied in the next step (streamed). work: one layer's G for U.
+    float *blocks[2], *work;
+    uint8_t *lane_labels;     // local losses: the labels of F's lanes [max_group][B]
 } ForwardKept;
 
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.

@@ -143,26 +143,13 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
         be->zero(be, upd, n * sizeof(float));
     }
     if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
-    if (p->run.activity) {  // this replica's micro-batches, from their kept layer inputs
-        int Nr = p->cfg->micro_batches, B = p->cfg->micro_batch, mb0 = global_microbatch(p, 0);
-        const float *x = kept_layer_inputs(p, u->step, l);
-        if (stage_local_head(&p->stage, l + 1)) {  // formed in op F; may be read again
-            const float *est = local_est_of(p, u->step, l);
-            if (u->fg_weight != 1.0f) {
-                size_t n_est = (size_t)Nr * B * p->model->layers[l].out;
-                be->scale(be, p->kept.act_work, u->fg_weight, est, n_est);
-                est = p->kept.act_work;
-            }
-            stage_local_weight_grad(&p->stage, l, Nr * B, x, est, upd);
-        } else {
-            stage_layer_activity_estimate(&p->stage, l, activity_key(p->cfg->seed, u->step, mb0, l),
-                                          Nr, B, u->coeff + (size_t)mb0 * p->run.d_per_microbatch, x,
-                                          p->kept.act_work, upd);
-        }
-        return;
-    }
-    stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, u->step, 0, l),
-                             p->run.all_microbatches, u->coeff, upd);
+    PerturbEstimate e = {.seed = p->cfg->seed, .step = u->step,
+                         .first_microbatch = global_microbatch(p, 0),
+                         .replica_microbatches = p->cfg->micro_batches,
+                         .all_microbatches = p->run.all_microbatches, .rows = p->cfg->micro_batch,
+                         .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
+                         .kept = p->run.keeps_inputs ? kept_of_layer(p, u->step, l) : NULL};
+    stage_perturbation(&p->stage, l)->estimate(&p->stage, l, &e, upd);
 }
 
 // The estimates formed in op U: every layer's on a resident stage, under activity perturbation
@@ -180,7 +167,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
         form_estimate(p, l, &s, update_of_layer(p, l));
         rc = release_layer(p, l, parts, 0, err);
     }
-    if (!rc && p->run.activity && p->tr->replicas > 1 &&
+    if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
     p->upd.pending.formed = !p->src.streamed;
@@ -329,7 +316,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     const Backend *be = p->be;
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
-    int with_fg = p->want_stats && have_c && !p->run.activity;
+    int with_fg = p->want_stats && have_c && !p->run.keeps_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -378,7 +365,7 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
     const PendingUpdate *u = &p->upd.pending;
     int g_is_fg = u->base_kept == 0.0f && u->base_ref == 0.0f;
-    if (K && !p->run.activity) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    if (K && !p->run.keeps_inputs) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
     else if (K && g_is_fg) r->cos_fg_exact = r->cos_estimate_exact;
     if (!cdots) return;
     double plain = 0, corrected = 0;
@@ -460,7 +447,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if (K) plan_estimate(p, kind, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (K && (tied || (p->run.activity && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (K && (tied || (p->run.keeps_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
     if (!rc && K && tied) rc = tie_copies(p, err);
     if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient

@@ -1,12 +1,12 @@
-// Weight tangents of a layer with parameters, full or low-rank (stage.h): what op F adds to a
-// layer's output tangent, what op U adds to the estimate, and their dots with a reference.
+// Low-rank weight perturbation of a linear layer (perturbation.h, stage.h): what op F adds to
+// the layer's output tangent, what op U adds to the estimate, and their dots with a reference.
 // A low-rank tangent V = At^T Bt / sqrt(r) is never formed in F: x V^T = ((x Bt^T) At) / sqrt(r).
 // A linear layer's weight is [n, k] per token (layer.h); on a sequence every token row of the
 // micro-batch takes the same tangent, reading the branch inside the wider token row.
 #include <math.h>
 
 #include "linear_shape.h"
-#include "stage.h"
+#include "perturbation.h"
 
 // One tangent's work: At [r, n], Bt [r, k], vb [n], then either x Bt^T [token rows, r] (F) or
 // Bt c_W^T [r, n] (dots).
@@ -92,17 +92,10 @@ void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const flo
     if (ref) *ref_dot += factors_dot(st, L, &f, ref);
 }
 
-void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,
-                              const float *coeff, float *grad_l) {
+void stage_lowrank_add_tangents(const Stage *st, const Layer *L, TangentKey key, int n_mb,
+                                const float *coeff, float *grad_l) {
     const Backend *be = st->be;
-    const Layer *L = &st->model->layers[l];
-    int K = st->tangents;
-    key.layer = (uint32_t)l;
-    if (!stage_layer_lowrank(st, L)) {
-        be->tangent_axpy(be, key, n_mb, K, coeff, L->param_count, grad_l);
-        return;
-    }
-    int r = st->tangent_rank;
+    int K = st->tangents, r = st->tangent_rank;
     float scale = 1.0f / sqrtf((float)r);
     uint32_t mb0 = key.microbatch;
     for (int b = 0; b < n_mb; b++)
@@ -115,16 +108,9 @@ void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,
         }
 }
 
-void stage_layer_tangent_dots(const Stage *st, int l, TangentKey key, int n_mb, const float *x_l,
-                              double *dots) {
-    const Backend *be = st->be;
-    const Layer *L = &st->model->layers[l];
+void stage_lowrank_tangent_dots(const Stage *st, const Layer *L, TangentKey key, int n_mb,
+                                const float *x_l, double *dots) {
     int K = st->tangents;
-    key.layer = (uint32_t)l;
-    if (!stage_layer_lowrank(st, L)) {
-        be->tangent_dot(be, key, n_mb, K, L->param_count, x_l, dots);
-        return;
-    }
     uint32_t mb0 = key.microbatch;
     for (int b = 0; b < n_mb; b++)
         for (int k = 0; k < K; k++) {
@@ -133,3 +119,29 @@ void stage_layer_tangent_dots(const Stage *st, int l, TangentKey key, int n_mb, 
             dots[b * K + k] += factors_dot(st, L, &f, x_l);
         }
 }
+
+// F: the layer's JVP without parameter tangents, then each tangent's x V_k^T + vb_k.
+static void lowrank_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
+                        const float *x, const float *xdot, float *y, float *ydot, int rows) {
+    const Layer *L = &st->model->layers[l];
+    st->be->jvp(st->be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    TangentKey key = t->key;
+    key.layer = (uint32_t)l;
+    for (int k = 0; k < st->tangents; k++) {
+        double ref_dot = 0.0;
+        key.k = (uint32_t)k;
+        stage_lowrank_jvp_term(st, L, key, x, rows, ydot + (size_t)k * rows * L->out, t->ref,
+                               &ref_dot);
+        if (t->ref) t->ref_dots[k] += ref_dot;
+    }
+}
+
+// U: every replica's micro-batches, regenerated from the seed.
+static void lowrank_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
+    TangentKey key = tangent_key(e->seed, e->step, 0, l);
+    stage_lowrank_add_tangents(st, &st->model->layers[l], key, e->all_microbatches, e->coeff,
+                               grad_l);
+}
+
+const PerturbationOps perturb_lowrank = {
+    .name = "lowrank", .jvp = lowrank_jvp, .estimate = lowrank_estimate};

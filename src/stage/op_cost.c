@@ -4,47 +4,42 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "perturbation.h"
 #include "progress.h"
 
 // The timetable packs ops back to back, so it plans with their typical cost (the median), not
 // their best: a plan of best cases overruns on every stage it fills.
 enum { COST_ROUNDS = 5 };
 
-// Op U of activity perturbation: every layer's estimate from the kept inputs of n_mb
-// micro-batches (zeros: values do not change the cost).
+// What op U reads: the tangents' coefficients and what F kept (zeros: values do not change
+// the cost).
 typedef struct {
-    float *inputs, *work, *coeff;
-} ActivityUpdate;
+    float *coeff, *kept, *work;
+} UpdateInputs;
 
-static ActivityUpdate activity_buffers(const Stage *st, int n_mb, int rows) {
-    ActivityUpdate a = {0};
-    if (st->perturb != PERTURB_ACTIVITY || !st->tangents || !n_mb) return a;
-    a.inputs = backend_alloc_floats(st->be, stage_activity_floats(st, n_mb * rows));
-    a.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
-    a.coeff = fg_alloc_floats((size_t)n_mb * rows * st->tangents);
-    return a;
+static UpdateInputs update_inputs(const Stage *st, int n_mb, int rows) {
+    UpdateInputs in = {.coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * rows * FG_MAX(st->tangents, 1))};
+    size_t kept = st->tangents && n_mb ? stage_kept_floats(st, n_mb * rows) : 0;
+    if (!kept) return in;
+    in.kept = backend_alloc_floats(st->be, kept);
+    in.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
+    return in;
 }
 
-static void activity_update(const Stage *st, const CostSetup *setup, const ActivityUpdate *a,
-                            float *grad) {
-    int rows = setup->rows, n_mb = setup->n_mb;
-    for (int l = st->first; l < st->last; l++) {
-        const Layer *L = &st->model->layers[l];
-        if (!L->param_count) continue;
-        stage_layer_activity_estimate(st, l, activity_key(setup->seed, 0, 0, l), n_mb, rows, a->coeff,
-                                      a->inputs + stage_activity_offset(st, l, n_mb * rows), a->work,
-                                      grad + (L->param_offset - st->param_base));
-    }
-}
-
-// Op U: the tangents' part of the estimate, then the optimizer's step (state: its buffers).
-// The weights kept for lagged ops age by pointer swaps: free.
-static int update(const Stage *st, const CostSetup *setup, const ActivityUpdate *act, TangentKey key,
-                  const float *coeff, float *w, float *g, float *state, FgError *err) {
+// Op U: every layer's estimate from its perturbation, then the optimizer's step (state: its
+// buffers). The weights kept for lagged ops age by pointer swaps: free.
+static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *in, float *w,
+                  float *g, float *state, FgError *err) {
     const Backend *be = st->be;
-    if (st->tangents && setup->n_mb) {
-        if (act->inputs) activity_update(st, setup, act, g);
-        else stage_add_tangents(st, key, setup->n_mb, coeff, g);
+    int n_mb = setup->n_mb, rows = setup->rows;
+    for (int l = st->first; st->tangents && n_mb && l < st->last; l++) {
+        const Layer *L = &st->model->layers[l];
+        if (!L->param_count || L->frozen) continue;
+        PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
+                             .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
+                             .fg_weight = 1.0f, .work = in->work,
+                             .kept = in->kept ? in->kept + stage_kept_offset(st, l, n_mb * rows) : NULL};
+        stage_perturbation(st, l)->estimate(st, l, &e, g + (L->param_offset - st->param_base));
     }
     if (setup->optimizer)
         be->optimizer_step(be, setup->optimizer, 0, setup->optimizer->lr, w, w, g, 1.0f, state,
@@ -68,9 +63,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     float *w_lagged = setup->lagged_weights ? backend_alloc_floats(be, st->param_count + 1) : NULL;
     float *g = backend_alloc_floats(be, st->param_count + 1);
     float *ref = setup->with_ref && K ? backend_alloc_floats(be, st->param_count + 1) : NULL;
-    float *coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * FG_MAX(K, 1));
     double *ref_dots = calloc((size_t)FG_MAX(K, 1), sizeof(double));
-    ActivityUpdate act = activity_buffers(st, n_mb, rows);
+    UpdateInputs u_in = update_inputs(st, n_mb, rows);
     int n_state = setup->optimizer ? optimizer_state_buffers(setup->optimizer->kind) : 0;
     float *state = n_state ? backend_alloc_floats(be, (size_t)n_state * st->param_count) : NULL;
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
@@ -92,7 +86,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         stage_backward_weight(st, stash, adjoints, g, rows);
         if (!rc) rc = be->sync(be, err);
         t[3] = wall_seconds();
-        int rc2 = update(st, setup, &act, key, coeff, w, g, state, err);
+        int rc2 = update(st, setup, &u_in, w, g, state, err);
         if (!rc) rc = rc2;
         t[4] = wall_seconds();
         be->zero(be, g, st->param_count * sizeof(float));
@@ -102,10 +96,9 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     st->ref = NULL, st->ref_dots = NULL;
-    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, act.inputs, act.work, state};
+    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
-    fg_free(coeff);
-    fg_free(act.coeff);
+    fg_free(u_in.coeff);
     free(ref_dots);
     return rc;
 }

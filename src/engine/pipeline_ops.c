@@ -130,7 +130,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
 // Activity perturbation: the update needs layer l's input of lane a.
 static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
     int B = p->cfg->micro_batch, in = p->model->layers[l].in;
-    float *kept = kept_layer_inputs(p, step, l) + (size_t)a->microbatch * B * in;
+    float *kept = kept_of_layer(p, step, l) + (size_t)a->microbatch * B * in;
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
@@ -138,8 +138,10 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
 // samples, of every replica: they sum); zdot: layer l - 1's output tangent. The lane's tangent
 // goes no further.
 static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
-    int B = p->cfg->micro_batch, out = p->model->layers[l].out;
-    float *est = local_est_of(p, step, l - 1) + (size_t)a->microbatch * B * out;
+    int N = p->cfg->micro_batches, B = p->cfg->micro_batch, out = p->model->layers[l].out;
+    const Layer *linear = &p->model->layers[l - 1];  // the kept block: inputs, then estimates
+    float *est = kept_of_layer(p, step, l - 1) + (size_t)N * B * linear->in +
+                 (size_t)a->microbatch * B * out;
     float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
     stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
     a->xdot = NULL;
@@ -168,7 +170,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
                                 : p->work.act[cur] + (size_t)i * p->work.act_stride;
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
-            if (tangents && L->param_count && p->run.activity) keep_layer_input(p, step, l, a);
+            if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a);
             const float *xdot = a->xdot;
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             a->x = y, a->xdot = ydot;
@@ -208,7 +210,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     double loss;
     if (p->K) {
         int n_d = p->run.d_per_microbatch;
-        loss = p->run.activity ? sample_derivatives(p, a, rows, C)
+        loss = p->run.d_per_sample ? sample_derivatives(p, a, rows, C)
                                     : be->loss_jvp(be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
         double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
         for (int i = 0; i < n_d; i++) d[i] = p->work.loss_d[i];

@@ -234,8 +234,8 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 
 double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->micro_batch;
-    double kept = p->kept.act_inputs[0] ? (1 + (p->kept.act_inputs[1] != NULL)) *
-                  (double)stage_activity_floats(&p->stage, p->cfg->micro_batches * B) : 0.0;
+    double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
+                  (double)stage_kept_floats(&p->stage, p->cfg->micro_batches * B) : 0.0;
     return ((double)p->pool.n_stash_alloc * stage_stash_floats(&p->stage, B) +
             (double)p->pool.n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
 }

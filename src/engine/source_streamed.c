@@ -184,31 +184,48 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
 
 static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
+// The stage's layers as slots: the largest layer sets a slot's size, and the budget beside the
+// stage's work how many fit (at least two: one computing, one in flight).
+typedef struct {
+    size_t largest, tied[2];  // floats of the largest layer and of the tied copies held here
+    int n_weights, n_step;    // buffers per layer in the weights store and the step store
+    int n_slots;
+} SlotPlan;
+
+static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
+                      int stage, double work_bytes, SlotPlan *sp, FgError *err) {
+    LayerNeeds need = layer_needs(c);
+    *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
+                     .n_step = need.keep_grad + need.prev};
+    int param_layers = 0;
+    for (int l = first; l < last; l++) {
+        sp->largest = FG_MAX(sp->largest, m->layers[l].param_count);
+        param_layers += m->layers[l].param_count > 0;
+        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
+        if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
+    }
+    work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
+    size_t slot = (size_t)(sp->n_weights + sp->n_step) * page_round(sp->largest * sizeof(float));
+    // A device also holds a copy of the layer it computes on.
+    if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
+    double room = c->mem_budget - work_bytes;
+    sp->n_slots = room > 0 ? (int)FG_MIN(room / (double)slot, (double)param_layers) : 0;
+    if (sp->n_slots < 2)
+        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
+                       "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
+                       "bytes)", c->mem_budget, stage, work_bytes, 2 * slot, work_bytes + 2.0 * slot);
+    return FG_OK;
+}
+
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *ls, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err) {
     LayerNeeds need = layer_needs(c);
-    size_t largest = 0, tied[2] = {0, 0};
-    int param_layers = 0;
-    for (int l = first; l < last; l++) {
-        largest = FG_MAX(largest, m->layers[l].param_count);
-        param_layers += m->layers[l].param_count > 0;
-        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
-        if (l == m->tied_first || l == m->tied_last) tied[l == m->tied_last] = m->layers[l].param_count;
-    }
-    work_bytes += (double)(tied[0] + tied[1]) * sizeof(float);
-    int n_weights = 1 + need.opt_buffers + need.ref, n_step = need.keep_grad + need.prev;
-    size_t slot = (size_t)n_weights * page_round(largest * sizeof(float));
-    size_t step_slot = (size_t)n_step * page_round(largest * sizeof(float));
-    // A device also holds a copy of the layer it computes on.
-    work_bytes += be->on_device ? (double)(n_weights + n_step) * largest * sizeof(float) : 0.0;
-    double room = c->mem_budget - work_bytes;
-    int n_slots = room > 0 ? (int)FG_MIN(room / (double)(slot + step_slot), (double)param_layers) : 0;
-    if (n_slots < 2)
-        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
-                       "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
-                       "bytes)", c->mem_budget, t->stage, work_bytes, 2 * (slot + step_slot),
-                       work_bytes + 2.0 * (slot + step_slot));
+    SlotPlan sp;
+    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, &sp, err);
+    if (rc) return rc;
+    size_t largest = sp.largest;
+    int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots;
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->need = need;
     st->kept_buf = need.keep_grad ? 0 : -1;
@@ -224,7 +241,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     LayerStreamSpec spec = {.dir = c->weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->seed, .n_slots = n_slots};
-    int rc = open_weights(st, t, ls, &spec, next_step, err);
+    rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc)
         fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
                 t->stage, c->weights_dir, st->name, n_slots, st->weights.note[0] ? ": " : "",
@@ -239,7 +256,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     }
     if (!rc && (need.grad || c->mode != MODE_BP)) out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
     for (int i = 0; i < 2 && !rc; i++)
-        if (tied[i]) out->tied_grad[i] = backend_alloc_floats(be, tied[i]);
+        if (sp.tied[i]) out->tied_grad[i] = backend_alloc_floats(be, sp.tied[i]);
     st->largest = largest;
     if (!rc && be->on_device) {
         st->dev_weights = backend_alloc_floats(be, (size_t)n_weights * largest);

@@ -6,11 +6,14 @@
 
 #include "config.h"
 #include "estimator.h"
+#include "perturbation.h"
 
 typedef struct {
     int tangents;            // K per micro-batch; 0 in bp (no tangents at all)
     int all_microbatches;    // R * N: the step's over every replica (they name the tangents)
-    int activity;            // F perturbs every linear layer's output, not the weights
+    int keeps_inputs;        // F keeps layer inputs for U (activity, local losses): each
+                             // replica forms the estimate of its own micro-batches
+    int d_per_sample;        // F's directional derivatives are per sample (activity)
     int sends_tangents;      // F's messages carry tangents (not with local losses)
     int d_per_microbatch;    // directional derivatives per micro-batch: K, or K per sample
     EstimatorKind estimator; // how op U weighs the derivatives (fg and fg+bp)

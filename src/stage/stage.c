@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "perturbation.h"
+
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
                int tangents, FgError *err) {
     memset(st, 0, sizeof *st);
@@ -92,67 +94,13 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
     if (ydot) *ydot = key ? xdot : NULL;
 }
 
-// The parameter term of op F for tangents that are not made whole: activity perturbation adds
-// u_k to the output tangent (no parameter tangents), a linear layer's low-rank weight tangents
-// add x V_k^T + vb_k. Returns 0 when the layer takes full weight tangents instead.
-static int jvp_without_full_tangents(Stage *st, int l, const float *p,
-                                     const ParamTangents *tangents, const float *x,
-                                     const float *xdot, float *y, float *ydot, int rows) {
-    const Layer *L = &st->model->layers[l];
-    const Backend *be = st->be;
-    int activity = st->perturb == PERTURB_ACTIVITY, K = st->tangents;
-    if (!activity && !stage_layer_lowrank(st, L)) return 0;
-    be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, K);
-    if (!L->param_count || L->frozen) return 1;
-    TangentKey key = tangents->key;
-    key.layer = (uint32_t)l;
-    if (activity) {  // one tangent row per token, on the columns the parameters produce
-        int offset, width, T = layer_tokens(L);
-        layer_branch(L, &offset, &width);
-        key.stream = STREAM_ACTIVITY;
-        be->tangent_add_rows(be, key, K, rows * T, width, NULL, ydot + offset, (size_t)rows * L->out,
-                             (size_t)layer_out_token(L));
-        return 1;
-    }
-    for (int k = 0; k < K; k++) {
-        double ref_dot = 0.0;
-        key.k = (uint32_t)k;
-        stage_lowrank_jvp_term(st, L, key, x, rows, ydot + (size_t)k * rows * L->out,
-                               tangents->ref, &ref_dot);
-        if (tangents->ref) tangents->ref_dots[k] += ref_dot;
-    }
-    return 1;
-}
-
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
-    size_t n = L->param_count;
-    if (!tangents) {
-        be->forward(be, L, p, x, y, rows);
-        return;
-    }
-    if (jvp_without_full_tangents(st, l, p, tangents, x, xdot, y, ydot, rows)) return;
-    const float *pdot = NULL;
-    if (n && !L->frozen) {
-        TangentKey lk = tangents->key;
-        lk.layer = (uint32_t)l;
-        for (int k = 0; k < st->tangents; k++) {
-            lk.k = (uint32_t)k;
-            float *dst = st->pdot + k * n;
-            double ref_dot;
-            if (k == 0 && tangents->guide) {
-                be->copy(be, dst, tangents->guide, n * sizeof(float));
-                ref_dot = tangents->ref ? be->dot(be, tangents->ref, dst, n) : 0.0;
-            } else {
-                ref_dot = be->tangent_fill(be, lk, n, dst, tangents->ref);
-            }
-            if (tangents->ref) tangents->ref_dots[k] += ref_dot;
-        }
-        pdot = st->pdot;
-    }
-    be->jvp(be, L, p, pdot, x, xdot, y, ydot, rows, st->tangents);
+    if (!tangents) be->forward(be, L, p, x, y, rows);
+    else if (!L->param_count || L->frozen) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);
 }
 
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
@@ -256,37 +204,4 @@ void stage_tangent_dots_by_layer(const Stage *st, TangentKey key, int n_mb, cons
     size_t n = (size_t)(st->last - st->first) * n_mb * st->tangents;
     for (size_t i = 0; i < n; i++) dots[i] = 0.0;
     tangent_pass(st, key, n_mb, NULL, NULL, x, dots, 1);
-}
-
-size_t stage_activity_offset(const Stage *st, int layer, int rows) {
-    return param_layers_offset(st, layer, rows, 0);
-}
-
-size_t stage_activity_floats(const Stage *st, int rows) {
-    return stage_activity_offset(st, st->last, rows);
-}
-
-void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
-                                   const float *coeff, const float *x, float *work, float *grad) {
-    const Backend *be = st->be;
-    const Layer *L = &st->model->layers[l];
-    int K = st->tangents, T = layer_tokens(L), offset, width;
-    layer_branch(L, &offset, &width);
-    size_t block = (size_t)rows * L->out;
-    be->zero(be, work, (size_t)n_mb * block * sizeof(float));
-    key.layer = (uint32_t)l;
-    key.stream = STREAM_ACTIVITY;
-    uint32_t mb0 = key.microbatch;
-    // A sample's coefficient on each of its T token rows.
-    float *token_coeff = T > 1 ? fg_alloc_floats((size_t)K * rows * T) : NULL;
-    for (int b = 0; b < n_mb; b++) {
-        const float *c = coeff + (size_t)b * K * rows;
-        for (size_t i = 0; token_coeff && i < (size_t)K * rows * T; i++) token_coeff[i] = c[i / T];
-        key.microbatch = mb0 + (uint32_t)b;
-        be->tangent_add_rows(be, key, K, rows * T, width, token_coeff ? token_coeff : c,
-                             work + b * block + offset, 0, (size_t)layer_out_token(L));
-    }
-    fg_free(token_coeff);
-    // The weight half of the layer's backward: dW += G^T x, db += column sums of G.
-    be->backward(be, L, NULL, x, work, NULL, grad, n_mb * rows);
 }

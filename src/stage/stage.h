@@ -94,13 +94,10 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
 void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
                            int rows);
 
-// Activity perturbation (perturb == PERTURB_ACTIVITY): op F adds tangent u_{b,k} [rows, out] of
-// activity_key to every linear layer's output tangent instead of making parameter tangents, and
-// the update needs each such layer's input x_{l,b}, kept from F until then. Layout of what is
-// kept for `rows` rows (the step's micro-batches one after the other): per layer with
-// parameters, in layer order, its inputs [rows, in].
-size_t stage_activity_floats(const Stage *st, int rows);
-size_t stage_activity_offset(const Stage *st, int layer, int rows);
+// Activity perturbation (perturb == PERTURB_ACTIVITY; perturb_activity.c): op F adds tangent
+// u_{b,k} [rows, out] of activity_key to every linear layer's output tangent instead of making
+// parameter tangents, and the update needs each such layer's input x_{l,b}, kept from F until
+// then (stage_kept_offset, perturbation.h).
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
@@ -144,6 +141,11 @@ int stage_layer_lowrank(const Stage *st, const Layer *L);
 // reference), *ref_dot += ref . v.
 void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
                             float *ydot, const float *ref, double *ref_dot);
+// stage_layer_add_tangents and stage_layer_tangent_dots of a low-rank layer (key's layer set).
+void stage_lowrank_add_tangents(const Stage *st, const Layer *L, TangentKey key, int n_mb,
+                                const float *coeff, float *grad_l);
+void stage_lowrank_tangent_dots(const Stage *st, const Layer *L, TangentKey key, int n_mb,
+                                const float *x_l, double *dots);
 // grad_l += sum over b < n_mb, k < K of coeff[b*K + k] v(key.microbatch + b, k) for layer l
 // (with parameters): the forward-gradient estimate of one layer, full or low-rank.
 void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,

@@ -1,0 +1,61 @@
+// Perturbations: where op F's random tangents enter a layer with parameters, what F keeps for
+// op U, and what U forms from them (docs/design.md section 4). One table row per kind, each in
+// its own file; the engine calls a layer's row and never tests the kind.
+//
+//   perturb_weight.c    full weight tangents v ~ N(0, I) over the layer's parameters
+//   perturb_lowrank.c   a linear layer's weight tangent At^T Bt / sqrt(r) (tangent_rank = r)
+//   perturb_activity.c  a tangent on every linear layer's output, one per sample
+//   perturb_local.c     activity tangents judged by a local loss at the next activation
+//
+// Adding one: a file with its row, a case in stage_perturbation, its config key and tests.
+#ifndef FGPIPE_PERTURBATION_H
+#define FGPIPE_PERTURBATION_H
+
+#include "stage.h"
+
+// What op U hands a perturbation to form fg's estimate of one layer's gradient.
+typedef struct {
+    uint32_t seed;
+    long step;               // the step whose F made the tangents
+    int first_microbatch;    // this replica's first micro-batch (global index)
+    int replica_microbatches;  // this replica's micro-batches (their inputs are kept here)
+    int all_microbatches;    // every replica's (weight tangents regenerate for any of them)
+    int rows;                // rows per micro-batch
+    const float *coeff;      // the estimate's coefficients, per global micro-batch from 0:
+                             // [all_microbatches * d per micro-batch]
+    const float *kept;       // what F kept of this layer (kept_floats' block) or NULL
+    float fg_weight;         // the weight of fg's part (local losses: est is formed in F unweighted)
+    float *work;             // [replica_microbatches * rows * widest layer] of scratch
+} PerturbEstimate;
+
+typedef struct {
+    const char *name;
+    // Directional derivatives per sample (the tangents differ per sample), not per micro-batch.
+    int d_per_sample;
+    // Floats F keeps of layer l for U per row (0: nothing; the estimate regenerates).
+    size_t (*kept_floats)(const Stage *st, int l);
+    // Op F: y and ydot [K, rows, out] of layer l (with parameters, not frozen) from x, xdot
+    // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t.
+    void (*jvp)(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
+                const float *xdot, float *y, float *ydot, int rows);
+    // Op U: grad_l += fg's estimate of layer l's gradient.
+    void (*estimate)(const Stage *st, int l, const PerturbEstimate *e, float *grad_l);
+} PerturbationOps;
+
+extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, perturb_local;
+
+// The perturbation of layer l of the stage (a layer with parameters).
+const PerturbationOps *stage_perturbation(const Stage *st, int l);
+// Whether any layer of this kind of run keeps something from F for U, and its d layout.
+const PerturbationOps *perturbation_of_kind(Perturbation kind);
+
+// What F keeps for U, for `rows` rows (the step's micro-batches one after the other): per layer
+// with parameters, in layer order, its kept_floats(l) * rows block.
+size_t stage_kept_offset(const Stage *st, int layer, int rows);
+size_t stage_kept_floats(const Stage *st, int rows);
+
+// The activity row's jvp, which the local row shares (the tangent enters the same way).
+void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
+                          const float *x, const float *xdot, float *y, float *ydot, int rows);
+
+#endif
