@@ -69,7 +69,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1)), logits
 
 
-def lr_at(step, args):  # src/optimizer.c's lr_at
+def lr_at(step, args):  # src/math/optimizer.c's lr_at
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     span = args.steps - args.warmup

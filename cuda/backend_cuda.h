@@ -1,4 +1,4 @@
-// The CUDA backend (cuBLAS for the GEMMs, own kernels for the rest) behind src/backend.h.
+// The CUDA backend (cuBLAS for the GEMMs, own kernels for the rest) behind src/math/backend.h.
 #ifndef FGPIPE_BACKEND_CUDA_H
 #define FGPIPE_BACKEND_CUDA_H
 

@@ -1,4 +1,4 @@
-// The layer stream (src/layer_stream.h) over a layer store (layer_store.h): n_slots host
+// The layer stream (src/stage/layer_stream.h) over a layer store (layer_store.h): n_slots host
 // buffers sized for the largest layer, one I/O thread that serves reads and write-backs in the
 // order they were asked for.
 #ifndef FGPIPE_LAYER_STREAM_STORE_H

@@ -1,4 +1,4 @@
-// A pipeline stage's layer stream on local flash: the LayerStreams.open of src/layer_stream.h
+// A pipeline stage's layer stream on local flash: the LayerStreams.open of src/stage/layer_stream.h
 // over the layer store (layer_store.h) and its stream (layer_stream_store.h).
 #ifndef FGPIPE_STAGE_STORE_H
 #define FGPIPE_STAGE_STORE_H

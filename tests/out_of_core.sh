@@ -38,12 +38,12 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 # 1. Equivalence, for every mode and the options that change what a step streams (lags 1 and 2's
 # previous weights, the guide, clipping's second pass). The budgets (on 1 stage, on 2) give a
 # stage two slots, and are below what every stage needs in memory (the test checks that every
-# stage streams).
+# stage streams). Activations include what F keeps for U (local losses: inputs and estimates).
 cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
        "bp|20M|18M|mode=bp schedule=1f1b"
        "fg-activity|17M|-|mode=fg perturb=activity optimizer=sgd lr=0.0001"
-       "fg-local|22M|-|mode=fg perturb=activity local_groups=8 tangents=2 optimizer=sgd lr=0.0001"
+       "fg-local|25M|-|mode=fg perturb=activity local_groups=8 tangents=2 optimizer=sgd lr=0.0001"
        "mix-local-clip|30M|-|mode=fg+bp perturb=activity estimator=mix shrink=0.5 lag=0 select=2 local_groups=8 tangents=2 clip_norm=0.05 optimizer=sgd lr=0.001"
        "mix-activity|26M|-|mode=fg+bp perturb=activity estimator=mix shrink=0.5 lag=0 select=2 optimizer=sgd lr=0.0001"
        "fg-replicas|14M|12.5M|mode=fg optimizer=sgd lr=0.0001 replicas=2"

@@ -119,7 +119,7 @@ static void exact_mean(const Batch *p, const float *params, int n_sel, float *c)
 }
 
 // What to draw: fg (c == NULL) or cv with reference c, K tangents, and the lag-0 form that
-// zeroes the coefficients of micro-batches < n_zero (src/pipeline.c op_update).
+// zeroes the coefficients of micro-batches < n_zero (src/engine/pipeline.c op_update).
 typedef struct {
     const char *name;
     EstimatorKind kind;

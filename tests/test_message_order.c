@@ -9,7 +9,7 @@
 // steps). Evaluation's activations travel only forward, where no step leaves a message behind.
 //
 // The lists are the runtime's own: message_plan_build gives the order in which the engine
-// posts its receives and the order in which its op groups send (src/exec_plan.c).
+// posts its receives and the order in which its op groups send (src/schedule/exec_plan.c).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -77,7 +77,7 @@ static void assert_near_at(double a, double b, double tol, const char *what, int
 
 static int is_backward(OpKind k) { return k == OP_B || k == OP_BI || k == OP_BW; }
 
-// The cost table restated here, not planned_op_cost(): the durations are checked independently.
+// The cost table restated here, not schedule_planned_cost(): the durations are checked independently.
 static double cost_of(const ScheduleSpec *sp, const ScheduledOp *o) {
     switch (o->kind) {
     case OP_F: return sp->cost_f[o->stage];

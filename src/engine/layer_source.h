@@ -58,7 +58,7 @@ struct LayerSource {
     // so one sum over the replicas covers the stage.
     float *stage_grad;
     // Streamed only: the one layer-sized memory buffer of the stage, the B wave's gradient
-    // accumulator; between B waves (once finish_layer_gradient has kept each layer's) the
+    // accumulator; between B waves (once update_finish_layer_gradient has kept each layer's) the
     // engine forms updates in it.
     float *layer_buffer;
     // Streamed only: the op-U gradient (bp) or estimate (fg, fg+bp) of each copy of a tied

@@ -49,13 +49,13 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     int n = 0, rc;
     // Waiting for the group's messages counts as idle time, before the op starts.
     if (g->kind != OP_U &&
-        ((rc = prepare_lanes(p, r->step, g, r->order, r->sample0, &n, err)) || !n))
+        ((rc = ops_prepare_lanes(p, r->step, g, r->order, r->sample0, &n, err)) || !n))
         return rc;
     double t0 = wall_seconds(), waited = 0.0;
     if (g->kind == OP_F) {
-        rc = forward_group(p, r->step, n, r->order, r->sample0, &r->loss_sum, err);
+        rc = ops_forward_group(p, r->step, n, r->order, r->sample0, &r->loss_sum, err);
     } else if (g->kind == OP_B) {
-        rc = backward_group(p, r->step, r->total, n, gi == r->last_w, err);
+        rc = ops_backward_group(p, r->step, r->total, n, gi == r->last_w, err);
         // The stage's gradient is complete: its sum over the replicas runs while the stage idles.
         if (!rc && gi == r->last_w && !p->src.streamed && p->tr->replicas > 1)
             rc = p->tr->start_replica_sum(p->tr, p->src.stage_grad, p->n, err);
@@ -73,11 +73,11 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
 
 // A step's start: its phase's plan, cleared sums, its receives posted.
 static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
-    p->tt.plan = &p->tt.plans[step_phase(p, r->step)];
+    p->tt.plan = &p->tt.plans[pipeline_step_phase(p, r->step)];
     p->upd.weight_lanes = 0;
     find_roles(p, r);
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
-    return start_messages(p, r->step, err);
+    return messages_start(p, r->step, err);
 }
 
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
@@ -86,7 +86,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
                  .t_start = wall_seconds()};
     int rc = begin_step(p, &r, err);
     for (int gi = 0; gi < p->tt.plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
-    *out = p->stats;
+    *out = p->upd.stats;
     out->loss = p->scalars[0] / p->run.all_microbatches;
     out->seconds = wall_seconds() - r.t_start;
     return rc;
@@ -130,7 +130,7 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
-int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err) {
+int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err) {
     int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
     if (p->is_first) {
         p->be->upload(p->be, x, ds->x + chunk * rows * ds->features, (size_t)n * ds->features * sizeof(float));
@@ -140,7 +140,7 @@ int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *
                        (size_t)n * p->model->layers[p->stage.first].in, err);
 }
 
-int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
+int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
                 FgError *err) {
     int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
     if (!p->is_last)
@@ -166,10 +166,11 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
         for (int i = 0; i < n && !rc; i++) {
             float *x = p->msg.inbox + (size_t)i * p->msg.stride;  // no receive is posted now
             p->work.lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
-            rc = eval_input(p, ds, w + i, x, err);
+            rc = pipeline_eval_input(p, ds, w + i, x, err);
         }
-        if (!rc) rc = forward_layers(p, -1, p->work.lanes, n, err);
-        for (int i = 0; i < n && !rc; i++) rc = eval_output(p, ds, w + i, p->work.lanes[i].x, totals, err);
+        if (!rc) rc = ops_forward_layers(p, -1, p->work.lanes, n, err);
+        for (int i = 0; i < n && !rc; i++)
+            rc = pipeline_eval_output(p, ds, w + i, p->work.lanes[i].x, totals, err);
         if (!rc) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
@@ -184,15 +185,15 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
 
 // The reference holds a direction when any stage has a non-zero part: decided together, or
 // the stages would disagree about the guided estimator's tangent 0.
-int refresh_ref(Pipeline *p, FgError *err) {
+int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     double norm2 = 0.0;
     int rc = FG_OK;
     if (!p->need.ref) return FG_OK;
-    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
-        if ((rc = acquire_layer(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
+        if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
         norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
-        rc = release_layer(p, l, LAYER_WEIGHTS, 0, err);
+        rc = layers_release(p, l, LAYER_WEIGHTS, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
     p->upd.ref_active = norm2 > 0;
@@ -220,16 +221,16 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // Writing replaces the state, so a pending update is dropped, not applied.
     if (writable) p->upd.pending.active = 0;
     int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
-    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
-        if ((rc = acquire_layer(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
+        if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
         rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
-        int rc2 = release_layer(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
+        int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
         if (!rc) rc = rc2;
     }
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
-    return rc ? rc : refresh_ref(p, err);
+    return rc ? rc : pipeline_refresh_ref(p, err);
 }
 
 double pipeline_stash_bytes(const Pipeline *p) {

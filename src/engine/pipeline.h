@@ -26,7 +26,7 @@
 typedef struct {
     double loss;        // mean loss of the step's micro-batches (valid on every stage)
     double seconds;     // wall time of the step on this stage
-    // With Pipeline.want_stats (docs/log.md; NaN where not defined this step):
+    // With UpdateState.want_stats (docs/log.md; NaN where not defined this step):
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
     double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer
 } StepResult;
@@ -124,6 +124,9 @@ typedef struct {
     float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     PendingUpdate pending;
+    int want_stats;           // fill the StepResult statistics (costs allreduces and one more
+                              // tangent pass); the same on every stage
+    StepResult stats;         // of the last update
 } UpdateState;
 
 typedef struct {
@@ -153,9 +156,6 @@ typedef struct {
     double *scalars;
     size_t n_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
-    int want_stats;           // fill the StepResult statistics (costs allreduces and one more
-                              // tangent pass); the same on every stage
-    StepResult stats;         // of the last update
 } Pipeline;
 
 // Builds the stage for transport t's stage. A stage that does not fit cfg->mem_budget keeps

@@ -28,28 +28,28 @@ typedef struct Lane {
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
 // and the place of its scalars, so R replicas of N micro-batches compute what one pipeline of
 // R*N micro-batches computes.
-static inline int global_microbatch(const Pipeline *p, int mb) {
+static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
     return p->tr->replica * p->cfg->micro_batches + mb;
 }
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
-int keeps_stash(const Pipeline *p, long step, int mb);
+int ops_keeps_stash(const Pipeline *p, long step, int mb);
 // The timetable's phase of a step.
-static inline int step_phase(const Pipeline *p, long step) {
+static inline int pipeline_step_phase(const Pipeline *p, long step) {
     return (int)(step % p->tt.sched.n_phases);
 }
 
 // pipeline_layers.c: the stage's layers and what F keeps of them for U.
 // The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
-int next_param_layer(const Pipeline *p, int l, int dir);
-int first_param_layer(const Pipeline *p);
+int layers_next_param(const Pipeline *p, int l, int dir);
+int layers_first_param(const Pipeline *p);
 
 // Acquires layer l's parts and starts reading the next layer with parameters in direction dir
 // (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
-int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
-int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
+int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
 // What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for
 // the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
-float *kept_of_layer(const Pipeline *p, long step, int l);
+float *layers_kept(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
@@ -58,38 +58,38 @@ size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 
 // pipeline_messages.c. Floats of a forward message into `layer` for `rows` samples:
 // activations, then K times as many tangents.
-size_t forward_msg_floats(const Pipeline *p, int layer, int rows);
+size_t messages_forward_floats(const Pipeline *p, int layer, int rows);
 
 // Receives the next message of the step's plan into the inbox (posted one ahead); *msg points
 // at it until n_inbox - 1 later messages have been taken.
-int take_message(Pipeline *p, long step, const float **msg, FgError *err);
+int messages_take(Pipeline *p, long step, const float **msg, FgError *err);
 // Posts the step's first receive.
-int start_messages(Pipeline *p, long step, FgError *err);
+int messages_start(Pipeline *p, long step, FgError *err);
 
 // Calibration: `steps` steps of the timetable's F ops alone (no B, no update), every stage at
 // once, on the first samples of the data; *f_seconds: this stage's F, the median over the
 // steps after the first (a warm-up) of each step's median.
 int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *err);
 
-// Op groups: the ops plan.op[g->first ..) of one kind. prepare_lanes fills p->work.lanes with
+// Op groups: the ops plan.op[g->first ..) of one kind. ops_prepare_lanes fills p->work.lanes with
 // those that run this step and takes their messages (stage 0: gathers its inputs); the group
 // then passes its lanes through the stage's layers together. *loss_sum collects the last
 // stage's losses; first_of_step: the step's first F group; last_w: whether this is the step's
 // last group with B or Bw ops (the gradient is complete after it).
-int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
+int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err);
-int forward_group(Pipeline *p, long step, int n_lanes, const size_t *order,
+int ops_forward_group(Pipeline *p, long step, int n_lanes, const size_t *order,
                   size_t sample0, double *loss_sum, FgError *err);
-int backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
+int ops_backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
 // The lanes through every layer of the stage; step < 0: without tangents (evaluation).
-int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
+int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 
 // A streamed bp stage without clipping updates each layer in the backward wave.
-int updates_in_backward(const Pipeline *p);
+int update_in_backward(const Pipeline *p);
 
 // Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
-// its weights are written back). Releases with release_layer (pipeline_layers.c).
-int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
+// its weights are written back). Releases with layers_release (pipeline_layers.c).
+int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err);
 
 // Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
@@ -97,7 +97,7 @@ int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsig
 // averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
 // streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
 // squared norm into the scalars. Returns the parts written in *dirty.
-int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
+int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                           unsigned *dirty, FgError *err);
 
 // Op U. *waited: seconds spent in sums waiting for other ranks (idle time, not work).
@@ -105,15 +105,15 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err);
 
 // The pending update applied to layer l's slot (weights acquired, and the step part when the
 // update reads it). Returns the parts written.
-unsigned apply_update(Pipeline *p, int l, LayerSlot *s);
+unsigned update_apply(Pipeline *p, int l, LayerSlot *s);
 
 // ref_active from the reference's values (after a load): one sum over the stages.
-int refresh_ref(Pipeline *p, FgError *err);
+int pipeline_refresh_ref(Pipeline *p, FgError *err);
 
 // Evaluation's chunks: their input (the data, or the stage before's output) and their output
 // (sent on, or scored into totals: loss * rows, hits).
-int eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
-int eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
+int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
+int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
                 FgError *err);
 
 #endif

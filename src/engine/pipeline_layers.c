@@ -4,26 +4,26 @@
 // perturbation.h). Both the ops and the update use these; they use neither.
 #include "pipeline_internal.h"
 
-int next_param_layer(const Pipeline *p, int l, int dir) {
+int layers_next_param(const Pipeline *p, int l, int dir) {
     for (l += dir; l >= p->stage.first && l < p->stage.last; l += dir)
         if (p->model->layers[l].param_count) return l;
     return -1;
 }
 
-int first_param_layer(const Pipeline *p) { return next_param_layer(p, p->stage.first - 1, 1); }
+int layers_first_param(const Pipeline *p) { return layers_next_param(p, p->stage.first - 1, 1); }
 
-int release_layer(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
+int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
     return p->src.release(&p->src, l, parts, dirty, err);
 }
 
-int acquire_layer(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
-    int next = next_param_layer(p, l, dir);
+int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
+    int next = layers_next_param(p, l, dir);
     int rc = p->src.acquire(&p->src, l, parts, s, err);
     if (!rc && next >= 0) rc = p->src.prefetch(&p->src, next, parts, err);
     return rc;
 }
 
-float *kept_of_layer(const Pipeline *p, long step, int l) {
+float *layers_kept(const Pipeline *p, long step, int l) {
     int rows = p->cfg->micro_batches * p->cfg->micro_batch;
     return p->kept.blocks[p->kept.blocks[1] ? step & 1 : 0] + stage_kept_offset(&p->stage, l, rows);
 }

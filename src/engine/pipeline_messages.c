@@ -3,7 +3,7 @@
 // The ops send theirs as they finish (pipeline_ops.c).
 #include "pipeline_internal.h"
 
-size_t forward_msg_floats(const Pipeline *p, int layer, int rows) {
+size_t messages_forward_floats(const Pipeline *p, int layer, int rows) {
     return (size_t)rows * p->model->layers[layer].in * (1 + (p->run.sends_tangents ? p->K : 0));
 }
 
@@ -12,7 +12,7 @@ static int post_receive(Pipeline *p, long step, FgError *err) {
     if (p->msg.recv_posted >= mp->n_recv) return FG_OK;
     const PlannedMessage *m = &mp->recv[p->msg.recv_posted];
     int B = p->cfg->micro_batch;
-    size_t n = m->kind == MSG_FORWARD ? forward_msg_floats(p, p->stage.first, B)
+    size_t n = m->kind == MSG_FORWARD ? messages_forward_floats(p, p->stage.first, B)
                                       : (size_t)B * p->model->layers[p->stage.last - 1].out;
     float *slot = p->msg.inbox + (size_t)(p->msg.recv_posted % p->msg.n_inbox) * p->msg.stride;
     int tag = message_tag(m->kind, step - m->lag, m->microbatch);
@@ -21,16 +21,16 @@ static int post_receive(Pipeline *p, long step, FgError *err) {
     return rc;
 }
 
-int start_messages(Pipeline *p, long step, FgError *err) {
+int messages_start(Pipeline *p, long step, FgError *err) {
     message_plan_free(&p->msg.plan);
-    message_plan_build(&p->tt.sched, p->tt.plan, step_phase(p, step), p->tr->stage, step - p->first_step,
-                       &p->msg.plan);
+    message_plan_build(&p->tt.sched, p->tt.plan, pipeline_step_phase(p, step), p->tr->stage,
+                       step - p->first_step, &p->msg.plan);
     p->msg.recv_plan = &p->msg.plan;
     p->msg.recv_taken = p->msg.recv_posted = 0;
     return post_receive(p, step, err);
 }
 
-int take_message(Pipeline *p, long step, const float **msg, FgError *err) {
+int messages_take(Pipeline *p, long step, const float **msg, FgError *err) {
     if (p->msg.recv_taken >= p->msg.recv_posted)
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: an op needs a message its plan does not list",
                        p->tr->stage);

@@ -7,8 +7,8 @@
 
 #include "pipeline_internal.h"
 
-int keeps_stash(const Pipeline *p, long step, int mb) {
-    return p->pool.keeps[(size_t)step_phase(p, step) * p->cfg->micro_batches + mb];
+int ops_keeps_stash(const Pipeline *p, long step, int mb) {
+    return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->micro_batches + mb];
 }
 
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
@@ -52,7 +52,7 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
         return FG_OK;
     }
     const float *msg = NULL;
-    int rc = take_message(p, step, &msg, err);
+    int rc = messages_take(p, step, &msg, err);
     a->dy = msg;
     return rc;
 }
@@ -67,12 +67,12 @@ static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t
     int B = p->cfg->micro_batch;
     if (p->data->text)
         text_train_batch(p->data->text, p->cfg->seed, (uint64_t)step,
-                         (uint32_t)global_microbatch(p, mb), B, x, labels);
+                         (uint32_t)pipeline_global_microbatch(p, mb), B, x, labels);
     else
         dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, x, labels);
 }
 
-int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
+int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->micro_batch, n = 0, rc = FG_OK;
@@ -86,13 +86,13 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
                     .taker_lag = p->tt.taker_lag[idx], .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
-            a->key = tangent_key(p->cfg->seed, step, global_microbatch(p, a->microbatch), 0);
+            a->key = tangent_key(p->cfg->seed, step, pipeline_global_microbatch(p, a->microbatch), 0);
             if (p->is_first) {
                 float *x = p->work.x_in + (size_t)n * p->work.x_stride;
                 gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL);
                 be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
-            } else if (!(rc = take_message(p, step, &msg, err))) {
+            } else if (!(rc = messages_take(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
             if (p->stage.local_groups) {
@@ -100,7 +100,7 @@ int prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order,
                 gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels);
                 a->labels = labels;
             }
-            if (keeps_stash(p, step, a->microbatch))
+            if (ops_keeps_stash(p, step, a->microbatch))
                 p->pool.stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
         } else {
             rc = backward_lane(p, step, a, err);
@@ -130,7 +130,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
 // Activity perturbation: the update needs layer l's input of lane a.
 static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
     int B = p->cfg->micro_batch, in = p->model->layers[l].in;
-    float *kept = kept_of_layer(p, step, l) + (size_t)a->microbatch * B * in;
+    float *kept = layers_kept(p, step, l) + (size_t)a->microbatch * B * in;
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
@@ -140,7 +140,7 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
 static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
     int N = p->cfg->micro_batches, B = p->cfg->micro_batch, out = p->model->layers[l].out;
     const Layer *linear = &p->model->layers[l - 1];  // the kept block: inputs, then estimates
-    float *est = kept_of_layer(p, step, l - 1) + (size_t)N * B * linear->in +
+    float *est = layers_kept(p, step, l - 1) + (size_t)N * B * linear->in +
                  (size_t)a->microbatch * B * out;
     float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
     stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
@@ -148,7 +148,7 @@ static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *
 }
 
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
-int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
+int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
     for (int i = 0; i < n; i++)
@@ -161,7 +161,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
         const Layer *L = &p->model->layers[l];
         LayerSlot s = {0};
         unsigned parts = 0, dirty = 0;
-        if (L->param_count && (rc = acquire_for_forward(p, l, &s, &parts, &dirty, err))) break;
+        if (L->param_count && (rc = update_acquire_for_forward(p, l, &s, &parts, &dirty, err))) break;
         int cur = (l - st->first) & 1;
         for (int i = 0; i < n; i++) {
             Lane *a = &lanes[i];
@@ -176,7 +176,7 @@ int forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
             a->x = y, a->xdot = ydot;
             if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot);
         }
-        if (parts) rc = release_layer(p, l, parts, dirty, err);
+        if (parts) rc = layers_release(p, l, parts, dirty, err);
     }
     return rc;
 }
@@ -212,12 +212,12 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
         int n_d = p->run.d_per_microbatch;
         loss = p->run.d_per_sample ? sample_derivatives(p, a, rows, C)
                                     : be->loss_jvp(be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
-        double *d = p->scalars + scalars_d(p) + (size_t)global_microbatch(p, mb) * n_d;
+        double *d = p->scalars + scalars_d(p) + (size_t)pipeline_global_microbatch(p, mb) * n_d;
         for (int i = 0; i < n_d; i++) d[i] = p->work.loss_d[i];
     } else {
         loss = be->loss_forward(be, a->x, p->work.labels, rows, C, NULL);
     }
-    if (keeps_stash(p, step, mb)) {
+    if (ops_keeps_stash(p, step, mb)) {
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
         // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
         // here and over each stage's own corrections in op U.
@@ -230,13 +230,13 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     *loss_sum += loss;
 }
 
-int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
+int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
                   double *loss_sum, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->micro_batch, last = p->stage.last, rc;
     // A streamed stage's pending update is written back as the layers pass: a new version.
     if (p->upd.pending.active && (rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err))) return rc;
-    if ((rc = forward_layers(p, step, p->work.lanes, n, err))) return rc;
+    if ((rc = ops_forward_layers(p, step, p->work.lanes, n, err))) return rc;
     size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
     for (int i = 0; i < n && !rc; i++) {
         const Lane *a = &p->work.lanes[i];
@@ -248,7 +248,7 @@ int forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sam
         if (p->run.sends_tangents)
             be->copy(be, p->msg.outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
-                         p->msg.outbox, forward_msg_floats(p, last, B), err);
+                         p->msg.outbox, messages_forward_floats(p, last, B), err);
     }
     return rc;
 }
@@ -279,22 +279,22 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     }
 }
 
-int backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
+int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
     int B = p->cfg->micro_batch, rc = FG_OK, weights = 0;
     for (int i = 0; i < n; i++) weights += p->work.lanes[i].kind != OP_BI;
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;
-    if (last_w && updates_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    if (last_w && update_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
-        if (parts && (rc = acquire_layer(p, l, -1, parts, &s, err))) break;
+        if (parts && (rc = layers_acquire(p, l, -1, parts, &s, err))) break;
         backward_layer(p, l, &s, n, zero);
         if (parts && last_w && p->src.streamed)
-            rc = finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+            rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
         if (parts) {
-            int rc2 = release_layer(p, l, parts, dirty, err);
+            int rc2 = layers_release(p, l, parts, dirty, err);
             if (!rc) rc = rc2;
         }
     }

@@ -131,7 +131,7 @@ static void alloc_buffers(Pipeline *p) {
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (K) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
-    if (K && p->want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
+    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
@@ -308,7 +308,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
                   const LayerStreams *streams, int want_stats, FgError *err) {
     memset(p, 0, sizeof *p);
     int s = t->stage, N = c->micro_batches, B = c->micro_batch, rc;
-    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->want_stats = want_stats;
+    p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->upd.want_stats = want_stats;
     p->is_first = s == 0, p->is_last = s == t->stages - 1;
     p->run = run_plan(c, t->replicas);
     p->K = p->run.tangents;
@@ -332,7 +332,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if (p->run.keeps_inputs && p->src.streamed && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
-    if (streams && streams->resume && (rc = refresh_ref(p, err))) return rc;
+    if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     double costs[N_OP_COSTS * SCHED_MAX_STAGES] = {0};
     const int calibrates = !pipeline_calibration_off(p);
     if ((rc = measure_all_costs(p, costs, err)) || (rc = build_timetable(p, costs, calibrates, err)))
@@ -341,8 +341,8 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, costs, err))) return rc;
     if ((rc = check_every_stage_learns(p, err))) return rc;
-    p->stats.estimate_norm = p->stats.exact_norm = p->stats.cos_estimate_exact = NAN;
-    p->stats.cos_fg_exact = p->stats.variance_reduction = p->stats.cv_beta_median = NAN;
+    p->upd.stats.estimate_norm = p->upd.stats.exact_norm = p->upd.stats.cos_estimate_exact = NAN;
+    p->upd.stats.cos_fg_exact = p->upd.stats.variance_reduction = p->upd.stats.cv_beta_median = NAN;
     return FG_OK;
 }
 

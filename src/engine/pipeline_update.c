@@ -24,14 +24,14 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-int updates_in_backward(const Pipeline *p) {
+int update_in_backward(const Pipeline *p) {
     return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
 }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->run.guided || p->want_stats;
+    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->run.guided || p->upd.want_stats;
 }
 
 // Whether applying the update reads the step's kept gradient.
@@ -84,19 +84,19 @@ static double layer_lr(const Pipeline *p, int l, double lr) {
     return p->model->layers[l].frozen ? 0.0 : lr;
 }
 
-int acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
+int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                         FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
-    int rc = acquire_layer(p, l, 1, *parts, s, err);
+    int rc = layers_acquire(p, l, 1, *parts, s, err);
     if (rc) return rc;
-    if (u->active) *dirty = apply_update(p, l, s);
+    if (u->active) *dirty = update_apply(p, l, s);
     return FG_OK;
 }
 
-int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
+int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                           unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
@@ -119,7 +119,7 @@ int finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *
     // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
     float *tied = p->K ? NULL : tied_buffer(p, l);
     if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
-    if (updates_in_backward(p) && !tied) {  // bp without clipping: nothing global to wait for
+    if (update_in_backward(p) && !tied) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, layer_lr(p, l, lr_at(&oc, step, total)), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
@@ -144,11 +144,11 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     }
     if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
     PerturbEstimate e = {.seed = p->cfg->seed, .step = u->step,
-                         .first_microbatch = global_microbatch(p, 0),
+                         .first_microbatch = pipeline_global_microbatch(p, 0),
                          .replica_microbatches = p->cfg->micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
-                         .kept = p->run.keeps_inputs ? kept_of_layer(p, u->step, l) : NULL};
+                         .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
     stage_perturbation(&p->stage, l)->estimate(&p->stage, l, &e, upd);
 }
 
@@ -160,12 +160,12 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // The weights' part holds the reference (mix).
     unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
-    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         if (p->src.streamed && !tied_buffer(p, l)) continue;
         LayerSlot s;
-        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
+        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         form_estimate(p, l, &s, update_of_layer(p, l));
-        rc = release_layer(p, l, parts, 0, err);
+        rc = layers_release(p, l, parts, 0, err);
     }
     if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
@@ -193,12 +193,12 @@ static int tie_copies(Pipeline *p, FgError *err) {
     // bp's gradient of a resident stage is in the step part; tied_grad needs no layer read.
     unsigned parts = tied_buffer(p, mine) ? 0 : LAYER_STEP;
     LayerSlot a, b;
-    if ((rc = acquire_layer(p, mine, 1, parts, &a, err))) return rc;
-    if (both && !(rc = acquire_layer(p, last, 1, parts, &b, err))) {
+    if ((rc = layers_acquire(p, mine, 1, parts, &a, err))) return rc;
+    if (both && !(rc = layers_acquire(p, last, 1, parts, &b, err))) {
         float *x = gradient_of_layer(p, first, &a), *y = gradient_of_layer(p, last, &b);
         be->axpy(be, x, 1.0f, y, n);  // x + 1 y == x + y: the same bits on every backend
         be->copy(be, y, x, n * sizeof(float));
-        rc = release_layer(p, last, parts, parts, err);
+        rc = layers_release(p, last, parts, parts, err);
     } else if (!both) {  // backend memory both ways: the GPU's buffers never reach the host here
         float *x = gradient_of_layer(p, mine, &a), *theirs = backend_alloc_floats(be, n);
         int other = mine == first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
@@ -207,26 +207,26 @@ static int tie_copies(Pipeline *p, FgError *err) {
             be->axpy(be, x, 1.0f, theirs, n);
         be->free(be, theirs);
     }
-    int rc2 = release_layer(p, mine, parts, parts, err);
+    int rc2 = layers_release(p, mine, parts, parts, err);
     return rc ? rc : rc2;
 }
 
 // bp's tied copies are summed as soon as the gradients are complete, before op U's flush: a
-// streamed stage that steps its layers in the backward wave (updates_in_backward) steps the
+// streamed stage that steps its layers in the backward wave (update_in_backward) steps the
 // copies, which waited for the sum, here, in the version that wave wrote.
 static int tie_gradients(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
-    for (int i = 0; i < 2 && !rc && updates_in_backward(p); i++) {
+    for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
         if (!tied_buffer(p, tied[i])) continue;
         LayerSlot s;
-        if ((rc = acquire_layer(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
-        rc = release_layer(p, tied[i], LAYER_WEIGHTS, apply_update(p, tied[i], &s), err);
+        if ((rc = layers_acquire(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
+        rc = layers_release(p, tied[i], LAYER_WEIGHTS, update_apply(p, tied[i], &s), err);
     }
     return rc;
 }
 
-unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
+unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
@@ -245,7 +245,7 @@ unsigned apply_update(Pipeline *p, int l, LayerSlot *s) {
     return dirty;
 }
 
-// The stage's gradient for op U (finish_layer_gradient on every layer). A resident stage's
+// The stage's gradient for op U (update_finish_layer_gradient on every layer). A resident stage's
 // fresh gradient is finished here, once the sum over the replicas (started after the last B op,
 // to run while the stage idles) is in.
 static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, double *waited,
@@ -256,12 +256,12 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
         if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
         *waited += wall_seconds() - t;
     }
-    for (int l = first_param_layer(p); l >= 0; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
         unsigned dirty = 0;
-        if ((rc = acquire_layer(p, l, 1, LAYER_STEP, &s, err)) ||
-            (rc = finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
-            (rc = release_layer(p, l, LAYER_STEP, dirty, err)))
+        if ((rc = layers_acquire(p, l, 1, LAYER_STEP, &s, err)) ||
+            (rc = update_finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
+            (rc = layers_release(p, l, LAYER_STEP, dirty, err)))
             return rc;
     }
     return FG_OK;
@@ -316,16 +316,16 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     const Backend *be = p->be;
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
-    int with_fg = p->want_stats && have_c && !p->run.keeps_inputs;
+    int with_fg = p->upd.want_stats && have_c && !p->run.keeps_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
-    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         size_t n = p->model->layers[l].param_count;
         // The weights only for the reference: a streamed stage reads no more than the pass uses.
         unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
         LayerSlot s;
-        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
+        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         float *upd = update_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
@@ -341,7 +341,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
             row[ROW_F2] = be->dot(be, f, f, n);
             row[ROW_FC] = p->upd.c_scale * be->dot(be, f, s.kept, n);
         }
-        rc = release_layer(p, l, parts, 0, err);
+        rc = layers_release(p, l, parts, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, rows, L * ROW_WIDTH, err);
     sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
@@ -355,7 +355,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
 // scalars: E d^2 = |grad l_b|^2 and E (d - c.v)^2 = |grad l_b - c|^2 for v ~ N(0, I).
 static void record_stats(Pipeline *p, const double *sums, double c2, int have_c, const float *d,
                          const double *cdots) {
-    StepResult *r = &p->stats;
+    StepResult *r = &p->upd.stats;
     int K = p->K, NK = p->run.all_microbatches * K, Nr = p->cfg->micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
@@ -402,11 +402,11 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
     p->upd.pending.aged = p->tt.lags_kept > 0 && p->src.age_weights;
     if (p->upd.pending.aged) p->src.age_weights(&p->src);
-    for (int l = first_param_layer(p); l >= 0 && !rc; l = next_param_layer(p, l, 1)) {
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
-        if ((rc = acquire_layer(p, l, 1, parts, &s, err))) break;
-        rc = release_layer(p, l, parts, apply_update(p, l, &s), err);
+        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
+        rc = layers_release(p, l, parts, update_apply(p, l, &s), err);
     }
     p->upd.pending.active = 0;
     return rc;
@@ -431,7 +431,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
     OptimizerConfig oc = config_optimizer(c);
     PendingUpdate *u = &p->upd.pending;
-    *u = (PendingUpdate){.active = !updates_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
+    *u = (PendingUpdate){.active = !update_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
     if (!K && (rc = tie_gradients(p, err))) return rc;
     if (!K && p->run.grad_delay) delay_gradient(p, step);
@@ -449,10 +449,10 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     int tied = p->model->tied_first >= 0;
     if (K && (tied || (p->run.keeps_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
     if (!rc && K && tied) rc = tie_copies(p, err);
-    if (!rc && K && (oc.clip_norm > 0 || p->want_stats)) rc = norm_pass(p, d, have_c, sums, err);
+    if (!rc && K && (oc.clip_norm > 0 || p->upd.want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);
-    if (!rc && p->want_stats) record_stats(p, sums, c2, have_c, d, kind == EST_CV ? rdots : NULL);
+    if (!rc && p->upd.want_stats) record_stats(p, sums, c2, have_c, d, kind == EST_CV ? rdots : NULL);
     free(d);
     free(rdots);
     if (!rc && p->need.ref && have_c) {

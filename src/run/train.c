@@ -94,7 +94,7 @@ static int load_model_and_data(Run *r, FgError *err) {
     Transport *t = r->env->tr;
     Model *m = &r->model;
     int rc;
-    if ((rc = build_model(c, m, err)) || (rc = plan_layout(c, r->env, m, r->res, err))) return rc;
+    if ((rc = build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
     if (c->data == DATA_TEXT) rc = load_text(r, err);
@@ -123,12 +123,12 @@ static int find_first_step(Run *r, FgError *err) {
     const TrainEnv *e = r->env;
     int first_of_grid = e->tr->stage == 0 && e->tr->replica == 0, rc;
     if (r->in.resume_path) {
-        if ((rc = load_checkpoint(&r->p, e->storage, r->in.resume_path, r->res->layout, r->total, err)))
+        if ((rc = state_load_checkpoint(&r->p, e->storage, r->in.resume_path, r->res->layout, r->total, err)))
             return rc;
         if (first_of_grid)
             fprintf(stderr, "fgpipe: resumed from %s at step %ld\n", r->in.resume_path, r->p.first_step);
     } else if (r->in.init_from) {
-        if ((rc = load_weights(&r->p, e->storage, r->in.init_from, r->res->layout, err))) return rc;
+        if ((rc = state_load_weights(&r->p, e->storage, r->in.init_from, r->res->layout, err))) return rc;
         if (first_of_grid) fprintf(stderr, "fgpipe: weights from %s, step 0\n", r->in.init_from);
     } else if (e->streams && e->streams->resume && first_of_grid) {
         fprintf(stderr, "fgpipe: resumed from the layer stores in %s at step %ld\n",
@@ -150,18 +150,18 @@ static int open_outputs(Run *r, FgError *err) {
     if (dir) {
         if (mkdir(dir, 0755) && errno != EEXIST)
             return fg_fail(err, FG_ERR_INPUT, "--out %s: %s", dir, strerror(errno));
-        FILE *cf = open_in_dir(dir, "config.txt", err);
+        FILE *cf = report_open_in_dir(dir, "config.txt", err);
         if (!cf) return FG_ERR_INPUT;
         config_write(c, cf);
         fclose(cf);
-        if (!(r->loss_csv = open_loss_csv(dir, r->first_step, err))) return FG_ERR_INPUT;
+        if (!(r->loss_csv = report_open_loss_csv(dir, r->first_step, err))) return FG_ERR_INPUT;
     }
     if (r->out.log_path) {
         char mode[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
         int e = config_estimator(c);
         const char *estimator = c->mode == MODE_FG_BP ? config_choice_name("estimator", e, est)
                                                       : config_choice_name("mode", c->mode, mode);
-        char *text = config_text(c);
+        char *text = report_config_text(c);
         const TrainResult *res = r->res;
         double work_ms[SCHED_MAX_STAGES];
         for (int s = 0; s < res->stages; s++) work_ms[s] = 1e3 * res->work_stage[s];
@@ -201,7 +201,7 @@ static int open_run(Run *r, FgError *err) {
         return rc;
     plan_figures(r);
     if (e->tr->stage == 0 && e->tr->replica == 0)
-        print_layout(&r->model, r->res, e->tr->stages, &r->p);
+        report_print_layout(&r->model, r->res, e->tr->stages, &r->p);
     if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err))) return rc;
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));
@@ -248,7 +248,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     if (r->out.out_dir || r->out.log_path) {
         Schedule measured;
         int M = r->env->tr->stages;
-        rc = gather_measured(&r->p, &measured, err);
+        rc = report_gather_measured(&r->p, &measured, err);
         ScheduleStats ms = schedule_stats(&measured);
         double used[SCHED_MAX_STAGES];
         memset(r->busy, 0, (size_t)3 * M * sizeof(double));
@@ -257,7 +257,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
             r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_U ? 2 : 1)] += op->end - op->start;
         }
         for (int s = 0; s < M; s++) used[s] = schedule_stage_bubbles(&measured, s).bubble_used;
-        free_measured(&measured);
+        report_free_measured(&measured);
         if (rc) return rc;
         if (r->loss_csv)
             fprintf(r->loss_csv, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr, sr->seconds,
@@ -280,7 +280,7 @@ static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgErro
     if (r->loss_csv && fflush(r->loss_csv))
         rc = fg_fail(err, FG_ERR_INPUT, "writing loss.csv in --out failed: %s", strerror(errno));
     if (!rc && r->log.ctx) rc = r->log.flush(&r->log, err);
-    if (!rc) rc = save_checkpoint(&r->p, r->env->storage, path, r->res->layout, next_step, err);
+    if (!rc) rc = state_save_checkpoint(&r->p, r->env->storage, path, r->res->layout, next_step, err);
     return rc;
 }
 
@@ -372,19 +372,19 @@ static int finish_run(Run *r, FgError *err) {
     int rc;
     if ((rc = pipeline_apply_pending(&r->p, err))) return rc;
     if (ckpt && !r->res->stopped && (rc = checkpoint_and_flush(r, ckpt, r->total, err))) return rc;
-    if ((rc = check_replicas_agree(&r->p, err))) return rc;
+    if ((rc = state_check_replicas_agree(&r->p, err))) return rc;
     if (t->replica == 0 &&
         (rc = pipeline_evaluate(&r->p, &r->test, &r->res->test_loss, &r->res->test_acc, err)))
         return rc;
     Schedule measured;
-    rc = gather_measured(&r->p, &measured, err);
+    rc = report_gather_measured(&r->p, &measured, err);
     if (!rc && r->out.trace_path && t->stage == 0 && t->replica == 0)
-        rc = write_trace(&r->p.tt.sched, &measured, r->out.trace_path, err);
+        rc = report_write_trace(&r->p.tt.sched, &measured, r->out.trace_path, err);
     ScheduleStats ms = schedule_stats(&measured);
     double ms_stage[SCHED_MAX_STAGES];
     for (int s = 0; s < measured.M; s++) ms_stage[s] = schedule_stage_bubbles(&measured, s).bubble_used;
-    free_measured(&measured);
-    if (!rc && r->out.params_path && t->replica == 0) rc = save_params(&r->p, r->out.params_path, err);
+    report_free_measured(&measured);
+    if (!rc && r->out.params_path && t->replica == 0) rc = state_save_params(&r->p, r->out.params_path, err);
     return rc ? rc : fill_result(r, &ms, ms_stage, err);
 }
 

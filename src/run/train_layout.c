@@ -37,7 +37,7 @@ static int time_layers(void *arg, FgError *err) {
 
 // Every rank times every layer, in turns, and one sum gives everyone the mean, so that all
 // ranks cut alike. Out-of-core runs cut by parameter count: timing would read the stores.
-int plan_layout(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err) {
+int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err) {
     Transport *t = e->tr;
     int M = t->stages, L = m->n_layers, world = M * t->replicas, rc;
     int timed = strcmp(c->boundaries, "auto") == 0 && M > 1 && c->mem_budget <= 0;

@@ -9,7 +9,7 @@
 
 #include "train_internal.h"
 
-char *config_text(const Config *c) {
+char *report_config_text(const Config *c) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -24,7 +24,7 @@ size_t peak_rss_bytes(void) {
     return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
 }
 
-FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
+FILE *report_open_in_dir(const char *dir, const char *name, FgError *err) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
@@ -34,7 +34,7 @@ FILE *open_in_dir(const char *dir, const char *name, FgError *err) {
 
 // loss.csv, started over; a resumed run keeps the rows of the steps before its first one, so a
 // requeued job writing into the same directory continues the file.
-FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
+FILE *report_open_loss_csv(const char *dir, long first_step, FgError *err) {
     char path[1024], line[512], *kept = NULL;
     size_t kept_len = 0;
     snprintf(path, sizeof path, "%s/loss.csv", dir);
@@ -49,7 +49,7 @@ FILE *open_loss_csv(const char *dir, long first_step, FgError *err) {
         fclose(old);
         fclose(mem);
     }
-    FILE *f = open_in_dir(dir, "loss.csv", err);
+    FILE *f = report_open_in_dir(dir, "loss.csv", err);
     if (f) {
         fprintf(f, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
         if (kept) fputs(kept, f);
@@ -67,7 +67,7 @@ static double planned_f(const Schedule *S, int s) {
     return 0.0;
 }
 
-void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p) {
+void report_print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p) {
     const int *first = res->layout;
     if (p->tr->replicas > 1) fprintf(stderr, "fgpipe: %d data-parallel replicas of ", p->tr->replicas);
     else fprintf(stderr, "fgpipe: ");
@@ -106,7 +106,7 @@ void print_layout(const Model *m, const TrainResult *res, int M, const Pipeline 
 
 // The last step as it ran: every stage contributes the times of its own ops, one sum gathers
 // them, and every stage gets the timetable with measured times (free measured->ops).
-int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
+int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
     const Schedule *S = &p->tt.sched;
     int n = S->n_ops, s = p->tr->stage, M = S->M, phase = (int)(p->tt.plan - p->tt.plans);
     int lo = S->stage_first[phase * M + s], hi = lo + S->stage_count[phase * M + s];
@@ -138,14 +138,14 @@ int gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
     return rc;
 }
 
-void free_measured(Schedule *m) {
+void report_free_measured(Schedule *m) {
     free(m->ops);
     free(m->stage_first);
     free(m->stage_count);
 }
 
 // Planned (pid 0) and measured (pid 1) timelines as Chrome trace JSON.
-int write_trace(const Schedule *planned, const Schedule *measured, const char *path,
+int report_write_trace(const Schedule *planned, const Schedule *measured, const char *path,
                        FgError *err) {
     FILE *f = fopen(path, "w");
     if (!f) return fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));

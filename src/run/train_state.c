@@ -92,7 +92,7 @@ static int check_same_model(const Config *now, Storage *io, const char *path, Fg
     return rc;
 }
 
-int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
+int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
                     FgError *err) {
     int rc = check_same_model(p->cfg, io, path, err);
     if (rc) return rc;
@@ -102,7 +102,7 @@ int load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layou
     return io->load(io, &sc.st, path, err);
 }
 
-int load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err) {
+int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err) {
     int rc = check_same_model(p->cfg, io, path, err);
     if (rc) return rc;
     StageCheckpoint sc;
@@ -140,12 +140,12 @@ static int check_finite_state(Pipeline *p, const char *path, long next_step, FgE
     return rc;
 }
 
-int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
+int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
                     FgError *err) {
     if (p->tr->replica != 0) return FG_OK;
     int rc = check_finite_state(p, path, next_step, err);
     if (rc) return rc;
-    char *text = config_text(p->cfg);
+    char *text = report_config_text(p->cfg);
     StageCheckpoint sc;
     checkpoint_state(&sc, p, layout, text);
     sc.st.step = next_step;
@@ -173,7 +173,7 @@ static int hash_layer(void *arg, const Layer *L, float *const *bufs, FgError *er
 // (a sum that gave replicas different bits, a replica that missed a step) is an error, not a
 // silent fork. Every rank contributes 52 bits of its stage's hash (exact in a double); one sum
 // over the grid gathers them.
-int check_replicas_agree(Pipeline *p, FgError *err) {
+int state_check_replicas_agree(Pipeline *p, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages, R = t->replicas;
     if (R == 1) return FG_OK;
@@ -206,7 +206,7 @@ static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgE
 }
 
 // Layer by layer, so an out-of-core stage writes from its slots.
-int save_params(Pipeline *p, const char *path, FgError *err) {
+int state_save_params(Pipeline *p, const char *path, FgError *err) {
     int rc = FG_OK;
     ParamsFile f = {open(path, O_WRONLY | O_CREAT, 0644), path};
     if (f.fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));

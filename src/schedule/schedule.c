@@ -62,7 +62,7 @@ int schedule_validate(const ScheduleSpec *sp, FgError *err) {
     return rc;
 }
 
-double planned_op_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
+double schedule_planned_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
     switch (o->kind) {
     case OP_F: return sp->cost_f[o->stage];
     case OP_B: return sp->cost_bi[o->stage] + sp->cost_bw[o->stage];
@@ -73,7 +73,7 @@ double planned_op_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
     return 0.0;
 }
 
-const char *op_name(const ScheduledOp *o, char *buf, size_t n) {
+const char *schedule_op_name(const ScheduledOp *o, char *buf, size_t n) {
     if (o->kind == OP_U) snprintf(buf, n, "U(s=%d)", o->stage);
     else snprintf(buf, n, "%s(s=%d,b=%d,lag=%d)", op_kind_name(o->kind), o->stage, o->microbatch,
                   o->lag);
@@ -134,8 +134,8 @@ static int build_bp(const ScheduleSpec *sp, Build *bd, FgError *err) {
                 }
                 if (dep < 0.0) break;
                 ScheduledOp op = {o.kind, s, o.b, 0, FG_MAX(free_at[s], dep), 0.0};
-                op.end = op.start + planned_op_cost(sp, &op);
-                segment(bd, 0, s)[(*segment_count(bd, 0, s))++] = op;
+                op.end = op.start + schedule_planned_cost(sp, &op);
+                timetable_segment(bd, 0, s)[(*timetable_segment_count(bd, 0, s))++] = op;
                 free_at[s] = op.end;
                 if (o.kind == OP_F) end_f[s * N + o.b] = op.end;
                 if (o.kind == OP_B) end_b[s * N + o.b] = op.end;
@@ -165,14 +165,14 @@ int schedule_build(const ScheduleSpec *spec, Schedule *out, FgError *err) {
     int rc = schedule_validate(spec, err);
     if (rc) return rc;
     if (!out) return fg_fail(err, FG_ERR_INPUT, "schedule: out is NULL");
-    if (spec->mode == SCHED_FG_BP) return build_chains(spec, out, err);
+    if (spec->mode == SCHED_FG_BP) return schedule_fill_chains(spec, out, err);
     Build b;
     double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)spec->M * spec->N);
-    fg_forward_ends(spec, end_f);
-    build_start(&b, spec, 1, 2 * spec->N + 1, end_f, out);
+    timetable_fg_ends(spec, end_f);
+    timetable_build_start(&b, spec, 1, 2 * spec->N + 1, end_f, out);
     fg_free(end_f);
     if (schedule_is_bp(spec->mode)) rc = build_bp(spec, &b, err);
-    else build_updates(&b, spec);
+    else timetable_build_updates(&b, spec);
     if (rc) {
         schedule_free(out);
         return rc;

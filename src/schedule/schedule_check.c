@@ -17,7 +17,7 @@ typedef struct {
 static int fail_dep(FgError *err, const ScheduledOp *o, const ScheduledOp *dep) {
     char a[64], b[64];
     return fg_fail(err, FG_ERR_INTERNAL, "schedule: dependency: %s starts at %g before %s ends at %g",
-                   op_name(o, a, sizeof a), o->start, op_name(dep, b, sizeof b), dep->end);
+                   schedule_op_name(o, a, sizeof a), o->start, schedule_op_name(dep, b, sizeof b), dep->end);
 }
 
 // One phase of one stage: well-formed ops with their costs, in order without overlap, U last.
@@ -38,23 +38,25 @@ static int check_list(Check *c, int p, int s, FgError *err) {
             ((o->kind == OP_F || o->kind == OP_U) && o->lag))
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: op %d of phase %d stage %d is malformed",
                            i, p, s);
-        if (!(o->start >= -c->eps) || fabs(o->end - o->start - planned_op_cost(c->sp, o)) > c->eps)
+        if (!(o->start >= -c->eps) || fabs(o->end - o->start - schedule_planned_cost(c->sp, o)) > c->eps)
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s runs [%g, %g], its cost is %g",
-                           op_name(o, a, sizeof a), o->start, o->end, planned_op_cost(c->sp, o));
+                           schedule_op_name(o, a, sizeof a), o->start, o->end,
+                           schedule_planned_cost(c->sp, o));
         if (i > 0 && o->start < ops[i - 1].end - c->eps)
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: overlap on stage %d: %s and %s", s,
-                           op_name(&ops[i - 1], a, sizeof a), op_name(o, b, sizeof b));
+                           schedule_op_name(&ops[i - 1], a, sizeof a), schedule_op_name(o, b, sizeof b));
         if (o->kind == OP_F) {
             if (o->microbatch != next_f++)
                 return fg_fail(err, FG_ERR_INTERNAL,
-                               "schedule: stage %d runs %s out of micro-batch order", s, op_name(o, a, sizeof a));
+                               "schedule: stage %d runs %s out of micro-batch order", s,
+                               schedule_op_name(o, a, sizeof a));
             // Not before fg has it (its input), and the last F where fg has it.
             const double fg_end = c->fg_end_f[s * N + o->microbatch];
             const int last = s == M - 1 && o->microbatch == N - 1;
             if (!schedule_is_bp(S->mode) &&
                 (o->end < fg_end - c->eps || (last && fabs(o->end - fg_end) > c->eps)))
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s moved relative to FG: ends at %g, fg's at %g",
-                               op_name(o, a, sizeof a), o->end, fg_end);
+                               schedule_op_name(o, a, sizeof a), o->end, fg_end);
             // After its input, and in every phase at the same time (phase 0's F ops are known
             // here: phases are checked in order, stages in order within a phase).
             const ScheduledOp *input = s > 0 ? c->f[(s - 1) * N + o->microbatch] : NULL;
@@ -63,7 +65,7 @@ static int check_list(Check *c, int p, int s, FgError *err) {
             const ScheduledOp *first = c->f[s * N + o->microbatch];
             if (p > 0 && first && fabs(o->end - first->end) > c->eps)
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s ends at %g in phase %d, at %g in phase 0",
-                               op_name(o, a, sizeof a), o->end, p, first->end);
+                               schedule_op_name(o, a, sizeof a), o->end, p, first->end);
             if (p == 0) c->f[s * N + o->microbatch] = o;
         }
         const ScheduledOp **slot = NULL;
@@ -71,12 +73,13 @@ static int check_list(Check *c, int p, int s, FgError *err) {
         if (o->kind == OP_BI || o->kind == OP_BW)
             slot = &(o->kind == OP_BI ? c->bi : c->bw)[((size_t)schedule_source_phase(S, p, o->lag) * N + o->microbatch) * M + s];
         if ((o->kind == OP_B || o->kind == OP_BI || o->kind == OP_BW) && S->mode != (o->kind == OP_B ? S->mode : SCHED_FG_BP))
-            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s in a %s timetable", op_name(o, a, sizeof a),
-                           schedule_mode_name(S->mode));
+            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s in a %s timetable",
+                           schedule_op_name(o, a, sizeof a), schedule_mode_name(S->mode));
         if (o->kind == OP_B && !schedule_is_bp(S->mode))
-            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s outside bp", op_name(o, a, sizeof a));
+            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s outside bp", schedule_op_name(o, a, sizeof a));
         if (slot && *slot)
-            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s appears twice", op_name(o, a, sizeof a));
+            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s appears twice",
+                           schedule_op_name(o, a, sizeof a));
         if (slot) *slot = o;
     }
     if (next_f != N)
@@ -106,7 +109,7 @@ static int check_bp(Check *c, FgError *err) {
             }
             if (o->kind == OP_F && S->mode == SCHED_BP_GPIPE && seen_b)
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: GPipe stage %d runs %s after a B op", s,
-                               op_name(o, a, sizeof a));
+                               schedule_op_name(o, a, sizeof a));
             seen_b |= o->kind == OP_B;
             in_flight += o->kind == OP_F ? 1 : o->kind == OP_B ? -1 : 0;
             if (S->mode == SCHED_BP_1F1B && in_flight > M - s)
@@ -141,10 +144,10 @@ static int check_chain(Check *c, int source, int b, FgError *err) {
             const ScheduledOp *o = k ? bw[s] : bi[s];
             if (auto_sel ? o->lag > S->lag : o->lag != S->lag)
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s has lag %d, the spec allows %s%d",
-                               op_name(o, a, sizeof a), o->lag, auto_sel ? "<= " : "", S->lag);
+                               schedule_op_name(o, a, sizeof a), o->lag, auto_sel ? "<= " : "", S->lag);
             if (auto_sel && o->end > S->last_f + c->eps)
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s ends at %g, after the last F (%g)",
-                               op_name(o, a, sizeof a), o->end, S->last_f);
+                               schedule_op_name(o, a, sizeof a), o->end, S->last_f);
         }
         const ScheduledOp *deps[3] = {c->f[s * N + b], s < M - 1 ? bi[s + 1] : c->f[(M - 1) * N + b], NULL};
         for (int k = 0; k < 2; k++) {  // F ops ran in the source step: lag 0
@@ -255,7 +258,7 @@ int schedule_check(const Schedule *S, const ScheduleSpec *sp, FgError *err) {
     c.bi = calloc((size_t)P * N * M, sizeof *c.bi);
     c.bw = calloc((size_t)P * N * M, sizeof *c.bw);
     c.fg_end_f = malloc(sizeof(double) * (size_t)M * N);
-    fg_forward_ends(sp, c.fg_end_f);
+    timetable_fg_ends(sp, c.fg_end_f);
     int total = 0;
     for (int p = 0; p < P && !rc; p++)
         for (int s = 0; s < M && !rc; s++) {

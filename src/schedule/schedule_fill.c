@@ -52,11 +52,11 @@ static int place(const Fill *f, int s, double ready, double c, int last_q, int l
     // Explicit lags place past the step's end (limit infinite): ready may lie beyond last_q.
     for (int q = FG_MIN((int)floor(ready / f->T), last_q); q <= last_q; q++) {
         const int phase = q % f->b.S->n_phases;
-        const ScheduledOp *ops = segment(&f->b, phase, s);
-        const int n = *segment_count(&f->b, phase, s);
+        const ScheduledOp *ops = timetable_segment(&f->b, phase, s);
+        const int n = *timetable_segment_count(&f->b, phase, s);
         double lo = FG_MAX(0.0, ready - q * f->T);
         int pos;
-        double t = earliest_gap(ops, n, lo, c, f->limit, &pos);
+        double t = timetable_earliest_gap(ops, n, lo, c, f->limit, &pos);
         if (t < 0.0) continue;
         *q_out = q, *t_out = t, *pos_out = pos, found = 1;
         if (!late) return 1;
@@ -75,7 +75,7 @@ static int place(const Fill *f, int s, double ready, double c, int last_q, int l
 
 static void put(Fill *f, OpKind kind, int s, const Chain *ch, int q, double t, int pos) {
     const double c = kind == OP_BI ? f->sp->cost_bi[s] : f->sp->cost_bw[s];
-    segment_insert(&f->b, q % f->b.S->n_phases, s, pos,
+    timetable_segment_insert(&f->b, q % f->b.S->n_phases, s, pos,
                    (ScheduledOp){kind, s, ch->b, q - ch->source, t, t + c});
 }
 
@@ -83,7 +83,7 @@ static void take_back(Fill *f, OpKind kind, int s, Chain *ch) {
     int *q = kind == OP_BI ? ch->bi_q : ch->bw_q;
     if (q[s] < 0) return;
     ScheduledOp o = {kind, s, ch->b, q[s] - ch->source, 0, 0};
-    segment_remove(&f->b, q[s] % f->b.S->n_phases, s, &o);
+    timetable_segment_remove(&f->b, q[s] % f->b.S->n_phases, s, &o);
     q[s] = -1;
 }
 
@@ -171,7 +171,7 @@ static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *
     const int M = sp->M;
     const int explicit_lag = sp->select >= 0;
     Fill f = {.sp = sp, .end_f = end_f, .n = sh->chains};
-    build_start(&f.b, sp, sh->phases, sp->N + 2 * sh->chains + 1, end_f, out);
+    timetable_build_start(&f.b, sp, sh->phases, sp->N + 2 * sh->chains + 1, end_f, out);
     f.T = out->fg_makespan;
     f.limit = explicit_lag ? INFINITY : out->last_f;
     f.chains = fg_alloc_bytes(sizeof(Chain) * (size_t)FG_MAX(sh->chains, 1));
@@ -199,7 +199,7 @@ static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *
                                             (ch->bw_q[s] * f.T + out->last_f) * (1 + 1e-12);
         out->n_fit += fits;
     }
-    build_updates(&f.b, sp);
+    timetable_build_updates(&f.b, sp);
     schedule_pack(&f.b);
     fg_free(f.chains);
     fg_free(store_i);
@@ -239,10 +239,10 @@ static void best_shape(const ScheduleSpec *sp, const double *end_f, Schedule *be
         }
 }
 
-int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
+int schedule_fill_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
     (void)err;
     double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)sp->M * sp->N);
-    fg_forward_ends(sp, end_f);
+    timetable_fg_ends(sp, end_f);
     Schedule best = {0};
     Score best_score = {-1, -1.0};
     if (sp->select >= 0) {  // explicit: F ops where fg has them
@@ -250,11 +250,11 @@ int build_chains(const ScheduleSpec *sp, Schedule *out, FgError *err) {
         build_shape(sp, &sh, end_f, &best);
     } else {
         best_shape(sp, end_f, &best, &best_score);
-        fg_forward_latest_ends(sp, end_f);
+        timetable_fg_latest_ends(sp, end_f);
         best_shape(sp, end_f, &best, &best_score);
         if (best_score.stages < 0) {  // no chain fits anywhere (e.g. one stage): FG's timetable
             Shape none = {1, 0, 1, 0, 0, 0};
-            fg_forward_ends(sp, end_f);
+            timetable_fg_ends(sp, end_f);
             build_shape(sp, &none, end_f, &best);
         }
     }

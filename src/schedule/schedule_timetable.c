@@ -10,22 +10,22 @@ int schedule_is_bp(ScheduleMode mode) { return mode == SCHED_BP_GPIPE || mode ==
 
 // Each F starts as soon as its input has arrived and the stage has finished the micro-batch
 // before.
-double fg_forward_start(const double *end_f, int N, int s, int b) {
+double timetable_fg_start(const double *end_f, int N, int s, int b) {
     double t = 0.0;
     if (s > 0) t = end_f[(s - 1) * N + b];
     if (b > 0) t = FG_MAX(t, end_f[s * N + b - 1]);
     return t;
 }
 
-void fg_forward_ends(const ScheduleSpec *sp, double *end_f) {
+void timetable_fg_ends(const ScheduleSpec *sp, double *end_f) {
     for (int s = 0; s < sp->M; s++)
         for (int b = 0; b < sp->N; b++)
-            end_f[s * sp->N + b] = fg_forward_start(end_f, sp->N, s, b) + sp->cost_f[s];
+            end_f[s * sp->N + b] = timetable_fg_start(end_f, sp->N, s, b) + sp->cost_f[s];
 }
 
-void fg_forward_latest_ends(const ScheduleSpec *sp, double *end_f) {
+void timetable_fg_latest_ends(const ScheduleSpec *sp, double *end_f) {
     const int M = sp->M, N = sp->N;
-    fg_forward_ends(sp, end_f);
+    timetable_fg_ends(sp, end_f);
     const double last_f = end_f[M * N - 1];
     for (int s = M - 1; s >= 0; s--)
         for (int b = N - 1; b >= 0; b--) {
@@ -45,25 +45,25 @@ static double max_cost(const double *c, int M) {
 // ---------------------------------------------------------------------------------------------
 // Segments
 
-ScheduledOp *segment(const Build *b, int phase, int s) {
+ScheduledOp *timetable_segment(const Build *b, int phase, int s) {
     return b->S->ops + (size_t)(phase * b->S->M + s) * b->cap;
 }
 
-int *segment_count(const Build *b, int phase, int s) {
+int *timetable_segment_count(const Build *b, int phase, int s) {
     return &b->S->stage_count[phase * b->S->M + s];
 }
 
-void segment_insert(const Build *b, int phase, int s, int pos, ScheduledOp op) {
-    ScheduledOp *ops = segment(b, phase, s);
-    int *n = segment_count(b, phase, s);
+void timetable_segment_insert(const Build *b, int phase, int s, int pos, ScheduledOp op) {
+    ScheduledOp *ops = timetable_segment(b, phase, s);
+    int *n = timetable_segment_count(b, phase, s);
     memmove(ops + pos + 1, ops + pos, sizeof(ScheduledOp) * (size_t)(*n - pos));
     ops[pos] = op;
     (*n)++;
 }
 
-void segment_remove(const Build *b, int phase, int s, const ScheduledOp *op) {
-    ScheduledOp *ops = segment(b, phase, s);
-    int *n = segment_count(b, phase, s);
+void timetable_segment_remove(const Build *b, int phase, int s, const ScheduledOp *op) {
+    ScheduledOp *ops = timetable_segment(b, phase, s);
+    int *n = timetable_segment_count(b, phase, s);
     for (int i = 0; i < *n; i++)
         if (ops[i].kind == op->kind && ops[i].microbatch == op->microbatch && ops[i].lag == op->lag) {
             memmove(ops + i, ops + i + 1, sizeof(ScheduledOp) * (size_t)(*n - i - 1));
@@ -72,7 +72,7 @@ void segment_remove(const Build *b, int phase, int s, const ScheduledOp *op) {
         }
 }
 
-double earliest_gap(const ScheduledOp *ops, int n, double ready, double c, double limit, int *pos) {
+double timetable_earliest_gap(const ScheduledOp *ops, int n, double ready, double c, double limit, int *pos) {
     int lo = 0, hi = n;  // first op that ends after ready: earlier ones cannot bound the gap
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
@@ -89,7 +89,7 @@ double earliest_gap(const ScheduledOp *ops, int n, double ready, double c, doubl
     return t + c <= limit * (1 + 1e-12) ? t : -1.0;
 }
 
-void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
+void timetable_build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
                  Schedule *S) {
     const int M = sp->M, N = sp->N;
     *S = (Schedule){.M = M, .N = N, .mode = sp->mode, .lag = sp->lag, .select = sp->select,
@@ -104,23 +104,23 @@ void build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const 
         for (int p = 0; p < n_phases; p++)
             for (int s = 0; s < M; s++)
                 for (int mb = 0; mb < N; mb++)
-                    segment(b, p, s)[(*segment_count(b, p, s))++] = (ScheduledOp){
+                    timetable_segment(b, p, s)[(*timetable_segment_count(b, p, s))++] = (ScheduledOp){
                         OP_F, s, mb, 0, end_f[s * N + mb] - sp->cost_f[s], end_f[s * N + mb]};
 }
 
 // U(s) starts when the last stage has ended its last F (then all d_b are known; the scalar
 // allreduce costs 0 here) and every B op on every stage has ended: the same allreduce carries
 // each stage's part of c . v_b. Each stage then applies its own update.
-void build_updates(Build *b, const ScheduleSpec *sp) {
+void timetable_build_updates(Build *b, const ScheduleSpec *sp) {
     const Schedule *S = b->S;
     for (int p = 0; p < S->n_phases; p++) {
         double t = 0.0;
         for (int s = 0; s < S->M; s++) {
-            const int n = *segment_count(b, p, s);
-            if (n) t = FG_MAX(t, segment(b, p, s)[n - 1].end);
+            const int n = *timetable_segment_count(b, p, s);
+            if (n) t = FG_MAX(t, timetable_segment(b, p, s)[n - 1].end);
         }
         for (int s = 0; s < S->M; s++)
-            segment(b, p, s)[(*segment_count(b, p, s))++] =
+            timetable_segment(b, p, s)[(*timetable_segment_count(b, p, s))++] =
                 (ScheduledOp){OP_U, s, -1, 0, t, t + sp->cost_u[s]};
     }
 }
@@ -174,7 +174,7 @@ int schedule_stashes(const Schedule *S, int phase, int stage, int b) {
 }
 
 // B time before the last F, and FG's idle time before the last F, of one stage over the phases.
-void stage_fill(const Schedule *S, int s, double *used, double *idle) {
+void timetable_stage_fill(const Schedule *S, int s, double *used, double *idle) {
     *used = *idle = 0.0;
     for (int p = 0; p < S->n_phases; p++) {
         const ScheduledOp *ops;
@@ -199,7 +199,7 @@ ScheduleStats schedule_stats(const Schedule *S) {
         double used = 0.0, idle = 0.0;
         for (int s = 0; s < S->M; s++) {
             double u, i;
-            stage_fill(S, s, &u, &i);
+            timetable_stage_fill(S, s, &u, &i);
             used += u, idle += i;
         }
         if (idle > 0.0) st.bubble_used_by_b = used / idle;

@@ -119,7 +119,7 @@ StageBubbles schedule_stage_bubbles(const Schedule *S, int s) {
     r.kept = most_at_once(kept_lo, kept_hi, n, period);
     free(stash_lo), free(stash_hi), free(kept_lo), free(kept_hi);
     double used, idle;
-    stage_fill(S, s, &used, &idle);
+    timetable_stage_fill(S, s, &used, &idle);
     r.bubble_used = idle > 0.0 ? used / idle : 0.0;
     return r;
 }
