@@ -1,4 +1,4 @@
-// Local losses (local_loss.h, stage_local.c) on a "6-8-3" MLP whose hidden layer (fc1 and a
+// Local losses (local_loss.h, perturb_local.c) on a "6-8-3" MLP whose hidden layer (fc1 and a
 // ReLU or a GELU) ends in G = 2 fixed heads of S = 4 units each:
 //   1. op F's d of a row and group is the derivative of that group's loss when the layer's
 //      output h moves along the tangent (central differences);

@@ -1,5 +1,5 @@
 // The shape of a linear layer's call (layer_linear.c, cuda/layers_cuda.cu, the low-rank tangents
-// of stage_lowrank.c): with carry c, a token is [x (c), h (k)] and the output [x, h W^T + b], or
+// of perturb_lowrank.c): with carry c, a token is [x (c), h (k)] and the output [x, h W^T + b], or
 // x + h W^T + b when residual (n = c); the weight is [n, k].
 #ifndef FGPIPE_LINEAR_SHAPE_H
 #define FGPIPE_LINEAR_SHAPE_H

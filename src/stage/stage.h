@@ -26,7 +26,7 @@ typedef struct {
     int tangent_rank;      // weight tangents of rank r (0: full; stage_set_tangent_rank)
     float *lowrank_work;   // one low-rank tangent's factors and products
     float *ones;           // [max_rows * tokens] of 1: adds a bias tangent to every token row
-    int local_groups;      // local losses: G groups per hidden layer (0: none; stage_local.c)
+    int local_groups;      // local losses: G groups per hidden layer (0: none; perturb_local.c)
     float **local_head;    // [n_layers]: the fixed heads of a layer ending a local loss, or NULL
     float *local_work;     // the heads' d [K, max_rows, G] and one row's H e [max_width]
     float *act[2];       // ping-pong activations [max_rows, max_width]
