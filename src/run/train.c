@@ -164,10 +164,10 @@ static int open_outputs(Run *r, FgError *err) {
         char *text = report_config_text(c);
         const TrainResult *res = r->res;
         double work_ms[SCHED_MAX_STAGES];
-        for (int s = 0; s < res->stages; s++) work_ms[s] = 1e3 * res->work_stage[s];
+        for (int s = 0; s < res->stages; s++) work_ms[s] = 1e3 * res->per_stage.work[s];
         LogInfo info = {config_choice_name("mode", c->mode, mode), estimator, text, res->layout_by,
-                        res->stages, c->micro_batches, r->p.K, res->layout, work_ms, res->n_corr_stage,
-                        res->lag_stage, res->bubble_used_stage, res->makespan_vs_fg};
+                        res->stages, c->micro_batches, r->p.K, res->layout, work_ms, res->per_stage.corrections,
+                        res->per_stage.lag, res->per_stage.bubble_used, res->makespan_vs_fg};
         rc = r->env->storage->open_log(r->env->storage, r->out.log_path, &info, &r->log, err);
         free(text);
     }
@@ -182,9 +182,9 @@ static void plan_figures(Run *r) {
     res->stages = S->M;
     for (int s = 0; s < S->M; s++) {
         StageBubbles planned = schedule_stage_bubbles(S, s);
-        res->n_corr_stage[s] = (double)planned.corrections / S->n_phases;
-        res->lag_stage[s] = planned.max_lag;
-        res->bubble_used_stage[s] = planned.bubble_used;
+        res->per_stage.corrections[s] = (double)planned.corrections / S->n_phases;
+        res->per_stage.lag[s] = planned.max_lag;
+        res->per_stage.bubble_used[s] = planned.bubble_used;
     }
     res->makespan_vs_fg = S->makespan / S->fg_makespan;
     ScheduleStats st = schedule_stats(S);
@@ -345,10 +345,10 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
     int M = t->stages, rc;
     long window = FG_MIN(r->total - r->first_step, WINDOW);
     for (long i = 0; i < window; i++) res->final_loss += r->recent[(r->total - 1 - i) % WINDOW] / window;
-    res->peak_rss_stage[t->stage] = (double)peak_rss_bytes();
-    res->stash_bytes_stage[t->stage] = pipeline_stash_bytes(&r->p);
-    if ((rc = t->allreduce_sum(t, res->peak_rss_stage, M, err)) ||
-        (rc = t->allreduce_sum(t, res->stash_bytes_stage, M, err)))
+    res->per_stage.peak_rss[t->stage] = (double)peak_rss_bytes();
+    res->per_stage.stash_bytes[t->stage] = pipeline_stash_bytes(&r->p);
+    if ((rc = t->allreduce_sum(t, res->per_stage.peak_rss, M, err)) ||
+        (rc = t->allreduce_sum(t, res->per_stage.stash_bytes, M, err)))
         return rc;
     size_t n_times = (size_t)FG_MIN(r->total - r->first_step, (long)TIMES);
     res->steps = r->total;
@@ -356,7 +356,7 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
     res->samples_per_s = r->train_time > 0 ? (double)(r->total - r->first_step) * r->batch / r->train_time : 0.0;
     res->step_seconds = n_times ? fg_median(r->step_times, n_times) : 0.0;
     res->n_params = r->model.n_params;
-    for (int s = 0; s < M; s++) res->bubble_used_stage_measured[s] = ms_stage[s];
+    for (int s = 0; s < M; s++) res->per_stage.bubble_used_measured[s] = ms_stage[s];
     res->bubble_measured = ms->bubble_fraction;
     res->bubble_used_measured = ms->bubble_used_by_b;
     res->peak_rss_bytes = peak_rss_bytes();

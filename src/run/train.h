@@ -14,6 +14,18 @@
 #include "schedule.h"
 #include "transport.h"
 
+// Per stage, indexed by stage (arrays, so that a sum over the ranks fills them at once).
+typedef struct {
+    double peak_rss[SCHED_MAX_STAGES];     // bytes
+    double stash_bytes[SCHED_MAX_STAGES];  // activations kept for B ops, at most at once
+    // Measured work: seconds of a step's F and U (bp: F and B) ops, timed layer by layer.
+    double work[SCHED_MAX_STAGES];
+    // fg+bp: corrections (Bw ops) per step, the largest lag of the B ops, the share of the
+    // bubble used by B ops planned and in the last step as it ran.
+    double corrections[SCHED_MAX_STAGES], lag[SCHED_MAX_STAGES];
+    double bubble_used[SCHED_MAX_STAGES], bubble_used_measured[SCHED_MAX_STAGES];
+} StageFigures;
+
 typedef struct {
     long steps;
     double first_loss;     // mean training loss of the first steps (up to 20)
@@ -23,20 +35,12 @@ typedef struct {
     double train_seconds;
     double step_seconds;   // median wall time of a step on this stage
     size_t peak_rss_bytes; // of this rank
-    double peak_rss_stage[SCHED_MAX_STAGES];  // bytes, every stage's
-    double stash_bytes_stage[SCHED_MAX_STAGES];  // activations kept for B ops, at most at once
+    StageFigures per_stage;  // every stage's figures
     size_t n_params;
     int stages;
-    // fg+bp, per stage: corrections (Bw ops) per step, the largest lag of its B ops, the share
-    // of its bubble used by B ops planned and in the last step as it ran.
-    double n_corr_stage[SCHED_MAX_STAGES], bubble_used_stage[SCHED_MAX_STAGES];
-    double bubble_used_stage_measured[SCHED_MAX_STAGES];
-    double lag_stage[SCHED_MAX_STAGES];
     double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
     const char *layout_by;  // how the stages were cut: "boundaries", "measured work", "parameters"
-    double work_stage[SCHED_MAX_STAGES];  // measured work: seconds of a step's F and U (bp: F
-                                          // and B) ops of each stage, as timed layer by layer
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double bubble_measured, bubble_used_measured;  // of the last step as it ran
     long first_step;       // 0, or where a resumed run started

@@ -51,6 +51,6 @@ int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult 
     free(cost);
     if (!rc) rc = partition_layers(m, M, c->boundaries, work, res->layout, err);
     for (int s = 0; s < M && !rc; s++)
-        for (int l = res->layout[s]; l < res->layout[s + 1]; l++) res->work_stage[s] += work[l];
+        for (int l = res->layout[s]; l < res->layout[s + 1]; l++) res->per_stage.work[s] += work[l];
     return rc;
 }

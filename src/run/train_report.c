@@ -76,9 +76,9 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
     if (M > 1) fprintf(stderr, "\nfgpipe: stages cut by %s", res->layout_by);
-    if (M > 1 && res->work_stage[0] > 0) {
+    if (M > 1 && res->per_stage.work[0] > 0) {
         fprintf(stderr, ", ms per step:");
-        for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->work_stage[s]);
+        for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->per_stage.work[s]);
     }
     const Schedule *S = &p->tt.sched;
     ScheduleStats st = schedule_stats(S);
@@ -190,14 +190,14 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
         fprintf(f, ", \"val_loss\": %.6f, \"val_bits_per_byte\": %.6f, \"tokens_per_s\": %.1f",
                 r->test_loss, r->test_loss / M_LN2, r->samples_per_s * c->ctx);
     double work_ms[SCHED_MAX_STAGES];
-    for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->work_stage[s];
+    for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->per_stage.work[s];
     json_array(f, "work_ms_stage", work_ms, r->stages);
-    json_array(f, "peak_rss_stage", r->peak_rss_stage, r->stages);
-    json_array(f, "stash_bytes_stage", r->stash_bytes_stage, r->stages);
-    json_array(f, "n_corr_stage", r->n_corr_stage, r->stages);
-    json_array(f, "lag_stage", r->lag_stage, r->stages);
-    json_array(f, "bubble_used_by_b_stage", r->bubble_used_stage, r->stages);
-    json_array(f, "bubble_used_by_b_stage_measured", r->bubble_used_stage_measured, r->stages);
+    json_array(f, "peak_rss_stage", r->per_stage.peak_rss, r->stages);
+    json_array(f, "stash_bytes_stage", r->per_stage.stash_bytes, r->stages);
+    json_array(f, "n_corr_stage", r->per_stage.corrections, r->stages);
+    json_array(f, "lag_stage", r->per_stage.lag, r->stages);
+    json_array(f, "bubble_used_by_b_stage", r->per_stage.bubble_used, r->stages);
+    json_array(f, "bubble_used_by_b_stage_measured", r->per_stage.bubble_used_measured, r->stages);
     fputs("}\n", f);
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;
