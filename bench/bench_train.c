@@ -110,14 +110,14 @@ int main(int argc, char **argv) {
     config_defaults(&c);
     FgError err = {0};
     Model m;
-    if (config_load(&c, config_path, &err) || model_build_mlp(&m, c.model, c.activation, &err)) {
+    if (config_load(&c, config_path, &err) || model_build_mlp(&m, c.net.model, c.net.activation, &err)) {
         fprintf(stderr, "bench: %s\n", err.msg);
         return 2;
     }
     printf("fgpipe bench: model %s (%zu params), micro-batch %d x %d, %d steps per mode\n\n",
-           c.model, m.n_params, c.micro_batches, c.micro_batch, steps);
+           c.net.model, m.n_params, c.training.micro_batches, c.training.micro_batch, steps);
 
-    double gemm_gflops = sgemm_gflops_in_child(&m, c.micro_batch);
+    double gemm_gflops = sgemm_gflops_in_child(&m, c.training.micro_batch);
     if (gemm_gflops <= 0) {
         fprintf(stderr, "bench: sgemm timing failed\n");
         return 1;

@@ -28,7 +28,7 @@ typedef struct {
 // (modulo the GPUs there: several stages may share one GPU).
 static int make_backend(Made *made, const Config *c, const Backend **out, FgError *err) {
     *out = &backend_cpu;
-    if (c->device == DEVICE_CPU) return FG_OK;
+    if (c->layout.device == DEVICE_CPU) return FG_OK;
 #ifdef FGPIPE_HAVE_CUDA
     MPI_Comm node;
     int local, count = backend_cuda_device_count();
@@ -36,7 +36,8 @@ static int make_backend(Made *made, const Config *c, const Backend **out, FgErro
     MPI_Comm_rank(node, &local);
     MPI_Comm_free(&node);
     int rc = backend_cuda_create(count ? local % count : 0, &made->gpu, err);
-    if (!rc && (rc = backend_cuda_set_precision(&made->gpu, c->precision, err))) backend_cuda_destroy(&made->gpu);
+    if (!rc && (rc = backend_cuda_set_precision(&made->gpu, c->layout.precision, err)))
+        backend_cuda_destroy(&made->gpu);
     if (!rc) *out = &made->gpu;
     return rc;
 #else
@@ -50,7 +51,7 @@ static int make_backend(Made *made, const Config *c, const Backend **out, FgErro
 // it can connect the ranks, and are otherwise staged through host memory.
 static int make_transport(Made *made, const Config *c, const Backend *be, Transport **out,
                           FgError *err) {
-    int rc = transport_mpi_create(MPI_COMM_WORLD, c->stages, c->replicas, &made->mpi, err);
+    int rc = transport_mpi_create(MPI_COMM_WORLD, c->layout.stages, c->layout.replicas, &made->mpi, err);
     if (rc) return rc;
     *out = &made->mpi;
 #ifdef FGPIPE_HAVE_CUDA

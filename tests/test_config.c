@@ -23,13 +23,13 @@ static void test_set_values(void **state) {
     config_defaults(&c);
     FgError err = {0};
     assert_int_equal(config_set(&c, "mode", "fg", &err), FG_OK);
-    assert_int_equal(c.mode, MODE_FG);
+    assert_int_equal(c.method.mode, MODE_FG);
     assert_int_equal(config_set(&c, "lr", "3e-4", &err), FG_OK);
-    assert_true(c.lr == 3e-4);
+    assert_true(c.optim.lr == 3e-4);
     assert_int_equal(config_set(&c, "seed", "4294967295", &err), FG_OK);
-    assert_int_equal(c.seed, 4294967295u);
+    assert_int_equal(c.training.seed, 4294967295u);
     assert_int_equal(config_set(&c, "optimizer", "sgd", &err), FG_OK);
-    assert_int_equal(c.optimizer, OPT_SGD);
+    assert_int_equal(c.optim.optimizer, OPT_SGD);
 }
 
 static void test_bad_values(void **state) {
@@ -66,9 +66,9 @@ static void test_load_file(void **state) {
     FgError err = {0};
     char *path = write_temp("# comment\n\nmode = fg   # trailing comment\n  tangents=4\nlr = 0.01\n");
     assert_int_equal(config_load(&c, path, &err), FG_OK);
-    assert_int_equal(c.mode, MODE_FG);
-    assert_int_equal(c.tangents, 4);
-    assert_true(c.lr == 0.01);
+    assert_int_equal(c.method.mode, MODE_FG);
+    assert_int_equal(c.method.tangents, 4);
+    assert_true(c.optim.lr == 0.01);
     unlink(path);
 
     // The resolved config written by config_write loads back to the same values.
@@ -110,11 +110,11 @@ static void test_validate(void **state) {
     config_defaults(&c);
     FgError err = {0};
     assert_int_equal(config_validate(&c, &err), FG_OK);
-    c.steps = 0, c.epochs = 0;
+    c.training.steps = 0, c.training.epochs = 0;
     assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
     assert_non_null(strstr(err.msg, "steps"));
     config_defaults(&c);
-    c.min_lr = 1.0;
+    c.optim.min_lr = 1.0;
     assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
     assert_non_null(strstr(err.msg, "min_lr"));
 }

@@ -111,7 +111,8 @@ static int forward_only_step(Pipeline *p, StepRun *r, double *f_seconds, FgError
 }
 
 int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *err) {
-    const size_t samples = (size_t)p->cfg->micro_batches * p->cfg->micro_batch, count = p->data->count;
+    const TrainingConfig *tc = &p->cfg->training;
+    const size_t samples = (size_t)tc->micro_batches * tc->micro_batch, count = p->data->count;
     size_t *order = fg_alloc_bytes(sizeof(size_t) * samples);
     for (size_t i = 0; i < samples; i++) order[i] = count ? i % count : 0;
     double *per_step = fg_alloc_bytes(sizeof(double) * (size_t)FG_MAX(steps, 1));
@@ -131,7 +132,7 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
 // Evaluation
 
 int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err) {
-    int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
+    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
     if (p->is_first) {
         p->be->upload(p->be, x, ds->x + chunk * rows * ds->features, (size_t)n * ds->features * sizeof(float));
         return FG_OK;
@@ -142,7 +143,7 @@ int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, 
 
 int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
                 FgError *err) {
-    int rows = p->cfg->micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
+    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
@@ -157,7 +158,7 @@ int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const flo
 // Chunks of micro_batch rows in groups as large as the step's (a streamed stage reads its
 // weights once per group).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
-    int rows = p->cfg->micro_batch, group = p->tt.plans[0].max_group, rc;
+    int rows = p->cfg->training.micro_batch, group = p->tt.plans[0].max_group, rc;
     double totals[2] = {0, 0};  // loss * rows, hits
     if ((rc = pipeline_apply_pending(p, err))) return rc;
     size_t chunks = (ds->count + rows - 1) / rows;
@@ -234,9 +235,9 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 }
 
 double pipeline_stash_bytes(const Pipeline *p) {
-    int B = p->cfg->micro_batch;
+    int B = p->cfg->training.micro_batch;
     double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
-                  (double)stage_kept_floats(&p->stage, p->cfg->micro_batches * B) : 0.0;
+                  (double)stage_kept_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
     return ((double)p->pool.n_stash_alloc * stage_stash_floats(&p->stage, B) +
             (double)p->pool.n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
 }

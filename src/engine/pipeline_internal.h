@@ -29,7 +29,7 @@ typedef struct Lane {
 // and the place of its scalars, so R replicas of N micro-batches compute what one pipeline of
 // R*N micro-batches computes.
 static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
-    return p->tr->replica * p->cfg->micro_batches + mb;
+    return p->tr->replica * p->cfg->training.micro_batches + mb;
 }
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);

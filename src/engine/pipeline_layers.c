@@ -24,6 +24,6 @@ int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, Fg
 }
 
 float *layers_kept(const Pipeline *p, long step, int l) {
-    int rows = p->cfg->micro_batches * p->cfg->micro_batch;
+    int rows = p->cfg->training.micro_batches * p->cfg->training.micro_batch;
     return p->kept.blocks[p->kept.blocks[1] ? step & 1 : 0] + stage_kept_offset(&p->stage, l, rows);
 }

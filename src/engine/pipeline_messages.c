@@ -11,7 +11,7 @@ static int post_receive(Pipeline *p, long step, FgError *err) {
     const MessagePlan *mp = p->msg.recv_plan;
     if (p->msg.recv_posted >= mp->n_recv) return FG_OK;
     const PlannedMessage *m = &mp->recv[p->msg.recv_posted];
-    int B = p->cfg->micro_batch;
+    int B = p->cfg->training.micro_batch;
     size_t n = m->kind == MSG_FORWARD ? messages_forward_floats(p, p->stage.first, B)
                                       : (size_t)B * p->model->layers[p->stage.last - 1].out;
     float *slot = p->msg.inbox + (size_t)(p->msg.recv_posted % p->msg.n_inbox) * p->msg.stride;

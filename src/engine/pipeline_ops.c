@@ -8,7 +8,7 @@
 #include "pipeline_internal.h"
 
 int ops_keeps_stash(const Pipeline *p, long step, int mb) {
-    return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->micro_batches + mb];
+    return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->training.micro_batches + mb];
 }
 
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
@@ -22,7 +22,7 @@ static int ring(long step) { return (int)(step % (SCHED_MAX_LAG + 1)); }
 static float *stash_take(Pipeline *p) {
     if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
     p->pool.n_stash_alloc++;
-    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->micro_batch));
+    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->training.micro_batch));
 }
 
 static void stash_give(Pipeline *p, float *s) { p->pool.free_stash[p->pool.n_free_stash++] = s; }
@@ -30,7 +30,7 @@ static void stash_give(Pipeline *p, float *s) { p->pool.free_stash[p->pool.n_fre
 static float *adj_take(Pipeline *p) {
     if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
     p->pool.n_adj_alloc++;
-    return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->micro_batch));
+    return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch));
 }
 
 static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_adj++] = s; }
@@ -38,7 +38,8 @@ static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_ad
 // A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
-    const int B = p->cfg->micro_batch, C = p->model->classes, r = ring(step - a->lag), mb = a->microbatch;
+    const int B = p->cfg->training.micro_batch, C = p->model->classes;
+    const int r = ring(step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
     if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
@@ -64,9 +65,9 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
 // epoch's order, or text windows drawn for (seed, step, global micro-batch).
 static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
                               size_t sample0, float *x, uint8_t *labels) {
-    int B = p->cfg->micro_batch;
+    int B = p->cfg->training.micro_batch;
     if (p->data->text)
-        text_train_batch(p->data->text, p->cfg->seed, (uint64_t)step,
+        text_train_batch(p->data->text, p->cfg->training.seed, (uint64_t)step,
                          (uint32_t)pipeline_global_microbatch(p, mb), B, x, labels);
     else
         dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, x, labels);
@@ -75,7 +76,7 @@ static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t
 int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                   int *n_lanes, FgError *err) {
     const Backend *be = p->be;
-    int B = p->cfg->micro_batch, n = 0, rc = FG_OK;
+    int B = p->cfg->training.micro_batch, n = 0, rc = FG_OK;
     size_t in = (size_t)B * p->model->layers[p->stage.first].in;
     for (int i = 0; i < g->count && !rc; i++) {
         int idx = p->tt.plan->op[g->first + i];
@@ -86,7 +87,8 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                     .taker_lag = p->tt.taker_lag[idx], .rows = B};
         const float *msg = NULL;
         if (g->kind == OP_F) {
-            a->key = tangent_key(p->cfg->seed, step, pipeline_global_microbatch(p, a->microbatch), 0);
+            int global_mb = pipeline_global_microbatch(p, a->microbatch);
+            a->key = tangent_key(p->cfg->training.seed, step, global_mb, 0);
             if (p->is_first) {
                 float *x = p->work.x_in + (size_t)n * p->work.x_stride;
                 gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL);
@@ -119,7 +121,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     if (step < 0 || !p->K) return NULL;
     *t = (ParamTangents){.key = a->key};
     if (!s->ref || !p->run.dots_reference) return t;
-    int Nr = p->cfg->micro_batches, L = p->model->n_layers;
+    int Nr = p->cfg->training.micro_batches, L = p->model->n_layers;
     if (p->upd.ref_active && p->run.guided) t->guide = s->ref;
     t->ref = s->ref;
     t->ref_dots = p->scalars + scalars_ref_dots(p) +
@@ -129,7 +131,7 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
 
 // Activity perturbation: the update needs layer l's input of lane a.
 static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
-    int B = p->cfg->micro_batch, in = p->model->layers[l].in;
+    int B = p->cfg->training.micro_batch, in = p->model->layers[l].in;
     float *kept = layers_kept(p, step, l) + (size_t)a->microbatch * B * in;
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
@@ -138,7 +140,7 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
 // samples, of every replica: they sum); zdot: layer l - 1's output tangent. The lane's tangent
 // goes no further.
 static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
-    int N = p->cfg->micro_batches, B = p->cfg->micro_batch, out = p->model->layers[l].out;
+    int N = p->cfg->training.micro_batches, B = p->cfg->training.micro_batch, out = p->model->layers[l].out;
     const Layer *linear = &p->model->layers[l - 1];  // the kept block: inputs, then estimates
     float *est = layers_kept(p, step, l - 1) + (size_t)N * B * linear->in +
                  (size_t)a->microbatch * B * out;
@@ -203,7 +205,8 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     const Config *c = p->cfg;
     const Backend *be = p->be;
     // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
-    int rows = c->micro_batch * p->model->tokens, C = p->model->classes, N = c->micro_batches;
+    int rows = c->training.micro_batch * p->model->tokens, C = p->model->classes;
+    int N = c->training.micro_batches;
     int mb = a->microbatch;
     gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels);
     be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows);
@@ -223,7 +226,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
         // here and over each stage's own corrections in op U.
         float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
-        int n = c->mode == MODE_BP ? N : c->select >= 0 ? c->select : 1;
+        int n = c->method.mode == MODE_BP ? N : c->timetable.select >= 0 ? c->timetable.select : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)rows * C);
     }
@@ -233,7 +236,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
 int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
                   double *loss_sum, FgError *err) {
     const Backend *be = p->be;
-    int B = p->cfg->micro_batch, last = p->stage.last, rc;
+    int B = p->cfg->training.micro_batch, last = p->stage.last, rc;
     // A streamed stage's pending update is written back as the layers pass: a new version.
     if (p->upd.pending.active && (rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err))) return rc;
     if ((rc = ops_forward_layers(p, step, p->work.lanes, n, err))) return rc;
@@ -260,7 +263,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Layer *L = &p->model->layers[l];
     const Backend *be = p->be;
     Stage *st = &p->stage;
-    int B = p->cfg->micro_batch, cur = (st->last - 1 - l) & 1;
+    int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1;
     if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
@@ -281,7 +284,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
 
 int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
-    int B = p->cfg->micro_batch, rc = FG_OK, weights = 0;
+    int B = p->cfg->training.micro_batch, rc = FG_OK, weights = 0;
     for (int i = 0; i < n; i++) weights += p->work.lanes[i].kind != OP_BI;
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;

@@ -13,10 +13,10 @@
 // Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
 // selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
 static int stashes_in_flight(const Config *c) {
-    if (c->mode == MODE_BP) return c->micro_batches;
-    if (c->mode == MODE_FG) return 0;
-    if (c->select >= 0) return c->select * (1 + c->lag);
-    return FG_MIN(c->micro_batches, c->stages) * (1 + c->max_lag);
+    if (c->method.mode == MODE_BP) return c->training.micro_batches;
+    if (c->method.mode == MODE_FG) return 0;
+    if (c->timetable.select >= 0) return c->timetable.select * (1 + c->timetable.lag);
+    return FG_MIN(c->training.micro_batches, c->layout.stages) * (1 + c->timetable.max_lag);
 }
 
 // Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
@@ -31,7 +31,7 @@ static double lane_bytes(const Pipeline *p, int group) {
 // that fails aborts, after a long time on a machine that overcommits.
 static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err) {
     double available = fg_available_memory_bytes();
-    if (p->cfg->device != DEVICE_CPU || available <= 0 || in_memory <= available) return FG_OK;
+    if (p->cfg->layout.device != DEVICE_CPU || available <= 0 || in_memory <= available) return FG_OK;
     return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.2f GiB (weights, optimizer state, "
                    "activations), this machine has %.2f GiB available: use more stages, or "
                    "mem_budget and weights_dir to stream its layers from flash", p->tr->stage,
@@ -41,7 +41,7 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 // Resident when everything fits mem_budget (or there is none), else streamed from weights_dir.
 static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     const Config *c = p->cfg;
-    int N = c->micro_batches, B = c->micro_batch;
+    int N = c->training.micro_batches, B = c->training.micro_batch;
     double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
@@ -51,7 +51,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
                        lane_bytes(p, 1) + kept;
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
-    int streams_here = c->mem_budget > 0 && in_memory > c->mem_budget, rc;
+    int streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget, rc;
     double n_streamed = streams_here;
     if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
     p->n_streamed = (int)n_streamed;
@@ -68,7 +68,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     if (!streams || !streams->open)
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
-                       in_memory, c->mem_budget);
+                       in_memory, c->layout.mem_budget);
     // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
     // gradient and update, the parameter tangents of one layer (K). On a device these are device
     // memory, and so is a copy of the layer being computed on; the budget counts host and
@@ -103,7 +103,7 @@ static void alloc_lanes(Pipeline *p, int group) {
 static void alloc_buffers(Pipeline *p) {
     const Config *c = p->cfg;
     const Backend *be = p->be;
-    int N = c->micro_batches, B = c->micro_batch, NR = N * p->tr->replicas, K = p->K;
+    int N = c->training.micro_batches, B = c->training.micro_batch, NR = N * p->tr->replicas, K = p->K;
     int group = 0;
     for (int ph = 0; ph < p->tt.sched.n_phases; ph++) group = FG_MAX(group, p->tt.plans[ph].max_group);
     alloc_lanes(p, group);
@@ -113,7 +113,7 @@ static void alloc_buffers(Pipeline *p) {
     p->work.host_labels = fg_alloc_bytes(labels);
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
-    if (p->is_last && c->mode != MODE_FG)
+    if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
             p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
@@ -121,7 +121,7 @@ static void alloc_buffers(Pipeline *p) {
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
-    if (c->cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
+    if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     if (p->run.keeps_inputs) {
         size_t kept = stage_kept_floats(&p->stage, N * B);
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
@@ -136,8 +136,9 @@ static void alloc_buffers(Pipeline *p) {
 }
 
 static ScheduleMode schedule_mode(const Config *c) {
-    if (c->mode == MODE_BP) return c->schedule == SCHEDULE_1F1B ? SCHED_BP_1F1B : SCHED_BP_GPIPE;
-    return c->mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
+    if (c->method.mode == MODE_BP)
+        return c->timetable.schedule == SCHEDULE_1F1B ? SCHED_BP_1F1B : SCHED_BP_GPIPE;
+    return c->method.mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
 }
 
 typedef struct {
@@ -150,7 +151,7 @@ typedef struct {
 static int measure_costs(void *arg, FgError *err) {
     Pipeline *p = ((StageTiming *)arg)->p;
     double *cost = ((StageTiming *)arg)->cost;
-    int B = p->cfg->micro_batch;
+    int B = p->cfg->training.micro_batch;
     if (p->src.streamed) {
         cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
         cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
@@ -161,7 +162,7 @@ static int measure_costs(void *arg, FgError *err) {
     CostSetup setup = {.rows = B, .with_xdot = !p->is_first && p->run.sends_tangents,
                        .with_ref = p->run.dots_reference,
                        .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
-                       .seed = p->cfg->seed, .optimizer = &oc,
+                       .seed = p->cfg->training.seed, .optimizer = &oc,
                        .lagged_weights = config_timetable_lag(p->cfg) > 0};
     return stage_measure_costs(&p->stage, &setup, cost, err);
 }
@@ -185,10 +186,11 @@ static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
 // planned with its share of that, and the timetable built again.
 static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
     const Config *c = p->cfg;
-    int M = p->tr->stages, select = c->mode == MODE_FG_BP ? c->select : -1;
+    int M = p->tr->stages, select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
     double bw[SCHED_MAX_STAGES];
     memcpy(bw, costs + COST_BW * M, (size_t)M * sizeof(double));
-    ScheduleSpec spec = {M, c->micro_batches, schedule_mode(c), without_b ? 0 : config_timetable_lag(c),
+    ScheduleSpec spec = {M, c->training.micro_batches, schedule_mode(c),
+                         without_b ? 0 : config_timetable_lag(c),
                          without_b ? 0 : select, costs + COST_F * M, costs + COST_BI * M, bw,
                          costs + COST_U * M};
     int rc = schedule_build(&spec, &p->tt.sched, err);
@@ -210,7 +212,7 @@ static int build_timetable(Pipeline *p, const double *costs, int without_b, FgEr
 // their messages.
 static void plan_stage(Pipeline *p) {
     const Schedule *S = &p->tt.sched;
-    int N = p->cfg->micro_batches, s = p->tr->stage;
+    int N = p->cfg->training.micro_batches, s = p->tr->stage;
     p->pool.keeps = fg_alloc_bytes((size_t)S->n_phases * N);
     p->tt.taker_lag = fg_alloc_bytes(sizeof(int) * (size_t)FG_MAX(S->n_ops, 1));
     for (int ph = 0; ph < S->n_phases; ph++) {
@@ -256,8 +258,8 @@ static void unplan_stage(Pipeline *p) {
 // that moment: no calibration.
 const char *pipeline_calibration_off(const Pipeline *p) {
     const Config *c = p->cfg;
-    if (c->mode != MODE_FG_BP || p->tr->stages == 1) return "not fg+bp on several stages";
-    if (c->calibrate_steps == 0) return "calibrate_steps = 0";
+    if (c->method.mode != MODE_FG_BP || p->tr->stages == 1) return "not fg+bp on several stages";
+    if (c->timetable.calibrate_steps == 0) return "calibrate_steps = 0";
     if (p->n_streamed) return "stages stream their layers";
     if (p->tr->shares_cores) return "ranks share cores";
     return NULL;
@@ -270,7 +272,7 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages;
     double f, *timed = fg_alloc_bytes(sizeof(double) * (size_t)M);
-    int rc = pipeline_time_forward(p, p->cfg->calibrate_steps, &f, err);
+    int rc = pipeline_time_forward(p, p->cfg->timetable.calibrate_steps, &f, err);
     timed[t->stage] = f / t->replicas;
     if (!rc) rc = t->allreduce_sum_world(t, timed, M, err);
     for (int s = 0; s < M && !rc; s++)  // a stage too quick for the clock still costs something
@@ -307,7 +309,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err) {
     memset(p, 0, sizeof *p);
-    int s = t->stage, N = c->micro_batches, B = c->micro_batch, rc;
+    int s = t->stage, N = c->training.micro_batches, B = c->training.micro_batch, rc;
     p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->upd.want_stats = want_stats;
     p->is_first = s == 0, p->is_last = s == t->stages - 1;
     p->run = run_plan(c, t->replicas);
@@ -317,9 +319,11 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
-    p->stage.perturb = (Perturbation)c->perturb;
-    if (p->K) stage_set_tangent_rank(&p->stage, c->tangent_rank);
-    if (p->K && (rc = stage_set_local_groups(&p->stage, c->local_groups, c->seed, err))) return rc;
+    p->stage.perturb = (Perturbation)c->method.perturb;
+    if (p->K) stage_set_tangent_rank(&p->stage, c->method.tangent_rank);
+    if (p->K &&
+        (rc = stage_set_local_groups(&p->stage, c->method.local_groups, c->training.seed, err)))
+        return rc;
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;

@@ -25,13 +25,14 @@ size_t scalars_grad_norms(const Pipeline *p) {
 }
 
 int update_in_backward(const Pipeline *p) {
-    return p->src.streamed && p->cfg->mode == MODE_BP && !p->need.keep_grad;
+    return p->src.streamed && p->cfg->method.mode == MODE_BP && !p->need.keep_grad;
 }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    return (p->cfg->mode == MODE_BP && p->cfg->clip_norm > 0) || p->run.guided || p->upd.want_stats;
+    int bp_clips = p->cfg->method.mode == MODE_BP && p->cfg->optim.clip_norm > 0;
+    return bp_clips || p->run.guided || p->upd.want_stats;
 }
 
 // Whether applying the update reads the step's kept gradient.
@@ -106,8 +107,8 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         return rc;
     // fg+bp auto: c is the mean of the stage's corrections; the scale rides on c's readers
     // (a pass over the stage's weights saved).
-    if (fresh && p->cfg->mode == MODE_FG_BP)
-        p->upd.c_scale = p->cfg->select < 0 ? 1.0f / (float)p->upd.weight_lanes : 1.0f;
+    if (fresh && p->cfg->method.mode == MODE_FG_BP)
+        p->upd.c_scale = p->cfg->timetable.select < 0 ? 1.0f / (float)p->upd.weight_lanes : 1.0f;
     if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
@@ -143,10 +144,10 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
         be->zero(be, upd, n * sizeof(float));
     }
     if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
-    PerturbEstimate e = {.seed = p->cfg->seed, .step = u->step,
+    PerturbEstimate e = {.seed = p->cfg->training.seed, .step = u->step,
                          .first_microbatch = pipeline_global_microbatch(p, 0),
-                         .replica_microbatches = p->cfg->micro_batches,
-                         .all_microbatches = p->run.all_microbatches, .rows = p->cfg->micro_batch,
+                         .replica_microbatches = p->cfg->training.micro_batches,
+                         .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
                          .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
     stage_perturbation(&p->stage, l)->estimate(&p->stage, l, &e, upd);
@@ -273,7 +274,7 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // does not depend on this step's tangents; so is ref's scale per layer (cv_scale = auto), set
 // from earlier steps' scalars before this step's join them.
 static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d, double *rdots) {
-    int N = p->run.all_microbatches, Nr = p->cfg->micro_batches, K = p->K, NK = N * K, inside = 0;
+    int N = p->run.all_microbatches, Nr = p->cfg->training.micro_batches, K = p->K, NK = N * K, inside = 0;
     int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
     PendingUpdate *u = &p->upd.pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
@@ -336,8 +337,8 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
             // when g, of a tied copy, is in tied_grad).
             float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
             be->zero(be, f, n * sizeof(float));
-            stage_layer_add_tangents(&p->stage, l, tangent_key(p->cfg->seed, p->upd.pending.step, 0, l),
-                                     p->run.all_microbatches, fcoeff, f);
+            TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
+            stage_layer_add_tangents(&p->stage, l, key, p->run.all_microbatches, fcoeff, f);
             row[ROW_F2] = be->dot(be, f, f, n);
             row[ROW_FC] = p->upd.c_scale * be->dot(be, f, s.kept, n);
         }
@@ -356,7 +357,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
 static void record_stats(Pipeline *p, const double *sums, double c2, int have_c, const float *d,
                          const double *cdots) {
     StepResult *r = &p->upd.stats;
-    int K = p->K, NK = p->run.all_microbatches * K, Nr = p->cfg->micro_batches;
+    int K = p->K, NK = p->run.all_microbatches * K, Nr = p->cfg->training.micro_batches;
     r->estimate_norm = sqrt(sums[ROW_G2]);
     r->exact_norm = r->cos_estimate_exact = r->cos_fg_exact = r->variance_reduction = NAN;
     r->cv_beta_median = p->upd.pending.ref_beta ? cv_scale_median(&p->upd.cv) : NAN;
@@ -423,7 +424,7 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
     int N = p->run.all_microbatches, K = p->K, L = p->model->n_layers, rc;
-    int have_c = c->mode == MODE_FG_BP && step >= p->upd.first_c_step;
+    int have_c = c->method.mode == MODE_FG_BP && step >= p->upd.first_c_step;
     // fg+bp: a stage without corrections this step keeps its last c, which stays its
     // reference.
     int fresh = p->upd.weight_lanes > 0;

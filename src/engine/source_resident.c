@@ -5,15 +5,15 @@
 #include "layer_source.h"
 
 LayerNeeds layer_needs(const Config *c) {
-    int fg_bp = c->mode == MODE_FG_BP;
+    int fg_bp = c->method.mode == MODE_FG_BP;
     return (LayerNeeds){
-        .opt_buffers = optimizer_state_buffers(c->optimizer),
+        .opt_buffers = optimizer_state_buffers(c->optim.optimizer),
         .ref = config_dots_reference(c),  // cv, guided: the step before's c, dotted in F
-        .grad = c->mode != MODE_FG,
+        .grad = c->method.mode != MODE_FG,
         // fg+bp's c becomes the next step's reference (and with select's lag 0 is part of the
         // update); bp's gradient is read after the B wave only when a global norm (clipping)
         // must come first.
-        .keep_grad = fg_bp || (c->mode == MODE_BP && c->clip_norm > 0),
+        .keep_grad = fg_bp || (c->method.mode == MODE_BP && c->optim.clip_norm > 0),
         .prev = config_timetable_lag(c),
     };
 }
@@ -105,7 +105,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     if (need.grad) r->grad = backend_alloc_floats(be, r->n);
     for (int j = 0; j < need.prev; j++) r->prev[j] = backend_alloc_floats(be, r->n);
     float *init = fg_alloc_floats(r->n);
-    model_init_range(m, first, last, init, c->seed);
+    model_init_range(m, first, last, init, c->training.seed);
     be->upload(be, r->params, init, r->n * sizeof(float));
     fg_free(init);
     *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,

@@ -105,7 +105,7 @@ static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned 
 
 static int streamed_begin_version(LayerSource *s, long next_step, FgError *err) {
     Streamed *st = s->ctx;
-    StoreRecord rec = {next_step, st->cfg->seed, (uint32_t)st->cfg->mode};
+    StoreRecord rec = {next_step, st->cfg->training.seed, (uint32_t)st->cfg->method.mode};
     int rc = st->weights.write_aux(&st->weights, st->version + 1, &rec, err);
     if (!rc) st->version++;
     return rc;
@@ -174,10 +174,10 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
     StoreRecord rec;
     if (!rc) rc = st->weights.read_aux(&st->weights, &rec, err);
     const Config *c = st->cfg;
-    if (!rc && (rec.seed != c->seed || rec.mode != (uint32_t)c->mode))
+    if (!rc && (rec.seed != c->training.seed || rec.mode != (uint32_t)c->method.mode))
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s/%s was written with seed %u and mode %u; "
                      "the config has seed %u and mode %d", spec->dir, spec->name, rec.seed, rec.mode,
-                     c->seed, c->mode);
+                     c->training.seed, c->method.mode);
     if (!rc) *next_step = (long)rec.next_step;
     return rc;
 }
@@ -208,12 +208,12 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     size_t slot = (size_t)(sp->n_weights + sp->n_step) * page_round(sp->largest * sizeof(float));
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
-    double room = c->mem_budget - work_bytes;
+    double room = c->layout.mem_budget - work_bytes;
     sp->n_slots = room > 0 ? (int)FG_MIN(room / (double)slot, (double)param_layers) : 0;
     if (sp->n_slots < 2)
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
                        "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
-                       "bytes)", c->mem_budget, stage, work_bytes, 2 * slot, work_bytes + 2.0 * slot);
+                       "bytes)", c->layout.mem_budget, stage, work_bytes, 2 * slot, work_bytes + 2.0 * slot);
     return FG_OK;
 }
 
@@ -236,15 +236,15 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                          .report = streamed_report, .close = streamed_close};
     // Replicas may share a node and its flash: each has its own store.
     char replica[24] = "";
-    if (c->replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", t->replica);
+    if (c->layout.replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", t->replica);
     snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, replica);
-    LayerStreamSpec spec = {.dir = c->weights_dir, .name = st->name, .model = m, .first = first,
+    LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
-                            .fill_weights = 1, .seed = c->seed, .n_slots = n_slots};
+                            .fill_weights = 1, .seed = c->training.seed, .n_slots = n_slots};
     rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc)
         fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
-                t->stage, c->weights_dir, st->name, n_slots, st->weights.note[0] ? ": " : "",
+                t->stage, c->layout.weights_dir, st->name, n_slots, st->weights.note[0] ? ": " : "",
                 st->weights.note);
     if (!rc && n_step) {
         char name[64];
@@ -254,7 +254,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
         ss.reopen = 0, ss.version = -1;
         rc = ls->open(ls->arg, &ss, &st->step, err);
     }
-    if (!rc && (need.grad || c->mode != MODE_BP)) out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
+    if (!rc && (need.grad || c->method.mode != MODE_BP))
+        out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
     for (int i = 0; i < 2 && !rc; i++)
         if (sp.tied[i]) out->tied_grad[i] = backend_alloc_floats(be, sp.tied[i]);
     st->largest = largest;

@@ -19,98 +19,102 @@ typedef struct {
     const char *help;
 } ConfigKey;
 
-#define NUM(T, field, lo, hi, help) {#field, T, offsetof(Config, field), 0, lo, hi, NULL, help}
+// A key is a field of one of Config's groups: its name is the field's.
+#define AT(group, field) offsetof(Config, group.field)
+#define NUM(T, group, field, lo, hi, help) {#field, T, AT(group, field), 0, lo, hi, NULL, help}
 // min: the shortest value (1, or 0 where empty means "none").
-#define STR(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 1, 0, NULL, help}
-#define STR_OR_NONE(field, help) {#field, KEY_STRING, offsetof(Config, field), sizeof(((Config *)0)->field), 0, 0, NULL, help}
-#define CHOICE(field, choices, help) {#field, KEY_CHOICE, offsetof(Config, field), 0, 0, 0, choices, help}
+#define STR(group, field, help) \
+    {#field, KEY_STRING, AT(group, field), sizeof(((Config *)0)->group.field), 1, 0, NULL, help}
+#define STR_OR_NONE(group, field, help) \
+    {#field, KEY_STRING, AT(group, field), sizeof(((Config *)0)->group.field), 0, 0, NULL, help}
+#define CHOICE(group, field, choices, help) {#field, KEY_CHOICE, AT(group, field), 0, 0, 0, choices, help}
 
 // The choice strings list values in the order of their enums (Mode, OptimizerKind, LrSchedule).
 static const ConfigKey KEYS[] = {
-    CHOICE(data, "idx|text", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file"),
-    STR(data_dir, "directory with the IDX files (train-*, t10k-*)"),
-    STR_OR_NONE(text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
-    STR(model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx)"),
-    STR(activation, "activation after each hidden linear layer: relu | gelu"),
-    NUM(KEY_INT, n_layer, 1, 96, "model = gpt: transformer blocks"),
-    NUM(KEY_INT, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
-    NUM(KEY_INT, n_head, 1, 256, "model = gpt: attention heads"),
-    NUM(KEY_INT, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
-    STR_OR_NONE(freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
-    CHOICE(mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
-    CHOICE(schedule, "gpipe|1f1b", "pipeline schedule of bp"),
-    CHOICE(estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
-    NUM(KEY_REAL, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance"),
-    CHOICE(cv_scale, "1|auto", "fg+bp estimator cv: the control variate's scale beta per layer; 1: c itself; auto: beta_l = Cov/Var of the layer's c.v with d, from an average over earlier steps (still unbiased; guards against a stale or poor c, e.g. at lag 1)"),
-    CHOICE(perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
-    NUM(KEY_INT, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
-    NUM(KEY_INT, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
-    NUM(KEY_INT, grad_delay, 0, 2, "mode = bp: apply each step's gradient this many steps late (none in the run's first grad_delay steps): bp at the staleness of fg+bp's B ops at lag `lag` (a baseline, and the exact reference of fg+bp with select = micro_batches, estimator = mix, shrink = 0); stages in memory, clip_norm = 0"),
-    NUM(KEY_INT, calibrate_steps, 0, 100, "fg+bp on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (select = -1: which B ops run and where; an explicit select: its planned times only); the first step is a warm-up and counts only when it is the only one; 0: the F times of the start-up timing, each stage alone"),
-    NUM(KEY_INT, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
-    NUM(KEY_INT, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
-    NUM(KEY_INT, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
-    CHOICE(device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
-    CHOICE(precision, "fp32|tf32|bf16", "device = cuda: the GEMMs' arithmetic: fp32 (the CPU's numbers), tf32 (tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation); weights, optimizer state and activations stay FP32"),
-    STR(boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
-    NUM(KEY_INT, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
-    NUM(KEY_INT, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
-    NUM(KEY_INT, local_groups, 0, 4096, "mode = fg or fg+bp, perturb = activity, MLP, cpu: every hidden layer learns from its own loss, G fixed random classifiers on as many groups of its outputs, its tangents stopped there (far less variance; docs/design.md); 0: the model's loss"),
-    NUM(KEY_INT, micro_batch, 1, 1 << 20, "samples per micro-batch"),
-    NUM(KEY_INT, micro_batches, 1, 1024, "micro-batches per optimizer step"),
-    NUM(KEY_INT, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
-    NUM(KEY_INT, steps, 0, 1 << 30, "optimizer steps; 0 derives them from epochs"),
-    CHOICE(optimizer, "sgd|adam", "sgd (with momentum) or adam (AdamW with weight_decay)"),
-    NUM(KEY_REAL, lr, 0, 1e3, "peak learning rate"),
-    NUM(KEY_REAL, min_lr, 0, 1e3, "learning rate at the end of the cosine decay"),
-    NUM(KEY_INT, warmup_steps, 0, 1 << 30, "steps of linear warm-up from 0 to lr"),
-    CHOICE(lr_schedule, "constant|cosine", "learning rate after warm-up"),
-    NUM(KEY_REAL, momentum, 0, 1, "SGD momentum"),
-    NUM(KEY_REAL, beta1, 0, 1, "Adam first-moment decay"),
-    NUM(KEY_REAL, beta2, 0, 1, "Adam second-moment decay"),
-    NUM(KEY_REAL, eps, 0, 1, "Adam epsilon"),
-    NUM(KEY_REAL, weight_decay, 0, 1, "decoupled weight decay per unit of learning rate"),
-    NUM(KEY_REAL, clip_norm, 0, 1e30, "clip the gradient (estimate) to this L2 norm; 0: off"),
-    NUM(KEY_REAL, diverge_factor, 0, 1e30, "stop with an error (exit 2) when a step's loss exceeds this many times the larger of the run's first loss and ln(classes), a uniform guess's: the run diverged; 0: never"),
-    NUM(KEY_UINT32, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
-    NUM(KEY_INT, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
-    NUM(KEY_INT, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
-    NUM(KEY_REAL, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
-    STR_OR_NONE(weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
+    CHOICE(input, data, "idx|text", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file"),
+    STR(input, data_dir, "directory with the IDX files (train-*, t10k-*)"),
+    STR_OR_NONE(input, text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
+    STR(net, model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx)"),
+    STR(net, activation, "activation after each hidden linear layer: relu | gelu"),
+    NUM(KEY_INT, net, n_layer, 1, 96, "model = gpt: transformer blocks"),
+    NUM(KEY_INT, net, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
+    NUM(KEY_INT, net, n_head, 1, 256, "model = gpt: attention heads"),
+    NUM(KEY_INT, net, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
+    STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
+    CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
+    CHOICE(timetable, schedule, "gpipe|1f1b", "pipeline schedule of bp"),
+    CHOICE(method, estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
+    NUM(KEY_REAL, method, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance"),
+    CHOICE(method, cv_scale, "1|auto", "fg+bp estimator cv: the control variate's scale beta per layer; 1: c itself; auto: beta_l = Cov/Var of the layer's c.v with d, from an average over earlier steps (still unbiased; guards against a stale or poor c, e.g. at lag 1)"),
+    CHOICE(method, perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update)"),
+    NUM(KEY_INT, timetable, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
+    NUM(KEY_INT, timetable, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
+    NUM(KEY_INT, timetable, grad_delay, 0, 2, "mode = bp: apply each step's gradient this many steps late (none in the run's first grad_delay steps): bp at the staleness of fg+bp's B ops at lag `lag` (a baseline, and the exact reference of fg+bp with select = micro_batches, estimator = mix, shrink = 0); stages in memory, clip_norm = 0"),
+    NUM(KEY_INT, timetable, calibrate_steps, 0, 100, "fg+bp on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (select = -1: which B ops run and where; an explicit select: its planned times only); the first step is a warm-up and counts only when it is the only one; 0: the F times of the start-up timing, each stage alone"),
+    NUM(KEY_INT, timetable, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles; n: micro-batches 0..n-1 on every stage at lag `lag`"),
+    NUM(KEY_INT, layout, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
+    NUM(KEY_INT, layout, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
+    CHOICE(layout, device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
+    CHOICE(layout, precision, "fp32|tf32|bf16", "device = cuda: the GEMMs' arithmetic: fp32 (the CPU's numbers), tf32 (tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation); weights, optimizer state and activations stay FP32"),
+    STR(layout, boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
+    NUM(KEY_INT, method, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
+    NUM(KEY_INT, method, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
+    NUM(KEY_INT, method, local_groups, 0, 4096, "mode = fg or fg+bp, perturb = activity, MLP, cpu: every hidden layer learns from its own loss, G fixed random classifiers on as many groups of its outputs, its tangents stopped there (far less variance; docs/design.md); 0: the model's loss"),
+    NUM(KEY_INT, training, micro_batch, 1, 1 << 20, "samples per micro-batch"),
+    NUM(KEY_INT, training, micro_batches, 1, 1024, "micro-batches per optimizer step"),
+    NUM(KEY_INT, training, epochs, 0, 1 << 20, "passes over the training set (when steps = 0)"),
+    NUM(KEY_INT, training, steps, 0, 1 << 30, "optimizer steps; 0 derives them from epochs"),
+    CHOICE(optim, optimizer, "sgd|adam", "sgd (with momentum) or adam (AdamW with weight_decay)"),
+    NUM(KEY_REAL, optim, lr, 0, 1e3, "peak learning rate"),
+    NUM(KEY_REAL, optim, min_lr, 0, 1e3, "learning rate at the end of the cosine decay"),
+    NUM(KEY_INT, optim, warmup_steps, 0, 1 << 30, "steps of linear warm-up from 0 to lr"),
+    CHOICE(optim, lr_schedule, "constant|cosine", "learning rate after warm-up"),
+    NUM(KEY_REAL, optim, momentum, 0, 1, "SGD momentum"),
+    NUM(KEY_REAL, optim, beta1, 0, 1, "Adam first-moment decay"),
+    NUM(KEY_REAL, optim, beta2, 0, 1, "Adam second-moment decay"),
+    NUM(KEY_REAL, optim, eps, 0, 1, "Adam epsilon"),
+    NUM(KEY_REAL, optim, weight_decay, 0, 1, "decoupled weight decay per unit of learning rate"),
+    NUM(KEY_REAL, optim, clip_norm, 0, 1e30, "clip the gradient (estimate) to this L2 norm; 0: off"),
+    NUM(KEY_REAL, training, diverge_factor, 0, 1e30, "stop with an error (exit 2) when a step's loss exceeds this many times the larger of the run's first loss and ln(classes), a uniform guess's: the run diverged; 0: never"),
+    NUM(KEY_UINT32, training, seed, 0, 4294967295.0, "seeds initial weights, shuffling and tangents"),
+    NUM(KEY_INT, training, print_every, 1, 1 << 30, "steps between progress lines when not on a terminal"),
+    NUM(KEY_INT, training, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
+    NUM(KEY_REAL, layout, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
+    STR_OR_NONE(layout, weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
-    snprintf(c->data_dir, sizeof c->data_dir, "/usr/share/datasets/fashion-mnist");
-    snprintf(c->model, sizeof c->model, "784-1024-1024-1024-10");
-    snprintf(c->activation, sizeof c->activation, "relu");
-    c->n_layer = 4;
-    c->n_embd = 128;
-    c->n_head = 4;
-    c->ctx = 128;
-    c->mode = MODE_BP;
-    c->select = -1;
-    c->shrink = 1.0;
-    c->max_lag = 2;
-    c->calibrate_steps = 3;
-    c->stages = 1;
-    c->replicas = 1;
-    snprintf(c->boundaries, sizeof c->boundaries, "auto");
-    c->tangents = 1;
-    c->micro_batch = 32;
-    c->micro_batches = 4;
-    c->epochs = 1;
-    c->optimizer = OPT_ADAM;
-    c->lr = 1e-3;
-    c->lr_schedule = LR_COSINE;
-    c->momentum = 0.9;
-    c->beta1 = 0.9;
-    c->beta2 = 0.999;
-    c->eps = 1e-8;
-    c->diverge_factor = 100;
-    c->seed = 1;
-    c->print_every = 100;
+    snprintf(c->input.data_dir, sizeof c->input.data_dir, "/usr/share/datasets/fashion-mnist");
+    snprintf(c->net.model, sizeof c->net.model, "784-1024-1024-1024-10");
+    snprintf(c->net.activation, sizeof c->net.activation, "relu");
+    c->net.n_layer = 4;
+    c->net.n_embd = 128;
+    c->net.n_head = 4;
+    c->net.ctx = 128;
+    c->method.mode = MODE_BP;
+    c->timetable.select = -1;
+    c->method.shrink = 1.0;
+    c->timetable.max_lag = 2;
+    c->timetable.calibrate_steps = 3;
+    c->layout.stages = 1;
+    c->layout.replicas = 1;
+    snprintf(c->layout.boundaries, sizeof c->layout.boundaries, "auto");
+    c->method.tangents = 1;
+    c->training.micro_batch = 32;
+    c->training.micro_batches = 4;
+    c->training.epochs = 1;
+    c->optim.optimizer = OPT_ADAM;
+    c->optim.lr = 1e-3;
+    c->optim.lr_schedule = LR_COSINE;
+    c->optim.momentum = 0.9;
+    c->optim.beta1 = 0.9;
+    c->optim.beta2 = 0.999;
+    c->optim.eps = 1e-8;
+    c->training.diverge_factor = 100;
+    c->training.seed = 1;
+    c->training.print_every = 100;
 }
 
 static const ConfigKey *find_key(const char *name) {
@@ -241,48 +245,50 @@ int config_load_text(Config *c, const char *text, const char *name, FgError *err
 }
 
 int config_validate(const Config *c, FgError *err) {
-    if (c->steps == 0 && c->epochs == 0)
+    if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
-    if (c->select > c->micro_batches)
-        return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->select,
-                       c->micro_batches);
-    if (c->perturb == PERTURB_ACTIVITY && c->mode == MODE_FG_BP && c->estimator != EST_AUTO &&
-        estimator_info((EstimatorKind)c->estimator)->dots_reference)
+    if (c->timetable.select > c->training.micro_batches)
+        return fg_fail(err, FG_ERR_INPUT, "select (%d) is more than micro_batches (%d)", c->timetable.select,
+                       c->training.micro_batches);
+    if (c->method.perturb == PERTURB_ACTIVITY && c->method.mode == MODE_FG_BP &&
+        c->method.estimator != EST_AUTO &&
+        estimator_info((EstimatorKind)c->method.estimator)->dots_reference)
         return fg_fail(err, FG_ERR_INPUT, "perturb = activity works in mode fg+bp with estimator "
                        "= mix, fg or auto (cv and guided dot c with weight tangents)");
-    if (c->cv_scale == CV_SCALE_AUTO && !config_uses_cv(c))
+    if (c->method.cv_scale == CV_SCALE_AUTO && !config_uses_cv(c))
         return fg_fail(err, FG_ERR_INPUT, "cv_scale = auto applies to mode fg+bp with estimator "
                        "cv and perturb = weight (it scales the control variate c)");
-    if (c->tangent_rank > 0 && c->perturb != PERTURB_WEIGHT)
+    if (c->method.tangent_rank > 0 && c->method.perturb != PERTURB_WEIGHT)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank applies to perturb = weight (activity "
                        "perturbation has no weight tangents)");
-    if (c->tangent_rank > 0 && c->mode == MODE_FG_BP && c->estimator == EST_GUIDED)
+    if (c->method.tangent_rank > 0 && c->method.mode == MODE_FG_BP && c->method.estimator == EST_GUIDED)
         return fg_fail(err, FG_ERR_INPUT, "tangent_rank > 0 and estimator = guided: the guide "
                        "is a full vector, not of rank tangent_rank");
-    if (c->local_groups > 0 &&
-        (c->mode == MODE_BP || c->perturb != PERTURB_ACTIVITY || c->device != DEVICE_CPU ||
-         c->data == DATA_TEXT))
+    if (c->method.local_groups > 0 &&
+        (c->method.mode == MODE_BP || c->method.perturb != PERTURB_ACTIVITY ||
+         c->layout.device != DEVICE_CPU ||
+         c->input.data == DATA_TEXT))
         return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg or fg+bp, perturb = "
                        "activity, device = cpu and an MLP (the local losses are not written for the "
                        "others)");
-    if (c->grad_delay > 0 && (c->mode != MODE_BP || c->clip_norm > 0))
+    if (c->timetable.grad_delay > 0 && (c->method.mode != MODE_BP || c->optim.clip_norm > 0))
         return fg_fail(err, FG_ERR_INPUT, "grad_delay applies to mode = bp with clip_norm = 0 "
                        "(fg+bp's staleness is its lag; a delayed gradient is clipped by no norm)");
-    if (c->mem_budget > 0 && !c->weights_dir[0])
+    if (c->layout.mem_budget > 0 && !c->layout.weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
-    int gpt = strcmp(c->model, "gpt") == 0;
-    if (gpt != (c->data == DATA_TEXT))
+    int gpt = strcmp(c->net.model, "gpt") == 0;
+    if (gpt != (c->input.data == DATA_TEXT))
         return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text: set data = text and "
                        "text_file" : "data = text trains model = gpt (an MLP reads images: data = idx)");
-    if (c->data == DATA_TEXT && !c->text_file[0])
+    if (c->input.data == DATA_TEXT && !c->input.text_file[0])
         return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
                        "the default corpus's path)");
-    if (c->precision != PRECISION_FP32 && c->device != DEVICE_CUDA)
+    if (c->layout.precision != PRECISION_FP32 && c->layout.device != DEVICE_CUDA)
         return fg_fail(err, FG_ERR_INPUT, "precision = tf32 or bf16 needs device = cuda (the CPU "
                        "computes in fp32 only)");
-    if (c->lr_schedule == LR_COSINE && c->min_lr > c->lr)
-        return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->min_lr, c->lr);
+    if (c->optim.lr_schedule == LR_COSINE && c->optim.min_lr > c->optim.lr)
+        return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->optim.min_lr, c->optim.lr);
     return FG_OK;
 }
 
@@ -310,7 +316,7 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
                                   size_t size) {
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
                                        "activation"};
-    int n = a->data == DATA_TEXT ? 6 : 7;  // the GPT's activation is fixed (GELU)
+    int n = a->input.data == DATA_TEXT ? 6 : 7;  // the GPT's activation is fixed (GELU)
     for (int i = 0; i < n; i++) {
         const ConfigKey *k = find_key(keys[i]);
         key_value(a, k, value_a, size);
@@ -327,42 +333,42 @@ void config_write_help(FILE *f) {
 }
 
 EstimatorKind config_estimator(const Config *c) {
-    if (c->estimator != EST_AUTO) return c->estimator;
-    return c->perturb == PERTURB_ACTIVITY ? EST_MIX : EST_CV;
+    if (c->method.estimator != EST_AUTO) return c->method.estimator;
+    return c->method.perturb == PERTURB_ACTIVITY ? EST_MIX : EST_CV;
 }
 
 int config_dots_reference(const Config *c) {
-    return c->mode == MODE_FG_BP && estimator_info(config_estimator(c))->dots_reference;
+    return c->method.mode == MODE_FG_BP && estimator_info(config_estimator(c))->dots_reference;
 }
 
 int config_timetable_lag(const Config *c) {
-    if (c->mode != MODE_FG_BP) return 0;
-    return c->select >= 0 ? c->lag : c->max_lag;
+    if (c->method.mode != MODE_FG_BP) return 0;
+    return c->timetable.select >= 0 ? c->timetable.lag : c->timetable.max_lag;
 }
 
 int config_update_microbatches(const Config *c, int replicas) {
-    int weighs_zero = c->mode == MODE_FG_BP && estimator_info(config_estimator(c))->shrinks &&
-                      c->shrink == 0.0;
-    return weighs_zero ? 0 : c->micro_batches * replicas;
+    int weighs_zero = c->method.mode == MODE_FG_BP && estimator_info(config_estimator(c))->shrinks &&
+                      c->method.shrink == 0.0;
+    return weighs_zero ? 0 : c->training.micro_batches * replicas;
 }
 
 int config_uses_cv(const Config *c) {
-    return c->mode == MODE_FG_BP && config_estimator(c) == EST_CV;
+    return c->method.mode == MODE_FG_BP && config_estimator(c) == EST_CV;
 }
 
 OptimizerConfig config_optimizer(const Config *c) {
     OptimizerConfig o = {
-        .kind = (OptimizerKind)c->optimizer,
-        .lr = c->lr,
-        .min_lr = c->min_lr,
-        .warmup_steps = c->warmup_steps,
-        .schedule = (LrSchedule)c->lr_schedule,
-        .momentum = c->momentum,
-        .beta1 = c->beta1,
-        .beta2 = c->beta2,
-        .eps = c->eps,
-        .weight_decay = c->weight_decay,
-        .clip_norm = c->clip_norm,
+        .kind = (OptimizerKind)c->optim.optimizer,
+        .lr = c->optim.lr,
+        .min_lr = c->optim.min_lr,
+        .warmup_steps = c->optim.warmup_steps,
+        .schedule = (LrSchedule)c->optim.lr_schedule,
+        .momentum = c->optim.momentum,
+        .beta1 = c->optim.beta1,
+        .beta2 = c->optim.beta2,
+        .eps = c->optim.eps,
+        .weight_decay = c->optim.weight_decay,
+        .clip_norm = c->optim.clip_norm,
     };
     return o;
 }

@@ -1,4 +1,5 @@
-// Run configuration: a flat list of `key = value` lines, overridable with --set key=value.
+// Run configuration: a flat list of `key = value` lines, overridable with --set key=value; in
+// memory the keys sit in groups (c->method.mode, c->training.steps).
 //
 // One table (config.c) describes every key: its type, accepted values and help text. Parsing,
 // validation, error messages and the dump of the resolved config all read that table.
@@ -19,48 +20,80 @@ typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT } DataKind;
 
+// The keys in groups, by what they decide. A key's name is its field's (config.c's table).
 typedef struct {
     int data;              // DataKind: labelled images (IDX files) or a text file (bytes)
     char data_dir[256];    // IDX files (train-*, t10k-*)
     char text_file[256];   // data = text: the corpus (first 90% trains, the rest validates)
+} InputConfig;
+
+typedef struct {
     char model[256];       // MLP widths "784-1024-10", or "gpt" (the next four keys)
     char activation[16];   // relu | gelu
     int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
     char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
+} NetConfig;
+
+// How gradients are made: the mode, fg's tangents and fg+bp's estimator.
+typedef struct {
     int mode;              // Mode
-    int schedule;          // ScheduleKind (bp)
     int estimator;         // EstimatorKind (fg+bp); EST_AUTO: cv for perturb = weight, mix for activity
     int cv_scale;          // CvScaleChoice (fg+bp cv): scale of c per layer, 1 or online (cv_scale.h)
     int perturb;           // Perturbation (tangent.h): where fg's tangents enter
     double shrink;         // fg+bp cv and mix: weight of the step's own noisy term (estimator.h)
+    int tangents;          // K tangents per micro-batch (fg)
+    int tangent_rank;      // perturb = weight: weight tangents of this rank (0: full)
+    int local_groups;      // local losses: G heads per hidden layer (0: none; local_loss.h)
+} MethodConfig;
+
+// Which ops run when: the schedule, fg+bp's B ops and their lags.
+typedef struct {
+    int schedule;          // ScheduleKind (bp)
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int grad_delay;        // bp: steps each gradient waits before its update
     int calibrate_steps;   // fg+bp on M > 1 stages: timed steps of F ops before planning
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
+} TimetableConfig;
+
+// Where the stages run and what they may hold.
+typedef struct {
     int stages;            // M pipeline stages (one per rank)
     int replicas;          // R data-parallel replicas of the pipeline (stages x replicas ranks)
     int device;            // DeviceKind: where each stage computes
     int precision;         // Precision (backend.h): the GEMMs' arithmetic on the GPU
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
-    int tangents;          // K tangents per micro-batch (fg)
-    int tangent_rank;      // perturb = weight: weight tangents of this rank (0: full)
-    int local_groups;      // local losses: G heads per hidden layer (0: none; local_loss.h)
+    double mem_budget;     // bytes a stage may hold; a stage needing more streams its layers
+                           // from weights_dir (0: no limit)
+    char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
+} LayoutConfig;
+
+typedef struct {
     int micro_batch;       // B samples per micro-batch
     int micro_batches;     // N micro-batches per optimizer step
     int epochs;            // used when steps == 0
     int steps;             // optimizer steps; 0: derived from epochs
-    int optimizer;         // OptimizerKind
-    double lr, min_lr, momentum, beta1, beta2, eps, weight_decay, clip_norm;
-    double diverge_factor;  // stop when the loss exceeds this many times its start (0: never)
-    int warmup_steps;
-    int lr_schedule;       // LrSchedule
     uint32_t seed;
     int print_every;       // progress lines when stderr is not a terminal
     int eval_every;        // steps between test-set evaluations (0: only at the end)
-    double mem_budget;     // bytes a stage may hold; a stage needing more streams its layers
-                           // from weights_dir (0: no limit)
-    char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
+    double diverge_factor;  // stop when the loss exceeds this many times its start (0: never)
+} TrainingConfig;
+
+typedef struct {
+    int optimizer;         // OptimizerKind
+    double lr, min_lr, momentum, beta1, beta2, eps, weight_decay, clip_norm;
+    int warmup_steps;
+    int lr_schedule;       // LrSchedule
+} OptimConfig;
+
+typedef struct {
+    InputConfig input;
+    NetConfig net;
+    MethodConfig method;
+    TimetableConfig timetable;
+    LayoutConfig layout;
+    TrainingConfig training;
+    OptimConfig optim;
 } Config;
 
 void config_defaults(Config *c);

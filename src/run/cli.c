@@ -99,7 +99,7 @@ static int load_config(RunArgs *a, const char *path, const char *const *sets, in
     for (int i = 0; i < 3; i++)
         if (flag_values[i] && config_set(c, flags[i][1], flag_values[i], &e))
             return fg_fail(err, e.code, "%s %s: %s", flags[i][0], flag_values[i], e.msg);
-    if (a->resume_weights && c->mem_budget <= 0)
+    if (a->resume_weights && c->layout.mem_budget <= 0)
         return fg_fail(err, FG_ERR_INPUT, "--resume-weights needs mem_budget and weights_dir (the "
                        "run whose layer stores it continues)");
     return config_validate(c, err);
@@ -242,20 +242,21 @@ int cli_fail(const FgError *err) {
 // Replica 0's first stage describes the run.
 static void print_run(const Config *c) {
     char mode[CONFIG_NAME_MAX], tangents[64] = "";
-    if (c->mode != MODE_BP && c->local_groups)
+    if (c->method.mode != MODE_BP && c->method.local_groups)
         snprintf(tangents, sizeof tangents, " (K=%d tangents, local losses: %d groups per hidden "
-                 "layer)", c->tangents, c->local_groups);
-    else if (c->mode != MODE_BP)
-        snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->tangents);
+                 "layer)", c->method.tangents, c->method.local_groups);
+    else if (c->method.mode != MODE_BP)
+        snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->method.tangents);
     char model[96];
-    if (c->data == DATA_TEXT)
-        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d)", c->n_layer,
-                 c->n_embd, c->n_head, c->ctx);
+    if (c->input.data == DATA_TEXT)
+        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d)", c->net.n_layer,
+                 c->net.n_embd, c->net.n_head, c->net.ctx);
     else
-        snprintf(model, sizeof model, "%.64s (%s)", c->model, c->activation);
+        snprintf(model, sizeof model, "%.64s (%s)", c->net.model, c->net.activation);
     fprintf(stderr, "fgpipe: mode %s%s, model %s, %d micro-batches x %d samples, %s lr %g, seed %u\n",
-            config_choice_name("mode", c->mode, mode), tangents, model,
-            c->micro_batches, c->micro_batch, c->optimizer == OPT_ADAM ? "adam" : "sgd", c->lr, c->seed);
+            config_choice_name("mode", c->method.mode, mode), tangents, model,
+            c->training.micro_batches, c->training.micro_batch,
+            c->optim.optimizer == OPT_ADAM ? "adam" : "sgd", c->optim.lr, c->training.seed);
 }
 
 int cli_train(RunArgs *a, const TrainEnv *env) {
@@ -266,11 +267,11 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
     TrainResult res;
     if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
     if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
-    if (a->cfg.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
+    if (a->cfg.input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
         printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/byte (%.4f bits/byte), "
                "val next-byte accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
                res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_loss / M_LN2,
-               res.test_acc, res.samples_per_s * a->cfg.ctx, res.peak_rss_bytes / 1048576.0);
+               res.test_acc, res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
     else
         printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
                "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",

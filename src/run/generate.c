@@ -31,10 +31,10 @@ static int load_gpt(const GenerateArgs *a, Storage *io, Model *m, float **params
     if (!rc) rc = config_load_text(&c, text, a->checkpoint, err);
     free(text);
     if (rc) return rc;
-    if (c.data != DATA_TEXT)
+    if (c.input.data != DATA_TEXT)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s holds model '%s', not a gpt: generate "
-                       "samples text from a GPT", a->checkpoint, c.model);
-    GptShape g = {.n_layer = c.n_layer, .n_embd = c.n_embd, .n_head = c.n_head, .ctx = c.ctx};
+                       "samples text from a GPT", a->checkpoint, c.net.model);
+    GptShape g = {.n_layer = c.net.n_layer, .n_embd = c.net.n_embd, .n_head = c.net.n_head, .ctx = c.net.ctx};
     if ((rc = model_build_gpt(m, g, err))) return rc;
     *params = fg_alloc_floats(m->n_params);
     FlatParams src = {m, *params};

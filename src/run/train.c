@@ -45,7 +45,7 @@ typedef struct {
 // freeze = "a,b.c": layer a and every layer named b.c or b.c.*; a name that matches no layer
 // is an error. The GPT's tied copies freeze together (they must stay equal).
 static int apply_freeze(const char *list, Model *m, FgError *err) {
-    char names[sizeof ((Config *)0)->freeze];
+    char names[sizeof ((Config *)0)->net.freeze];
     snprintf(names, sizeof names, "%s", list);
     for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
         size_t n = strlen(name);
@@ -64,19 +64,20 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
 
 static int build_model(const Config *c, Model *m, FgError *err) {
     int rc;
-    if (strcmp(c->model, "gpt") == 0) {
-        GptShape g = {.n_layer = c->n_layer, .n_embd = c->n_embd, .n_head = c->n_head, .ctx = c->ctx};
+    if (strcmp(c->net.model, "gpt") == 0) {
+        GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
+                      .ctx = c->net.ctx};
         rc = model_build_gpt(m, g, err);
     } else {
-        rc = model_build_mlp(m, c->model, c->activation, err);
+        rc = model_build_mlp(m, c->net.model, c->net.activation, err);
     }
-    return rc ? rc : apply_freeze(c->freeze, m, err);
+    return rc ? rc : apply_freeze(c->net.freeze, m, err);
 }
 
 // data = text: training windows are drawn per step from the first 90% (train.text); the
 // validation split is its non-overlapping windows, gathered once (test).
 static int load_text(Run *r, FgError *err) {
-    const int T = r->cfg->ctx, rc = text_corpus_load(&r->text, r->cfg->text_file, T, err);
+    const int T = r->cfg->net.ctx, rc = text_corpus_load(&r->text, r->cfg->input.text_file, T, err);
     if (rc) return rc;
     r->train = (Dataset){.count = r->text.train_end / (size_t)T, .features = T, .classes = 256,
                          .tokens = T, .text = &r->text};
@@ -97,24 +98,26 @@ static int load_model_and_data(Run *r, FgError *err) {
     if ((rc = build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
-    if (c->data == DATA_TEXT) rc = load_text(r, err);
-    else if (!(rc = load(&r->train, c->data_dir, "train", err))) rc = load(&r->test, c->data_dir, "t10k", err);
+    if (c->input.data == DATA_TEXT) rc = load_text(r, err);
+    else if (!(rc = load(&r->train, c->input.data_dir, "train", err)))
+        rc = load(&r->test, c->input.data_dir, "t10k", err);
     if (rc) return rc;
     const Dataset *a = &r->train, *b = &r->test;
     if (a->features != m->in_features || a->classes > m->classes || b->features != m->in_features ||
         b->classes > m->classes)
         return fg_fail(err, FG_ERR_INPUT, "model: '%s' takes %d features and %d classes, but the data "
-                       "in %s has %d features and %d classes (test set: %d and %d)", c->model,
-                       m->in_features, m->classes, c->data == DATA_TEXT ? c->text_file : c->data_dir, a->features, a->classes, b->features,
-                       b->classes);
+                       "in %s has %d features and %d classes (test set: %d and %d)", c->net.model,
+                       m->in_features, m->classes,
+                       c->input.data == DATA_TEXT ? c->input.text_file : c->input.data_dir,
+                       a->features, a->classes, b->features, b->classes);
     // A step takes `batch` samples of the epoch's order; replica r the r-th run of `shard`.
-    r->shard = (size_t)c->micro_batch * c->micro_batches;
+    r->shard = (size_t)c->training.micro_batch * c->training.micro_batches;
     r->batch = r->shard * t->replicas;
     if (r->batch > a->count)
         return fg_fail(err, FG_ERR_INPUT, "micro_batch x micro_batches x replicas = %zu is more than "
                        "the %zu training samples", r->batch, a->count);
     r->per_epoch = (long)(a->count / r->batch);
-    r->total = c->steps ? c->steps : (long)c->epochs * r->per_epoch;
+    r->total = c->training.steps ? c->training.steps : (long)c->training.epochs * r->per_epoch;
     return FG_OK;
 }
 
@@ -132,12 +135,12 @@ static int find_first_step(Run *r, FgError *err) {
         if (first_of_grid) fprintf(stderr, "fgpipe: weights from %s, step 0\n", r->in.init_from);
     } else if (e->streams && e->streams->resume && first_of_grid) {
         fprintf(stderr, "fgpipe: resumed from the layer stores in %s at step %ld\n",
-                r->cfg->weights_dir, r->p.first_step);
+                r->cfg->layout.weights_dir, r->p.first_step);
     }
     r->first_step = r->res->first_step = r->p.first_step;
     if (r->first_step >= r->total)
         return fg_fail(err, FG_ERR_INPUT, "the layer stores in %s are at step %ld; the run has only "
-                       "%ld steps", r->cfg->weights_dir, r->first_step, r->total);
+                       "%ld steps", r->cfg->layout.weights_dir, r->first_step, r->total);
     return FG_OK;
 }
 
@@ -159,15 +162,16 @@ static int open_outputs(Run *r, FgError *err) {
     if (r->out.log_path) {
         char mode[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
         int e = config_estimator(c);
-        const char *estimator = c->mode == MODE_FG_BP ? config_choice_name("estimator", e, est)
-                                                      : config_choice_name("mode", c->mode, mode);
+        const char *estimator = c->method.mode == MODE_FG_BP ? config_choice_name("estimator", e, est)
+                                                      : config_choice_name("mode", c->method.mode, mode);
         char *text = report_config_text(c);
         const TrainResult *res = r->res;
         double work_ms[SCHED_MAX_STAGES];
         for (int s = 0; s < res->stages; s++) work_ms[s] = 1e3 * res->per_stage.work[s];
-        LogInfo info = {config_choice_name("mode", c->mode, mode), estimator, text, res->layout_by,
-                        res->stages, c->micro_batches, r->p.K, res->layout, work_ms, res->per_stage.corrections,
-                        res->per_stage.lag, res->per_stage.bubble_used, res->makespan_vs_fg};
+        LogInfo info = {config_choice_name("mode", c->method.mode, mode), estimator, text, res->layout_by,
+                        res->stages, c->training.micro_batches, r->p.K, res->layout, work_ms,
+                        res->per_stage.corrections, res->per_stage.lag,
+                        res->per_stage.bubble_used, res->makespan_vs_fg};
         rc = r->env->storage->open_log(r->env->storage, r->out.log_path, &info, &r->log, err);
         free(text);
     }
@@ -206,7 +210,7 @@ static int open_run(Run *r, FgError *err) {
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));
     r->busy = calloc((size_t)3 * e->tr->stages, sizeof(double));
-    progress_init(&r->prog, stderr, r->total, r->cfg->print_every);
+    progress_init(&r->prog, stderr, r->total, r->cfg->training.print_every);
     return FG_OK;
 }
 
@@ -222,13 +226,13 @@ static int check_divergence(Run *r, long step, double loss, FgError *err) {
                        "checkpoint's weights give it", loss, step);
     if (!isfinite(loss))
         return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: the run diverged (lower lr, "
-                       "now %g, or set clip_norm)", loss, step, c->lr);
+                       "now %g, or set clip_norm)", loss, step, c->optim.lr);
     double scale = FG_MAX(r->start_loss, log((double)r->model.classes));
-    if (c->diverge_factor > 0 && loss > c->diverge_factor * scale)
+    if (c->training.diverge_factor > 0 && loss > c->training.diverge_factor * scale)
         return fg_fail(err, FG_ERR_INPUT, "loss %.4g at step %ld is over diverge_factor = %g times "
                        "%.4g (the larger of the run's first loss and ln %d classes): the run "
                        "diverged; lower lr (now %g) or set clip_norm (diverge_factor = 0: no check)",
-                       loss, step, c->diverge_factor, scale, r->model.classes, c->lr);
+                       loss, step, c->training.diverge_factor, scale, r->model.classes, c->optim.lr);
     return FG_OK;
 }
 
@@ -307,7 +311,7 @@ static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err
     if (ckpt && r->out.checkpoint_every && next % r->out.checkpoint_every == 0 && next < r->total &&
         (rc = checkpoint_and_flush(r, ckpt, next, err)))
         return rc;
-    int every = r->cfg->eval_every;
+    int every = r->cfg->training.eval_every;
     if (every && next % every == 0 && next < r->total && t->replica == 0) {
         double loss, acc;
         if ((rc = pipeline_evaluate(&r->p, &r->test, &loss, &acc, err))) return rc;
@@ -323,7 +327,7 @@ static int run_steps(Run *r, FgError *err) {
     int rc = FG_OK, stop = 0;
     for (long step = r->first_step; step < r->total && !rc && !stop; step++) {
         if (step % r->per_epoch == 0 || step == r->first_step)
-            dataset_shuffle(r->order, r->train.count, r->cfg->seed, (uint32_t)(step / r->per_epoch));
+            dataset_shuffle(r->order, r->train.count, r->cfg->training.seed, (uint32_t)(step / r->per_epoch));
         StepResult sr;
         size_t sample0 = (size_t)(step % r->per_epoch) * r->batch + (size_t)t->replica * r->shard;
         if (!(rc = pipeline_step(&r->p, step, r->total, r->order, sample0, &sr, err)) &&

@@ -12,8 +12,8 @@
 // timetable is made of those (fg, fg+bp: Bi and Bw go into the bubbles), N F+Bi+Bw ops and U
 // for bp.
 static double step_work(const Config *c, const double cost[N_OP_COSTS]) {
-    double f = cost[COST_F] + (c->mode == MODE_BP ? cost[COST_BI] + cost[COST_BW] : 0.0);
-    return c->micro_batches * f + cost[COST_U];
+    double f = cost[COST_F] + (c->method.mode == MODE_BP ? cost[COST_BI] + cost[COST_BW] : 0.0);
+    return c->training.micro_batches * f + cost[COST_U];
 }
 
 typedef struct {
@@ -27,11 +27,12 @@ static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
     const Config *c = lt->c;
     OptimizerConfig oc = config_optimizer(c);
-    CostSetup setup = {.rows = c->micro_batch, .with_ref = config_dots_reference(c),
-                       .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->seed,
-                       .perturb = (Perturbation)c->perturb, .tangent_rank = c->tangent_rank,
-                       .local_groups = c->local_groups, .optimizer = &oc};
-    return model_measure_layer_costs(lt->e->be, lt->m, c->mode == MODE_BP ? 0 : c->tangents, &setup,
+    CostSetup setup = {.rows = c->training.micro_batch, .with_ref = config_dots_reference(c),
+                       .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->training.seed,
+                       .perturb = (Perturbation)c->method.perturb, .tangent_rank = c->method.tangent_rank,
+                       .local_groups = c->method.local_groups, .optimizer = &oc};
+    return model_measure_layer_costs(lt->e->be, lt->m,
+                                     c->method.mode == MODE_BP ? 0 : c->method.tangents, &setup,
                                      lt->cost, err);
 }
 
@@ -40,16 +41,17 @@ static int time_layers(void *arg, FgError *err) {
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err) {
     Transport *t = e->tr;
     int M = t->stages, L = m->n_layers, world = M * t->replicas, rc;
-    int timed = strcmp(c->boundaries, "auto") == 0 && M > 1 && c->mem_budget <= 0;
-    res->layout_by = strcmp(c->boundaries, "auto") ? "boundaries" : timed ? "measured work" : "parameters";
-    if (!timed) return partition_layers(m, M, c->boundaries, NULL, res->layout, err);
+    int timed = strcmp(c->layout.boundaries, "auto") == 0 && M > 1 && c->layout.mem_budget <= 0;
+    res->layout_by = strcmp(c->layout.boundaries,
+                            "auto") ? "boundaries" : timed ? "measured work" : "parameters";
+    if (!timed) return partition_layers(m, M, c->layout.boundaries, NULL, res->layout, err);
     double *cost = calloc((size_t)L * N_OP_COSTS, sizeof(double)), work[MODEL_MAX_LAYERS];
     LayerTiming lt = {c, e, m, cost};
     rc = measure_in_turns(t, time_layers, &lt, err);
     if (!rc) rc = t->allreduce_sum_world(t, cost, L * N_OP_COSTS, err);
     for (int l = 0; l < L; l++) work[l] = step_work(c, cost + (size_t)l * N_OP_COSTS) / world;
     free(cost);
-    if (!rc) rc = partition_layers(m, M, c->boundaries, work, res->layout, err);
+    if (!rc) rc = partition_layers(m, M, c->layout.boundaries, work, res->layout, err);
     for (int s = 0; s < M && !rc; s++)
         for (int l = res->layout[s]; l < res->layout[s + 1]; l++) res->per_stage.work[s] += work[l];
     return rc;

@@ -85,7 +85,8 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
     const char *off = pipeline_calibration_off(p);
     if (S->mode == SCHED_FG_BP && M > 1) {
         if (!off)
-            fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:", p->cfg->calibrate_steps);
+            fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:",
+                    p->cfg->timetable.calibrate_steps);
         else
             fprintf(stderr, "\nfgpipe: F ms per stage from the start-up costs (no calibration: %s):", off);
         for (int s = 0; s < M; s++) fprintf(stderr, " %.3g", 1e3 * planned_f(S, s));
@@ -169,10 +170,10 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
     fprintf(f, "{\"mode\": \"%s\", \"perturb\": \"%s\", \"estimator\": \"%s\", \"shrink\": %g, "
             "\"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
-            config_choice_name("mode", c->mode, mode),
-            c->mode == MODE_BP ? "none" : config_choice_name("perturb", c->perturb, perturb),
-            c->mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
-            c->shrink, c->mode == MODE_BP ? 0 : c->tangents, r->stages,
+            config_choice_name("mode", c->method.mode, mode),
+            c->method.mode == MODE_BP ? "none" : config_choice_name("perturb", c->method.perturb, perturb),
+            c->method.mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
+            c->method.shrink, c->method.mode == MODE_BP ? 0 : c->method.tangents, r->stages,
             r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
@@ -182,13 +183,14 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
             "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
             "\"seed\": %u",
-            r->steps, c->micro_batch, c->micro_batches, r->makespan_vs_fg, c->replicas, r->n_params, r->first_loss,
+            r->steps, c->training.micro_batch, c->training.micro_batches, r->makespan_vs_fg,
+            c->layout.replicas, r->n_params, r->first_loss,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
-            r->bubble_used_measured, r->peak_rss_bytes, c->seed);
-    if (c->data == DATA_TEXT)  // the validation split's loss per byte, and tokens (bytes) per second
+            r->bubble_used_measured, r->peak_rss_bytes, c->training.seed);
+    if (c->input.data == DATA_TEXT)  // the validation split's loss per byte, and tokens (bytes) per second
         fprintf(f, ", \"val_loss\": %.6f, \"val_bits_per_byte\": %.6f, \"tokens_per_s\": %.1f",
-                r->test_loss, r->test_loss / M_LN2, r->samples_per_s * c->ctx);
+                r->test_loss, r->test_loss / M_LN2, r->samples_per_s * c->net.ctx);
     double work_ms[SCHED_MAX_STAGES];
     for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->per_stage.work[s];
     json_array(f, "work_ms_stage", work_ms, r->stages);

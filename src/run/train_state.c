@@ -29,9 +29,9 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
     const Config *c = sc->p->cfg;
     if (sc->weights_only) return pipeline_visit_layers(sc->p, writable, 0, visit, arg, err);
     // Checked before the state is overwritten (an out-of-core stage's store).
-    if (writable && sc->st.seed != c->seed)
+    if (writable && sc->st.seed != c->training.seed)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
-                       sc->path, sc->st.seed, c->seed);
+                       sc->path, sc->st.seed, c->training.seed);
     if (writable && sc->st.step >= sc->total)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
                        sc->path, sc->st.step, sc->total);
@@ -41,10 +41,10 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
 // What a user of the weights needs besides them (docs/checkpoints.md).
 static ModelCard model_card(const Config *c, const Model *m) {
     ModelCard card = {.orientation = "linear weights are [out, in]: y = x W^T + b"};
-    int gpt = c->data == DATA_TEXT;
+    int gpt = c->input.data == DATA_TEXT;
     card.model_kind = gpt ? "gpt" : "mlp";
     const char *names[] = {"vocab", "ctx", "n_layer", "n_embd", "n_head"};
-    double gpt_values[] = {m->classes, c->ctx, c->n_layer, c->n_embd, c->n_head};
+    double gpt_values[] = {m->classes, c->net.ctx, c->net.n_layer, c->net.n_embd, c->net.n_head};
     const char *mlp_names[] = {"input_features", "classes", "input_mean", "input_std"};
     double mlp_values[] = {m->in_features, m->classes, DATA_PIXEL_MEAN, DATA_PIXEL_STD};
     int n = gpt ? 5 : 4;
@@ -61,11 +61,11 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
     *sc = (StageCheckpoint){.p = p};
     CheckpointState *st = &sc->st;
     *st = (CheckpointState){.model = p->model, .first = p->stage.first, .last = p->stage.last,
-                            .visit_layers = stage_visit_layers, .source = sc, .seed = c->seed,
+                            .visit_layers = stage_visit_layers, .source = sc, .seed = c->training.seed,
                             .config_text = config_text, .stages = p->tr->stages, .layout = layout,
                             .card = model_card(c, p->model)};
     st->buffers[st->n_buffers++] = "params";
-    if (c->optimizer == OPT_ADAM) {
+    if (c->optim.optimizer == OPT_ADAM) {
         st->buffers[st->n_buffers++] = "optimizer/m";
         st->buffers[st->n_buffers++] = "optimizer/v";
     } else {
@@ -130,7 +130,7 @@ static int count_non_finite(void *arg, const Layer *L, float *const *bufs, FgErr
 // A checkpoint full of NaN or Inf must never replace the last good one (a run that diverged
 // after its last finite loss): every stage counts, all agree, and none writes.
 static int check_finite_state(Pipeline *p, const char *path, long next_step, FgError *err) {
-    NonFinite nf = {1 + optimizer_state_buffers((OptimizerKind)p->cfg->optimizer), 0.0};
+    NonFinite nf = {1 + optimizer_state_buffers((OptimizerKind)p->cfg->optim.optimizer), 0.0};
     int rc = pipeline_visit_layers(p, 0, 0, count_non_finite, &nf, err);
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &nf.count, 1, err);
     if (!rc && nf.count > 0)
