@@ -85,36 +85,18 @@ static const ConfigKey KEYS[] = {
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
 void config_defaults(Config *c) {
-    memset(c, 0, sizeof *c);
-    snprintf(c->input.data_dir, sizeof c->input.data_dir, "/usr/share/datasets/fashion-mnist");
-    snprintf(c->net.model, sizeof c->net.model, "784-1024-1024-1024-10");
-    snprintf(c->net.activation, sizeof c->net.activation, "relu");
-    c->net.n_layer = 4;
-    c->net.n_embd = 128;
-    c->net.n_head = 4;
-    c->net.ctx = 128;
-    c->method.mode = MODE_BP;
-    c->timetable.select = -1;
-    c->method.shrink = 1.0;
-    c->timetable.max_lag = 2;
-    c->timetable.calibrate_steps = 3;
-    c->layout.stages = 1;
-    c->layout.replicas = 1;
-    snprintf(c->layout.boundaries, sizeof c->layout.boundaries, "auto");
-    c->method.tangents = 1;
-    c->training.micro_batch = 32;
-    c->training.micro_batches = 4;
-    c->training.epochs = 1;
-    c->optim.optimizer = OPT_ADAM;
-    c->optim.lr = 1e-3;
-    c->optim.lr_schedule = LR_COSINE;
-    c->optim.momentum = 0.9;
-    c->optim.beta1 = 0.9;
-    c->optim.beta2 = 0.999;
-    c->optim.eps = 1e-8;
-    c->training.diverge_factor = 100;
-    c->training.seed = 1;
-    c->training.print_every = 100;
+    *c = (Config){
+        .input = {.data_dir = "/usr/share/datasets/fashion-mnist"},
+        .net = {.model = "784-1024-1024-1024-10", .activation = "relu",
+                .n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128},
+        .method = {.mode = MODE_BP, .shrink = 1.0, .tangents = 1},
+        .timetable = {.select = -1, .max_lag = 2, .calibrate_steps = 3},
+        .layout = {.stages = 1, .replicas = 1, .boundaries = "auto"},
+        .training = {.micro_batch = 32, .micro_batches = 4, .epochs = 1, .seed = 1,
+                     .print_every = 100, .diverge_factor = 100},
+        .optim = {.optimizer = OPT_ADAM, .lr = 1e-3, .lr_schedule = LR_COSINE, .momentum = 0.9,
+                  .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
+    };
 }
 
 static const ConfigKey *find_key(const char *name) {
