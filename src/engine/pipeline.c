@@ -142,7 +142,7 @@ int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, 
 }
 
 int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
-                FgError *err) {
+                         FgError *err) {
     int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,

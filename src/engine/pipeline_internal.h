@@ -77,9 +77,9 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
 // stage's losses; first_of_step: the step's first F group; last_w: whether this is the step's
 // last group with B or Bw ops (the gradient is complete after it).
 int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
-                  int *n_lanes, FgError *err);
+                      int *n_lanes, FgError *err);
 int ops_forward_group(Pipeline *p, long step, int n_lanes, const size_t *order,
-                  size_t sample0, double *loss_sum, FgError *err);
+                      size_t sample0, double *loss_sum, FgError *err);
 int ops_backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
 // The lanes through every layer of the stage; step < 0: without tangents (evaluation).
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
@@ -90,7 +90,7 @@ int update_in_backward(const Pipeline *p);
 // Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
 // its weights are written back). Releases with layers_release (pipeline_layers.c).
 int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
-                        FgError *err);
+                               FgError *err);
 
 // Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
 // gradient: summed over the replicas (streamed: here; resident: the whole stage before),
@@ -98,7 +98,7 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
 // streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
 // squared norm into the scalars. Returns the parts written in *dirty.
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
-                          unsigned *dirty, FgError *err);
+                                 unsigned *dirty, FgError *err);
 
 // Op U. *waited: seconds spent in sums waiting for other ranks (idle time, not work).
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err);
@@ -114,6 +114,6 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err);
 // (sent on, or scored into totals: loss * rows, hits).
 int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
 int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
-                FgError *err);
+                         FgError *err);
 
 #endif

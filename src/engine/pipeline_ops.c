@@ -74,7 +74,7 @@ static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t
 }
 
 int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
-                  int *n_lanes, FgError *err) {
+                      int *n_lanes, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->training.micro_batch, n = 0, rc = FG_OK;
     size_t in = (size_t)B * p->model->layers[p->stage.first].in;
@@ -140,10 +140,9 @@ static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
 // samples, of every replica: they sum); zdot: layer l - 1's output tangent. The lane's tangent
 // goes no further.
 static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
-    int N = p->cfg->training.micro_batches, B = p->cfg->training.micro_batch, out = p->model->layers[l].out;
-    const Layer *linear = &p->model->layers[l - 1];  // the kept block: inputs, then estimates
-    float *est = layers_kept(p, step, l - 1) + (size_t)N * B * linear->in +
-                 (size_t)a->microbatch * B * out;
+    int B = p->cfg->training.micro_batch, rows = p->cfg->training.micro_batches * B;
+    float *est = layers_kept(p, step, l - 1) + stage_local_estimate_offset(&p->stage, l - 1, rows) +
+                 (size_t)a->microbatch * B * p->model->layers[l].out;
     float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
     stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
     a->xdot = NULL;
@@ -234,7 +233,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
 }
 
 int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
-                  double *loss_sum, FgError *err) {
+                      double *loss_sum, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->training.micro_batch, last = p->stage.last, rc;
     // A streamed stage's pending update is written back as the layers pass: a new version.

@@ -45,7 +45,8 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
-    // Activity perturbation keeps every micro-batch's layer inputs until the update.
+    // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
+    // estimates) until the update.
     double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
                        lane_bytes(p, 1) + kept;

@@ -86,7 +86,7 @@ static double layer_lr(const Pipeline *p, int l, double lr) {
 }
 
 int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
-                        FgError *err) {
+                               FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
@@ -98,7 +98,7 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
 }
 
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
-                          unsigned *dirty, FgError *err) {
+                                 unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     int rc;

@@ -12,12 +12,12 @@
 // The stage's state from checkpoint `path` (refused if it does not fit the run of `total`
 // steps); the pipeline's first step becomes the checkpoint's.
 int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
-                    FgError *err);
+                          FgError *err);
 // Only the weights (--init-from): any seed, the run starts at step 0 with fresh optimizer state.
 int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err);
 // A checkpoint of the state on which step next_step runs (collective over the pipeline).
 int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
-                    FgError *err);
+                          FgError *err);
 int state_check_replicas_agree(Pipeline *p, FgError *err);
 int state_save_params(Pipeline *p, const char *path, FgError *err);
 

@@ -93,7 +93,7 @@ static int check_same_model(const Config *now, Storage *io, const char *path, Fg
 }
 
 int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long total,
-                    FgError *err) {
+                          FgError *err) {
     int rc = check_same_model(p->cfg, io, path, err);
     if (rc) return rc;
     StageCheckpoint sc;
@@ -141,7 +141,7 @@ static int check_finite_state(Pipeline *p, const char *path, long next_step, FgE
 }
 
 int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
-                    FgError *err) {
+                          FgError *err) {
     if (p->tr->replica != 0) return FG_OK;
     int rc = check_finite_state(p, path, next_step, err);
     if (rc) return rc;

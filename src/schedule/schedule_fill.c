@@ -76,7 +76,7 @@ static int place(const Fill *f, int s, double ready, double c, int last_q, int l
 static void put(Fill *f, OpKind kind, int s, const Chain *ch, int q, double t, int pos) {
     const double c = kind == OP_BI ? f->sp->cost_bi[s] : f->sp->cost_bw[s];
     timetable_segment_insert(&f->b, q % f->b.S->n_phases, s, pos,
-                   (ScheduledOp){kind, s, ch->b, q - ch->source, t, t + c});
+                             (ScheduledOp){kind, s, ch->b, q - ch->source, t, t + c});
 }
 
 static void take_back(Fill *f, OpKind kind, int s, Chain *ch) {

@@ -27,7 +27,7 @@ double timetable_fg_start(const double *end_f, int N, int s, int b);
 // Allocates the building segments (n_phases, capacity) and places every phase's F ops to end
 // at end_f (one of the two above); sets fg_makespan and last_f.
 void timetable_build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
-                 Schedule *S);
+                           Schedule *S);
 ScheduledOp *timetable_segment(const Build *b, int phase, int s);
 int *timetable_segment_count(const Build *b, int phase, int s);
 void timetable_segment_insert(const Build *b, int phase, int s, int pos, ScheduledOp op);

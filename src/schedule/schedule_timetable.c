@@ -90,7 +90,7 @@ double timetable_earliest_gap(const ScheduledOp *ops, int n, double ready, doubl
 }
 
 void timetable_build_start(Build *b, const ScheduleSpec *sp, int n_phases, int cap, const double *end_f,
-                 Schedule *S) {
+                           Schedule *S) {
     const int M = sp->M, N = sp->N;
     *S = (Schedule){.M = M, .N = N, .mode = sp->mode, .lag = sp->lag, .select = sp->select,
                     .n_phases = n_phases};

@@ -73,16 +73,19 @@ static size_t local_kept_floats(const Stage *st, int l) {
     return (size_t)st->model->layers[l].in + (size_t)st->model->layers[l].out;
 }
 
+size_t stage_local_estimate_offset(const Stage *st, int l, int rows) {
+    return (size_t)rows * st->model->layers[l].in;
+}
+
 // U: the estimate F formed (unweighted, so that it can be read again), times fg's weight.
 static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
-    const Layer *L = &st->model->layers[l];
-    size_t rows = (size_t)e->replica_microbatches * e->rows;
-    const float *x = e->kept, *est = x + rows * L->in;
+    int rows = e->replica_microbatches * e->rows;
+    const float *x = e->kept, *est = x + stage_local_estimate_offset(st, l, rows);
     if (e->fg_weight != 1.0f) {
-        st->be->scale(st->be, e->work, e->fg_weight, est, rows * L->out);
+        st->be->scale(st->be, e->work, e->fg_weight, est, (size_t)rows * st->model->layers[l].out);
         est = e->work;
     }
-    stage_local_weight_grad(st, l, (int)rows, x, est, grad_l);
+    stage_local_weight_grad(st, l, rows, x, est, grad_l);
 }
 
 const PerturbationOps perturb_local = {

@@ -46,7 +46,8 @@ extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, 
 
 // The perturbation of layer l of the stage (a layer with parameters).
 const PerturbationOps *stage_perturbation(const Stage *st, int l);
-// Whether any layer of this kind of run keeps something from F for U, and its d layout.
+// The row that stands for a run's `perturb` choice: whether F keeps anything for U
+// (kept_floats) and whether its directional derivatives are per sample.
 const PerturbationOps *perturbation_of_kind(Perturbation kind);
 
 // What F keeps for U, for `rows` rows (the step's micro-batches one after the other): per layer

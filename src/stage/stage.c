@@ -116,20 +116,13 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     }
 }
 
-// Floats of `rows` rows of every parameter layer before `layer`: their outputs (outputs) or
-// their inputs, one after the other in layer order.
-static size_t param_layers_offset(const Stage *st, int layer, int rows, int outputs) {
-    size_t off = 0;
-    for (int i = st->first; i < layer; i++) {
-        const Layer *L = &st->model->layers[i];
-        if (L->param_count) off += (size_t)rows * (outputs ? L->out : L->in);
-    }
-    return off;
-}
-
-// Adjoints layout (op Bi to op Bw): the output adjoints of the parameter layers, in layer order.
+// Adjoints layout (op Bi to op Bw): the output adjoints [rows, out] of the parameter layers,
+// one after the other in layer order.
 size_t stage_adjoint_offset(const Stage *st, int layer, int rows) {
-    return param_layers_offset(st, layer, rows, 1);
+    size_t off = 0;
+    for (int i = st->first; i < layer; i++)
+        if (st->model->layers[i].param_count) off += (size_t)rows * st->model->layers[i].out;
+    return off;
 }
 
 size_t stage_adjoint_floats(const Stage *st, int rows) {

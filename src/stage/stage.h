@@ -123,6 +123,9 @@ int stage_local_head(const Stage *st, int l);
 void stage_local_output_grad(const Stage *st, int l, const float *h, const float *hdot,
                              const float *zdot, const uint8_t *labels, int rows, float scale,
                              float *est);
+// Where the estimate of linear layer l sits in its block of what F keeps for `rows` rows
+// (stage_kept_offset), in floats: after the layer's inputs.
+size_t stage_local_estimate_offset(const Stage *st, int l, int rows);
 // The update of that linear layer l: grad += est^T x, db += column sums of est, over rows.
 void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
                              float *grad);
