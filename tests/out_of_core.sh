@@ -42,6 +42,7 @@ same_checkpoint() {  # same_checkpoint A B: the problem, if A's and B's checkpoi
 cases=("fg|14M|12.5M|mode=fg optimizer=sgd lr=0.0001"
        "fgbp|24M|22M|mode=fg+bp estimator=cv lag=0 select=2 optimizer=sgd lr=0.0001"
        "bp|20M|18M|mode=bp schedule=1f1b"
+       "bp-zb|22M|18M|mode=bp schedule=zb"
        "fg-activity|17M|-|mode=fg perturb=activity optimizer=sgd lr=0.0001"
        "fg-local|25M|-|mode=fg perturb=activity local_groups=8 tangents=2 optimizer=sgd lr=0.0001"
        "mix-local-clip|30M|-|mode=fg+bp perturb=activity estimator=mix shrink=0.5 lag=0 select=2 local_groups=8 tangents=2 clip_norm=0.05 optimizer=sgd lr=0.001"

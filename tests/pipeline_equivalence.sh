@@ -55,6 +55,7 @@ same() {
 cases=(
   "bp-gpipe|mode=bp schedule=gpipe"
   "bp-1f1b|mode=bp schedule=1f1b"
+  "bp-zb|mode=bp schedule=zb"
   "fg|mode=fg ${sgd[*]}"
   "fg-K3|mode=fg tangents=3 ${sgd[*]}"
   "fg-activity-K2|mode=fg perturb=activity tangents=2 ${sgd[*]}"
@@ -79,6 +80,9 @@ for c in "${cases[@]}"; do
   same "$name: M=2 vs M=1" "$name-M1" "$name-M2"
   same "$name: M=4 vs M=1" "$name-M1" "$name-M4"
 done
+
+# Zero bubble's split backward adds each micro-batch's weight gradient in 1F1B's order.
+for M in 1 2 4; do same "bp-zb equals bp-1f1b: M=$M" "bp-zb-M$M" "bp-1f1b-M$M"; done
 
 # The stages are cut by the work timed on each rank (boundaries=auto), whatever cut that gives.
 if grep -q "stages cut by measured work, ms per step:" "$dir/fg-M2.log"; then

@@ -3,7 +3,7 @@
 // received on it is the k-th sent. That is right only if, for every timetable the builder makes,
 // stage s sends its forward messages in the order stage s+1 consumes them, and stage s+1 its
 // adjoints in the order stage s consumes them. This test checks it on the timetables of every
-// mode (bp gpipe and 1f1b, fg, fg+bp with lag 0..2, auto and several select), M = 2..8,
+// mode (bp gpipe, 1f1b and zb, fg, fg+bp with lag 0..2, auto and several select), M = 2..8,
 // N = 1..32, uniform and random costs, run micro-batch-major and layer-major (exec_plan.h), over
 // a run's first HORIZON steps (every phase of a timetable; adjoints of ops with lags cross
 // steps). Evaluation's activations travel only forward, where no step leaves a message behind.
@@ -106,7 +106,7 @@ static void test_every_timetable(void **state) {
     (void)state;
     static const int Ns[] = {1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32};
     struct { ScheduleMode mode; int lag; } modes[] = {
-        {SCHED_BP_GPIPE, 0}, {SCHED_BP_1F1B, 0}, {SCHED_FG, 0}, {SCHED_FG_BP, 0}, {SCHED_FG_BP, 1},
+        {SCHED_BP_GPIPE, 0}, {SCHED_BP_1F1B, 0}, {SCHED_BP_ZB, 0}, {SCHED_FG, 0}, {SCHED_FG_BP, 0}, {SCHED_FG_BP, 1},
         {SCHED_FG_BP, 2}};
     int checked = 0;
     for (int M = 2; M <= 8; M++)

@@ -446,11 +446,12 @@ static void verify_independently(const ScheduleSpec *sp, const Schedule *S, cons
     if (bp) verify_bp(sp, S);
     if (sp->mode == SCHED_FG_BP) verify_chains(sp, S, exact_costs);
     else assert_int_equal(S->n_chains, 0);
-    if (sp->mode != SCHED_FG_BP)
-        for (int s = 0; s < M; s++) {
-            const StageBubbles sb = schedule_stage_bubbles(S, s);
-            assert_true(sb.corrections == 0 && sb.stashes == 0 && sb.kept == 0 && sb.max_lag == 0);
-        }
+    // fg backpropagates nothing; bp every micro-batch, holding GPipe all, 1F1B M-s stashes.
+    for (int s = 0; s < M && sp->mode != SCHED_FG_BP; s++) {
+        const StageBubbles sb = schedule_stage_bubbles(S, s);
+        assert_true(sb.corrections == (bp ? N : 0) && sb.kept == 0 && sb.max_lag == 0);
+        assert_int_equal(sb.stashes, sp->mode == SCHED_FG ? 0 : sp->mode == SCHED_BP_GPIPE ? N : FG_MIN(M - s, N));
+    }
     free(end_f);
 }
 
@@ -952,7 +953,7 @@ static void test_check_detects_violations(void **state) {
     schedule_free(&S);
     build_ok(&g, &S);
     S.mode = SCHED_BP_1F1B;
-    expect_check_fails(&S, &f1, "1F1B stage 0 holds 5 micro-batches, more than M-s = 4");
+    expect_check_fails(&S, &f1, "bp-1f1b stage 0 holds 5 stashes, more than 4");
     schedule_free(&S);
     build_ok(&f1, &S);
     S.mode = SCHED_BP_GPIPE;

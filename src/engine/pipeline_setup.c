@@ -137,8 +137,9 @@ static void alloc_buffers(Pipeline *p) {
 }
 
 static ScheduleMode schedule_mode(const Config *c) {
-    if (c->method.mode == MODE_BP)
-        return c->timetable.schedule == SCHEDULE_1F1B ? SCHED_BP_1F1B : SCHED_BP_GPIPE;
+    static const ScheduleMode bp[] = {[SCHEDULE_GPIPE] = SCHED_BP_GPIPE,
+                                      [SCHEDULE_1F1B] = SCHED_BP_1F1B, [SCHEDULE_ZB] = SCHED_BP_ZB};
+    if (c->method.mode == MODE_BP) return bp[c->timetable.schedule];
     return c->method.mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
 }
 

@@ -42,7 +42,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, net, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
     STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
-    CHOICE(timetable, schedule, "gpipe|1f1b", "pipeline schedule of bp"),
+    CHOICE(timetable, schedule, "gpipe|1f1b|zb", "pipeline schedule of bp"),
     CHOICE(method, estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity)"),
     NUM(KEY_REAL, method, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance"),
     CHOICE(method, cv_scale, "1|auto", "fg+bp estimator cv: the control variate's scale beta per layer; 1: c itself; auto: beta_l = Cov/Var of the layer's c.v with d, from an average over earlier steps (still unbiased; guards against a stale or poor c, e.g. at lag 1)"),

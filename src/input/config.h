@@ -15,7 +15,7 @@
 #include "tangent.h"
 
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
-typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B } ScheduleKind;
+typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB } ScheduleKind;
 typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT } DataKind;

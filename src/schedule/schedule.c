@@ -11,6 +11,7 @@ const char *schedule_mode_name(ScheduleMode mode) {
     switch (mode) {
     case SCHED_BP_GPIPE: return "bp-gpipe";
     case SCHED_BP_1F1B: return "bp-1f1b";
+    case SCHED_BP_ZB: return "bp-zb";
     case SCHED_FG: return "fg";
     case SCHED_FG_BP: return "fg+bp";
     }
@@ -40,7 +41,7 @@ int schedule_validate(const ScheduleSpec *sp, FgError *err) {
     if (sp->N < 1 || sp->N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "schedule: N (micro-batches) = %d, must be 1..%d", sp->N,
                        SCHED_MAX_MICROBATCHES);
-    if ((int)sp->mode < SCHED_BP_GPIPE || (int)sp->mode > SCHED_FG_BP)
+    if ((int)sp->mode < SCHED_BP_GPIPE || (int)sp->mode > SCHED_BP_ZB)
         return fg_fail(err, FG_ERR_INPUT, "schedule: mode = %d is not a ScheduleMode",
                        (int)sp->mode);
     if (sp->mode == SCHED_FG_BP) {
@@ -95,18 +96,39 @@ static int bp_order(const ScheduleSpec *sp, int s, Slot *order) {
     if (sp->mode == SCHED_BP_GPIPE) {
         for (int b = 0; b < N; b++) order[n++] = (Slot){OP_F, b};
         for (int b = N - 1; b >= 0; b--) order[n++] = (Slot){OP_B, b};
-    } else {
-        // PipeDream-flush (Narayanan et al.): stage s keeps at most M-s micro-batches in flight.
-        const int warm = FG_MIN(sp->M - s - 1, N);
-        for (int b = 0; b < warm; b++) order[n++] = (Slot){OP_F, b};
-        for (int i = 0; i < N - warm; i++) {
-            order[n++] = (Slot){OP_F, warm + i};
-            order[n++] = (Slot){OP_B, i};
-        }
-        for (int b = N - warm; b < N; b++) order[n++] = (Slot){OP_B, b};
+        order[n++] = (Slot){OP_U, -1};
+        return n;
     }
+    // PipeDream-flush (Narayanan et al.): stage s keeps at most M-s micro-batches in flight.
+    // ZB-H1 runs Bi where 1F1B runs B, and Bw s micro-batches later: stage s's cool-down waits
+    // about s adjoint hops at the end, which its s deferred Bw ops fill.
+    const int zb = sp->mode == SCHED_BP_ZB, warm = FG_MIN(sp->M - s - 1, N);
+    for (int b = 0; b < warm; b++) order[n++] = (Slot){OP_F, b};
+    for (int b = 0; b < N; b++) {
+        if (warm + b < N) order[n++] = (Slot){OP_F, warm + b};
+        order[n++] = (Slot){zb ? OP_BI : OP_B, b};
+        if (zb && b >= s) order[n++] = (Slot){OP_BW, b - s};
+    }
+    for (int b = FG_MAX(N - s, 0); zb && b < N; b++) order[n++] = (Slot){OP_BW, b};
     order[n++] = (Slot){OP_U, -1};
     return n;
+}
+
+// When op o of stage s may start, or -1 while what it needs is not placed yet. end_b: the
+// ends of the B (or Bi) ops, which carry the adjoint.
+static double bp_ready(const ScheduleSpec *sp, int s, Slot o, const double *end_f,
+                       const double *end_b) {
+    const int M = sp->M, N = sp->N;
+    switch (o.kind) {
+    case OP_F: return s > 0 ? end_f[(s - 1) * N + o.b] : 0.0;
+    case OP_B:
+    case OP_BI:
+        if (end_f[s * N + o.b] < 0.0) return -1.0;  // its stash does not exist yet
+        return s < M - 1 ? end_b[(s + 1) * N + o.b] : end_f[s * N + o.b];
+    case OP_BW: return end_b[s * N + o.b];
+    case OP_U: return 0.0;
+    }
+    return -1.0;
 }
 
 // Passes over the stages until all ops are placed; a pass without progress means the orders
@@ -126,19 +148,14 @@ static int build_bp(const ScheduleSpec *sp, Build *bd, FgError *err) {
         for (int s = 0; s < M; s++) {
             while (next[s] < n_order[s]) {
                 const Slot o = order[(size_t)s * cap + next[s]];
-                double dep = 0.0;
-                if (o.kind == OP_F && s > 0) dep = end_f[(s - 1) * N + o.b];
-                if (o.kind == OP_B) {
-                    dep = s < M - 1 ? end_b[(s + 1) * N + o.b] : end_f[s * N + o.b];
-                    if (end_f[s * N + o.b] < 0.0) dep = -1.0;  // its stash does not exist yet
-                }
+                const double dep = bp_ready(sp, s, o, end_f, end_b);
                 if (dep < 0.0) break;
                 ScheduledOp op = {o.kind, s, o.b, 0, FG_MAX(free_at[s], dep), 0.0};
                 op.end = op.start + schedule_planned_cost(sp, &op);
                 timetable_segment(bd, 0, s)[(*timetable_segment_count(bd, 0, s))++] = op;
                 free_at[s] = op.end;
                 if (o.kind == OP_F) end_f[s * N + o.b] = op.end;
-                if (o.kind == OP_B) end_b[s * N + o.b] = op.end;
+                if (o.kind == OP_B || o.kind == OP_BI) end_b[s * N + o.b] = op.end;
                 next[s]++;
                 remaining--;
                 progress = 1;
@@ -169,7 +186,7 @@ int schedule_build(const ScheduleSpec *spec, Schedule *out, FgError *err) {
     Build b;
     double *end_f = fg_alloc_bytes(sizeof(double) * (size_t)spec->M * spec->N);
     timetable_fg_ends(spec, end_f);
-    timetable_build_start(&b, spec, 1, 2 * spec->N + 1, end_f, out);
+    timetable_build_start(&b, spec, 1, 3 * spec->N + 1, end_f, out);
     fg_free(end_f);
     if (schedule_is_bp(spec->mode)) rc = build_bp(spec, &b, err);
     else timetable_build_updates(&b, spec);

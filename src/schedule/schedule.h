@@ -12,6 +12,10 @@
 // Modes:
 //   SCHED_BP_GPIPE  all F, then all B in reverse micro-batch order (LIFO, as torchgpipe), then U
 //   SCHED_BP_1F1B   PipeDream-flush: M-s-1 warm-up F, then one F one B, then the cool-down Bs
+//   SCHED_BP_ZB     Zero Bubble's ZB-H1 (Qi et al., ICLR 2024): 1F1B's order with B split into
+//                   Bi and Bw, stage s's Bw ops s micro-batches behind its Bi ops; the deferred
+//                   Bw ops fill the cool-down, where a stage waits for adjoints. Every stage
+//                   then holds up to M stashes (1F1B: M-s) and up to s+1 kept adjoints.
 //   SCHED_FG        F only, then U once the last stage has every d_b
 //   SCHED_FG_BP     the FG timetable unchanged, plus adjoint chains (Bi(M-1,b), Bi(M-2,b), ...,
 //                   each stage's Bw after its Bi) fitted into its idle gaps.
@@ -37,7 +41,7 @@
 
 enum { SCHED_MAX_STAGES = 64, SCHED_MAX_MICROBATCHES = 1024, SCHED_MAX_LAG = 2 };
 
-typedef enum { SCHED_BP_GPIPE, SCHED_BP_1F1B, SCHED_FG, SCHED_FG_BP } ScheduleMode;
+typedef enum { SCHED_BP_GPIPE, SCHED_BP_1F1B, SCHED_FG, SCHED_FG_BP, SCHED_BP_ZB } ScheduleMode;
 typedef enum { OP_F, OP_B, OP_BI, OP_BW, OP_U } OpKind;
 
 typedef struct {
@@ -83,16 +87,16 @@ typedef struct {
                               // fill; 0 in the other modes
 } ScheduleStats;
 
-// What an fg+bp timetable gives stage s, over its n_phases steps.
+// What a timetable with backward ops gives stage s, over its n_phases steps (all 0 in fg).
 typedef struct {
-    int corrections;   // Bw ops: micro-batches whose exact gradient enters its part of c
+    int corrections;   // B or Bw ops: micro-batches whose exact gradient enters the update
     int max_lag;       // the largest lag of its ops (0 without ops)
-    int stashes;       // most stashes (F to Bw) alive at once, steady state
+    int stashes;       // most stashes (F to B or Bw) alive at once, steady state
     int kept;          // most Bi-to-Bw adjoint buffers alive at once, steady state
-    double bubble_used;// share of the stage's FG idle time before the last F used by B ops
+    double bubble_used;// fg+bp: share of the stage's FG idle time before the last F used by B ops
 } StageBubbles;
 
-const char *schedule_mode_name(ScheduleMode mode);  // "bp-gpipe", "bp-1f1b", "fg", "fg+bp"
+const char *schedule_mode_name(ScheduleMode mode);  // "bp-gpipe", "bp-1f1b", "bp-zb", "fg", "fg+bp"
 const char *op_kind_name(OpKind kind);              // "F", "B", "Bi", "Bw", "U"
 
 // Validates spec (messages name the field) and builds the timetable into out, which owns its

@@ -20,6 +20,13 @@ static int fail_dep(FgError *err, const ScheduledOp *o, const ScheduledOp *dep) 
                    schedule_op_name(o, a, sizeof a), o->start, schedule_op_name(dep, b, sizeof b), dep->end);
 }
 
+// B is whole-backward bp's; Bi and Bw are fg+bp's and zero-bubble bp's.
+static int kind_allowed(ScheduleMode mode, OpKind kind) {
+    if (kind == OP_B) return mode == SCHED_BP_GPIPE || mode == SCHED_BP_1F1B;
+    if (kind == OP_BI || kind == OP_BW) return mode == SCHED_FG_BP || mode == SCHED_BP_ZB;
+    return 1;
+}
+
 // One phase of one stage: well-formed ops with their costs, in order without overlap, U last.
 static int check_list(Check *c, int p, int s, FgError *err) {
     const Schedule *S = c->S;
@@ -72,11 +79,9 @@ static int check_list(Check *c, int p, int s, FgError *err) {
         if (o->kind == OP_B) slot = &c->b[s * N + o->microbatch];
         if (o->kind == OP_BI || o->kind == OP_BW)
             slot = &(o->kind == OP_BI ? c->bi : c->bw)[((size_t)schedule_source_phase(S, p, o->lag) * N + o->microbatch) * M + s];
-        if ((o->kind == OP_B || o->kind == OP_BI || o->kind == OP_BW) && S->mode != (o->kind == OP_B ? S->mode : SCHED_FG_BP))
+        if (!kind_allowed(S->mode, o->kind))
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s in a %s timetable",
                            schedule_op_name(o, a, sizeof a), schedule_mode_name(S->mode));
-        if (o->kind == OP_B && !schedule_is_bp(S->mode))
-            return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s outside bp", schedule_op_name(o, a, sizeof a));
         if (slot && *slot)
             return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s appears twice",
                            schedule_op_name(o, a, sizeof a));
@@ -87,8 +92,24 @@ static int check_list(Check *c, int p, int s, FgError *err) {
     return FG_OK;
 }
 
-// The bp modes: B after the stage's F and the next stage's B; U after the stage's last B;
-// GPipe runs no F after a B; 1F1B holds at most M-s micro-batches.
+// A bp op's inputs: the stage's F of its micro-batch (the stash), and the adjoint: B or Bi of
+// the next stage (the loss on the last); a Bw's is its Bi. NULL where one is missing.
+static const ScheduledOp *bp_input(const Check *c, const ScheduledOp *o, int adjoint) {
+    const int M = c->S->M, N = c->S->N, s = o->stage, b = o->microbatch;
+    if (!adjoint) return c->f[s * N + b];
+    if (o->kind == OP_BW) return c->bi[(size_t)b * M + s];
+    if (s == M - 1) return c->f[s * N + b];
+    return o->kind == OP_B ? c->b[(s + 1) * N + b] : c->bi[(size_t)b * M + s + 1];
+}
+
+// Micro-batches a bp stage may hold stashes of (F done, B or Bw not yet): GPipe all of them,
+// 1F1B M-s, ZB-H1 M (its Bw ops run s micro-batches late).
+static int bp_stash_bound(const Schedule *S, int s) {
+    return S->mode == SCHED_BP_GPIPE ? S->N : S->mode == SCHED_BP_1F1B ? S->M - s : S->M;
+}
+
+// The bp modes: each op after its inputs; U after the stage's last backward op (check_list);
+// GPipe runs no F after a B; at most bp_stash_bound stashes; every micro-batch backpropagated.
 static int check_bp(Check *c, FgError *err) {
     const Schedule *S = c->S;
     const int M = S->M, N = S->N;
@@ -97,27 +118,28 @@ static int check_bp(Check *c, FgError *err) {
         const ScheduledOp *ops;
         const int n = schedule_stage_ops(S, 0, s, &ops);
         int in_flight = 0, seen_b = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n - 1; i++) {
             const ScheduledOp *o = &ops[i];
-            if (o->kind == OP_F && s > 0 && o->start < c->f[(s - 1) * N + o->microbatch]->end - c->eps)
-                return fail_dep(err, o, c->f[(s - 1) * N + o->microbatch]);
-            if (o->kind == OP_B) {
-                const ScheduledOp *dep = s < M - 1 ? c->b[(s + 1) * N + o->microbatch] : c->f[s * N + o->microbatch];
-                if (!dep) return fg_fail(err, FG_ERR_INTERNAL, "schedule: B(s=%d,b=%d) missing", s + 1, o->microbatch);
+            const int n_inputs = o->kind == OP_F ? s > 0 : 2;
+            for (int k = 0; k < n_inputs; k++) {
+                const ScheduledOp *dep = o->kind == OP_F ? c->f[(s - 1) * N + o->microbatch]
+                                                         : bp_input(c, o, k);
+                if (!dep) return fg_fail(err, FG_ERR_INTERNAL, "schedule: an input of %s is missing",
+                                         schedule_op_name(o, a, sizeof a));
                 if (o->start < dep->end - c->eps) return fail_dep(err, o, dep);
-                if (o->start < c->f[s * N + o->microbatch]->end - c->eps) return fail_dep(err, o, c->f[s * N + o->microbatch]);
             }
             if (o->kind == OP_F && S->mode == SCHED_BP_GPIPE && seen_b)
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: GPipe stage %d runs %s after a B op", s,
                                schedule_op_name(o, a, sizeof a));
             seen_b |= o->kind == OP_B;
-            in_flight += o->kind == OP_F ? 1 : o->kind == OP_B ? -1 : 0;
-            if (S->mode == SCHED_BP_1F1B && in_flight > M - s)
-                return fg_fail(err, FG_ERR_INTERNAL, "schedule: 1F1B stage %d holds %d micro-batches, more than M-s = %d",
-                               s, in_flight, M - s);
+            in_flight += o->kind == OP_F ? 1 : o->kind == OP_B || o->kind == OP_BW ? -1 : 0;
+            if (in_flight > bp_stash_bound(S, s))
+                return fg_fail(err, FG_ERR_INTERNAL, "schedule: %s stage %d holds %d stashes, more than %d",
+                               schedule_mode_name(S->mode), s, in_flight, bp_stash_bound(S, s));
         }
         for (int b = 0; b < N; b++)
-            if (!c->b[s * N + b])
+            if (!(S->mode == SCHED_BP_ZB ? c->bi[(size_t)b * M + s] && c->bw[(size_t)b * M + s]
+                                         : c->b[s * N + b] != NULL))
                 return fg_fail(err, FG_ERR_INTERNAL, "schedule: micro-batch %d is not backpropagated on stage %d", b, s);
     }
     return FG_OK;

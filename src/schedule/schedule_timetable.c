@@ -6,7 +6,9 @@
 
 #include <string.h>
 
-int schedule_is_bp(ScheduleMode mode) { return mode == SCHED_BP_GPIPE || mode == SCHED_BP_1F1B; }
+int schedule_is_bp(ScheduleMode mode) {
+    return mode == SCHED_BP_GPIPE || mode == SCHED_BP_1F1B || mode == SCHED_BP_ZB;
+}
 
 // Each F starts as soon as its input has arrived and the stage has finished the micro-batch
 // before.
