@@ -16,6 +16,7 @@
 #include "layer_source.h"
 #include "layer_stream.h"
 #include "model.h"
+#include "op_cost.h"
 #include "optimizer.h"
 #include "partition.h"
 #include "run_plan.h"
@@ -65,6 +66,8 @@ typedef struct {
     int lags_kept;            // weight versions kept for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+    double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned
+                              // with (op_cost.h; F calibrated where the run calibrates)
 } StageTimetable;
 
 // Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
@@ -166,6 +169,18 @@ typedef struct {
 int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err);
+
+// Stage [first, last) of model m as cfg runs it: its buffers for cfg's micro-batch, K
+// tangents, perturbation, low-rank tangents and local losses.
+int pipeline_stage_init(Stage *st, const Backend *be, const Config *cfg, const Model *m, int first,
+                        int last, FgError *err);
+// The costs of stage st's ops (op_cost.h) as a run of cfg with `replicas` pipelines times them
+// at start-up when st is its stage `stage` (resident: a streamed stage's are nominal).
+int pipeline_stage_costs(Stage *st, const Config *cfg, int stage, int replicas,
+                         double cost[N_OP_COSTS], FgError *err);
+// The timetable spec of cfg on M stages with op costs costs[kind * M + stage] (pointers into
+// costs): schedule_build_clearing(&spec, costs + COST_ZERO * M, ...) is the run's timetable.
+ScheduleSpec pipeline_schedule_spec(const Config *cfg, int M, const double *costs);
 
 // Why the timetable is not planned with calibrated F times (config key calibrate_steps), or
 // NULL where it is.

@@ -160,13 +160,19 @@ static int measure_costs(void *arg, FgError *err) {
         cost[COST_U] = cost[COST_ZERO] = 0.0;
         return FG_OK;
     }
-    OptimizerConfig oc = config_optimizer(p->cfg);
-    CostSetup setup = {.rows = B, .with_xdot = !p->is_first && p->run.sends_tangents,
-                       .with_ref = p->run.dots_reference,
-                       .n_mb = config_update_microbatches(p->cfg, p->tr->replicas),
-                       .seed = p->cfg->training.seed, .optimizer = &oc,
-                       .lagged_weights = config_timetable_lag(p->cfg) > 0};
-    return stage_measure_costs(&p->stage, &setup, cost, err);
+    return pipeline_stage_costs(&p->stage, p->cfg, p->tr->stage, p->tr->replicas, cost, err);
+}
+
+int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
+                         double cost[N_OP_COSTS], FgError *err) {
+    const RunPlan run = run_plan(c, replicas);
+    OptimizerConfig oc = config_optimizer(c);
+    CostSetup setup = {.rows = c->training.micro_batch, .with_xdot = stage > 0 && run.sends_tangents,
+                       .with_ref = run.dots_reference,
+                       .n_mb = config_update_microbatches(c, replicas),
+                       .seed = c->training.seed, .optimizer = &oc,
+                       .lagged_weights = config_timetable_lag(c) > 0};
+    return stage_measure_costs(st, &setup, cost, err);
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
@@ -183,29 +189,18 @@ static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
 }
 
 // The deterministic builder turns identical costs into identical timetables, on every rank.
-// without_b: fg+bp's timetable without B ops (for the calibration). A stage's first Bw of a
-// step also clears its gradient: once the timetable says how many Bw ops a step has, each is
-// planned with its share of that, and the timetable built again.
+// without_b: fg+bp's timetable without B ops (for the calibration).
 static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
-    const Config *c = p->cfg;
-    int M = p->tr->stages, select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
-    double bw[SCHED_MAX_STAGES];
-    memcpy(bw, costs + COST_BW * M, (size_t)M * sizeof(double));
-    ScheduleSpec spec = {M, c->training.micro_batches, schedule_mode(c),
-                         without_b ? 0 : config_timetable_lag(c),
-                         without_b ? 0 : select, costs + COST_F * M, costs + COST_BI * M, bw,
-                         costs + COST_U * M};
-    int rc = schedule_build(&spec, &p->tt.sched, err);
-    if (rc || p->tt.sched.mode != SCHED_FG_BP || without_b) return rc;
-    int changed = 0;
-    for (int s = 0; s < M; s++) {
-        double per_step = (double)schedule_stage_bubbles(&p->tt.sched, s).corrections / p->tt.sched.n_phases;
-        double zero = costs[COST_ZERO * M + s];
-        if (per_step > 0 && zero > 0) bw[s] += zero / per_step, changed = 1;
-    }
-    if (!changed) return FG_OK;
-    schedule_free(&p->tt.sched);
-    return schedule_build(&spec, &p->tt.sched, err);
+    ScheduleSpec spec = pipeline_schedule_spec(p->cfg, p->tr->stages, costs);
+    if (without_b) spec.lag = spec.select = 0;
+    return schedule_build_clearing(&spec, costs + COST_ZERO * spec.M, &p->tt.sched, err);
+}
+
+ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs) {
+    const int select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
+    return (ScheduleSpec){M, c->training.micro_batches, schedule_mode(c), config_timetable_lag(c),
+                          select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
+                          costs + COST_U * M};
 }
 
 // What the timetable asks of this stage: which F ops keep stashes, where its B and Bi ops send
@@ -307,6 +302,18 @@ static int check_every_stage_learns(const Pipeline *p, FgError *err) {
     return FG_OK;
 }
 
+int pipeline_stage_init(Stage *st, const Backend *be, const Config *c, const Model *m, int first,
+                        int last, FgError *err) {
+    const int K = run_plan(c, 1).tangents;
+    int rc = stage_init(st, be, m, first, last, c->training.micro_batch, K, err);
+    if (rc) return rc;
+    st->perturb = (Perturbation)c->method.perturb;
+    if (K) stage_set_tangent_rank(st, c->method.tangent_rank);
+    if (K && (rc = stage_set_local_groups(st, c->method.local_groups, c->training.seed, err)))
+        stage_free(st);
+    return rc;
+}
+
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err) {
@@ -320,12 +327,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->need = layer_needs(c);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
-    if ((rc = stage_init(&p->stage, be, m, first[s], first[s + 1], B, p->K, err))) return rc;
-    p->stage.perturb = (Perturbation)c->method.perturb;
-    if (p->K) stage_set_tangent_rank(&p->stage, c->method.tangent_rank);
-    if (p->K &&
-        (rc = stage_set_local_groups(&p->stage, c->method.local_groups, c->training.seed, err)))
-        return rc;
+    if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;
     p->n = p->stage.param_count;
     for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
     size_t width = (size_t)m->max_width;
@@ -339,13 +341,13 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
-    double costs[N_OP_COSTS * SCHED_MAX_STAGES] = {0};
     const int calibrates = !pipeline_calibration_off(p);
-    if ((rc = measure_all_costs(p, costs, err)) || (rc = build_timetable(p, costs, calibrates, err)))
+    if ((rc = measure_all_costs(p, p->tt.costs, err)) ||
+        (rc = build_timetable(p, p->tt.costs, calibrates, err)))
         return rc;
     plan_stage(p);
     alloc_buffers(p);
-    if (calibrates && (rc = calibrate_timetable(p, costs, err))) return rc;
+    if (calibrates && (rc = calibrate_timetable(p, p->tt.costs, err))) return rc;
     if ((rc = check_every_stage_learns(p, err))) return rc;
     p->upd.stats.estimate_norm = p->upd.stats.exact_norm = p->upd.stats.cos_estimate_exact = NAN;
     p->upd.stats.cos_fg_exact = p->upd.stats.variance_reduction = p->upd.stats.cv_beta_median = NAN;

@@ -197,3 +197,21 @@ int schedule_build(const ScheduleSpec *spec, Schedule *out, FgError *err) {
     schedule_pack(&b);
     return FG_OK;
 }
+
+int schedule_build_clearing(const ScheduleSpec *spec, const double *cost_zero, Schedule *out,
+                            FgError *err) {
+    int rc = schedule_build(spec, out, err);
+    if (rc || spec->mode != SCHED_FG_BP || !cost_zero) return rc;
+    double bw[SCHED_MAX_STAGES];
+    int changed = 0;
+    for (int s = 0; s < spec->M; s++) {
+        const double per_step = (double)schedule_stage_bubbles(out, s).corrections / out->n_phases;
+        bw[s] = spec->cost_bw[s];
+        if (per_step > 0 && cost_zero[s] > 0) bw[s] += cost_zero[s] / per_step, changed = 1;
+    }
+    if (!changed) return FG_OK;
+    ScheduleSpec folded = *spec;
+    folded.cost_bw = bw;
+    schedule_free(out);
+    return schedule_build(&folded, out, err);
+}

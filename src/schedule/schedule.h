@@ -103,6 +103,11 @@ const char *op_kind_name(OpKind kind);              // "F", "B", "Bi", "Bw", "U"
 // arrays afterwards (schedule_free). On error out is left empty.
 int schedule_build(const ScheduleSpec *spec, Schedule *out, FgError *err);
 void schedule_free(Schedule *s);
+// schedule_build, then for fg+bp with cost_zero (seconds per stage to clear its gradient,
+// which a step's first Bw does; NULL: none) again with each Bw planned with its share of that:
+// the cost of a Bw op is cost_bw + cost_zero / (Bw ops per step) in out's timetable.
+int schedule_build_clearing(const ScheduleSpec *spec, const double *cost_zero, Schedule *out,
+                            FgError *err);
 
 ScheduleStats schedule_stats(const Schedule *s);
 StageBubbles schedule_stage_bubbles(const Schedule *s, int stage);
