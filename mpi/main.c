@@ -90,6 +90,11 @@ static int run(RunArgs *args) {
     }
     TrainEnv env = {0};
     int rc = make_backend(&made, &args->cfg, &env.be, &err);
+    if (!rc && args->command == COMMAND_PLAN) {
+        rc = cli_plan(args, env.be);
+        take_down(&made);
+        return rc;
+    }
     if (!rc) rc = make_transport(&made, &args->cfg, env.be, &env.tr, &err);
     if (rc) {
         take_down(&made);

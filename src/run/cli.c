@@ -50,6 +50,14 @@ static void usage(FILE *f) {
             "                       [--temperature T] [--top-k K] [--seed S]\n"
             "  samples N bytes (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
             "  temperature 0 takes the most likely byte; top-k 0 samples among all 256\n"
+            "\n"
+            "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json]\n"
+            "                   [--json FILE]\n"
+            "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
+            "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
+            "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
+            "  are timed here one stage at a time (any number of stages), or for the mode of a\n"
+            "  run taken from its summary.json (--costs: its timetable exactly)\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -207,6 +215,27 @@ static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
     return FG_OK;
 }
 
+static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
+    const char *config_path = NULL, *sets[256], *no_flags[3] = {NULL, NULL, NULL};
+    int n_sets = 0;
+    a->command = COMMAND_PLAN;
+    for (int i = 0; i < argc; i++) {
+        const int more = i + 1 < argc;
+        if (strcmp(argv[i], "--config") == 0 && more) config_path = argv[++i];
+        else if (strcmp(argv[i], "--costs") == 0 && more) a->plan.costs_path = argv[++i];
+        else if (strcmp(argv[i], "--json") == 0 && more) a->plan.json_path = argv[++i];
+        else if (strcmp(argv[i], "--set") == 0 && more && n_sets < 256) sets[n_sets++] = argv[++i];
+        else return fg_fail(err, FG_ERR_INPUT, "plan: unknown or incomplete argument '%s' (see fgpipe --help)", argv[i]);
+    }
+    if (!config_path) return fg_fail(err, FG_ERR_INPUT, "plan needs --config FILE (see fgpipe --help)");
+    return load_config(a, config_path, sets, n_sets, no_flags, err);
+}
+
+int cli_plan(const RunArgs *a, const Backend *be) {
+    FgError err = {0};
+    return plan_print(&a->cfg, be, &a->plan, stdout, &err) ? cli_fail(&err) : 0;
+}
+
 int cli_generate(const RunArgs *a, Storage *io) {
     FgError err = {0};
     return generate_text(&a->gen, io, stdout, &err) ? cli_fail(&err) : 0;
@@ -217,6 +246,8 @@ int cli_parse(int argc, char **argv, RunArgs *a) {
     *a = (RunArgs){0};
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return parse_generate(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
+    if (argc >= 2 && strcmp(argv[1], "plan") == 0)
+        return parse_plan(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
     if (argc >= 2 && strcmp(argv[1], "train") == 0) {
         for (int i = 2; i < argc; i++)
             if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

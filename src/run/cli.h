@@ -6,14 +6,16 @@
 
 #include "config.h"
 #include "generate.h"
+#include "plan.h"
 #include "train.h"
 
-typedef enum { COMMAND_TRAIN, COMMAND_GENERATE } Command;
+typedef enum { COMMAND_TRAIN, COMMAND_GENERATE, COMMAND_PLAN } Command;
 
 // `fgpipe train` as parsed: the resolved config and where the run reads and writes.
 typedef struct {
     Command command;
     GenerateArgs gen;          // fgpipe generate
+    PlanArgs plan;             // fgpipe plan (with cfg)
     Config cfg;
     TrainInputs in;
     TrainOutputs out;
@@ -42,6 +44,10 @@ int cli_train(RunArgs *a, const TrainEnv *env);
 // `fgpipe generate`: samples text from a checkpoint read through io, onto stdout. Returns the
 // process exit code.
 int cli_generate(const RunArgs *a, Storage *io);
+
+// `fgpipe plan`: every schedule's timetable for the config (plan.h), onto stdout, with the
+// backend main made. Returns the process exit code.
+int cli_plan(const RunArgs *a, const Backend *be);
 
 // Reports err on stderr ("fgpipe: error: ...") and returns its exit code.
 int cli_fail(const FgError *err);

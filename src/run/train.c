@@ -62,7 +62,7 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-static int build_model(const Config *c, Model *m, FgError *err) {
+int train_build_model(const Config *c, Model *m, FgError *err) {
     int rc;
     if (strcmp(c->net.model, "gpt") == 0) {
         GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
@@ -95,7 +95,7 @@ static int load_model_and_data(Run *r, FgError *err) {
     Transport *t = r->env->tr;
     Model *m = &r->model;
     int rc;
-    if ((rc = build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
+    if ((rc = train_build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
     if (c->input.data == DATA_TEXT) rc = load_text(r, err);
@@ -190,6 +190,7 @@ static void plan_figures(Run *r) {
         res->per_stage.lag[s] = planned.max_lag;
         res->per_stage.bubble_used[s] = planned.bubble_used;
     }
+    memcpy(res->op_costs, r->p.tt.costs, sizeof res->op_costs);
     res->makespan_vs_fg = S->makespan / S->fg_makespan;
     ScheduleStats st = schedule_stats(S);
     res->bubble_planned = st.bubble_fraction;

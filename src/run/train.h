@@ -11,6 +11,7 @@
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"
+#include "op_cost.h"
 #include "schedule.h"
 #include "transport.h"
 
@@ -42,6 +43,8 @@ typedef struct {
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
     const char *layout_by;  // how the stages were cut: "boundaries", "measured work", "parameters"
     double bubble_planned, bubble_used_by_b;    // of the timetable
+    double op_costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * stages + stage]: seconds the
+                           // timetable was planned with (op_cost.h; fgpipe plan --costs)
     double bubble_measured, bubble_used_measured;  // of the last step as it ran
     long first_step;       // 0, or where a resumed run started
     int stopped;           // ended early on a stop request (after writing a checkpoint)

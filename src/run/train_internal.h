@@ -21,9 +21,20 @@ int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int 
 int state_check_replicas_agree(Pipeline *p, FgError *err);
 int state_save_params(Pipeline *p, const char *path, FgError *err);
 
+// The config's model (MLP or GPT), with its frozen layers marked.
+int train_build_model(const Config *c, Model *m, FgError *err);
+
 // The first layer of each stage into res->layout (how it was cut: res->layout_by, and per stage
 // the timed work it balanced: res->work_stage); collective over the world.
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err);
+// Its parts. Whether a run of c on M stages cuts by timed work (boundaries = auto, in memory);
+// every layer's op costs as one rank times them, cost[l * N_OP_COSTS + kind]; the cut by
+// layer_cost (NULL: by boundaries, or parameter counts), and each stage's work per step.
+int layout_is_timed(const Config *c, int M);
+int layout_time_layers(const Config *c, const Backend *be, const Model *m, int replicas,
+                       double *cost, FgError *err);
+int layout_cut(const Config *c, const Model *m, int M, const double *layer_cost, int *layout,
+               double *work, FgError *err);
 
 char *report_config_text(const Config *c);  // the resolved config in file syntax (free it)
 FILE *report_open_in_dir(const char *dir, const char *name, FgError *err);

@@ -16,6 +16,34 @@ static double step_work(const Config *c, const double cost[N_OP_COSTS]) {
     return c->training.micro_batches * f + cost[COST_U];
 }
 
+int layout_time_layers(const Config *c, const Backend *be, const Model *m, int replicas,
+                       double *cost, FgError *err) {
+    OptimizerConfig oc = config_optimizer(c);
+    CostSetup setup = {.rows = c->training.micro_batch, .with_ref = config_dots_reference(c),
+                       .n_mb = config_update_microbatches(c, replicas), .seed = c->training.seed,
+                       .perturb = (Perturbation)c->method.perturb, .tangent_rank = c->method.tangent_rank,
+                       .local_groups = c->method.local_groups, .optimizer = &oc};
+    return model_measure_layer_costs(be, m, c->method.mode == MODE_BP ? 0 : c->method.tangents,
+                                     &setup, cost, err);
+}
+
+int layout_is_timed(const Config *c, int M) {
+    return strcmp(c->layout.boundaries, "auto") == 0 && M > 1 && c->layout.mem_budget <= 0;
+}
+
+int layout_cut(const Config *c, const Model *m, int M, const double *layer_cost, int *layout,
+               double *work, FgError *err) {
+    double layer_work[MODEL_MAX_LAYERS];
+    if (!layer_cost) return partition_layers(m, M, c->layout.boundaries, NULL, layout, err);
+    for (int l = 0; l < m->n_layers; l++) layer_work[l] = step_work(c, layer_cost + (size_t)l * N_OP_COSTS);
+    int rc = partition_layers(m, M, c->layout.boundaries, layer_work, layout, err);
+    for (int s = 0; s < M && !rc; s++) {
+        work[s] = 0.0;
+        for (int l = layout[s]; l < layout[s + 1]; l++) work[s] += layer_work[l];
+    }
+    return rc;
+}
+
 typedef struct {
     const Config *c;
     const TrainEnv *e;
@@ -25,15 +53,7 @@ typedef struct {
 
 static int time_layers(void *arg, FgError *err) {
     LayerTiming *lt = arg;
-    const Config *c = lt->c;
-    OptimizerConfig oc = config_optimizer(c);
-    CostSetup setup = {.rows = c->training.micro_batch, .with_ref = config_dots_reference(c),
-                       .n_mb = config_update_microbatches(c, lt->e->tr->replicas), .seed = c->training.seed,
-                       .perturb = (Perturbation)c->method.perturb, .tangent_rank = c->method.tangent_rank,
-                       .local_groups = c->method.local_groups, .optimizer = &oc};
-    return model_measure_layer_costs(lt->e->be, lt->m,
-                                     c->method.mode == MODE_BP ? 0 : c->method.tangents, &setup,
-                                     lt->cost, err);
+    return layout_time_layers(lt->c, lt->e->be, lt->m, lt->e->tr->replicas, lt->cost, err);
 }
 
 // Every rank times every layer, in turns, and one sum gives everyone the mean, so that all
@@ -41,18 +61,16 @@ static int time_layers(void *arg, FgError *err) {
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err) {
     Transport *t = e->tr;
     int M = t->stages, L = m->n_layers, world = M * t->replicas, rc;
-    int timed = strcmp(c->layout.boundaries, "auto") == 0 && M > 1 && c->layout.mem_budget <= 0;
+    const int timed = layout_is_timed(c, M);
     res->layout_by = strcmp(c->layout.boundaries,
                             "auto") ? "boundaries" : timed ? "measured work" : "parameters";
-    if (!timed) return partition_layers(m, M, c->layout.boundaries, NULL, res->layout, err);
-    double *cost = calloc((size_t)L * N_OP_COSTS, sizeof(double)), work[MODEL_MAX_LAYERS];
+    if (!timed) return layout_cut(c, m, M, NULL, res->layout, NULL, err);
+    double *cost = calloc((size_t)L * N_OP_COSTS, sizeof(double));
     LayerTiming lt = {c, e, m, cost};
     rc = measure_in_turns(t, time_layers, &lt, err);
     if (!rc) rc = t->allreduce_sum_world(t, cost, L * N_OP_COSTS, err);
-    for (int l = 0; l < L; l++) work[l] = step_work(c, cost + (size_t)l * N_OP_COSTS) / world;
+    for (int i = 0; i < L * N_OP_COSTS; i++) cost[i] /= world;
+    if (!rc) rc = layout_cut(c, m, M, cost, res->layout, res->per_stage.work, err);
     free(cost);
-    if (!rc) rc = partition_layers(m, M, c->layout.boundaries, work, res->layout, err);
-    for (int s = 0; s < M && !rc; s++)
-        for (int l = res->layout[s]; l < res->layout[s + 1]; l++) res->per_stage.work[s] += work[l];
     return rc;
 }

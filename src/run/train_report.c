@@ -164,6 +164,23 @@ static void json_array(FILE *f, const char *name, const double *v, int n) {
     fputc(']', f);
 }
 
+// , "op_costs": {...}: the seconds per op and stage the timetable was planned with, in full
+// precision (fgpipe plan --costs rebuilds the run's timetable from them), and its spec.
+static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
+    static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
+    char schedule[CONFIG_NAME_MAX];
+    fprintf(f, ", \"op_costs\": {\"schedule\": \"%s\", \"lag\": %d, \"select\": %d",
+            config_choice_name("schedule", c->timetable.schedule, schedule),
+            config_timetable_lag(c), c->timetable.select);
+    for (int k = 0; k < N_OP_COSTS; k++) {
+        fprintf(f, ", \"%s\": [", names[k]);
+        for (int s = 0; s < r->stages; s++)
+            fprintf(f, "%s%.17g", s ? ", " : "", r->op_costs[k * r->stages + s]);
+        fputc(']', f);
+    }
+    fputc('}', f);
+}
+
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
     char mode[CONFIG_NAME_MAX], perturb[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
     FILE *f = fopen(path, "w");
@@ -200,6 +217,7 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     json_array(f, "lag_stage", r->per_stage.lag, r->stages);
     json_array(f, "bubble_used_by_b_stage", r->per_stage.bubble_used, r->stages);
     json_array(f, "bubble_used_by_b_stage_measured", r->per_stage.bubble_used_measured, r->stages);
+    write_op_costs(f, c, r);
     fputs("}\n", f);
     if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
     return FG_OK;

@@ -1,0 +1,235 @@
+// fgpipe plan (plan.h): three cost sets (bp's plain F, fg's and fg+bp's F with tangents), five
+// timetables built from them exactly as a run builds its own, and their figures.
+#include "plan_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_plan.h"
+#include "pipeline.h"
+#include "run_plan.h"
+#include "train_internal.h"
+
+enum { SET_BP, SET_FG, SET_FG_BP, N_SETS };
+static const char *const set_mode_names[N_SETS] = {"bp", "fg", "fg+bp"};
+static const int set_modes[N_SETS] = {MODE_BP, MODE_FG, MODE_FG_BP};
+
+typedef struct {
+    int set;
+    const char *schedule;  // bp's schedule key, or NULL
+} Planned;
+static const Planned planned[] = {{SET_BP, "gpipe"}, {SET_BP, "1f1b"}, {SET_BP, "zb"},
+                                  {SET_FG, NULL}, {SET_FG_BP, NULL}};
+enum { N_PLANNED = sizeof planned / sizeof planned[0] };
+
+// The cost set's stages one at a time: their sizes, and unless the costs came from a file,
+// their op costs as the run's start-up times them.
+static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed, FgError *err) {
+    const Config *c = &cs->cfg;
+    const int M = c->layout.stages, B = c->training.micro_batch, N = c->training.micro_batches;
+    const RunPlan run = run_plan(c, c->layout.replicas);
+    int rc = FG_OK;
+    for (int s = 0; s < M && !rc; s++) {
+        Stage st;
+        if ((rc = pipeline_stage_init(&st, be, c, m, cs->layout[s], cs->layout[s + 1], err))) break;
+        double cost[N_OP_COSTS];
+        if (timed && !(rc = pipeline_stage_costs(&st, c, s, c->layout.replicas, cost, err)))
+            for (int k = 0; k < N_OP_COSTS; k++) cs->costs[k * M + s] = cost[k];
+        cs->stash[s] = (double)stage_stash_floats(&st, B) * sizeof(float);
+        cs->adjoint[s] = (double)stage_adjoint_floats(&st, B) * sizeof(float);
+        cs->kept_for_u[s] = run.keeps_inputs ? (double)stage_kept_floats(&st, N * B) * sizeof(float) : 0.0;
+        const int out = m->layers[cs->layout[s + 1] - 1].out;
+        cs->forward_msg[s] = (double)B * out * (1 + (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
+        cs->adjoint_msg[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
+        stage_free(&st);
+    }
+    return rc;
+}
+
+// Cut as the run cuts (by the work of its layers timed here, where it times them), then timed.
+static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError *err) {
+    const Config *c = &cs->cfg;
+    const int M = c->layout.stages;
+    double *layer_cost = NULL, work[SCHED_MAX_STAGES];
+    int rc = FG_OK;
+    if (layout_is_timed(c, M)) {
+        layer_cost = calloc((size_t)m->n_layers * N_OP_COSTS, sizeof(double));
+        rc = layout_time_layers(c, be, m, c->layout.replicas, layer_cost, err);
+    }
+    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, work, err);
+    free(layer_cost);
+    cs->source = "timed here, one stage at a time";
+    return rc ? rc : fill_stages(cs, be, m, 1, err);
+}
+
+static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, const PlanArgs *a,
+                          CostSet *sets, FgError *err) {
+    int file_mode = -1, rc = FG_OK;
+    CostSet from_file = {0};
+    if (a->costs_path && (rc = plan_read_costs(cfg, a->costs_path, &file_mode, &from_file, err))) return rc;
+    for (int i = 0; i < N_SETS && !rc; i++) {
+        CostSet *cs = &sets[i];
+        cs->cfg = *cfg;
+        if ((rc = config_set(&cs->cfg, "mode", set_mode_names[i], err))) break;
+        if (set_modes[i] != file_mode) {
+            rc = time_cost_set(cs, be, m, err);
+            continue;
+        }
+        memcpy(cs->layout, from_file.layout, sizeof cs->layout);
+        memcpy(cs->costs, from_file.costs, sizeof cs->costs);
+        cs->source = a->costs_path;
+        rc = fill_stages(cs, be, m, 0, err);
+    }
+    return rc;
+}
+
+// What one timetable gives each stage.
+typedef struct {
+    double step, bubble;
+    double b_ops[SCHED_MAX_STAGES];        // B or Bw ops per step
+    double activations[SCHED_MAX_STAGES];  // bytes at most at once: stashes, kept adjoints, and
+                                           // what F keeps for U
+    double sent[SCHED_MAX_STAGES];         // bytes sent per step
+} Figures;
+
+static void figures_of(const Schedule *S, const CostSet *cs, Figures *f) {
+    const int M = S->M, N = S->N;
+    *f = (Figures){.step = S->makespan, .bubble = schedule_stats(S).bubble_fraction};
+    for (int s = 0; s < M; s++) {
+        const StageBubbles b = schedule_stage_bubbles(S, s);
+        f->b_ops[s] = (double)b.corrections / S->n_phases;
+        f->activations[s] = b.stashes * cs->stash[s] + b.kept * cs->adjoint[s] + cs->kept_for_u[s];
+        f->sent[s] = s < M - 1 ? N * cs->forward_msg[s] : 0.0;
+        for (int p = 0; p < S->n_phases; p++) {
+            const ScheduledOp *ops;
+            const int n = schedule_stage_ops(S, p, s, &ops);
+            for (int i = 0; i < n; i++)
+                if (op_adjoint_taker_lag(S, p, &ops[i]) >= 0) f->sent[s] += cs->adjoint_msg[s] / S->n_phases;
+        }
+    }
+}
+
+// Per-stage values: each for up to 8 stages, else their range.
+static void print_list(FILE *out, const double *v, int M, double unit, const char *fmt, int width) {
+    char buf[256] = "", one[32];
+    double lo = v[0], hi = v[0];
+    for (int s = 0; s < M; s++) {
+        lo = FG_MIN(lo, v[s]), hi = FG_MAX(hi, v[s]);
+        snprintf(one, sizeof one, fmt, v[s] / unit);
+        if (M <= 8) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", s ? " " : "", one);
+    }
+    if (M > 8) {
+        snprintf(buf, sizeof buf, fmt, lo / unit);
+        snprintf(one, sizeof one, fmt, hi / unit);
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "..%s", one);
+    }
+    fprintf(out, "  %-*s", width, buf);
+}
+
+static void print_cost_set(FILE *out, const CostSet *cs, int set) {
+    static const char *const names[N_OP_COSTS] = {"F", "Bi", "Bw", "U", "clear"};
+    const int M = cs->cfg.layout.stages;
+    fprintf(out, "%s op costs (%s), ms; stages start at layers", set_mode_names[set], cs->source);
+    for (int s = 0; s < M; s++) fprintf(out, " %d", cs->layout[s]);
+    fputc('\n', out);
+    for (int k = 0; k < N_OP_COSTS; k++) {
+        if (set == SET_FG && (k == COST_BI || k == COST_BW)) continue;  // fg runs no B ops
+        fprintf(out, "  %-5s", names[k]);
+        print_list(out, cs->costs + k * M, M, 1e-3, "%.3f", 0);
+        fputc('\n', out);
+    }
+}
+
+static void json_list(FILE *f, const char *name, const double *v, int n) {
+    fprintf(f, ", \"%s\": [", name);
+    for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
+    fputc(']', f);
+}
+
+static void json_schedule(FILE *f, const char *name, const Schedule *S, const Figures *fig) {
+    fprintf(f, "%s\n  {\"schedule\": \"%s\", \"step_seconds\": %.17g, \"bubble\": %.6f, \"n_phases\": %d",
+            strcmp(name, "bp-gpipe") ? "," : "", name, fig->step, fig->bubble, S->n_phases);
+    json_list(f, "b_ops", fig->b_ops, S->M);
+    json_list(f, "activation_bytes", fig->activations, S->M);
+    json_list(f, "sent_bytes", fig->sent, S->M);
+    fputs(", \"ops\": [", f);  // kind, stage, micro-batch, lag, phase, start, end
+    for (int p = 0; p < S->n_phases; p++)
+        for (int s = 0; s < S->M; s++) {
+            const ScheduledOp *ops;
+            const int n = schedule_stage_ops(S, p, s, &ops);
+            for (int i = 0; i < n; i++)
+                fprintf(f, "%s[\"%s\", %d, %d, %d, %d, %.17g, %.17g]", p + s + i ? ", " : "",
+                        op_kind_name(ops[i].kind), s, ops[i].microbatch, ops[i].lag, p,
+                        ops[i].start, ops[i].end);
+        }
+    fputs("]}", f);
+}
+
+static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *err) {
+    const int M = sets[0].cfg.layout.stages;
+    int rc = FG_OK;
+    fprintf(out, "\n%-9s %9s %7s  %-*s  %-*s  %s\n", "schedule", "step ms", "bubble", M <= 8 ? 4 * M : 9,
+            "B ops/step", M <= 8 ? 6 * M : 13, "activations MiB", "sent MiB/step (by stage)");
+    for (int i = 0; i < N_PLANNED && !rc; i++) {
+        const CostSet *cs = &sets[planned[i].set];
+        Config c = cs->cfg;
+        if (planned[i].schedule && (rc = config_set(&c, "schedule", planned[i].schedule, err))) break;
+        const ScheduleSpec spec = pipeline_schedule_spec(&c, M, cs->costs);
+        Schedule S;
+        if ((rc = schedule_build_clearing(&spec, cs->costs + COST_ZERO * M, &S, err))) break;
+        Figures fig;
+        figures_of(&S, cs, &fig);
+        fprintf(out, "%-9s %9.3f %6.1f%%", schedule_mode_name(S.mode), 1e3 * fig.step, 100 * fig.bubble);
+        print_list(out, fig.b_ops, M, 1.0, "%g", M <= 8 ? 4 * M : 9);
+        print_list(out, fig.activations, M, 1048576.0, "%.2f", M <= 8 ? 6 * M : 13);
+        print_list(out, fig.sent, M, 1048576.0, "%.2f", 0);
+        fputc('\n', out);
+        if (json) json_schedule(json, schedule_mode_name(S.mode), &S, &fig);
+        schedule_free(&S);
+    }
+    return rc;
+}
+
+static void json_cost_sets(FILE *f, const CostSet *sets) {
+    const Config *c = &sets[0].cfg;
+    const int M = c->layout.stages;
+    fprintf(f, "{\"stages\": %d, \"micro_batches\": %d, \"micro_batch\": %d, \"replicas\": %d, "
+               "\"cost_sets\": [", M, c->training.micro_batches, c->training.micro_batch, c->layout.replicas);
+    static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
+    for (int i = 0; i < N_SETS; i++) {
+        fprintf(f, "%s\n  {\"mode\": \"%s\", \"source\": \"%s\", \"layout\": [", i ? "," : "",
+                set_mode_names[i], sets[i].source);
+        for (int s = 0; s <= M; s++) fprintf(f, "%s%d", s ? ", " : "", sets[i].layout[s]);
+        fputc(']', f);
+        for (int k = 0; k < N_OP_COSTS; k++) json_list(f, names[k], sets[i].costs + k * M, M);
+        fputc('}', f);
+    }
+    fputs("],\n \"schedules\": [", f);
+}
+
+int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *out, FgError *err) {
+    Model m;
+    int rc = train_build_model(cfg, &m, err);
+    if (rc) return rc;
+    CostSet *sets = calloc(N_SETS, sizeof *sets);
+    FILE *json = NULL;
+    if (!(rc = make_cost_sets(cfg, be, &m, a, sets, err)) && a->json_path && !(json = fopen(a->json_path, "w")))
+        rc = fg_fail(err, FG_ERR_INPUT, "--json %s: cannot write it", a->json_path);
+    if (!rc) {
+        const char *threads = getenv("OMP_NUM_THREADS");
+        fprintf(out, "fgpipe plan: %d stages, %d micro-batches of %d, %d replica%s, %zu parameters; "
+                "timed with OMP_NUM_THREADS = %s (give it a rank's threads in the run)\n",
+                cfg->layout.stages, cfg->training.micro_batches, cfg->training.micro_batch,
+                cfg->layout.replicas, cfg->layout.replicas > 1 ? "s" : "", m.n_params,
+                threads ? threads : "unset");
+        for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
+        if (json) json_cost_sets(json, sets);
+        rc = plan_schedules(sets, out, json, err);
+    }
+    if (json) {
+        fputs("]}\n", json);
+        if (fclose(json) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--json %s: write failed", a->json_path);
+    }
+    free(sets);
+    return rc;
+}

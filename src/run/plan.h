@@ -1,0 +1,27 @@
+// fgpipe plan: every schedule's timetable for a config's pipeline (M stages, N micro-batches,
+// R replicas) without running it: the planned step time, the bubble, and per stage the B ops,
+// the peak stash and the bytes sent per step, for bp-gpipe, bp-1f1b, bp-zb, fg and fg+bp.
+//
+// The op costs are timed here as a run's start-up times them, one stage at a time (so a laptop
+// can plan M = 32), with the stages cut as the run cuts them; or, for the mode a run used,
+// read from its summary.json (`op_costs`: what its timetable was planned with), which rebuilds
+// that run's timetable exactly.
+#ifndef FGPIPE_PLAN_H
+#define FGPIPE_PLAN_H
+
+#include <stdio.h>
+
+#include "backend.h"
+#include "common.h"
+#include "config.h"
+
+typedef struct {
+    const char *costs_path;  // a run's summary.json, or NULL
+    const char *json_path;   // write every timetable as JSON here, or NULL
+} PlanArgs;
+
+// Prints the table onto out (and writes the JSON). The config's mode picks nothing: every
+// mode is planned, each with the config's other keys.
+int plan_print(const Config *cfg, const Backend *be, const PlanArgs *args, FILE *out, FgError *err);
+
+#endif

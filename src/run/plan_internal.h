@@ -1,0 +1,24 @@
+// What plan.c and plan_costs.c share: a cost set, the op costs of one kind of F (bp's plain
+// forward, fg's or fg+bp's with tangents) on every stage, and where the stages are cut.
+#ifndef FGPIPE_PLAN_INTERNAL_H
+#define FGPIPE_PLAN_INTERNAL_H
+
+#include "op_cost.h"
+#include "plan.h"
+#include "schedule.h"
+
+typedef struct {
+    Config cfg;                                 // the config with this set's mode
+    int layout[SCHED_MAX_STAGES + 1];           // first layer of each stage, then n_layers
+    double costs[N_OP_COSTS * SCHED_MAX_STAGES];// seconds, [kind * M + stage]
+    const char *source;                         // "timed here" or the costs file
+    // Bytes per stage: one micro-batch's stash and kept adjoints; one forward message (with
+    // its tangents) and one adjoint message.
+    double stash[SCHED_MAX_STAGES], adjoint[SCHED_MAX_STAGES];
+    double kept_for_u[SCHED_MAX_STAGES];        // a step's layer inputs F keeps for U (activity)
+    double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
+} CostSet;
+
+int plan_read_costs(const Config *cfg, const char *path, int *mode_out, CostSet *out, FgError *err);
+
+#endif

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# fgpipe plan: from a run's summary.json (--costs) it rebuilds that run's timetable exactly
+# (the same ops at the same planned times as the run's trace.json, the same step), for fg+bp's
+# auto timetable and for bp-zb; without one it plans every schedule for more stages than this
+# machine has cores; bad costs files are refused with a message naming the problem.
+# usage: plan.sh FGPIPE CONFIG
+. "$(dirname "$0")/lib.sh" "$@"
+model=784-256-256-256-10
+sets=(--set model=$model --set stages=2 --set micro_batches=4)
+
+# run_and_plan NAME SETS...: a 10-step run on 2 stages, then fgpipe plan --costs of its summary.
+run_and_plan() {
+  local name=$1; shift
+  local extra=() kv
+  for kv in "$@"; do extra+=(--set "$kv"); done
+  timeout 120 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+    --config "$config" "${sets[@]}" "${extra[@]}" --set steps=10 --no-checkpoint \
+    --summary-json "$dir/$name.json" --trace "$dir/$name.trace.json" >"$dir/$name.log" 2>&1 &&
+    "$fgpipe" plan --config "$config" "${sets[@]}" "${extra[@]}" --costs "$dir/$name.json" \
+      --json "$dir/$name.plan.json" >"$dir/$name.plan.txt" 2>&1
+}
+
+# same_timetable NAME SCHEDULE: the plan's SCHEDULE entry is the run's planned timeline.
+same_timetable() {
+  py_check "$dir/$1.plan.json" "$dir/$1.trace.json" "$2" <<'PY'
+import json, sys
+plan, trace, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+s = [x for x in plan["schedules"] if x["schedule"] == name][0]
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0]
+T = s["step_seconds"]
+def of_plan(o):
+    kind, stage, mb, lag, phase, start, end = o
+    return ("U" if kind == "U" else f"{kind}{mb}" + "'" * lag, stage, phase, (start + phase * T) * 1e6, (end - start) * 1e6)
+planned = sorted(of_plan(o) for o in s["ops"])
+ran = sorted((e["name"], e["tid"], e["args"]["phase"], e["ts"], e["dur"]) for e in events)
+problems = []
+if trace["otherData"]["mode"] != name.split("-")[0] and trace["otherData"]["mode"] != name:
+    problems.append(f"the trace is of {trace['otherData']['mode']}")
+if len(planned) != len(ran):
+    problems.append(f"{len(planned)} ops planned, the run's timetable has {len(ran)}")
+for a, b in zip(planned, ran):
+    if a[:3] != b[:3] or abs(a[3] - b[3]) > 0.002 or abs(a[4] - b[4]) > 0.002:
+        problems.append(f"op {a} is {b} in the run's timetable")
+        break
+makespan = max(e["ts"] + e["dur"] for e in events if e["args"]["phase"] == 0) * 1e-6
+if abs(makespan - T) > 1e-8 * max(T, 1e-6) + 2e-9:
+    problems.append(f"step {T} s, the run's {makespan} s")
+print("; ".join(problems))
+PY
+}
+
+run_and_plan fgbp mode=fg+bp shrink=0.5
+verdict "fg+bp (auto) on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable fgbp fg+bp)"
+run_and_plan zb mode=bp schedule=zb
+verdict "bp-zb on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable zb bp-zb)"
+grep -q "fg+bp op costs ($dir/fgbp.json)" "$dir/fgbp.plan.txt" &&
+  grep -q "bp op costs (timed here" "$dir/fgbp.plan.txt"
+verdict "the plan says where each mode's costs come from" "$([ $? -eq 0 ] || echo "$(head -n 12 "$dir/fgbp.plan.txt")")"
+
+# 8 stages on this machine: every schedule planned, zb's step no longer than 1f1b's, bp's schedules
+# backpropagate every micro-batch on every stage.
+"$fgpipe" plan --config "$config" --set model=784-128-128-128-128-128-128-128-128-10 --set stages=8 \
+  --set micro_batches=16 --json "$dir/m8.json" >"$dir/m8.txt" 2>&1
+rc=$?
+verdict "plan of 8 stages: the five schedules" "$(py_check "$dir/m8.json" "$rc" <<'PY'
+import json, sys
+if sys.argv[2] != "0": print(f"exit {sys.argv[2]}"); sys.exit()
+plan = json.load(open(sys.argv[1]))
+by = {s["schedule"]: s for s in plan["schedules"]}
+problems = []
+if sorted(by) != sorted(["bp-gpipe", "bp-1f1b", "bp-zb", "fg", "fg+bp"]): problems.append(f"schedules {sorted(by)}")
+elif by["bp-zb"]["step_seconds"] > by["bp-1f1b"]["step_seconds"] * (1 + 1e-12): problems.append(f"zb's step {by['bp-zb']['step_seconds']} longer than 1f1b's {by['bp-1f1b']['step_seconds']}")
+for name in ("bp-gpipe", "bp-1f1b", "bp-zb"):
+    if name in by and by[name]["b_ops"] != [16] * 8: problems.append(f"{name} B ops {by[name]['b_ops']}")
+if plan["stages"] != 8 or any(len(s["sent_bytes"]) != 8 for s in plan["schedules"]): problems.append("not 8 stages")
+print("; ".join(problems))
+PY
+)"
+
+# Bad costs files.
+refused() {  # refused LABEL NEEDLE ARGS...: exit 2 and NEEDLE on stderr
+  local label=$1 needle=$2; shift 2
+  "$fgpipe" plan --config "$config" "${sets[@]}" "$@" >"$dir/refused.out" 2>&1
+  local rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$needle" "$dir/refused.out"; then
+    verdict "$label" "exit $rc: $(tail -n 1 "$dir/refused.out")"
+  else verdict "$label" ""; fi
+}
+refused "a missing costs file is refused" "No such file" --costs "$dir/none.json"
+echo '{"mode": "bp", "stages": 2}' >"$dir/old.json"
+refused "a summary without op_costs is refused" "no \"op_costs\"" --costs "$dir/old.json"
+refused "costs of another stage count are refused" "the run had stages = 2, the config 4" \
+  --costs "$dir/fgbp.json" --set stages=4
+refused "an unknown argument is refused" "unknown or incomplete argument '--cost'" --cost x
+finish
