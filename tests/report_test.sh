@@ -119,6 +119,25 @@ verdict "--labels label the rows; no --trace, no timeline.png" \
   "$([ "$rc" -eq 0 ] && grep -q '^| with c | fg+bp |' "$dir/labelled/summary.md" && grep -q '^| plain | fg |' "$dir/labelled/summary.md" \
      && [ ! -e "$dir/labelled/timeline.png" ] || echo "exit $rc: $(tail -n 2 "$dir/labelled.log")")"
 
+# --curves: two runs, one measured and projected, one projected only: 3 lines against seconds
+# (the projected one dashed), 2 against samples; a PNG that is one.
+printf '# mode=bp-zb stages=2 time=measured\nstep,samples,seconds,accuracy\n46,6016,3.5,0.80\n93,12032,7.1,0.84\n' >"$dir/zb.measured.csv"
+printf '# mode=bp-zb stages=2 time=projected\nstep,samples,seconds,accuracy\n46,6016,3.2,0.80\n93,12032,6.4,0.84\n' >"$dir/zb.projected.csv"
+printf '# mode=fg+bp stages=2 time=projected\nstep,samples,seconds,accuracy\n46,6016,4.0,0.75\n93,12032,8.0,0.79\n' >"$dir/fgbp.projected.csv"
+"$report" --curves "$dir/zb.measured.csv" "$dir/zb.projected.csv" "$dir/fgbp.projected.csv" \
+  --out "$dir/curves" >"$dir/curves.log" 2>&1
+rc=$?
+verdict "--curves: time_to_accuracy.png with 3 lines against seconds, 2 against samples" \
+  "$([ "$rc" -eq 0 ] && grep -q "3 lines against seconds, 2 against samples" "$dir/curves.log" \
+     && [ "$(head -c 4 "$dir/curves/time_to_accuracy.png" | tail -c 3)" = PNG ] \
+     && [ "$(stat -c %s "$dir/curves/time_to_accuracy.png")" -gt 10000 ] \
+     || echo "exit $rc: $(tail -n 2 "$dir/curves.log")")"
+echo "step,seconds" >"$dir/nocurve.csv"
+"$report" --curves "$dir/nocurve.csv" --out "$dir/curves" >"$dir/curves.log" 2>&1
+rc=$?
+verdict "--curves: a file that is not a curve is refused, named" \
+  "$([ "$rc" -eq 2 ] && grep -qF "$dir/nocurve.csv: not a curve file" "$dir/curves.log" || echo "exit $rc: $(tail -n 1 "$dir/curves.log")")"
+
 # Bad input: exit 2 and a message naming the file.
 refuse() {  # refuse LABEL FILE NEEDLE ARGS...
   local label=$1 file=$2 needle=$3; shift 3

@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""One row of bench/bench_time_to_accuracy.sh, and the run's accuracy curves.
+
+usage: time_to_accuracy.py NAME OUT TARGETS PLAN_JSON SCHEDULE MEASURED
+  NAME: the row's mode label; OUT: the run's --out dir (OUT.json its summary, OUT.txt its
+  output with the "eval step" lines); TARGETS: "0.85 0.88"; PLAN_JSON: fgpipe plan --json of
+  the run's costs (--costs OUT.json), SCHEDULE: the run's entry in it; MEASURED: 1 when the
+  run had a core per rank (its seconds are the pipeline's), 0 when it was oversubscribed.
+
+Writes OUT.measured.csv and OUT.projected.csv (step,samples,seconds,accuracy, a '# ' header
+line naming the run), prints the table row. Projected seconds: (step + 1) x the planned step
+of the run's own timetable and op costs.
+"""
+import csv
+import json
+import re
+import sys
+
+name, out, targets, plan_path, schedule, measured = sys.argv[1:7]
+targets = [float(t) for t in targets.split()]
+s = json.load(open(out + ".json"))
+plan = json.load(open(plan_path))
+planned_step = next(x["step_seconds"] for x in plan["schedules"] if x["schedule"] == schedule)
+seconds, total = {}, 0.0
+for row in csv.DictReader(open(out + "/loss.csv")):
+    total += float(row["seconds"])
+    seconds[int(row["step"])] = total
+evals = [(int(m.group(1)), float(m.group(2))) for m in
+         re.finditer(r"eval step (\d+): test loss \S+\s+test accuracy (\S+)", open(out + ".txt").read())]
+evals.append((s["steps"] - 1, s["test_acc"]))  # the final evaluation
+batch = s["micro_batch"] * s["micro_batches"] * s.get("replicas", 1)
+kinds = {"measured": lambda step: seconds[step], "projected": lambda step: (step + 1) * planned_step}
+for kind, time_of in kinds.items():
+    with open(f"{out}.{kind}.csv", "w") as f:
+        f.write(f"# mode={name} stages={s['stages']} time={kind}\nstep,samples,seconds,accuracy\n")
+        for step, acc in evals:
+            if step in seconds:
+                f.write(f"{step},{(step + 1) * batch},{time_of(step):.3f},{acc}\n")
+
+
+def first_hit(t, time_of):
+    return next(((step, time_of(step)) for step, acc in evals if acc >= t and step in seconds), None)
+
+
+cells, first = [], None
+for t in targets:
+    hit_measured, hit_projected = first_hit(t, kinds["measured"]), first_hit(t, kinds["projected"])
+    if hit_measured and first is None:
+        first = hit_measured[0]
+    shown = hit_measured[1] if measured == "1" else None
+    cells.append(f"{shown:.1f}" if shown is not None else ("-" if not hit_measured else "n/a"))
+    cells.append(f"{hit_projected[1]:.1f}" if hit_projected else "-")
+samples = f"{(first + 1) * batch}" if first is not None else "-"
+best = max(acc for _, acc in evals)
+steps = sorted(float(r["seconds"]) for r in csv.DictReader(open(out + "/loss.csv")))
+median_step = steps[len(steps) // 2]
+rss = max(s.get("peak_rss_stage", [s["peak_rss_bytes"]])) / 2**20
+activations = max(next(x["activation_bytes"] for x in plan["schedules"] if x["schedule"] == schedule)) / 2**20
+print(f"| {name:<8} | {cells[0]:>6} | {cells[1]:>6} | {cells[2]:>6} | {cells[3]:>6} | {samples:>7} | "
+      f"{best:.4f} | {1e3 * (median_step if measured == '1' else float('nan')):>7.1f} | "
+      f"{1e3 * planned_step:>7.1f} | {rss:>5.0f} | {activations:>5.2f} |")
