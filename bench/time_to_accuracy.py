@@ -47,8 +47,10 @@ for t in targets:
     hit_measured, hit_projected = first_hit(t, kinds["measured"]), first_hit(t, kinds["projected"])
     if hit_measured and first is None:
         first = hit_measured[0]
-    shown = hit_measured[1] if measured == "1" else None
-    cells.append(f"{shown:.1f}" if shown is not None else ("-" if not hit_measured else "n/a"))
+    if not hit_measured:
+        cells.append("-")
+    else:
+        cells.append(f"{hit_measured[1]:.1f}" if measured == "1" else "n/a")
     cells.append(f"{hit_projected[1]:.1f}" if hit_projected else "-")
 samples = f"{(first + 1) * batch}" if first is not None else "-"
 best = max(acc for _, acc in evals)
@@ -57,5 +59,5 @@ median_step = steps[len(steps) // 2]
 rss = max(s.get("peak_rss_stage", [s["peak_rss_bytes"]])) / 2**20
 activations = max(next(x["activation_bytes"] for x in plan["schedules"] if x["schedule"] == schedule)) / 2**20
 print(f"| {name:<8} | {cells[0]:>6} | {cells[1]:>6} | {cells[2]:>6} | {cells[3]:>6} | {samples:>7} | "
-      f"{best:.4f} | {1e3 * (median_step if measured == '1' else float('nan')):>7.1f} | "
+      f"{best:.4f} | {f'{1e3 * median_step:.1f}' if measured == '1' else 'n/a':>7} | "
       f"{1e3 * planned_step:>7.1f} | {rss:>5.0f} | {activations:>5.2f} |")

@@ -182,6 +182,11 @@ int pipeline_stage_costs(Stage *st, const Config *cfg, int stage, int replicas,
 // costs): schedule_build_clearing(&spec, costs + COST_ZERO * M, ...) is the run's timetable.
 ScheduleSpec pipeline_schedule_spec(const Config *cfg, int M, const double *costs);
 
+// fg+bp's mix with shrink 0 updates a stage by its exact gradient alone: a timetable that
+// backpropagates nothing on some stage (no bubble to fill, e.g. one stage with select = -1)
+// is refused, as every rank sees the same timetable, by all of them alike.
+int pipeline_check_every_stage_learns(const Config *cfg, const Schedule *S, FgError *err);
+
 // Why the timetable is not planned with calibrated F times (config key calibrate_steps), or
 // NULL where it is.
 const char *pipeline_calibration_off(const Pipeline *p);

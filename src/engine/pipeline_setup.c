@@ -290,9 +290,9 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 // fg+bp's mix with shrink 0 updates a stage by its exact gradient alone: a stage whose
 // timetable backpropagates nothing (no bubble to fill, e.g. one stage with select = -1) would
 // never learn. Every rank sees the same timetable, so all of them refuse it alike.
-static int check_every_stage_learns(const Pipeline *p, FgError *err) {
-    const Schedule *S = &p->tt.sched;
-    if (!p->K || !estimator_info(p->run.estimator)->base_is_c || p->run.shrink > 0) return FG_OK;
+int pipeline_check_every_stage_learns(const Config *c, const Schedule *S, FgError *err) {
+    const RunPlan run = run_plan(c, 1);
+    if (!run.tangents || !estimator_info(run.estimator)->base_is_c || run.shrink > 0) return FG_OK;
     for (int t = 0; t < S->M; t++)
         if (!schedule_stage_bubbles(S, t).corrections)
             return fg_fail(err, FG_ERR_INPUT, "stage %d backpropagates no micro-batch (its "
@@ -348,7 +348,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     plan_stage(p);
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, p->tt.costs, err))) return rc;
-    if ((rc = check_every_stage_learns(p, err))) return rc;
+    if ((rc = pipeline_check_every_stage_learns(c, &p->tt.sched, err))) return rc;
     p->upd.stats.estimate_norm = p->upd.stats.exact_norm = p->upd.stats.cos_estimate_exact = NAN;
     p->upd.stats.cos_fg_exact = p->upd.stats.variance_reduction = p->upd.stats.cv_beta_median = NAN;
     return FG_OK;

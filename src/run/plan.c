@@ -184,6 +184,9 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         print_list(out, fig.activations, M, 1048576.0, "%.2f", M <= 8 ? 6 * M : 13);
         print_list(out, fig.sent, M, 1048576.0, "%.2f", 0);
         fputc('\n', out);
+        FgError why = {0};
+        if (pipeline_check_every_stage_learns(&c, &S, &why))
+            fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);
         if (json) json_schedule(json, schedule_mode_name(S.mode), &S, &fig);
         schedule_free(&S);
     }
