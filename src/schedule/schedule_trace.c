@@ -1,8 +1,6 @@
-// Timetables as Chrome trace JSON (Perfetto, chrome://tracing), and what a stage gets from
-// fg+bp's chains.
+// Timetables as Chrome trace JSON (Perfetto, chrome://tracing).
 #include "schedule_internal.h"
 
-#include <stdlib.h>
 
 static void write_json_string(FILE *f, const char *s) {
     fputc('"', f);
@@ -66,60 +64,4 @@ int schedule_write_chrome_traces(const Schedule *const *scheds, const char *cons
 int schedule_write_chrome_trace(const Schedule *S, FILE *f, const char *label, FgError *err) {
     if (!S) return fg_fail(err, FG_ERR_INPUT, "schedule trace: schedule or file is NULL");
     return schedule_write_chrome_traces(&S, &label, 1, f, err);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Per stage
-
-// Most of the intervals [lo, hi) (repeating every `period`) that hold at once.
-static int most_at_once(const double *lo, const double *hi, int n, double period) {
-    int most = 0;
-    for (int i = 0; i < n; i++) {
-        int count = 0;
-        for (int j = 0; j < n; j++)
-            for (int k = -4; k <= 4; k++)  // a lifetime spans at most lag + 1 <= 3 steps
-                count += lo[j] + k * period <= lo[i] && lo[i] < hi[j] + k * period;
-        most = FG_MAX(most, count);
-    }
-    return most;
-}
-
-StageBubbles schedule_stage_bubbles(const Schedule *S, int s) {
-    StageBubbles r = {0};
-    if (S->mode == SCHED_FG) return r;
-    const double T = S->makespan, period = S->n_phases * T;
-    const int cap = S->n_phases * S->N;
-    double *stash_lo = malloc(sizeof(double) * (size_t)cap), *stash_hi = malloc(sizeof(double) * (size_t)cap);
-    double *kept_lo = malloc(sizeof(double) * (size_t)cap), *kept_hi = malloc(sizeof(double) * (size_t)cap);
-    int n = 0;
-    for (int p = 0; p < S->n_phases; p++) {
-        const ScheduledOp *ops, *f_ops;
-        const int count = schedule_stage_ops(S, p, s, &ops);
-        for (int i = 0; i < count; i++) {
-            if (ops[i].kind != OP_BW && ops[i].kind != OP_B) continue;
-            const ScheduledOp *bw = &ops[i];  // the stash's last use
-            const int source = schedule_source_phase(S, p, bw->lag);
-            const int n_f = schedule_stage_ops(S, source, s, &f_ops);
-            double f_start = 0.0;
-            for (int j = 0; j < n_f; j++)
-                if (f_ops[j].kind == OP_F && f_ops[j].microbatch == bw->microbatch) f_start = f_ops[j].start;
-            const ScheduledOp *bi = schedule_chain_op(S, OP_BI, source, bw->microbatch, s);
-            const double bi_end = bi ? source * T + bi->lag * T + bi->end : 0.0;  // B: no Bi
-            // Unrolled time, the source step starting at source * T.
-            stash_lo[n] = source * T + f_start, stash_hi[n] = source * T + bw->lag * T + bw->end;
-            kept_lo[n] = bw->kind == OP_B ? stash_hi[n] : bi_end, kept_hi[n] = stash_hi[n];
-            r.corrections++;
-            r.max_lag = FG_MAX(r.max_lag, bw->lag);
-            n++;
-        }
-        for (int i = 0; i < count; i++)
-            if (ops[i].kind == OP_BI) r.max_lag = FG_MAX(r.max_lag, ops[i].lag);
-    }
-    r.stashes = most_at_once(stash_lo, stash_hi, n, period);
-    r.kept = most_at_once(kept_lo, kept_hi, n, period);
-    free(stash_lo), free(stash_hi), free(kept_lo), free(kept_hi);
-    double used, idle;
-    timetable_stage_fill(S, s, &used, &idle);
-    r.bubble_used = S->mode == SCHED_FG_BP && idle > 0.0 ? used / idle : 0.0;
-    return r;
 }
