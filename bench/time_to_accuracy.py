@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """One row of bench/bench_time_to_accuracy.sh, and the run's accuracy curves.
 
-usage: time_to_accuracy.py NAME OUT TARGETS PLAN_JSON SCHEDULE MEASURED
+usage: time_to_accuracy.py NAME OUT TARGETS PLAN_JSON STARTUP_JSON SCHEDULE MEASURED
   NAME: the row's mode label; OUT: the run's --out dir (OUT.json its summary, OUT.txt its
   output with the "eval step" lines); TARGETS: "0.85 0.88"; PLAN_JSON: fgpipe plan --json of
-  the run's costs (--costs OUT.json), SCHEDULE: the run's entry in it; MEASURED: 1 when the
+  the run's costs the projection takes (--costs OUT.json, --measured where they are),
+  STARTUP_JSON: the same with the costs it planned with; SCHEDULE: the run's entry in them;
+  MEASURED: 1 when the
   run had a core per rank (its seconds are the pipeline's), 0 when it was oversubscribed.
 
 Writes OUT.measured.csv and OUT.projected.csv (step,samples,seconds,accuracy, a '# ' header
@@ -16,11 +18,13 @@ import json
 import re
 import sys
 
-name, out, targets, plan_path, schedule, measured = sys.argv[1:7]
+name, out, targets, plan_path, startup_path, schedule, measured = sys.argv[1:8]
 targets = [float(t) for t in targets.split()]
 s = json.load(open(out + ".json"))
 plan = json.load(open(plan_path))
 planned_step = next(x["step_seconds"] for x in plan["schedules"] if x["schedule"] == schedule)
+startup_step = next(x["step_seconds"] for x in json.load(open(startup_path))["schedules"]
+                    if x["schedule"] == schedule)
 seconds, total = {}, 0.0
 for row in csv.DictReader(open(out + "/loss.csv")):
     total += float(row["seconds"])
@@ -60,4 +64,4 @@ rss = max(s.get("peak_rss_stage", [s["peak_rss_bytes"]])) / 2**20
 activations = max(next(x["activation_bytes"] for x in plan["schedules"] if x["schedule"] == schedule)) / 2**20
 print(f"| {name:<8} | {cells[0]:>6} | {cells[1]:>6} | {cells[2]:>6} | {cells[3]:>6} | {samples:>7} | "
       f"{best:.4f} | {f'{1e3 * median_step:.1f}' if measured == '1' else 'n/a':>7} | "
-      f"{1e3 * planned_step:>7.1f} | {rss:>5.0f} | {activations:>5.2f} |")
+      f"{1e3 * planned_step:>7.1f} | {1e3 * startup_step:>8.1f} | {rss:>5.0f} | {activations:>5.2f} |")

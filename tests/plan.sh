@@ -53,9 +53,26 @@ run_and_plan fgbp mode=fg+bp shrink=0.5
 verdict "fg+bp (auto) on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable fgbp fg+bp)"
 run_and_plan zb mode=bp schedule=zb
 verdict "bp-zb on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable zb bp-zb)"
-grep -q "fg+bp op costs ($dir/fgbp.json)" "$dir/fgbp.plan.txt" &&
+grep -qF "fg+bp op costs (as planned in $dir/fgbp.json)" "$dir/fgbp.plan.txt" &&
   grep -q "bp op costs (timed here" "$dir/fgbp.plan.txt"
 verdict "the plan says where each mode's costs come from" "$([ $? -eq 0 ] || echo "$(head -n 12 "$dir/fgbp.plan.txt")")"
+
+"$fgpipe" plan --config "$config" "${sets[@]}" --set mode=bp --set schedule=zb --costs "$dir/zb.json" \
+  --measured --json "$dir/zb.measured.json" >"$dir/zb.measured.txt" 2>&1
+rc=$?
+verdict "plan --costs --measured: bp-zb timed with the run's op times" "$(py_check "$dir/zb.measured.json" "$dir/zb.json" "$rc" <<'PY'
+import json, sys
+if sys.argv[3] != "0": print(f"exit {sys.argv[3]}"); sys.exit()
+plan, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+bp = [c for c in plan["cost_sets"] if c["mode"] == "bp"][0]
+m = run["op_costs"]["measured"]
+problems = []
+if not bp["source"].startswith("as its ops ran in"): problems.append(f"source {bp['source']}")
+if bp["f"] != m["f"] or bp["bi"] != m["bi"]: problems.append("not the summary's measured costs")
+if not all(x > 0 for x in m["f"] + m["bi"] + m["bw"]): problems.append(f"measured costs {m}")
+print("; ".join(problems))
+PY
+)"
 
 # 8 stages on this machine: every schedule planned, zb's step no longer than 1f1b's, bp's schedules
 # backpropagate every micro-batch on every stage.

@@ -80,12 +80,43 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     return messages_start(p, r->step, err);
 }
 
+// Every op of the step that ran into the run's sums, once caches and clocks have settled.
+static void add_op_times(Pipeline *p, long step) {
+    if (step < p->first_step + 3) return;
+    const ExecPlan *plan = p->tt.plan;
+    for (int i = 0; i < plan->n_ops; i++) {
+        const int idx = plan->op[i];
+        const ScheduledOp *op = &p->tt.sched.ops[idx];
+        if (!op_runs(op, step, p->first_step)) continue;
+        p->tt.op_seconds[op->kind] += p->tt.measured[2 * idx + 1] - p->tt.measured[2 * idx];
+        p->tt.op_count[op->kind]++;
+    }
+}
+
+void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
+    const int M = p->tr->stages, s = p->tr->stage;
+    const StageTimetable *tt = &p->tt;
+    for (int k = 0; k < N_OP_COSTS; k++) cost[k] = tt->costs[k * M + s];
+    cost[COST_ZERO] = 0.0;
+#define MEAN(kind) (tt->op_seconds[kind] / tt->op_count[kind])
+    if (tt->op_count[OP_F]) cost[COST_F] = MEAN(OP_F);
+    if (tt->op_count[OP_U]) cost[COST_U] = MEAN(OP_U);
+    if (tt->op_count[OP_BI]) cost[COST_BI] = MEAN(OP_BI);
+    if (tt->op_count[OP_BW]) cost[COST_BW] = MEAN(OP_BW);
+    if (tt->op_count[OP_B]) {
+        const double ratio = MEAN(OP_B) / (cost[COST_BI] + cost[COST_BW]);
+        cost[COST_BI] *= ratio, cost[COST_BW] *= ratio;
+    }
+#undef MEAN
+}
+
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err) {
     StepRun r = {.step = step, .total = total, .order = order, .sample0 = sample0,
                  .t_start = wall_seconds()};
     int rc = begin_step(p, &r, err);
     for (int gi = 0; gi < p->tt.plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
+    if (!rc) add_op_times(p, step);
     *out = p->upd.stats;
     out->loss = p->scalars[0] / p->run.all_microbatches;
     out->seconds = wall_seconds() - r.t_start;

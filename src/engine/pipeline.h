@@ -68,6 +68,8 @@ typedef struct {
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned
                               // with (op_cost.h; F calibrated where the run calibrates)
+    double op_seconds[OP_U + 1];  // by OpKind: this stage's ops as they ran, summed over the
+    long op_count[OP_U + 1];      // steps after the first few (pipeline_measured_costs)
 } StageTimetable;
 
 // Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
@@ -181,6 +183,11 @@ int pipeline_stage_costs(Stage *st, const Config *cfg, int stage, int replicas,
 // The timetable spec of cfg on M stages with op costs costs[kind * M + stage] (pointers into
 // costs): schedule_build_clearing(&spec, costs + COST_ZERO * M, ...) is the run's timetable.
 ScheduleSpec pipeline_schedule_spec(const Config *cfg, int M, const double *costs);
+
+// This stage's ops as they ran, in op_cost's kinds: the mean seconds of each kind over the
+// run's steps after its first 3 (B split into Bi and Bw in the planned ratio; a kind that never
+// ran: as planned; clearing the gradient is inside the measured B or Bw: 0).
+void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]);
 
 // fg+bp's mix with shrink 0 updates a stage by its exact gradient alone: a timetable that
 // backpropagates nothing on some stage (no bubble to fill, e.g. one stage with select = -1)

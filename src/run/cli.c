@@ -51,13 +51,14 @@ static void usage(FILE *f) {
             "  samples N bytes (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
             "  temperature 0 takes the most likely byte; top-k 0 samples among all 256\n"
             "\n"
-            "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json]\n"
-            "                   [--json FILE]\n"
+            "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
+            "                   [--measured]] [--json FILE]\n"
             "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
             "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
             "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
             "  are timed here one stage at a time (any number of stages), or for the mode of a\n"
-            "  run taken from its summary.json (--costs: its timetable exactly)\n"
+            "  run taken from its summary.json (--costs: its timetable exactly; --measured: with\n"
+            "  the op times the run measured)\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -224,6 +225,7 @@ static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
         if (strcmp(argv[i], "--config") == 0 && more) config_path = argv[++i];
         else if (strcmp(argv[i], "--costs") == 0 && more) a->plan.costs_path = argv[++i];
         else if (strcmp(argv[i], "--json") == 0 && more) a->plan.json_path = argv[++i];
+        else if (strcmp(argv[i], "--measured") == 0) a->plan.measured = 1;
         else if (strcmp(argv[i], "--set") == 0 && more && n_sets < 256) sets[n_sets++] = argv[++i];
         else return fg_fail(err, FG_ERR_INPUT, "plan: unknown or incomplete argument '%s' (see fgpipe --help)", argv[i]);
     }

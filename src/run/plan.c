@@ -58,7 +58,7 @@ static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError
     }
     if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, work, err);
     free(layer_cost);
-    cs->source = "timed here, one stage at a time";
+    snprintf(cs->source, sizeof cs->source, "timed here, one stage at a time");
     return rc ? rc : fill_stages(cs, be, m, 1, err);
 }
 
@@ -66,7 +66,9 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
                           CostSet *sets, FgError *err) {
     int file_mode = -1, rc = FG_OK;
     CostSet from_file = {0};
-    if (a->costs_path && (rc = plan_read_costs(cfg, a->costs_path, &file_mode, &from_file, err))) return rc;
+    if (a->costs_path &&
+        (rc = plan_read_costs(cfg, a->costs_path, a->measured, &file_mode, &from_file, err)))
+        return rc;
     for (int i = 0; i < N_SETS && !rc; i++) {
         CostSet *cs = &sets[i];
         cs->cfg = *cfg;
@@ -77,7 +79,8 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
         }
         memcpy(cs->layout, from_file.layout, sizeof cs->layout);
         memcpy(cs->costs, from_file.costs, sizeof cs->costs);
-        cs->source = a->costs_path;
+        snprintf(cs->source, sizeof cs->source, "%s in %s", a->measured ? "as its ops ran" : "as planned",
+                 a->costs_path);
         rc = fill_stages(cs, be, m, 0, err);
     }
     return rc;
@@ -146,9 +149,9 @@ static void json_list(FILE *f, const char *name, const double *v, int n) {
     fputc(']', f);
 }
 
-static void json_schedule(FILE *f, const char *name, const Schedule *S, const Figures *fig) {
+static void json_schedule(FILE *f, int first, const Schedule *S, const Figures *fig) {
     fprintf(f, "%s\n  {\"schedule\": \"%s\", \"step_seconds\": %.17g, \"bubble\": %.6f, \"n_phases\": %d",
-            strcmp(name, "bp-gpipe") ? "," : "", name, fig->step, fig->bubble, S->n_phases);
+            first ? "" : ",", schedule_mode_name(S->mode), fig->step, fig->bubble, S->n_phases);
     json_list(f, "b_ops", fig->b_ops, S->M);
     json_list(f, "activation_bytes", fig->activations, S->M);
     json_list(f, "sent_bytes", fig->sent, S->M);
@@ -187,7 +190,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         FgError why = {0};
         if (pipeline_check_every_stage_learns(&c, &S, &why))
             fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);
-        if (json) json_schedule(json, schedule_mode_name(S.mode), &S, &fig);
+        if (json) json_schedule(json, i == 0, &S, &fig);
         schedule_free(&S);
     }
     return rc;

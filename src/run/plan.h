@@ -4,8 +4,8 @@
 //
 // The op costs are timed here as a run's start-up times them, one stage at a time (so a laptop
 // can plan M = 32), with the stages cut as the run cuts them; or, for the mode a run used,
-// read from its summary.json (`op_costs`: what its timetable was planned with), which rebuilds
-// that run's timetable exactly.
+// read from its summary.json (`op_costs`: what its timetable was planned with, which rebuilds
+// that run's timetable exactly; or `measured`, what its ops took as they ran).
 #ifndef FGPIPE_PLAN_H
 #define FGPIPE_PLAN_H
 
@@ -17,6 +17,7 @@
 
 typedef struct {
     const char *costs_path;  // a run's summary.json, or NULL
+    int measured;            // take the costs its ops ran at (else those it planned with)
     const char *json_path;   // write every timetable as JSON here, or NULL
 } PlanArgs;
 

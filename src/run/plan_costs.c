@@ -69,8 +69,9 @@ static char *read_text(const char *path, FgError *err) {
 }
 
 // Checks the file is of cfg's pipeline (stages, micro-batches, replicas), then fills the cost
-// set of its mode: its layout and costs. *mode_out: the file's mode (MODE_*).
-int plan_read_costs(const Config *cfg, const char *path, int *mode_out, CostSet *out, FgError *err) {
+// set of its mode: its layout and costs (planned, or measured). *mode_out: the file's mode.
+int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, CostSet *out,
+                    FgError *err) {
     char *text = read_text(path, err);
     if (!text) return err->code;
     const char *end = text + strlen(text), *costs = value_of(text, end, "op_costs");
@@ -94,8 +95,10 @@ int plan_read_costs(const Config *cfg, const char *path, int *mode_out, CostSet 
     if (!rc) rc = array_of(text, costs, "layout", layout, M + 1, path, err);
     for (int s = 0; s <= M && !rc; s++) out->layout[s] = (int)layout[s];
     static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
+    const char *from = measured && !rc ? value_of(costs, end, "measured") : costs;
+    if (!rc && !from) rc = fg_fail(err, FG_ERR_INPUT, "--costs %s: no \"measured\" op costs", path);
     for (int k = 0; k < N_OP_COSTS && !rc; k++)
-        rc = array_of(costs, end, names[k], out->costs + k * M, M, path, err);
+        rc = array_of(from, end, names[k], out->costs + k * M, M, path, err);
     free(text);
     return rc;
 }

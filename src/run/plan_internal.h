@@ -11,7 +11,7 @@ typedef struct {
     Config cfg;                                 // the config with this set's mode
     int layout[SCHED_MAX_STAGES + 1];           // first layer of each stage, then n_layers
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];// seconds, [kind * M + stage]
-    const char *source;                         // "timed here" or the costs file
+    char source[4200];                          // "timed here, ..." or the costs file
     // Bytes per stage: one micro-batch's stash and kept adjoints; one forward message (with
     // its tangents) and one adjoint message.
     double stash[SCHED_MAX_STAGES], adjoint[SCHED_MAX_STAGES];
@@ -19,6 +19,7 @@ typedef struct {
     double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
 } CostSet;
 
-int plan_read_costs(const Config *cfg, const char *path, int *mode_out, CostSet *out, FgError *err);
+int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, CostSet *out,
+                    FgError *err);
 
 #endif

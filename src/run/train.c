@@ -352,8 +352,12 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
     for (long i = 0; i < window; i++) res->final_loss += r->recent[(r->total - 1 - i) % WINDOW] / window;
     res->per_stage.peak_rss[t->stage] = (double)peak_rss_bytes();
     res->per_stage.stash_bytes[t->stage] = pipeline_stash_bytes(&r->p);
+    double cost[N_OP_COSTS];
+    pipeline_measured_costs(&r->p, cost);
+    for (int k = 0; k < N_OP_COSTS; k++) res->measured_costs[k * M + t->stage] = cost[k];
     if ((rc = t->allreduce_sum(t, res->per_stage.peak_rss, M, err)) ||
-        (rc = t->allreduce_sum(t, res->per_stage.stash_bytes, M, err)))
+        (rc = t->allreduce_sum(t, res->per_stage.stash_bytes, M, err)) ||
+        (rc = t->allreduce_sum(t, res->measured_costs, N_OP_COSTS * M, err)))
         return rc;
     size_t n_times = (size_t)FG_MIN(r->total - r->first_step, (long)TIMES);
     res->steps = r->total;

@@ -45,6 +45,8 @@ typedef struct {
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double op_costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * stages + stage]: seconds the
                            // timetable was planned with (op_cost.h; fgpipe plan --costs)
+    double measured_costs[N_OP_COSTS * SCHED_MAX_STAGES];  // the same as the ops ran
+                           // (pipeline_measured_costs; fgpipe plan --costs --measured)
     double bubble_measured, bubble_used_measured;  // of the last step as it ran
     long first_step;       // 0, or where a resumed run started
     int stopped;           // ended early on a stop request (after writing a checkpoint)

@@ -165,20 +165,25 @@ static void json_array(FILE *f, const char *name, const double *v, int n) {
 }
 
 // , "op_costs": {...}: the seconds per op and stage the timetable was planned with, in full
-// precision (fgpipe plan --costs rebuilds the run's timetable from them), and its spec.
+// precision (fgpipe plan --costs rebuilds the run's timetable from them), its spec, and
+// "measured": the same as the ops ran (their means over the run).
 static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
     static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
     char schedule[CONFIG_NAME_MAX];
     fprintf(f, ", \"op_costs\": {\"schedule\": \"%s\", \"lag\": %d, \"select\": %d",
             config_choice_name("schedule", c->timetable.schedule, schedule),
             config_timetable_lag(c), c->timetable.select);
-    for (int k = 0; k < N_OP_COSTS; k++) {
-        fprintf(f, ", \"%s\": [", names[k]);
-        for (int s = 0; s < r->stages; s++)
-            fprintf(f, "%s%.17g", s ? ", " : "", r->op_costs[k * r->stages + s]);
-        fputc(']', f);
+    for (int measured = 0; measured < 2; measured++) {
+        const double *costs = measured ? r->measured_costs : r->op_costs;
+        if (measured) fputs(", \"measured\": {", f);
+        for (int k = 0; k < N_OP_COSTS; k++) {
+            fprintf(f, "%s\"%s\": [", measured && !k ? "" : ", ", names[k]);
+            for (int s = 0; s < r->stages; s++)
+                fprintf(f, "%s%.17g", s ? ", " : "", costs[k * r->stages + s]);
+            fputc(']', f);
+        }
     }
-    fputc('}', f);
+    fputs("}}", f);
 }
 
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {

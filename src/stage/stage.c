@@ -88,7 +88,8 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
         stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, x, xdot, out,
                             key ? st->tan[slot] : NULL, rows);
         x = out;
-        if (key) xdot = st->tan[slot];
+        // A local loss ends its tangent at the head (the engine's op F does the same).
+        if (key) xdot = stage_local_head(st, l) ? NULL : st->tan[slot];
     }
     *y = x;
     if (ydot) *ydot = key ? xdot : NULL;

@@ -50,8 +50,9 @@ size_t stage_stash_floats(const Stage *st, int rows);
 
 // Op F: runs x [rows, in] through the stage. With `key` (step and micro-batch set), also
 // propagates the tangents: xdot [K, rows, in] (NULL: zero) plus the parameter tangents
-// v(key, layer, k), regenerated here. With `stash`, keeps what stage_backward needs.
-// *y and *ydot point into the stage's buffers (or the stash) until the next call.
+// v(key, layer, k), regenerated here; a local loss's head ends the tangent (the layer after it
+// starts from zero). With `stash`, keeps what stage_backward needs. *y and *ydot point into
+// the stage's buffers (or the stash) until the next call.
 void stage_forward(Stage *st, const float *params, const TangentKey *key, const float *x,
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot);
