@@ -37,6 +37,8 @@ same() {  # same LABEL A B: identical step,loss,lr columns and parameters
 
 cases=(
   "bp|mode=bp"
+  "bp-1f1b|mode=bp schedule=1f1b"
+  "bp-zb|mode=bp schedule=zb"
   "fg|mode=fg optimizer=sgd lr=0.0001"
   "fgbp-cv-sel1-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
   "fg-lowrank-r2|mode=fg tangent_rank=2 optimizer=sgd lr=0.0001"
@@ -51,6 +53,10 @@ for c in "${cases[@]}"; do
   same "$name: M=2 vs M=1" "$name-M1" "$name-M2"
   same "$name: M=3 vs M=1" "$name-M1" "$name-M3"
 done
+
+# Zero bubble's split backward (the tied embedding's halves on the first and last stage
+# included) adds the weight gradients in 1F1B's order.
+for M in 2 3; do same "bp-zb equals bp-1f1b: M=$M" "bp-zb-M$M" "bp-1f1b-M$M"; done
 
 # The tied copies: wte is the first V x C floats of the flat parameters, lm_head.weight the last.
 bytes=$((V * C * 4))
