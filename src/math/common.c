@@ -74,3 +74,14 @@ double fg_available_memory_bytes(void) {
     fclose(f);
     return kib * 1024.0;
 }
+
+void fg_write_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // Errors are returned, never printed deep inside the core: a function that can fail takes a
 // FgError*, fills it with a message that names the cause, and returns a non-zero code.
@@ -32,6 +33,9 @@ double fg_available_memory_bytes(void);
 double fg_dot_f64(const float *a, const float *b, size_t n);
 // The median of v[0..n) (n > 0; the upper one of two middles); sorts v.
 double fg_median(double *v, size_t n);
+
+// s as a JSON string, quoted, with quotes, backslashes and control characters escaped.
+void fg_write_json_string(FILE *f, const char *s);
 
 #define FG_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define FG_MAX(a, b) ((a) > (b) ? (a) : (b))

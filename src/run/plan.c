@@ -203,8 +203,9 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
                "\"cost_sets\": [", M, c->training.micro_batches, c->training.micro_batch, c->layout.replicas);
     static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
     for (int i = 0; i < N_SETS; i++) {
-        fprintf(f, "%s\n  {\"mode\": \"%s\", \"source\": \"%s\", \"layout\": [", i ? "," : "",
-                set_mode_names[i], sets[i].source);
+        fprintf(f, "%s\n  {\"mode\": \"%s\", \"source\": ", i ? "," : "", set_mode_names[i]);
+        fg_write_json_string(f, sets[i].source);
+        fputs(", \"layout\": [", f);
         for (int s = 0; s <= M; s++) fprintf(f, "%s%d", s ? ", " : "", sets[i].layout[s]);
         fputc(']', f);
         for (int k = 0; k < N_OP_COSTS; k++) json_list(f, names[k], sets[i].costs + k * M, M);

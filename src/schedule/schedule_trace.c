@@ -1,18 +1,6 @@
 // Timetables as Chrome trace JSON (Perfetto, chrome://tracing).
 #include "schedule_internal.h"
 
-
-static void write_json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void write_ops(FILE *f, const Schedule *S, int t, const char *label) {
     for (int p = 0; p < S->n_phases; p++)
         for (int s = 0; s < S->M; s++) {
@@ -25,7 +13,7 @@ static void write_ops(FILE *f, const Schedule *S, int t, const char *label) {
                 else snprintf(name, sizeof name, "%s%d%.*s", op_kind_name(o->kind), o->microbatch,
                               o->lag, "''''");
                 fprintf(f, ",\n{\"name\":\"%s\",\"cat\":", name);
-                write_json_string(f, label);
+                fg_write_json_string(f, label);
                 fprintf(f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                            "\"args\":{\"stage\":%d,\"microbatch\":%d,\"lag\":%d,\"phase\":%d}}",
                         t, o->stage, (o->start + p * S->makespan) * 1e6, (o->end - o->start) * 1e6,
@@ -44,7 +32,7 @@ int schedule_write_chrome_traces(const Schedule *const *scheds, const char *cons
         // Metadata events name the process (one per timeline) and its tracks (one per stage).
         fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":",
                 t ? "," : "", t);
-        write_json_string(f, label);
+        fg_write_json_string(f, label);
         fputs("}}", f);
         for (int s = 0; s < S->M; s++)
             fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
@@ -53,7 +41,7 @@ int schedule_write_chrome_traces(const Schedule *const *scheds, const char *cons
     }
     const Schedule *S = scheds[0];
     fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"label\":", f);
-    write_json_string(f, labels && labels[0] ? labels[0] : schedule_mode_name(S->mode));
+    fg_write_json_string(f, labels && labels[0] ? labels[0] : schedule_mode_name(S->mode));
     fprintf(f, ",\"mode\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"phases\":%d,\"chains\":%d,"
                "\"select\":%d,\"lag\":%d}}\n",
             schedule_mode_name(S->mode), S->M, S->N, S->n_phases, S->n_chains, S->select, S->lag);
