@@ -1,37 +1,15 @@
 #include "text_data.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "philox.h"
 
 // Reads all of path into tc->bytes; every failure is an error that names the file and the cause.
 static int read_whole(TextCorpus *tc, const char *path, FgError *err) {
-    struct stat sb;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return fg_fail(err, FG_ERR_INPUT, "text_file %s: cannot open: %s%s", path, strerror(e),
-                       e == ENOENT ? " (launch/text-corpus.sh makes the default corpus)" : "");
-    }
-    // fopen succeeds on a directory on Linux; refuse it (and devices, FIFOs) by name.
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        int dir = S_ISDIR(sb.st_mode);
-        fclose(f);
-        return fg_fail(err, FG_ERR_INPUT, "text_file %s: %s", path,
-                       dir ? "is a directory, not a regular file" : "not a regular file");
-    }
-    tc->n_bytes = (size_t)sb.st_size;
-    tc->bytes = fg_alloc_bytes(tc->n_bytes);  // aborts when out of memory, like every buffer
-    size_t got = fread(tc->bytes, 1, tc->n_bytes, f);
-    int e = ferror(f) ? errno : 0;
-    fclose(f);
-    if (got != tc->n_bytes)  // a read error, or the file shrank since fstat
-        return fg_fail(err, FG_ERR_INPUT, "text_file %s: read error after %zu of %zu bytes: %s",
-                       path, got, tc->n_bytes, e ? strerror(e) : "file ended early");
-    return FG_OK;
+    tc->bytes = (uint8_t *)fg_read_file("text_file", path,
+                                        " (launch/text-corpus.sh makes the default corpus)",
+                                        &tc->n_bytes, err);
+    return tc->bytes ? FG_OK : err->code;
 }
 
 // The smallest file with a window of ctx + 1 bytes in both splits: the validation split has

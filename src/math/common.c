@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 
 // A message longer than err->msg keeps its head (what failed) and its tail (why), with the
 // middle (a long path or value) elided: the reason is never the part that is cut.
@@ -84,4 +86,40 @@ void fg_write_json_string(FILE *f, const char *s) {
         else fputc(c, f);
     }
     fputc('"', f);
+}
+
+void fg_write_json_doubles(FILE *f, const double *v, int n) {
+    fputc('[', f);
+    for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
+    fputc(']', f);
+}
+
+char *fg_read_file(const char *what, const char *path, const char *missing_hint, size_t *n,
+                   FgError *err) {
+    struct stat sb;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        fg_fail(err, FG_ERR_INPUT, "%s %s: cannot open: %s%s", what, path, strerror(e),
+                e == ENOENT && missing_hint ? missing_hint : "");
+        return NULL;
+    }
+    // fopen succeeds on a directory on Linux; refuse it (and devices, FIFOs) by name.
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        int dir = S_ISDIR(sb.st_mode);
+        fclose(f);
+        fg_fail(err, FG_ERR_INPUT, "%s %s: %s", what, path,
+                dir ? "is a directory, not a regular file" : "not a regular file");
+        return NULL;
+    }
+    *n = (size_t)sb.st_size;
+    char *bytes = fg_alloc_bytes(*n + 1);  // zeroed: the byte after the file is 0
+    size_t got = fread(bytes, 1, *n, f);
+    int e = ferror(f) ? errno : 0;
+    fclose(f);
+    if (got == *n) return bytes;
+    fg_fail(err, FG_ERR_INPUT, "%s %s: read error after %zu of %zu bytes: %s", what, path, got, *n,
+            e ? strerror(e) : "file ended early");  // or it shrank since fstat
+    fg_free(bytes);
+    return NULL;
 }

@@ -34,8 +34,16 @@ double fg_dot_f64(const float *a, const float *b, size_t n);
 // The median of v[0..n) (n > 0; the upper one of two middles); sorts v.
 double fg_median(double *v, size_t n);
 
+// All of the regular file at path, with a 0 byte after its *n bytes (free with fg_free), or NULL
+// with err naming `what`, the path and the cause: cannot open (plus missing_hint when it does
+// not exist; may be NULL), a directory or other non-regular file, a read error.
+char *fg_read_file(const char *what, const char *path, const char *missing_hint, size_t *n,
+                   FgError *err);
+
 // s as a JSON string, quoted, with quotes, backslashes and control characters escaped.
 void fg_write_json_string(FILE *f, const char *s);
+// v[0..n) as a JSON array of numbers in full precision (%.17g: read back, the same doubles).
+void fg_write_json_doubles(FILE *f, const double *v, int n);
 
 #define FG_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define FG_MAX(a, b) ((a) > (b) ? (a) : (b))

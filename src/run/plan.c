@@ -50,13 +50,13 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
 static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError *err) {
     const Config *c = &cs->cfg;
     const int M = c->layout.stages;
-    double *layer_cost = NULL, work[SCHED_MAX_STAGES];
+    double *layer_cost = NULL;
     int rc = FG_OK;
     if (layout_is_timed(c, M)) {
         layer_cost = calloc((size_t)m->n_layers * N_OP_COSTS, sizeof(double));
         rc = layout_time_layers(c, be, m, c->layout.replicas, layer_cost, err);
     }
-    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, work, err);
+    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, NULL, err);
     free(layer_cost);
     snprintf(cs->source, sizeof cs->source, "timed here, one stage at a time");
     return rc ? rc : fill_stages(cs, be, m, 1, err);
@@ -64,10 +64,10 @@ static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError
 
 static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, const PlanArgs *a,
                           CostSet *sets, FgError *err) {
-    int file_mode = -1, rc = FG_OK;
-    CostSet from_file = {0};
-    if (a->costs_path &&
-        (rc = plan_read_costs(cfg, a->costs_path, a->measured, &file_mode, &from_file, err)))
+    int file_mode = -1, rc = FG_OK, file_layout[SCHED_MAX_STAGES + 1];
+    double file_costs[N_OP_COSTS * SCHED_MAX_STAGES];
+    if (a->costs_path && (rc = plan_read_costs(cfg, a->costs_path, a->measured, &file_mode,
+                                               file_layout, file_costs, err)))
         return rc;
     for (int i = 0; i < N_SETS && !rc; i++) {
         CostSet *cs = &sets[i];
@@ -77,8 +77,8 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
             rc = time_cost_set(cs, be, m, err);
             continue;
         }
-        memcpy(cs->layout, from_file.layout, sizeof cs->layout);
-        memcpy(cs->costs, from_file.costs, sizeof cs->costs);
+        memcpy(cs->layout, file_layout, sizeof cs->layout);
+        memcpy(cs->costs, file_costs, sizeof cs->costs);
         snprintf(cs->source, sizeof cs->source, "%s in %s", a->measured ? "as its ops ran" : "as planned",
                  a->costs_path);
         rc = fill_stages(cs, be, m, 0, err);
@@ -144,9 +144,8 @@ static void print_cost_set(FILE *out, const CostSet *cs, int set) {
 }
 
 static void json_list(FILE *f, const char *name, const double *v, int n) {
-    fprintf(f, ", \"%s\": [", name);
-    for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
-    fputc(']', f);
+    fprintf(f, ", \"%s\": ", name);
+    fg_write_json_doubles(f, v, n);
 }
 
 static void json_schedule(FILE *f, int first, const Schedule *S, const Figures *fig) {
@@ -201,14 +200,13 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
     const int M = c->layout.stages;
     fprintf(f, "{\"stages\": %d, \"micro_batches\": %d, \"micro_batch\": %d, \"replicas\": %d, "
                "\"cost_sets\": [", M, c->training.micro_batches, c->training.micro_batch, c->layout.replicas);
-    static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
     for (int i = 0; i < N_SETS; i++) {
         fprintf(f, "%s\n  {\"mode\": \"%s\", \"source\": ", i ? "," : "", set_mode_names[i]);
         fg_write_json_string(f, sets[i].source);
         fputs(", \"layout\": [", f);
         for (int s = 0; s <= M; s++) fprintf(f, "%s%d", s ? ", " : "", sets[i].layout[s]);
         fputc(']', f);
-        for (int k = 0; k < N_OP_COSTS; k++) json_list(f, names[k], sets[i].costs + k * M, M);
+        for (int k = 0; k < N_OP_COSTS; k++) json_list(f, op_cost_keys[k], sets[i].costs + k * M, M);
         fputc('}', f);
     }
     fputs("],\n \"schedules\": [", f);

@@ -3,7 +3,6 @@
 // Not a JSON parser: the summary is fgpipe's own, flat but for the op_costs object.
 #include "plan_internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,30 +48,21 @@ static int array_of(const char *text, const char *end, const char *key, double *
     return FG_OK;
 }
 
-static char *read_text(const char *path, FgError *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fg_fail(err, FG_ERR_INPUT, "--costs %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) text = realloc(text, cap = 2 * cap + 4096 + 1);
-        size_t got = fread(text + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    text[n] = 0;
-    return text;
+// The run's mode (MODE_*), read by the config's own table of mode names; -1 if none.
+static int mode_of(const Config *cfg, const char *quoted) {
+    char name[CONFIG_NAME_MAX];
+    const char *close = quoted && *quoted == '"' ? strchr(quoted + 1, '"') : NULL;
+    if (!close || close - quoted - 1 >= (long)sizeof name) return -1;
+    snprintf(name, sizeof name, "%.*s", (int)(close - quoted - 1), quoted + 1);
+    Config scratch = *cfg;
+    FgError ignored = {0};
+    return config_set(&scratch, "mode", name, &ignored) ? -1 : (int)scratch.method.mode;
 }
 
-// Checks the file is of cfg's pipeline (stages, micro-batches, replicas), then fills the cost
-// set of its mode: its layout and costs (planned, or measured). *mode_out: the file's mode.
-int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, CostSet *out,
-                    FgError *err) {
-    char *text = read_text(path, err);
+int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, int *layout,
+                    double *costs_out, FgError *err) {
+    size_t n;
+    char *text = fg_read_file("--costs", path, NULL, &n, err);
     if (!text) return err->code;
     const char *end = text + strlen(text), *costs = value_of(text, end, "op_costs");
     const char *mode = value_of(text, end, "mode");
@@ -88,17 +78,15 @@ int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode
                          path, keys[i], (int)v, want[i]);
     }
     const int M = cfg->layout.stages;
-    *mode_out = !mode ? -1 : strncmp(mode, "\"bp\"", 4) == 0 ? MODE_BP
-              : strncmp(mode, "\"fg\"", 4) == 0 ? MODE_FG : strncmp(mode, "\"fg+bp\"", 7) == 0 ? MODE_FG_BP : -1;
+    *mode_out = mode_of(cfg, mode);
     if (!rc && *mode_out < 0) rc = fg_fail(err, FG_ERR_INPUT, "--costs %s: no known \"mode\"", path);
-    double layout[SCHED_MAX_STAGES + 1];
-    if (!rc) rc = array_of(text, costs, "layout", layout, M + 1, path, err);
-    for (int s = 0; s <= M && !rc; s++) out->layout[s] = (int)layout[s];
-    static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
+    double first[SCHED_MAX_STAGES + 1];
+    if (!rc) rc = array_of(text, costs, "layout", first, M + 1, path, err);
+    for (int s = 0; s <= M && !rc; s++) layout[s] = (int)first[s];
     const char *from = measured && !rc ? value_of(costs, end, "measured") : costs;
     if (!rc && !from) rc = fg_fail(err, FG_ERR_INPUT, "--costs %s: no \"measured\" op costs", path);
     for (int k = 0; k < N_OP_COSTS && !rc; k++)
-        rc = array_of(from, end, names[k], out->costs + k * M, M, path, err);
-    free(text);
+        rc = array_of(from, end, op_cost_keys[k], costs_out + k * M, M, path, err);
+    fg_free(text);
     return rc;
 }

@@ -19,7 +19,10 @@ typedef struct {
     double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
 } CostSet;
 
-int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, CostSet *out,
-                    FgError *err);
+// A run's summary.json (path): checks it is of cfg's pipeline (stages, micro-batches,
+// replicas), then gives its mode (MODE_*), its layout [M + 1] and its op costs
+// [N_OP_COSTS * M] (planned, or measured).
+int plan_read_costs(const Config *cfg, const char *path, int measured, int *mode_out, int *layout,
+                    double *costs, FgError *err);
 
 #endif

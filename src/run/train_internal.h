@@ -29,7 +29,8 @@ int train_build_model(const Config *c, Model *m, FgError *err);
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err);
 // Its parts. Whether a run of c on M stages cuts by timed work (boundaries = auto, in memory);
 // every layer's op costs as one rank times them, cost[l * N_OP_COSTS + kind]; the cut by
-// layer_cost (NULL: by boundaries, or parameter counts), and each stage's work per step.
+// layer_cost (NULL: by boundaries, or parameter counts), and each stage's work per step into
+// work (may be NULL).
 int layout_is_timed(const Config *c, int M);
 int layout_time_layers(const Config *c, const Backend *be, const Model *m, int replicas,
                        double *cost, FgError *err);

@@ -37,7 +37,7 @@ int layout_cut(const Config *c, const Model *m, int M, const double *layer_cost,
     if (!layer_cost) return partition_layers(m, M, c->layout.boundaries, NULL, layout, err);
     for (int l = 0; l < m->n_layers; l++) layer_work[l] = step_work(c, layer_cost + (size_t)l * N_OP_COSTS);
     int rc = partition_layers(m, M, c->layout.boundaries, layer_work, layout, err);
-    for (int s = 0; s < M && !rc; s++) {
+    for (int s = 0; s < M && !rc && work; s++) {
         work[s] = 0.0;
         for (int l = layout[s]; l < layout[s + 1]; l++) work[s] += layer_work[l];
     }

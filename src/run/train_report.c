@@ -168,7 +168,6 @@ static void json_array(FILE *f, const char *name, const double *v, int n) {
 // precision (fgpipe plan --costs rebuilds the run's timetable from them), its spec, and
 // "measured": the same as the ops ran (their means over the run).
 static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
-    static const char *const names[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
     char schedule[CONFIG_NAME_MAX];
     fprintf(f, ", \"op_costs\": {\"schedule\": \"%s\", \"lag\": %d, \"select\": %d",
             config_choice_name("schedule", c->timetable.schedule, schedule),
@@ -177,10 +176,8 @@ static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
         const double *costs = measured ? r->measured_costs : r->op_costs;
         if (measured) fputs(", \"measured\": {", f);
         for (int k = 0; k < N_OP_COSTS; k++) {
-            fprintf(f, "%s\"%s\": [", measured && !k ? "" : ", ", names[k]);
-            for (int s = 0; s < r->stages; s++)
-                fprintf(f, "%s%.17g", s ? ", " : "", costs[k * r->stages + s]);
-            fputc(']', f);
+            fprintf(f, "%s\"%s\": ", measured && !k ? "" : ", ", op_cost_keys[k]);
+            fg_write_json_doubles(f, costs + k * r->stages, r->stages);
         }
     }
     fputs("}}", f);

@@ -7,6 +7,8 @@
 #include "perturbation.h"
 #include "progress.h"
 
+const char *const op_cost_keys[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
+
 // The timetable packs ops back to back, so it plans with their typical cost (the median), not
 // their best: a plan of best cases overruns on every stage it fills.
 enum { COST_ROUNDS = 5 };

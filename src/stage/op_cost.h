@@ -11,6 +11,8 @@
 
 // COST_ZERO: clearing the stage's gradient, which the step's first Bw (or B) op does.
 enum { COST_F, COST_BI, COST_BW, COST_U, COST_ZERO, N_OP_COSTS };
+// Their keys in summary.json's "op_costs" and fgpipe plan's JSON: "f", "bi", "bw", "u", "zero".
+extern const char *const op_cost_keys[N_OP_COSTS];
 
 // How the ops to time run: as in the pipeline, so that the plan's costs are the step's.
 typedef struct {
