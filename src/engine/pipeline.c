@@ -93,21 +93,24 @@ static void add_op_times(Pipeline *p, long step) {
     }
 }
 
+// The mean seconds of this stage's ops of `kind` so far, or `none` where none ran.
+static double mean_op_seconds(const StageTimetable *tt, OpKind kind, double none) {
+    return tt->op_count[kind] ? tt->op_seconds[kind] / tt->op_count[kind] : none;
+}
+
 void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
     const int M = p->tr->stages, s = p->tr->stage;
     const StageTimetable *tt = &p->tt;
-    for (int k = 0; k < N_OP_COSTS; k++) cost[k] = tt->costs[k * M + s];
+    const double *planned = tt->costs;
+    cost[COST_F] = mean_op_seconds(tt, OP_F, planned[COST_F * M + s]);
+    cost[COST_BI] = mean_op_seconds(tt, OP_BI, planned[COST_BI * M + s]);
+    cost[COST_BW] = mean_op_seconds(tt, OP_BW, planned[COST_BW * M + s]);
+    cost[COST_U] = mean_op_seconds(tt, OP_U, planned[COST_U * M + s]);
     cost[COST_ZERO] = 0.0;
-#define MEAN(kind) (tt->op_seconds[kind] / tt->op_count[kind])
-    if (tt->op_count[OP_F]) cost[COST_F] = MEAN(OP_F);
-    if (tt->op_count[OP_U]) cost[COST_U] = MEAN(OP_U);
-    if (tt->op_count[OP_BI]) cost[COST_BI] = MEAN(OP_BI);
-    if (tt->op_count[OP_BW]) cost[COST_BW] = MEAN(OP_BW);
-    if (tt->op_count[OP_B]) {
-        const double ratio = MEAN(OP_B) / (cost[COST_BI] + cost[COST_BW]);
+    if (tt->op_count[OP_B]) {  // a whole B: shared between Bi and Bw as planned
+        const double ratio = mean_op_seconds(tt, OP_B, 0.0) / (cost[COST_BI] + cost[COST_BW]);
         cost[COST_BI] *= ratio, cost[COST_BW] *= ratio;
     }
-#undef MEAN
 }
 
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,
