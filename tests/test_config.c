@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "run_plan.h"
 
 static void expect_error(Config *c, const char *key, const char *value, const char *needle) {
     FgError err = {0};
@@ -119,11 +120,41 @@ static void test_validate(void **state) {
     assert_non_null(strstr(err.msg, "min_lr"));
 }
 
+// What a run computes follows from its options: where fg's weight is 0 (mix at shrink 0) op F
+// runs without tangents, and every other fg+bp keeps them.
+static void test_run_plan_tangents(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    FgError err = {0};
+    const char *sets[][2] = {{"mode", "fg+bp"}, {"perturb", "activity"}, {"estimator", "auto"},
+                             {"shrink", "0"}, {"tangents", "2"}};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        assert_int_equal(config_set(&c, sets[i][0], sets[i][1], &err), FG_OK);
+    RunPlan r = run_plan(&c, 1);
+    assert_int_equal(r.estimator, EST_MIX);
+    assert_int_equal(r.tangents, 0);
+    assert_int_equal(r.keeps_inputs, 0);
+    assert_int_equal(r.sends_tangents, 0);
+    assert_int_equal(r.d_per_microbatch, 0);
+    assert_true(r.forms_estimate);  // op U still weighs c
+    c.method.shrink = 0.1;
+    r = run_plan(&c, 1);
+    assert_int_equal(r.tangents, 2);
+    assert_true(r.keeps_inputs && r.sends_tangents && r.d_per_sample);
+    c.method.shrink = 0, c.method.estimator = EST_CV;  // only mix is lean at shrink 0
+    assert_int_equal(run_plan(&c, 1).tangents, 2);
+    c.method.mode = MODE_BP;
+    r = run_plan(&c, 1);
+    assert_int_equal(r.tangents, 0);
+    assert_false(r.forms_estimate);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_values), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
-        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate),  cmocka_unit_test(test_run_plan_tangents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

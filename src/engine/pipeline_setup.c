@@ -44,7 +44,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     int N = c->training.micro_batches, B = c->training.micro_batch;
     double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
     LayerNeeds need = p->need;
-    int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + (p->K > 0);
+    int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
     // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
     // estimates) until the update.
     double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
@@ -75,7 +75,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     // memory, and so is a copy of the layer being computed on; the budget counts host and
     // device bytes alike.
     double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept +
-                  (double)p->largest * sizeof(float) * ((need.grad || p->K) + p->K);
+                  (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
                                    streams, work, &p->src, &next_step, err);
@@ -131,7 +131,7 @@ static void alloc_buffers(Pipeline *p) {
     if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
-    if (K) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
+    if (p->run.forms_estimate) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
@@ -292,7 +292,7 @@ static int calibrate_timetable(Pipeline *p, double *costs, FgError *err) {
 // never learn. Every rank sees the same timetable, so all of them refuse it alike.
 int pipeline_check_every_stage_learns(const Config *c, const Schedule *S, FgError *err) {
     const RunPlan run = run_plan(c, 1);
-    if (!run.tangents || !estimator_info(run.estimator)->base_is_c || run.shrink > 0) return FG_OK;
+    if (!run.forms_estimate || !estimator_info(run.estimator)->base_is_c || run.shrink > 0) return FG_OK;
     for (int t = 0; t < S->M; t++)
         if (!schedule_stage_bubbles(S, t).corrections)
             return fg_fail(err, FG_ERR_INPUT, "stage %d backpropagates no micro-batch (its "

@@ -118,7 +118,7 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         p->scalars[scalars_grad_norms(p) + l] =
             (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
     // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
-    float *tied = p->K ? NULL : tied_buffer(p, l);
+    float *tied = p->run.forms_estimate ? NULL : tied_buffer(p, l);
     if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
     if (update_in_backward(p) && !tied) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
@@ -275,6 +275,7 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // from earlier steps' scalars before this step's join them.
 static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d, double *rdots) {
     int N = p->run.all_microbatches, Nr = p->cfg->training.micro_batches, K = p->K, NK = N * K, inside = 0;
+    // Without tangents (mix at shrink 0) the estimate is c alone: no derivatives to weigh.
     int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
     PendingUpdate *u = &p->upd.pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
@@ -288,7 +289,7 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
                        rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
-    Estimator est = {kind, n_d / K, K, p->run.shrink};
+    Estimator est = {kind, K ? n_d / K : 0, K, p->run.shrink};
     float base;
     estimator_coefficients(&est, d, dotted ? rdots : NULL, u->coeff, &base);
     u->fg_weight = info->base_is_c ? est.shrink : 1.0f;  // mix weighs fg itself by s
@@ -299,7 +300,7 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
     // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
     if (u->ref_beta)
         cv_scale_observe(&p->upd.cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
-    u->base_kept = (float)inside / (float)NK;
+    u->base_kept = NK ? (float)inside / (float)NK : 0.0f;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
     // each part as old as its op's lag; 0 before the first): with shrink 0 the update is c.
@@ -317,7 +318,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     const Backend *be = p->be;
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
-    int with_fg = p->upd.want_stats && have_c && !p->run.keeps_inputs;
+    int with_fg = p->upd.want_stats && have_c && p->K && !p->run.keeps_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -424,6 +425,7 @@ int pipeline_apply_pending(Pipeline *p, FgError *err) {
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
     int N = p->run.all_microbatches, K = p->K, L = p->model->n_layers, rc;
+    int est = p->run.forms_estimate;  // else bp: the update is the gradient
     int have_c = c->method.mode == MODE_FG_BP && step >= p->upd.first_c_step;
     // fg+bp: a stage without corrections this step keeps its last c, which stays its
     // reference.
@@ -434,8 +436,8 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     PendingUpdate *u = &p->upd.pending;
     *u = (PendingUpdate){.active = !update_in_backward(p), .step = step, .lr = lr_at(&oc, step, total),
                          .clip = 1.0f, .coeff = u->coeff};
-    if (!K && (rc = tie_gradients(p, err))) return rc;
-    if (!K && p->run.grad_delay) delay_gradient(p, step);
+    if (!est && (rc = tie_gradients(p, err))) return rc;
+    if (!est && p->run.grad_delay) delay_gradient(p, step);
     // Every stage's store holds this step's version before any stage writes the next one, so
     // after a crash the stages' stores are at most one version apart (the resume goes back).
     if ((rc = p->src.flush(&p->src, err)) || (rc = sum_scalars(p, waited, err))) return rc;
@@ -443,15 +445,15 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     sum_layer_rows(p->scalars + scalars_grad_norms(p), NULL, L, 1, &c2);
     // guided before its first reference: plain fg (tangent 0 was random).
     EstimatorKind kind = p->run.guided && !p->upd.ref_active ? EST_FG : p->run.estimator;
-    float *d = K ? malloc((size_t)N * p->run.d_per_microbatch * sizeof(float)) : NULL;
-    double *rdots = K ? malloc((size_t)N * K * sizeof(double)) : NULL;
-    if (K) plan_estimate(p, kind, have_c, d, rdots);
+    float *d = est ? malloc((size_t)FG_MAX(N * p->run.d_per_microbatch, 1) * sizeof(float)) : NULL;
+    double *rdots = est ? malloc((size_t)FG_MAX(N * K, 1) * sizeof(double)) : NULL;
+    if (est) plan_estimate(p, kind, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (K && (tied || (p->run.keeps_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
-    if (!rc && K && tied) rc = tie_copies(p, err);
-    if (!rc && K && (oc.clip_norm > 0 || p->upd.want_stats)) rc = norm_pass(p, d, have_c, sums, err);
-    if (!K) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
+    if (est && (tied || (p->run.keeps_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (!rc && est && tied) rc = tie_copies(p, err);
+    if (!rc && est && (oc.clip_norm > 0 || p->upd.want_stats)) rc = norm_pass(p, d, have_c, sums, err);
+    if (!est) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
     if (!rc && oc.clip_norm > 0) u->clip = optimizer_clip_scale(&oc, sums[ROW_G2]);
     if (!rc && p->upd.want_stats) record_stats(p, sums, c2, have_c, d, kind == EST_CV ? rdots : NULL);
     free(d);

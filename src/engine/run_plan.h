@@ -9,7 +9,8 @@
 #include "perturbation.h"
 
 typedef struct {
-    int tangents;            // K per micro-batch; 0 in bp (no tangents at all)
+    int tangents;            // K per micro-batch; 0 in bp and where fg weighs 0 (no tangents)
+    int forms_estimate;      // op U forms an estimate (fg, fg+bp); bp applies its gradient
     int all_microbatches;    // R * N: the step's over every replica (they name the tangents)
     int keeps_inputs;        // F keeps layer inputs for U (activity, local losses): each
                              // replica forms the estimate of its own micro-batches

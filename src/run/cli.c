@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "run_plan.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -275,7 +276,9 @@ int cli_fail(const FgError *err) {
 // Replica 0's first stage describes the run.
 static void print_run(const Config *c) {
     char mode[CONFIG_NAME_MAX], tangents[64] = "";
-    if (c->method.mode != MODE_BP && c->method.local_groups)
+    if (c->method.mode != MODE_BP && !run_plan(c, 1).tangents)
+        snprintf(tangents, sizeof tangents, " (no tangents: shrink = 0 weighs fg by 0)");
+    else if (c->method.mode != MODE_BP && c->method.local_groups)
         snprintf(tangents, sizeof tangents, " (K=%d tangents, local losses: %d groups per hidden "
                  "layer)", c->method.tangents, c->method.local_groups);
     else if (c->method.mode != MODE_BP)

@@ -192,7 +192,7 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             config_choice_name("mode", c->method.mode, mode),
             c->method.mode == MODE_BP ? "none" : config_choice_name("perturb", c->method.perturb, perturb),
             c->method.mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
-            c->method.shrink, c->method.mode == MODE_BP ? 0 : c->method.tangents, r->stages,
+            c->method.shrink, run_plan(c, 1).tangents, r->stages,
             r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
