@@ -13,6 +13,8 @@
 #   bp-gpipe, bp-1f1b, bp-zb   the main job's config with mode = bp and that schedule
 #   fg                         launch/configs/fashion-mnist-mlp-fg.conf (local losses)
 #   fg+bp                      the main job (launch/configs/fashion-mnist-mlp-fgbp.conf)
+#   fg+bp-all                  the main job with every micro-batch backpropagated a step late
+#                              (select = 4 = micro_batches, lag = 1: no fill/drain bubble)
 #
 # With fewer cores than ranks the runs are oversubscribed: their accuracy per step is the
 # M-stage pipeline's (bp and fg are bitwise the same on any M; fg+bp's timetable is planned
@@ -52,6 +54,7 @@ rows=(
   "bp-zb|$main|mode=bp schedule=zb|bp-zb"
   "fg|$fg|$fg_sets|fg"
   "fg+bp|$main|$fgbp_sets|fg+bp"
+  "fg+bp-all|$main|$fgbp_sets select=4 lag=1|fg+bp"
 )
 measured=$([ "$stages" -le "$(nproc)" ] && echo 1 || echo 0)
 want=("$@")

@@ -65,6 +65,7 @@ typedef struct {
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
     int lags_kept;            // weight versions kept for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
+    char choice[256];         // why this timetable, where the run chose one (or "")
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned
                               // with (op_cost.h; F calibrated where the run calibrates)
@@ -183,6 +184,12 @@ int pipeline_stage_costs(Stage *st, const Config *cfg, int stage, int replicas,
 // The timetable spec of cfg on M stages with op costs costs[kind * M + stage] (pointers into
 // costs): schedule_build_clearing(&spec, costs + COST_ZERO * M, ...) is the run's timetable.
 ScheduleSpec pipeline_schedule_spec(const Config *cfg, int M, const double *costs);
+// The run's timetable for costs (op_cost.h's [kind * M + stage]) into out: the one of its spec
+// (without_b: fg+bp's without B ops), or, for fg+bp with select = -1 and c alone, the candidate
+// with the most exact micro-batches per second weighed by lag (timetable_choice.c), with the
+// figures behind the choice in why ("" where there was none; why may be NULL).
+int pipeline_build_timetable(const Config *cfg, int M, const double *costs, int without_b,
+                             Schedule *out, char *why, size_t why_size, FgError *err);
 
 // This stage's ops as they ran, in op_cost's kinds: the mean seconds of each kind over the
 // run's steps after its first 3 (B split into Bi and Bw in the planned ratio; a kind that never

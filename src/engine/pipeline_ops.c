@@ -225,7 +225,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
         // here and over each stage's own corrections in op U.
         float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
-        int n = c->method.mode == MODE_BP ? N : c->timetable.select >= 0 ? c->timetable.select : 1;
+        int n = c->method.mode == MODE_BP ? N : p->tt.sched.select >= 0 ? p->tt.sched.select : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)rows * C);
     }

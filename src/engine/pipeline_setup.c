@@ -191,9 +191,8 @@ static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
 // The deterministic builder turns identical costs into identical timetables, on every rank.
 // without_b: fg+bp's timetable without B ops (for the calibration).
 static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
-    ScheduleSpec spec = pipeline_schedule_spec(p->cfg, p->tr->stages, costs);
-    if (without_b) spec.lag = spec.select = 0;
-    return schedule_build_clearing(&spec, costs + COST_ZERO * spec.M, &p->tt.sched, err);
+    return pipeline_build_timetable(p->cfg, p->tr->stages, costs, without_b, &p->tt.sched,
+                                    p->tt.choice, sizeof p->tt.choice, err);
 }
 
 ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs) {

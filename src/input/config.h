@@ -54,6 +54,8 @@ typedef struct {
     int grad_delay;        // bp: steps each gradient waits before its update
     int calibrate_steps;   // fg+bp on M > 1 stages: timed steps of F ops before planning
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
+    double lag_cost;       // fg+bp, select = -1, c alone: progress a correction loses per step
+                           // of lag, in the choice of timetable (pipeline_build_timetable)
 } TimetableConfig;
 
 // Where the stages run and what they may hold.

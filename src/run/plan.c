@@ -176,9 +176,9 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         const CostSet *cs = &sets[planned[i].set];
         Config c = cs->cfg;
         if (planned[i].schedule && (rc = config_set(&c, "schedule", planned[i].schedule, err))) break;
-        const ScheduleSpec spec = pipeline_schedule_spec(&c, M, cs->costs);
         Schedule S;
-        if ((rc = schedule_build_clearing(&spec, cs->costs + COST_ZERO * M, &S, err))) break;
+        char choice[256];
+        if ((rc = pipeline_build_timetable(&c, M, cs->costs, 0, &S, choice, sizeof choice, err))) break;
         Figures fig;
         figures_of(&S, cs, &fig);
         fprintf(out, "%-9s %9.3f %6.1f%%", schedule_mode_name(S.mode), 1e3 * fig.step, 100 * fig.bubble);
@@ -186,6 +186,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         print_list(out, fig.activations, M, 1048576.0, "%.2f", M <= 8 ? 6 * M : 13);
         print_list(out, fig.sent, M, 1048576.0, "%.2f", 0);
         fputc('\n', out);
+        if (choice[0]) fprintf(out, "          (%s)\n", choice);
         FgError why = {0};
         if (pipeline_check_every_stage_learns(&c, &S, &why))
             fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);

@@ -101,6 +101,7 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
             StageBubbles b = schedule_stage_bubbles(S, s);
             fprintf(stderr, " %g (lag %d)", (double)b.corrections / S->n_phases, b.max_lag);
         }
+        if (p->tt.choice[0]) fprintf(stderr, "\nfgpipe: timetable chosen by %s", p->tt.choice);
     }
     fputc('\n', stderr);
 }
