@@ -131,16 +131,10 @@ static void alloc_buffers(Pipeline *p) {
     if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
-    if (p->run.forms_estimate) p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
+    if (p->run.forms_estimate)
+        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
     if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
-}
-
-static ScheduleMode schedule_mode(const Config *c) {
-    static const ScheduleMode bp[] = {[SCHEDULE_GPIPE] = SCHED_BP_GPIPE,
-                                      [SCHEDULE_1F1B] = SCHED_BP_1F1B, [SCHEDULE_ZB] = SCHED_BP_ZB};
-    if (c->method.mode == MODE_BP) return bp[c->timetable.schedule];
-    return c->method.mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
 }
 
 typedef struct {
@@ -193,13 +187,6 @@ static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
 static int build_timetable(Pipeline *p, const double *costs, int without_b, FgError *err) {
     return pipeline_build_timetable(p->cfg, p->tr->stages, costs, without_b, &p->tt.sched,
                                     p->tt.choice, sizeof p->tt.choice, err);
-}
-
-ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs) {
-    const int select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
-    return (ScheduleSpec){M, c->training.micro_batches, schedule_mode(c), config_timetable_lag(c),
-                          select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
-                          costs + COST_U * M};
 }
 
 // What the timetable asks of this stage: which F ops keep stashes, where its B and Bi ops send

@@ -12,6 +12,20 @@
 
 #include "pipeline_internal.h"
 
+static ScheduleMode schedule_mode(const Config *c) {
+    static const ScheduleMode bp[] = {[SCHEDULE_GPIPE] = SCHED_BP_GPIPE,
+                                      [SCHEDULE_1F1B] = SCHED_BP_1F1B, [SCHEDULE_ZB] = SCHED_BP_ZB};
+    if (c->method.mode == MODE_BP) return bp[c->timetable.schedule];
+    return c->method.mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
+}
+
+ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs) {
+    const int select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
+    return (ScheduleSpec){M, c->training.micro_batches, schedule_mode(c), config_timetable_lag(c),
+                          select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
+                          costs + COST_U * M};
+}
+
 // Exact micro-batches per second of timetable S, weighed by their lag; 0 if a stage has none.
 static double weighed_exact_rate(const Schedule *S, double lag_cost) {
     double sum = 0.0;
