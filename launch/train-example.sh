@@ -2,8 +2,9 @@
 # The main job: build, then train a 9-layer MLP on Fashion-MNIST as a 4-stage pipeline (one MPI
 # rank per stage) with forward gradients corrected by backprop in the pipeline bubbles
 # (launch/configs/fashion-mnist-mlp-fgbp.conf: fg+bp with activity perturbation and the mix
-# estimator; the default select=-1 backpropagates as many micro-batches per stage as fit the
-# stage's idle time, and prints how many). The last stage prints progress and the final test
+# estimator at shrink 0; select=-1 fills the stages' idle time or backprops every micro-batch at
+# a lag, whichever gives more exact samples per second, and prints its choice and how many
+# micro-batches each stage backprops). The last stage prints progress and the final test
 # accuracy; out/example/ gets the resolved config, the loss per step, a summary and the
 # timeline of the last step (out/example/trace.json: open it in Perfetto).
 # Extra arguments go to `fgpipe train`, e.g. --set epochs=5 or --set mode=bp.
