@@ -6,6 +6,9 @@
 #   mix (activity, weight, local losses), shrink 0: this step's c, made at lag L  -> delay L
 #   cv, shrink 0 or 1, lag 0: the step's micro-batches are all exact             -> delay 0
 #   cv, shrink 0, lag L > 0: its reference, the c of the step before (dotted in F) -> delay L + 1
+# select = -1 with c alone chooses its timetable (timetable_choice.c); at max_lag 0 every
+# candidate that corrects every stage backprops all micro-batches at lag 0 (bp-zb's timetable or
+# fg+bp's): bp's weights whichever it chose.
 # Reference and candidate share the 1F1B order of micro-batches 0..N-1 per stage, hence the
 # same float accumulation order: losses and parameters must be byte-identical, on 1 and on
 # several stages, for the MLP and the GPT (its tied embedding summed across the end stages).
@@ -61,12 +64,14 @@ cases=(
   "mlp|mix-local-G4-K2-lag1|4|1|lag=1 estimator=mix shrink=0 perturb=activity local_groups=4 tangents=2"
   "mlp|mix-activity-lag2|4|2|lag=2 estimator=mix shrink=0 perturb=activity"
   "mlp|cv-shrink0-lag1|4|2|lag=1 estimator=cv shrink=0 perturb=weight"
+  "mlp|mix-chosen-lag0|2|0|select=-1 max_lag=0 lag_cost=10 estimator=mix shrink=0 perturb=activity"
   "gpt|mix-activity|1|0|lag=0 estimator=mix shrink=0 perturb=activity"
   "gpt|mix-activity|3|0|lag=0 estimator=mix shrink=0 perturb=activity"
   "gpt|mix-weight|3|0|lag=0 estimator=mix shrink=0 perturb=weight"
   "gpt|cv|3|0|lag=0 estimator=cv perturb=weight"
   "gpt|mix-activity-lag1|3|1|lag=1 estimator=mix shrink=0 perturb=activity"
   "gpt|mix-weight-lag2|2|2|lag=2 estimator=mix shrink=0 perturb=weight"
+  "gpt|mix-chosen-lag0|3|0|select=-1 max_lag=0 lag_cost=10 estimator=mix shrink=0 perturb=activity"
 )
 for model in mlp gpt; do
   for delay in 0 1 2; do run $model "$model-bp-delay$delay" 1 mode=bp schedule=1f1b grad_delay=$delay; done

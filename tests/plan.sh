@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fgpipe plan: from a run's summary.json (--costs) it rebuilds that run's timetable exactly
 # (the same ops at the same planned times as the run's trace.json, the same step), for fg+bp's
-# auto timetable and for bp-zb; without one it plans every schedule for more stages than this
+# auto timetable, the one fg+bp chose with c alone, and for bp-zb; without one it plans every schedule for more stages than this
 # machine has cores; bad costs files are refused with a message naming the problem.
 # usage: plan.sh FGPIPE CONFIG
 . "$(dirname "$0")/lib.sh" "$@"
@@ -34,7 +34,7 @@ def of_plan(o):
 planned = sorted(of_plan(o) for o in s["ops"])
 ran = sorted((e["name"], e["tid"], e["args"]["phase"], e["ts"], e["dur"]) for e in events)
 problems = []
-if trace["otherData"]["mode"] != name.split("-")[0] and trace["otherData"]["mode"] != name:
+if trace["otherData"]["mode"] not in (name, name.split("-")[0], s["timetable"]):
     problems.append(f"the trace is of {trace['otherData']['mode']}")
 if len(planned) != len(ran):
     problems.append(f"{len(planned)} ops planned, the run's timetable has {len(ran)}")
@@ -51,6 +51,12 @@ PY
 
 run_and_plan fgbp mode=fg+bp shrink=0.5
 verdict "fg+bp (auto) on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable fgbp fg+bp)"
+run_and_plan fgbp0 mode=fg+bp perturb=activity estimator=mix shrink=0
+verdict "fg+bp with c alone: plan --costs rebuilds the timetable the run chose" "$(same_timetable fgbp0 fg+bp)"
+ran=$(grep -o 'timetable chosen by c alone: .*' "$dir/fgbp0.log" | sed 's/.*: //')
+planned=$(grep -o '(c alone: .*)' "$dir/fgbp0.plan.txt" | sed 's/.*: //; s/)$//')
+verdict "fg+bp with c alone: the run and its plan name the same choice" \
+  "$([ -n "$ran" ] && [ "$ran" = "$planned" ] || echo "run chose '$ran', plan '$planned'")"
 run_and_plan zb mode=bp schedule=zb
 verdict "bp-zb on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable zb bp-zb)"
 grep -qF "fg+bp op costs (as planned in $dir/fgbp.json)" "$dir/fgbp.plan.txt" &&

@@ -60,14 +60,15 @@ static void test_chooses_the_best_candidate(void **state) {
             FgError err = {0};
             assert_int_equal(pipeline_build_timetable(&c, M, costs, 0, &chosen, why, sizeof why, &err), FG_OK);
             ScheduleSpec spec = pipeline_schedule_spec(&c, M, costs);
-            spec.select = chosen.select, spec.lag = chosen.lag;
+            spec.mode = chosen.mode, spec.select = chosen.select, spec.lag = chosen.lag;
             if (schedule_check(&chosen, &spec, &err)) fail_msg("%s", err.msg);
             assert_non_null(strstr(why, "c alone"));
             double best = rate(&chosen, lag_costs[i]);
             assert_true(best > 0);  // every stage learns
-            for (int lag = 0; lag <= 2; lag++) {
+            for (int lag = -1; lag <= 2; lag++) {  // -1: bp-zb's timetable
                 Config all = c;
-                all.timetable.select = 4, all.timetable.lag = lag;
+                all.timetable.select = 4, all.timetable.lag = lag < 0 ? 0 : lag;
+                if (lag < 0) all.method.mode = MODE_BP, all.timetable.schedule = SCHEDULE_ZB;
                 Schedule S;
                 assert_int_equal(pipeline_build_timetable(&all, M, costs, 0, &S, NULL, 0, &err), FG_OK);
                 assert_true(rate(&S, lag_costs[i]) <= best * (1 + 1e-12));
@@ -77,8 +78,8 @@ static void test_chooses_the_best_candidate(void **state) {
         }
 }
 
-// Lag weighs: with lag free (lag_cost 0) a lag-1 timetable that fills the bubbles beats lag 0
-// on these costs; made expensive, lag 0 wins.
+// Lag weighs: with lag free (lag_cost 0) a timetable with lags beats lag 0 on these costs; made
+// expensive, lag 0 wins, and at lag 0 bp-zb's interleaved timetable beats fg+bp's.
 static void test_lag_cost_moves_the_choice(void **state) {
     (void)state;
     double costs[N_OP_COSTS * M];
@@ -91,10 +92,10 @@ static void test_lag_cost_moves_the_choice(void **state) {
     int free_lag = 0;
     for (int s = 0; s < M; s++) free_lag = FG_MAX(free_lag, schedule_stage_bubbles(&S, s).max_lag);
     schedule_free(&S);
-    c.timetable.lag_cost = 10.0;
+    c.timetable.lag_cost = 10.0;  // lag 0: bp-zb's timetable, shorter than fg+bp's at lag 0
     assert_int_equal(pipeline_build_timetable(&c, M, costs, 0, &S, NULL, 0, &err), FG_OK);
-    assert_int_equal(S.select, 4);
-    assert_int_equal(S.lag, 0);
+    assert_int_equal(S.mode, SCHED_BP_ZB);
+    for (int s = 0; s < M; s++) assert_int_equal(schedule_stage_bubbles(&S, s).corrections, 4);
     schedule_free(&S);
     assert_true(free_lag >= 1);
 }

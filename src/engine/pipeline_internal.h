@@ -31,6 +31,13 @@ typedef struct Lane {
 static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
     return p->tr->replica * p->cfg->training.micro_batches + mb;
 }
+// The micro-batches c is the mean of where the timetable fixes them on every stage: bp's
+// timetables all N, fg+bp's explicit select n (also where select = -1 chose one); 0 where each
+// stage averages its own corrections of the step (fg+bp's auto timetable).
+static inline int pipeline_fixed_corrections(const Pipeline *p) {
+    const Schedule *S = &p->tt.sched;
+    return S->mode != SCHED_FG_BP ? S->N : S->select >= 0 ? S->select : 0;
+}
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
 // The timetable's phase of a step.

@@ -205,7 +205,6 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     const Backend *be = p->be;
     // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
     int rows = c->training.micro_batch * p->model->tokens, C = p->model->classes;
-    int N = c->training.micro_batches;
     int mb = a->microbatch;
     gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels);
     be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows);
@@ -225,7 +224,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
         // here and over each stage's own corrections in op U.
         float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
-        int n = c->method.mode == MODE_BP ? N : p->tt.sched.select >= 0 ? p->tt.sched.select : 1;
+        int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
         be->scale(be, dz, scale, dz, (size_t)rows * C);
     }

@@ -108,7 +108,7 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // fg+bp auto: c is the mean of the stage's corrections; the scale rides on c's readers
     // (a pass over the stage's weights saved).
     if (fresh && p->cfg->method.mode == MODE_FG_BP)
-        p->upd.c_scale = p->tt.sched.select < 0 ? 1.0f / (float)p->upd.weight_lanes : 1.0f;
+        p->upd.c_scale = pipeline_fixed_corrections(p) ? 1.0f : 1.0f / (float)p->upd.weight_lanes;
     if (fresh && s->kept != s->grad && s->kept) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;

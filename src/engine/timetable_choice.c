@@ -7,7 +7,10 @@
 // 1 / (1 + lag_cost x the lag of its stage's ops): in the small-batch regime (the batch well
 // below the gradient-noise scale, as on the main job) a step's progress grows with the samples
 // in its gradient, and a stale gradient buys less (lag_cost, measured). A stage without a
-// correction never learns: such a timetable is no candidate.
+// correction never learns: such a timetable is no candidate. Every micro-batch at lag 0 is
+// bp's gradient, so bp-zb's timetable (the shortest bp one) is a candidate too: run in fg+bp
+// mode it gives bp-zb's weights bit for bit (c is scaled as bp scales its gradient).
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "pipeline_internal.h"
@@ -41,26 +44,38 @@ static int weighs_c_alone(const Config *c) {
     return c->method.mode == MODE_FG_BP && c->timetable.select < 0 && !run_plan(c, 1).tangents;
 }
 
+// Appends to a why-line of `size` bytes (NULL: none), which holds *len characters.
+static void append(char *why, size_t size, size_t *len, const char *fmt, ...) {
+    if (!why || *len >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(why + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n;
+}
+
 int pipeline_build_timetable(const Config *c, int M, const double *costs, int without_b,
                              Schedule *out, char *why, size_t why_size, FgError *err) {
     ScheduleSpec spec = pipeline_schedule_spec(c, M, costs);
     if (without_b) spec.lag = spec.select = 0;
+    size_t len = 0;
     if (why && why_size) why[0] = '\0';
     int rc = schedule_build_clearing(&spec, costs + COST_ZERO * M, out, err);
     if (rc || without_b || !weighs_c_alone(c)) return rc;
     const double lag_cost = c->timetable.lag_cost;
     double best = weighed_exact_rate(out, lag_cost);
-    int n = why ? snprintf(why, why_size, "c alone: exact micro-batches per second (weighed by "
-                           "lag): auto %.0f", best) : 0;
-    // Every micro-batch at each lag the run allows: the explicit timetable, as select = N.
-    for (int lag = 0; lag <= c->timetable.max_lag && !rc; lag++) {
+    append(why, why_size, &len, "c alone: exact micro-batches per second (weighed by lag): auto %.0f", best);
+    // Every micro-batch at lag 0 is bp: bp-zb's interleaved timetable first (ties go to it),
+    // then fg+bp's explicit timetable, as select = N, at each lag the run allows.
+    for (int lag = -1; lag <= c->timetable.max_lag && !rc; lag++) {
         ScheduleSpec all = spec;
         all.select = spec.N, all.lag = lag;
+        if (lag < 0) all.mode = SCHED_BP_ZB, all.select = -1, all.lag = 0;
         Schedule S;
         if ((rc = schedule_build_clearing(&all, costs + COST_ZERO * M, &S, err))) break;
         double rate = weighed_exact_rate(&S, lag_cost);
-        if (why && n >= 0 && (size_t)n < why_size)
-            n += snprintf(why + n, why_size - (size_t)n, ", all %d at lag %d %.0f", spec.N, lag, rate);
+        if (lag < 0) append(why, why_size, &len, ", bp-zb's timetable %.0f", rate);
+        else append(why, why_size, &len, ", all %d at lag %d %.0f", spec.N, lag, rate);
         if (rate > best) {
             schedule_free(out);
             *out = S, best = rate;
@@ -68,10 +83,12 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
             schedule_free(&S);
         }
     }
-    if (rc) schedule_free(out);
-    if (!rc && why && n >= 0 && (size_t)n < why_size && out->select < 0)
-        snprintf(why + n, why_size - (size_t)n, ": auto");
-    else if (!rc && why && n >= 0 && (size_t)n < why_size)
-        snprintf(why + n, why_size - (size_t)n, ": all at lag %d", out->lag);
-    return rc;
+    if (rc) {
+        schedule_free(out);
+        return rc;
+    }
+    if (out->mode == SCHED_BP_ZB) append(why, why_size, &len, ": bp-zb's timetable");
+    else if (out->select < 0) append(why, why_size, &len, ": auto");
+    else append(why, why_size, &len, ": all at lag %d", out->lag);
+    return FG_OK;
 }

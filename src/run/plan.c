@@ -148,9 +148,12 @@ static void json_list(FILE *f, const char *name, const double *v, int n) {
     fg_write_json_doubles(f, v, n);
 }
 
-static void json_schedule(FILE *f, int first, const Schedule *S, const Figures *fig) {
-    fprintf(f, "%s\n  {\"schedule\": \"%s\", \"step_seconds\": %.17g, \"bubble\": %.6f, \"n_phases\": %d",
-            first ? "" : ",", schedule_mode_name(S->mode), fig->step, fig->bubble, S->n_phases);
+// name: the row's (fg+bp's row keeps its name when c alone chose another timetable, named by
+// "timetable").
+static void json_schedule(FILE *f, int first, const char *name, const Schedule *S, const Figures *fig) {
+    fprintf(f, "%s\n  {\"schedule\": \"%s\", \"timetable\": \"%s\", \"step_seconds\": %.17g, "
+            "\"bubble\": %.6f, \"n_phases\": %d", first ? "" : ",", name, schedule_mode_name(S->mode),
+            fig->step, fig->bubble, S->n_phases);
     json_list(f, "b_ops", fig->b_ops, S->M);
     json_list(f, "activation_bytes", fig->activations, S->M);
     json_list(f, "sent_bytes", fig->sent, S->M);
@@ -181,7 +184,8 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         if ((rc = pipeline_build_timetable(&c, M, cs->costs, 0, &S, choice, sizeof choice, err))) break;
         Figures fig;
         figures_of(&S, cs, &fig);
-        fprintf(out, "%-9s %9.3f %6.1f%%", schedule_mode_name(S.mode), 1e3 * fig.step, 100 * fig.bubble);
+        const char *name = planned[i].set == SET_FG_BP ? "fg+bp" : schedule_mode_name(S.mode);
+        fprintf(out, "%-9s %9.3f %6.1f%%", name, 1e3 * fig.step, 100 * fig.bubble);
         print_list(out, fig.b_ops, M, 1.0, "%g", M <= 8 ? 4 * M : 9);
         print_list(out, fig.activations, M, 1048576.0, "%.2f", M <= 8 ? 6 * M : 13);
         print_list(out, fig.sent, M, 1048576.0, "%.2f", 0);
@@ -190,7 +194,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         FgError why = {0};
         if (pipeline_check_every_stage_learns(&c, &S, &why))
             fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);
-        if (json) json_schedule(json, i == 0, &S, &fig);
+        if (json) json_schedule(json, i == 0, name, &S, &fig);
         schedule_free(&S);
     }
     return rc;

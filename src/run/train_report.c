@@ -83,7 +83,7 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
     const Schedule *S = &p->tt.sched;
     ScheduleStats st = schedule_stats(S);
     const char *off = pipeline_calibration_off(p);
-    if (S->mode == SCHED_FG_BP && M > 1) {
+    if (p->cfg->method.mode == MODE_FG_BP && M > 1) {
         if (!off)
             fprintf(stderr, "\nfgpipe: F ms per stage timed over %d calibration steps:",
                     p->cfg->timetable.calibrate_steps);
@@ -101,8 +101,8 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
             StageBubbles b = schedule_stage_bubbles(S, s);
             fprintf(stderr, " %g (lag %d)", (double)b.corrections / S->n_phases, b.max_lag);
         }
-        if (p->tt.choice[0]) fprintf(stderr, "\nfgpipe: timetable chosen by %s", p->tt.choice);
     }
+    if (p->tt.choice[0]) fprintf(stderr, "\nfgpipe: timetable chosen by %s", p->tt.choice);
     fputc('\n', stderr);
 }
 
