@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config        # C11 toolchain and build
   zlib1g-dev libcmocka-dev                 # gzip IDX files, unit tests
+  libpcre2-dev curl ca-certificates nodejs # GPT-2's BPE pre-tokenizer; its vocabulary and
+                                           # reference encoder (launch/gpt2-vocab.sh, tests/bpe.sh)
   libopenblas-dev libopenblas-openmp-dev   # GEMM (the OpenMP build shares our thread pool)
   openmpi-bin libopenmpi-dev               # pipeline ranks
   libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump

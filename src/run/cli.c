@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "run_plan.h"
+#include "tokenize.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -52,6 +53,9 @@ static void usage(FILE *f) {
             "  samples N bytes (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
             "  temperature 0 takes the most likely byte; top-k 0 samples among all 256\n"
             "\n"
+            "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR] [--decode]\n"
+            "  GPT-2's byte-level BPE: UTF-8 text -> little-endian uint16 tokens (--decode: back);\n"
+            "  DIR holds encoder.json and vocab.bpe (default data/gpt2: launch/gpt2-vocab.sh)\n\n"
             "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
             "                   [--measured]] [--json FILE]\n"
             "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
@@ -249,6 +253,8 @@ int cli_parse(int argc, char **argv, RunArgs *a) {
     *a = (RunArgs){0};
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return parse_generate(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
+    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
+        return tokenize_command(argc - 2, argv + 2, &err) ? cli_fail(&err) : 0;
     if (argc >= 2 && strcmp(argv[1], "plan") == 0)
         return parse_plan(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
     if (argc >= 2 && strcmp(argv[1], "train") == 0) {
