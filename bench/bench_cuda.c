@@ -108,7 +108,7 @@ static double samples_per_s(const Backend *be, const char *model, int rows, int 
     be->upload(be, p, host, n * sizeof(float));
     float *x = backend_alloc_floats(be, (size_t)rows * m.in_features), *dz = backend_alloc_floats(be, (size_t)rows * m.classes);
     float *stash = fg ? NULL : backend_alloc_floats(be, stage_stash_floats(&st, rows));
-    uint8_t *labels = be->alloc(be, (size_t)rows);
+    Label *labels = be->alloc(be, (size_t)rows * sizeof(Label));
     OptimizerConfig oc = {.kind = OPT_ADAM, .lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
     int steps = 0;
     double t0 = 0;

@@ -5,7 +5,7 @@
 
 // Per row r, with loss_math.h's formulas (loss.c's): out[r] = loss_r, out[B + r] = hit_r,
 // out[2B + k*B + r] = (p_r - e_label) . zdot_k,r; dz (when not NULL) = (p - e_label) / B.
-__global__ void loss_rows_kernel(const float *z, const float *zdot, const uint8_t *labels, int B,
+__global__ void loss_rows_kernel(const float *z, const float *zdot, const Label *labels, int B,
                                  int C, int K, double *out, float *dz) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= B) return;
@@ -21,7 +21,7 @@ __global__ void loss_rows_kernel(const float *z, const float *zdot, const uint8_
 }
 
 // d: the mean over rows per k; d_rows (instead): each row's value.
-static float loss_rows(const Backend *be, const float *z, const float *zdot, const uint8_t *labels,
+static float loss_rows(const Backend *be, const float *z, const float *zdot, const Label *labels,
                        int B, int C, int K, float *d, float *d_rows, float *dz, int *correct) {
     double *rows = cuda_partials(be, (size_t)(2 + K) * B);
     loss_rows_kernel<<<(B + 127) / 128, 128, 0, cuda_ctx(be)->stream>>>(z, zdot, labels, B, C, K, rows, dz);
@@ -41,22 +41,22 @@ static float loss_rows(const Backend *be, const float *z, const float *zdot, con
     return (float)(loss / B);
 }
 
-float cuda_loss_forward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+float cuda_loss_forward(const Backend *be, const float *logits, const Label *labels, int B,
                         int C, int *correct) {
     return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, NULL, correct);
 }
 
 float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
-                    const uint8_t *labels, int B, int C, int K, float *d) {
+                    const Label *labels, int B, int C, int K, float *d) {
     return loss_rows(be, logits, zdot, labels, B, C, K, d, NULL, NULL, NULL);
 }
 
 float cuda_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
-                         const uint8_t *labels, int B, int C, int K, float *d_rows) {
+                         const Label *labels, int B, int C, int K, float *d_rows) {
     return loss_rows(be, logits, zdot, labels, B, C, K, NULL, d_rows, NULL, NULL);
 }
 
-float cuda_loss_backward(const Backend *be, const float *logits, const uint8_t *labels, int B,
+float cuda_loss_backward(const Backend *be, const float *logits, const Label *labels, int B,
                          int C, float *dz) {
     return loss_rows(be, logits, NULL, labels, B, C, 0, NULL, NULL, dz, NULL);
 }

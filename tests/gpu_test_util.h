@@ -121,7 +121,7 @@ typedef struct {
 } ModelRun;
 
 static inline ModelRun run_model(const Backend *be, const Model *m, const float *params, int B,
-                                 const float *x, const uint8_t *labels, int K) {
+                                 const float *x, const Label *labels, int K) {
     ModelRun out = {0};
     FgError err = {0};
     Stage st;
@@ -132,10 +132,10 @@ static inline ModelRun run_model(const Backend *be, const Model *m, const float 
     float *g = backend_alloc_floats(be, m->n_params), *stash = backend_alloc_floats(be, stage_stash_floats(&st, B));
     float *dz = backend_alloc_floats(be, (size_t)rows * C), *g2 = backend_alloc_floats(be, m->n_params);
     float *adj = backend_alloc_floats(be, stage_adjoint_floats(&st, B));
-    uint8_t *lab = be->alloc(be, (size_t)rows);
+    Label *lab = be->alloc(be, (size_t)rows * sizeof(Label));
     be->upload(be, p, params, m->n_params * sizeof(float));
     be->upload(be, xd, x, nx * sizeof(float));
-    be->upload(be, lab, labels, (size_t)rows);
+    be->upload(be, lab, labels, (size_t)rows * sizeof(Label));
     const float *y, *ydot;
     stage_forward(&st, p, NULL, xd, NULL, B, stash, &y, NULL);
     out.loss = be->loss_backward(be, y, lab, rows, C, dz);
@@ -160,7 +160,7 @@ static inline ModelRun run_model(const Backend *be, const Model *m, const float 
 // The GPU's run of a whole model against the CPU's: gradients within tol relative, the loss
 // within tol / 10 relative, each d_k within tol relative to max(1, |d_k|).
 static inline void compare_model(const Model *m, const float *params, int B, const float *x,
-                                 const uint8_t *labels, int K, double tol, const char *what) {
+                                 const Label *labels, int K, double tol, const char *what) {
     assert_true(K <= 8);
     ModelRun c = run_model(cpu, m, params, B, x, labels, K), g = run_model(&gpu, m, params, B, x, labels, K);
     double e = rel_error(g.grad, c.grad, m->n_params);

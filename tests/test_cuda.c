@@ -122,13 +122,13 @@ static void test_loss(void **state) {
     int B = 37, C = 10, K = 3;
     float *z = random_floats((size_t)B * C, 5), *zdot = random_floats((size_t)K * B * C, 6);
     for (int i = 0; i < B * C; i++) z[i] *= 5.0f;
-    uint8_t labels[37];
-    for (int r = 0; r < B; r++) labels[r] = (uint8_t)((r * 7) % C);
+    Label labels[37];
+    for (int r = 0; r < B; r++) labels[r] = (Label)((r * 7) % C);
     float *dz = fg_alloc_floats((size_t)B * C), d[3], gd[3];
     float *g_z = on_gpu(z, (size_t)B * C), *g_zdot = on_gpu(zdot, (size_t)K * B * C);
     float *g_dz = backend_alloc_floats(&gpu, (size_t)B * C);
-    uint8_t *g_labels = gpu.alloc(&gpu, (size_t)B);
-    gpu.upload(&gpu, g_labels, labels, (size_t)B);
+    Label *g_labels = gpu.alloc(&gpu, (size_t)B * sizeof(Label));
+    gpu.upload(&gpu, g_labels, labels, (size_t)B * sizeof(Label));
     int hits, ghits;
     float want = cpu->loss_forward(cpu, z, labels, B, C, &hits);
     float got = gpu.loss_forward(&gpu, g_z, g_labels, B, C, &ghits);
@@ -164,8 +164,8 @@ static void test_whole_model(void **state) {
         float *params = fg_alloc_floats(m.n_params);
         model_init_params(&m, params, 1);
         float *x = random_floats((size_t)B * 784, 7);
-        uint8_t labels[B];
-        for (int r = 0; r < B; r++) labels[r] = (uint8_t)(r % 10);
+        Label labels[B];
+        for (int r = 0; r < B; r++) labels[r] = (Label)(r % 10);
         compare_model(&m, params, B, x, labels, K, 1e-4, acts[a]);
         fg_free(params), fg_free(x);
     }

@@ -53,8 +53,8 @@ static void test_whole_gpt(void **state) {
         Rng r = {99 + s};
         for (size_t i = 0; i < m.n_params; i++) params[i] += 0.1f * rng_uniform(&r);
         float *x = fg_alloc_floats((size_t)B * T);
-        uint8_t *labels = fg_alloc_bytes((size_t)B * T);
-        for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (uint8_t)rng_int(&r, 0, 255);
+        Label *labels = fg_alloc_bytes((size_t)B * T * sizeof(Label));
+        for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (Label)rng_int(&r, 0, 255);
         char what[64];
         snprintf(what, sizeof what, "gpt n_layer=%d C=%d H=%d T=%d", shapes[s][0], shapes[s][1], shapes[s][2], T);
         compare_model(&m, params, B, x, labels, K, TOL, what);
@@ -85,9 +85,9 @@ static void test_precisions(void **state) {
         if (!(e <= tols[i] && e > 0.0)) fail_msg("precision %d: c_fc forward differs by %.3g", precisions[i], e);
         fg_free(got);
         float *params = fg_alloc_floats(m.n_params), *ids = fg_alloc_floats(2 * 32);
-        uint8_t labels[64];
+        Label labels[64];
         model_init_params(&m, params, 1);
-        for (int t = 0; t < 64; t++) ids[t] = (float)((t * 37) % 256), labels[t] = (uint8_t)((t * 11) % 256);
+        for (int t = 0; t < 64; t++) ids[t] = (float)((t * 37) % 256), labels[t] = (Label)((t * 11) % 256);
         compare_model(&m, params, 2, ids, labels, 2, tols[i], precisions[i] == PRECISION_TF32 ? "tf32" : "bf16");
         fg_free(params), fg_free(ids);
     }

@@ -336,7 +336,7 @@ static void test_gather(void **state) {
     assert_int_equal(dataset_load_idx(&ds, img, lab, &err), FG_OK);
     size_t order[8] = {7, 2, 5, 0, 3, 1, 6, 4};
     float x[3 * 6];
-    uint8_t labels[3];
+    Label labels[3];
     dataset_gather(&ds, order, 2, 3, x, labels);  // rows 5, 0, 3
     size_t want[3] = {5, 0, 3};
     for (int r = 0; r < 3; r++) {

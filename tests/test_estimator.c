@@ -51,7 +51,7 @@ typedef struct {
     size_t dim;
     float *params;
     float x[N][ROWS * IN];
-    unsigned char labels[N][ROWS];
+    Label labels[N][ROWS];
     float *g[N];    // grad of micro-batch b's mean loss (backprop)
     float *g_true;  // (1/N) sum_b g[b]: the true batch gradient every estimator must average to
 } Batch;
@@ -84,14 +84,14 @@ static void batch_make(Batch *p) {
     // random labels mostly shared too: their gradients are correlated but not equal, so an
     // exact gradient of a subset is a useful, imperfect control variate.
     float shared[ROWS * IN];
-    unsigned char shared_labels[ROWS];
+    Label shared_labels[ROWS];
     for (int i = 0; i < ROWS * IN; i++) shared[i] = 1.5f * rng_uniform(&r);
-    for (int i = 0; i < ROWS; i++) shared_labels[i] = (unsigned char)((rng_uniform(&r) + 1.0f) * 1.5f);
+    for (int i = 0; i < ROWS; i++) shared_labels[i] = (Label)((rng_uniform(&r) + 1.0f) * 1.5f);
     for (int b = 0; b < N; b++) {
         for (int i = 0; i < ROWS * IN; i++) p->x[b][i] = shared[i] + 0.4f * rng_uniform(&r);
         for (int i = 0; i < ROWS; i++)
             p->labels[b][i] = rng_uniform(&r) > -0.6f ? shared_labels[i]
-                                                      : (unsigned char)((shared_labels[i] + 1) % C);
+                                                      : (Label)((shared_labels[i] + 1) % C);
     }
     p->g_true = fg_alloc_floats(p->dim);
     for (int b = 0; b < N; b++) {

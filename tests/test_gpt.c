@@ -54,8 +54,8 @@ static void test_gpt_model(void **state) {
     Rng r = {DATA_SEED};
     for (size_t i = 0; i < m.n_params; i++) p[i] += 0.3f * rng_uniform(&r);  // away from init
     float x[B * T];
-    unsigned char labels[B * T];
-    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 20), labels[i] = (unsigned char)rng_int(&r, 0, 20);
+    Label labels[B * T];
+    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 20), labels[i] = (Label)rng_int(&r, 0, 20);
 
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &m, 0, m.n_layers, B, 1, &err), FG_OK);
@@ -131,8 +131,8 @@ static void test_gpt_activity_d(void **state) {
     Rng r = {5};
     for (size_t i = 0; i < m.n_params; i++) params[i] += 0.3f * rng_uniform(&r);
     float x[GB * GT];
-    unsigned char labels[GB * GT];
-    for (int i = 0; i < GB * GT; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (unsigned char)rng_int(&r, 0, 255);
+    Label labels[GB * GT];
+    for (int i = 0; i < GB * GT; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (Label)rng_int(&r, 0, 255);
 
     // Forward mode: per-row derivatives, then each sample's mean over its tokens.
     Stage fw, bw;

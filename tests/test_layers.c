@@ -434,7 +434,7 @@ static void test_stage_backward_split_matches_fused(void **state) {
 typedef struct {
     int B, C, K;
     float *z, *zdot;
-    unsigned char *labels;
+    Label *labels;
 } LossCase;
 
 static LossCase loss_case_make(int i) {
@@ -445,10 +445,10 @@ static LossCase loss_case_make(int i) {
     size_t n = (size_t)c.B * c.C;
     c.z = fg_alloc_floats(n);
     c.zdot = fg_alloc_floats((size_t)c.K * n);
-    c.labels = fg_alloc_bytes((size_t)c.B);
+    c.labels = fg_alloc_bytes((size_t)c.B * sizeof(Label));
     fill_uniform(&r, c.z, n, 3.0f);
     fill_uniform(&r, c.zdot, (size_t)c.K * n, 1.0f);
-    for (int b = 0; b < c.B; b++) c.labels[b] = (unsigned char)rng_int(&r, 0, c.C - 1);
+    for (int b = 0; b < c.B; b++) c.labels[b] = (Label)rng_int(&r, 0, c.C - 1);
     return c;
 }
 
@@ -515,7 +515,7 @@ static void test_loss_values_and_accuracy(void **state) {
     (void)state;
     enum { B = 6, C = 10 };
     float z[B * C], dz[B * C];
-    unsigned char labels[B] = {0, 3, 9, 0, 5, 2};
+    Label labels[B] = {0, 3, 9, 0, 5, 2};
     int correct = -1;
 
     // Uniform logits: every row's loss is log C, whatever the common value (even a large one:

@@ -33,7 +33,7 @@
 enum { ROWS = 4, IN = 6, WIDTH = 8, G = 2, S = WIDTH / G, C = 3, KMAX = 2, SEED = 5, T = 4000 };
 
 // The loss of one row summed over its groups (local_loss_jvp without tangents).
-static double row_loss(const float *head, const float *h, uint8_t label) {
+static double row_loss(const float *head, const float *h, Label label) {
     float work[WIDTH];
     return local_loss_jvp(head, h, NULL, &label, 1, WIDTH, G, C, 0, work, NULL);
 }
@@ -42,7 +42,7 @@ static void test_jvp_against_differences(void **state) {
     (void)state;
     float head[WIDTH * C], h[ROWS * WIDTH], hdot[KMAX * ROWS * WIDTH], work[WIDTH];
     float d[KMAX * ROWS * G];
-    uint8_t labels[ROWS] = {0, 2, 1, 2};
+    Label labels[ROWS] = {0, 2, 1, 2};
     Rng r = {SEED};
     local_heads_fill(SEED, 1, WIDTH, G, C, head);
     fill_uniform(&r, h, ROWS * WIDTH, 1.0f);
@@ -71,7 +71,7 @@ typedef struct {
     Model m;
     float *params;
     float x[ROWS * IN];
-    uint8_t labels[ROWS];
+    Label labels[ROWS];
     float head[WIDTH * C];
     float g_true[WIDTH * IN + WIDTH];  // fc1's gradient of the mean summed local loss
     double pred1;                      // V for K = 1
@@ -85,7 +85,7 @@ static void problem_make(Problem *p, int relu) {
     model_init_params(&p->m, p->params, SEED);
     Rng r = {SEED};
     fill_uniform(&r, p->x, ROWS * IN, 1.5f);
-    for (int i = 0; i < ROWS; i++) p->labels[i] = (uint8_t)rng_int(&r, 0, C - 1);
+    for (int i = 0; i < ROWS; i++) p->labels[i] = (Label)rng_int(&r, 0, C - 1);
     local_heads_fill(SEED, 1, WIDTH, G, C, p->head);
     const float *W = p->params, *b = p->params + WIDTH * IN;
     for (int row = 0; row < ROWS; row++) {

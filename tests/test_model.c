@@ -31,7 +31,7 @@ typedef struct {
     Model m;
     float *params;
     float x[ROWS * 6];
-    unsigned char labels[ROWS];
+    Label labels[ROWS];
 } Net;
 
 static void net_make(Net *n, const char *activation) {
@@ -43,7 +43,7 @@ static void net_make(Net *n, const char *activation) {
     Rng r = {DATA_SEED};
     for (size_t i = 0; i < n->m.n_params; i++) n->params[i] += 0.2f * rng_uniform(&r);
     for (int i = 0; i < ROWS * 6; i++) n->x[i] = 2.0f * rng_uniform(&r);
-    for (int b = 0; b < ROWS; b++) n->labels[b] = (unsigned char)(b % 3);
+    for (int b = 0; b < ROWS; b++) n->labels[b] = (Label)(b % 3);
 }
 
 static TangentKey key_at(uint32_t step) {

@@ -45,7 +45,7 @@ typedef struct {
     size_t dim;
     float *params;
     float x[N][ROWS * IN];
-    unsigned char labels[N][ROWS];
+    Label labels[N][ROWS];
     float *g[N];    // gradient of micro-batch b's mean loss (backprop)
     float *g_true;  // gradient of the mean loss over the N * ROWS samples
     double pred1;   // V for K = 1 (header)
@@ -75,7 +75,7 @@ static void problem_make(Problem *p) {
     Rng r = {SEED};
     for (int b = 0; b < N; b++) {
         fill_uniform(&r, p->x[b], ROWS * IN, 1.5f);
-        for (int i = 0; i < ROWS; i++) p->labels[b][i] = (unsigned char)rng_int(&r, 0, C - 1);
+        for (int i = 0; i < ROWS; i++) p->labels[b][i] = (Label)rng_int(&r, 0, C - 1);
     }
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &p->m, 0, p->m.n_layers, ROWS, 0, NULL), FG_OK);

@@ -50,7 +50,7 @@ static void load_ok(TextCorpus *tc, const char *name, size_t n, int ctx) {
 // Where window r of a batch starts: the unique s with bytes[s .. s+ctx] equal to the window,
 // found by scanning the whole file (the LCG bytes make 17-byte matches elsewhere vanishingly
 // unlikely; a second match fails the test rather than passing it).
-static size_t find_start(const TextCorpus *tc, const float *x, const uint8_t *labels) {
+static size_t find_start(const TextCorpus *tc, const float *x, const Label *labels) {
     size_t found = SIZE_MAX;
     for (size_t s = 0; s + (size_t)tc->ctx < tc->n_bytes; s++) {
         int same = 1;
@@ -83,7 +83,7 @@ static void test_train_windows(void **state) {
     TextCorpus tc;
     load_ok(&tc, "train.txt", 5000, CTX);
     float x[ROWS * CTX];
-    uint8_t labels[ROWS * CTX], labels_only[ROWS * CTX];
+    Label labels[ROWS * CTX], labels_only[ROWS * CTX];
     float x_only[ROWS * CTX];
     for (uint64_t step = 0; step < 20; step++) {
         text_train_batch(&tc, 7, step, 3, ROWS, x, labels);
@@ -108,7 +108,7 @@ static void test_train_windows(void **state) {
 static void batch_starts(const TextCorpus *tc, uint32_t seed, uint64_t step, uint32_t mb,
                          int rows, size_t *starts) {
     float *x = malloc(sizeof(float) * (size_t)rows * tc->ctx);
-    uint8_t *labels = malloc((size_t)rows * tc->ctx);
+    Label *labels = malloc((size_t)rows * tc->ctx * sizeof(Label));
     text_train_batch(tc, seed, step, mb, rows, x, labels);
     for (int r = 0; r < rows; r++)
         starts[r] = find_start(tc, x + (size_t)r * tc->ctx, labels + (size_t)r * tc->ctx);
@@ -186,7 +186,7 @@ static void test_validation(void **state) {
         assert_true(tc.train_end + (w_count - 1) * T + T < tc.n_bytes);
         assert_true(tc.train_end + w_count * T + T >= tc.n_bytes);
         float *x = malloc(sizeof(float) * w_count * T);
-        uint8_t *labels = malloc(w_count * T);
+        Label *labels = malloc(w_count * T * sizeof(Label));
         text_val_batch(&tc, 0, (int)w_count, x, labels);
         // Inputs tile [train_end, train_end + count * ctx) in order, labels are the next bytes.
         for (size_t i = 0; i < w_count * T; i++) {
@@ -195,9 +195,9 @@ static void test_validation(void **state) {
         }
         // A batch from first_window > 0 is the same windows.
         if (w_count > 1) {
-            uint8_t tail[128];
+            Label tail[128];
             text_val_batch(&tc, 1, 1, NULL, tail);
-            assert_memory_equal(tail, labels + T, (size_t)T);
+            assert_memory_equal(tail, labels + T, (size_t)T * sizeof(Label));
         }
         free(x);
         free(labels);

@@ -93,9 +93,9 @@ typedef struct {
     float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
     float *x_in;              // stage 0's inputs: [max_group][x_stride]
     size_t x_stride;
-    uint8_t *labels;          // last stage: one micro-batch of labels
+    Label *labels;          // last stage: one micro-batch of labels
     float *host_x;            // host: inputs as gathered from the dataset
-    uint8_t *host_labels;     // host: labels as gathered
+    Label *host_labels;     // host: labels as gathered
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
 } LaneBuffers;
 
@@ -116,7 +116,7 @@ typedef struct {
     // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
     // two when the update is applied in the next step (streamed). work: one layer's G for U.
     float *blocks[2], *work;
-    uint8_t *lane_labels;     // local losses: the labels of F's lanes [max_group][B]
+    Label *lane_labels;     // local losses: the labels of F's lanes [max_group][B]
 } ForwardKept;
 
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.

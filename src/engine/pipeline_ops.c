@@ -64,7 +64,7 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
 // Micro-batch mb of the step's inputs (x) or labels (either may be NULL): samples of the
 // epoch's order, or text windows drawn for (seed, step, global micro-batch).
 static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
-                              size_t sample0, float *x, uint8_t *labels) {
+                              size_t sample0, float *x, Label *labels) {
     int B = p->cfg->training.micro_batch;
     if (p->data->text)
         text_train_batch(p->data->text, p->cfg->training.seed, (uint64_t)step,
@@ -98,7 +98,7 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
             if (p->stage.local_groups) {
-                uint8_t *labels = p->kept.lane_labels + (size_t)n * B;
+                Label *labels = p->kept.lane_labels + (size_t)n * B;
                 gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels);
                 a->labels = labels;
             }
@@ -207,7 +207,7 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
     int rows = c->training.micro_batch * p->model->tokens, C = p->model->classes;
     int mb = a->microbatch;
     gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels);
-    be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows);
+    be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows * sizeof(Label));
     double loss;
     if (p->K) {
         int n_d = p->run.d_per_microbatch;

@@ -109,9 +109,9 @@ static void alloc_buffers(Pipeline *p) {
     for (int ph = 0; ph < p->tt.sched.n_phases; ph++) group = FG_MAX(group, p->tt.plans[ph].max_group);
     alloc_lanes(p, group);
     const size_t labels = (size_t)B * p->model->tokens;  // a micro-batch's labels (GPT: one per token)
-    p->work.labels = be->alloc(be, labels);
+    p->work.labels = be->alloc(be, labels * sizeof(Label));
     p->work.host_x = fg_alloc_floats(p->work.x_stride);  // stage 0's inputs as gathered
-    p->work.host_labels = fg_alloc_bytes(labels);
+    p->work.host_labels = fg_alloc_bytes(labels * sizeof(Label));
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     if (p->is_last && c->method.mode != MODE_FG)
@@ -128,7 +128,7 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
         p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
-    if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B);
+    if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (p->run.forms_estimate)

@@ -171,23 +171,27 @@ static int load_images(const char *path, float **x_out, size_t *count, int *feat
     return FG_OK;
 }
 
-static int load_labels(const char *path, uint8_t **labels_out, size_t *count, FgError *err) {
+static int load_labels(const char *path, Label **labels_out, size_t *count, FgError *err) {
     gzFile f;
     int rc = idx_open(&f, path, err);
     if (rc) return rc;
     uint32_t dims[1];
     size_t total = 0, got = 0;
     rc = read_header(f, path, IDX_MAGIC_LABELS, 1, dims, &total, err);
-    uint8_t *labels = NULL;
+    Label *labels = NULL;
+    uint8_t *bytes = NULL;  // IDX labels are one byte each
     if (!rc) {
-        labels = fg_alloc_bytes(total);
-        rc = read_bytes(f, path, labels, total, &got, err);
+        bytes = fg_alloc_bytes(total);
+        labels = fg_alloc_bytes(total * sizeof *labels);
+        rc = read_bytes(f, path, bytes, total, &got, err);
         if (!rc && got < total)
             rc = fg_fail(err, FG_ERR_INPUT,
                          "%s: truncated: expected %zu bytes of label data, got %zu", path, total,
                          got);
         if (!rc) rc = read_end(f, path, err);
+        for (size_t i = 0; !rc && i < total; i++) labels[i] = bytes[i];
     }
+    fg_free(bytes);
     gzclose(f);
     if (rc) {
         fg_free(labels);
@@ -202,7 +206,7 @@ static int load_idx(Dataset *ds, const char *images_path, const char *labels_pat
                     FgError *err) {
     memset(ds, 0, sizeof *ds);
     float *x = NULL;
-    uint8_t *labels = NULL;
+    Label *labels = NULL;
     size_t n_images = 0, n_labels;
     int features = 0;
     int rc = load_images(images_path, pixels ? &x : NULL, &n_images, &features, err);
@@ -282,7 +286,7 @@ void dataset_shuffle(size_t *order, size_t count, uint32_t seed, uint32_t epoch)
 }
 
 void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int rows, float *x,
-                    uint8_t *labels) {
+                    Label *labels) {
     size_t f = (size_t)ds->features;
     for (int r = 0; r < rows; r++) {
         size_t src = order[first + (size_t)r];

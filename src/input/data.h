@@ -22,7 +22,7 @@ typedef struct {
     int classes;       // 1 + largest label; text: 256 bytes
     int tokens;        // labels per sample: 1; text: ctx (the next byte at every position)
     float *x;          // [count, features], standardised: (pixel/255 - mean) / std; or NULL
-    uint8_t *labels;   // [count * tokens]
+    Label *labels;   // [count * tokens]
     const TextCorpus *text;  // training text: windows drawn per step (text_train_batch), no x
 } Dataset;
 
@@ -49,6 +49,6 @@ void dataset_shuffle(size_t *order, size_t count, uint32_t seed, uint32_t epoch)
 // Copies rows order[first .. first+rows) into x [rows, features] and labels [rows]; either
 // may be NULL (a pipeline's last stage needs only the labels).
 void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int rows, float *x,
-                    uint8_t *labels);
+                    Label *labels);
 
 #endif

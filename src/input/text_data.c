@@ -41,7 +41,7 @@ void text_corpus_free(TextCorpus *tc) {
     memset(tc, 0, sizeof *tc);
 }
 
-static void put_window(const TextCorpus *tc, size_t start, int r, float *x, uint8_t *labels) {
+static void put_window(const TextCorpus *tc, size_t start, int r, float *x, Label *labels) {
     const uint8_t *w = tc->bytes + start;
     size_t at = (size_t)r * tc->ctx;
     for (int t = 0; t < tc->ctx; t++) {
@@ -51,7 +51,7 @@ static void put_window(const TextCorpus *tc, size_t start, int r, float *x, uint
 }
 
 void text_train_batch(const TextCorpus *tc, uint32_t seed, uint64_t step, uint32_t microbatch,
-                      int rows, float *x, uint8_t *labels) {
+                      int rows, float *x, Label *labels) {
     // Starts are uniform over [0, train_end - ctx - 1] up to a modulo bias of at most
     // (number of starts) / 2^64: nothing at any corpus size.
     uint64_t starts = tc->train_end - (size_t)tc->ctx;
@@ -68,7 +68,7 @@ size_t text_val_windows(const TextCorpus *tc) {
 }
 
 void text_val_batch(const TextCorpus *tc, size_t first_window, int rows, float *x,
-                    uint8_t *labels) {
+                    Label *labels) {
     for (int r = 0; r < rows; r++)
         put_window(tc, tc->train_end + (first_window + (size_t)r) * tc->ctx, r, x, labels);
 }

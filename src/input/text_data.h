@@ -29,13 +29,13 @@ void text_corpus_free(TextCorpus *tc);  // also on a zeroed corpus
 // x[r * ctx + t] = byte t of window r (as a float: the embedding reads token ids),
 // labels[r * ctx + t] = byte t + 1 (the next). Either output may be NULL.
 void text_train_batch(const TextCorpus *tc, uint32_t seed, uint64_t step, uint32_t microbatch,
-                      int rows, float *x, uint8_t *labels);
+                      int rows, float *x, Label *labels);
 
 // Validation windows: window w is the ctx + 1 bytes from train_end + w * ctx, so the windows'
 // inputs (and their labels) tile the split without overlap, a tail of fewer than ctx bytes
 // left out: there are floor((n_bytes - train_end - 1) / ctx) of them.
 size_t text_val_windows(const TextCorpus *tc);
 void text_val_batch(const TextCorpus *tc, size_t first_window, int rows, float *x,
-                    uint8_t *labels);
+                    Label *labels);
 
 #endif

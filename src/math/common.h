@@ -6,6 +6,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+// A class index or a token id: the MLP's 10 classes, the byte GPT's 256 bytes, GPT-2's 50257
+// tokens.
+typedef uint16_t Label;
+
 // Errors are returned, never printed deep inside the core: a function that can fail takes a
 // FgError*, fills it with a message that names the cause, and returns a non-zero code.
 enum { FG_OK = 0, FG_ERR_INPUT = 2, FG_ERR_INTERNAL = 1 };

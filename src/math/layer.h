@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "common.h"
+
 typedef enum {
     LAYER_LINEAR,
     LAYER_RELU,
@@ -91,15 +93,15 @@ static inline const LayerOps *layer_ops(const Layer *L) {
 // Softmax + cross-entropy over C classes, mean over the B rows of a micro-batch. Not a Layer:
 // it ends the model with a scalar.
 // loss_forward returns the mean loss; correct (may be NULL) counts argmax hits.
-float loss_forward(const float *logits, const unsigned char *labels, int B, int C, int *correct);
+float loss_forward(const float *logits, const Label *labels, int B, int C, int *correct);
 // Also writes d[k] = directional derivative of the loss along tangent block k of zdot.
-float loss_jvp(const float *logits, const float *zdot, const unsigned char *labels, int B, int C,
+float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, int C,
                int K, float *d);
 // The same per sample: d_rows[k*B + r] = directional derivative of row r's own loss (not
 // divided by B) along tangent block k, for activity perturbation.
-float loss_jvp_rows(const float *logits, const float *zdot, const unsigned char *labels, int B,
+float loss_jvp_rows(const float *logits, const float *zdot, const Label *labels, int B,
                     int C, int K, float *d_rows);
 // dz = d(mean loss)/d(logits), [B, C].
-float loss_backward(const float *logits, const unsigned char *labels, int B, int C, float *dz);
+float loss_backward(const float *logits, const Label *labels, int B, int C, float *dz);
 
 #endif

@@ -34,7 +34,7 @@ static double group_loss(const float *head, const float *h, int S, int C, int la
 }
 
 double local_loss_jvp(const float *head, const float *h, const float *hdot,
-                      const uint8_t *labels, int rows, int width, int groups, int classes, int K,
+                      const Label *labels, int rows, int width, int groups, int classes, int K,
                       float *work, float *d) {
     int S = width / groups;
     double total = 0.0;

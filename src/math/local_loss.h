@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "common.h"
+
 #define LOCAL_MAX_CLASSES 256  // classes a head can have (the config refuses more)
 
 // The heads of one layer: head [width, C], row j the weights of unit j in its group's
@@ -25,7 +27,7 @@ void local_heads_fill(uint32_t seed, int layer, int width, int groups, int class
 // e . (hdot_g H_g), e = softmax - onehot, is taken as (H_g e) . hdot_g: one C-vector product
 // per row and group instead of one per tangent. `work` holds width floats.
 double local_loss_jvp(const float *head, const float *h, const float *hdot,
-                      const uint8_t *labels, int rows, int width, int groups, int classes, int K,
+                      const Label *labels, int rows, int width, int groups, int classes, int K,
                       float *work, float *d);
 
 #endif

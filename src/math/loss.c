@@ -6,7 +6,7 @@
 // One walk over the rows serves all three entry points: the loss, and optionally the
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
 // d_rows (when not NULL) takes each row's derivative instead of d's mean.
-static float loss_walk(const float *z, const float *zdot, const unsigned char *labels, int B,
+static float loss_walk(const float *z, const float *zdot, const Label *labels, int B,
                        int C, int K, float *d, float *d_rows, float *dz, int *correct) {
     double loss = 0.0, dsum[K > 0 ? K : 1];
     int hits = 0;
@@ -30,20 +30,20 @@ static float loss_walk(const float *z, const float *zdot, const unsigned char *l
     return (float)(loss / B);
 }
 
-float loss_forward(const float *logits, const unsigned char *labels, int B, int C, int *correct) {
+float loss_forward(const float *logits, const Label *labels, int B, int C, int *correct) {
     return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, NULL, correct);
 }
 
-float loss_jvp(const float *logits, const float *zdot, const unsigned char *labels, int B, int C,
+float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, int C,
                int K, float *d) {
     return loss_walk(logits, zdot, labels, B, C, K, d, NULL, NULL, NULL);
 }
 
-float loss_jvp_rows(const float *logits, const float *zdot, const unsigned char *labels, int B,
+float loss_jvp_rows(const float *logits, const float *zdot, const Label *labels, int B,
                     int C, int K, float *d_rows) {
     return loss_walk(logits, zdot, labels, B, C, K, NULL, d_rows, NULL, NULL);
 }
 
-float loss_backward(const float *logits, const unsigned char *labels, int B, int C, float *dz) {
+float loss_backward(const float *logits, const Label *labels, int B, int C, float *dz) {
     return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, dz, NULL);
 }

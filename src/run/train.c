@@ -83,7 +83,7 @@ static int load_text(Run *r, FgError *err) {
                          .tokens = T, .text = &r->text};
     size_t n = text_val_windows(&r->text);
     r->test = (Dataset){.count = n, .features = T, .classes = 256, .tokens = T,
-                        .x = fg_alloc_floats(n * T), .labels = fg_alloc_bytes(n * T)};
+                        .x = fg_alloc_floats(n * T), .labels = fg_alloc_bytes(n * T * sizeof(Label))};
     text_val_batch(&r->text, 0, (int)n, r->test.x, r->test.labels);
     return FG_OK;
 }

@@ -43,7 +43,7 @@ void stage_free_local(Stage *st) {
 }
 
 void stage_local_output_grad(const Stage *st, int l, const float *h, const float *hdot,
-                             const float *zdot, const uint8_t *labels, int rows, float scale,
+                             const float *zdot, const Label *labels, int rows, float scale,
                              float *est) {
     const Model *m = st->model;
     int K = st->tangents, G = st->local_groups, width = m->layers[l].out, S = width / G;

@@ -122,7 +122,7 @@ int stage_local_head(const Stage *st, int l);
 // directional derivatives (local_loss_jvp). After a ReLU, u is hdot: the dead units, whose
 // gradient is known to be 0, drop out (still unbiased, less variance).
 void stage_local_output_grad(const Stage *st, int l, const float *h, const float *hdot,
-                             const float *zdot, const uint8_t *labels, int rows, float scale,
+                             const float *zdot, const Label *labels, int rows, float scale,
                              float *est);
 // Where the estimate of linear layer l sits in its block of what F keeps for `rows` rows
 // (stage_kept_offset), in floats: after the layer's inputs.
