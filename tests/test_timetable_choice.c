@@ -33,17 +33,6 @@ static Config c_alone(void) {
     return c;
 }
 
-// Weighed exact rate, recomputed here from the timetable's own figures.
-static double rate(const Schedule *S, double lag_cost) {
-    double sum = 0;
-    for (int s = 0; s < S->M; s++) {
-        StageBubbles b = schedule_stage_bubbles(S, s);
-        if (!b.corrections) return 0;
-        sum += b.corrections / (1 + lag_cost * b.max_lag);
-    }
-    return sum / S->M / (S->n_phases * S->makespan);
-}
-
 // The chosen timetable is at least as good as each candidate, built here on its own.
 static void test_chooses_the_best_candidate(void **state) {
     (void)state;
@@ -63,7 +52,7 @@ static void test_chooses_the_best_candidate(void **state) {
             spec.mode = chosen.mode, spec.select = chosen.select, spec.lag = chosen.lag;
             if (schedule_check(&chosen, &spec, &err)) fail_msg("%s", err.msg);
             assert_non_null(strstr(why, "c alone"));
-            double best = rate(&chosen, lag_costs[i]);
+            double best = pipeline_weighed_exact_rate(&chosen, lag_costs[i]);
             assert_true(best > 0);  // every stage learns
             for (int lag = -1; lag <= 2; lag++) {  // -1: bp-zb's timetable
                 Config all = c;
@@ -71,7 +60,7 @@ static void test_chooses_the_best_candidate(void **state) {
                 if (lag < 0) all.method.mode = MODE_BP, all.timetable.schedule = SCHEDULE_ZB;
                 Schedule S;
                 assert_int_equal(pipeline_build_timetable(&all, M, costs, 0, &S, NULL, 0, &err), FG_OK);
-                assert_true(rate(&S, lag_costs[i]) <= best * (1 + 1e-12));
+                assert_true(pipeline_weighed_exact_rate(&S, lag_costs[i]) <= best * (1 + 1e-12));
                 schedule_free(&S);
             }
             schedule_free(&chosen);

@@ -93,9 +93,9 @@ typedef struct {
     float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
     float *x_in;              // stage 0's inputs: [max_group][x_stride]
     size_t x_stride;
-    Label *labels;          // last stage: one micro-batch of labels
+    Label *labels;            // last stage: one micro-batch of labels
     float *host_x;            // host: inputs as gathered from the dataset
-    Label *host_labels;     // host: labels as gathered
+    Label *host_labels;       // host: labels as gathered
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
 } LaneBuffers;
 
@@ -116,7 +116,7 @@ typedef struct {
     // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
     // two when the update is applied in the next step (streamed). work: one layer's G for U.
     float *blocks[2], *work;
-    Label *lane_labels;     // local losses: the labels of F's lanes [max_group][B]
+    Label *lane_labels;       // local losses: the labels of F's lanes [max_group][B]
 } ForwardKept;
 
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.
@@ -190,6 +190,9 @@ ScheduleSpec pipeline_schedule_spec(const Config *cfg, int M, const double *cost
 // figures behind the choice in why ("" where there was none; why may be NULL).
 int pipeline_build_timetable(const Config *cfg, int M, const double *costs, int without_b,
                              Schedule *out, char *why, size_t why_size, FgError *err);
+// What that choice maximises: mean over stages of (corrections per step / (1 + lag_cost x the
+// stage's largest lag)) per second of step; 0 when a stage has no correction.
+double pipeline_weighed_exact_rate(const Schedule *S, double lag_cost);
 
 // This stage's ops as they ran, in op_cost's kinds: the mean seconds of each kind over the
 // run's steps after its first 3 (B split into Bi and Bw in the planned ratio; a kind that never

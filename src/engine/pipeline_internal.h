@@ -22,7 +22,7 @@ typedef struct Lane {
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
     float *keep;              // Bi, Bw: each parameter layer's output adjoint
-    const Label *labels;    // F with local losses: the micro-batch's labels (host)
+    const Label *labels;      // F with local losses: the micro-batch's labels (host)
 } Lane;
 
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents

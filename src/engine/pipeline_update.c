@@ -275,7 +275,6 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
 // from earlier steps' scalars before this step's join them.
 static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d, double *rdots) {
     int N = p->run.all_microbatches, Nr = p->cfg->training.micro_batches, K = p->K, NK = N * K, inside = 0;
-    // Without tangents (mix at shrink 0) the estimate is c alone: no derivatives to weigh.
     int L = p->model->n_layers, n_d = N * p->run.d_per_microbatch;
     PendingUpdate *u = &p->upd.pending;
     const double *layer_dots = p->scalars + scalars_ref_dots(p);
@@ -289,6 +288,7 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
                        rdots + (size_t)r * Nr * K);
     // Activity: a d per sample, each estimating its own loss's gradient: the mean over the
     // step's N * B samples (and K tangents) is the plain fg coefficient over N * B "micro-batches".
+    // Without tangents (mix at shrink 0) the estimate is c alone: no derivatives to weigh.
     Estimator est = {kind, K ? n_d / K : 0, K, p->run.shrink};
     float base;
     estimator_coefficients(&est, d, dotted ? rdots : NULL, u->coeff, &base);

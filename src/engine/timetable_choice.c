@@ -29,8 +29,7 @@ ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs)
                           costs + COST_U * M};
 }
 
-// Exact micro-batches per second of timetable S, weighed by their lag; 0 if a stage has none.
-static double weighed_exact_rate(const Schedule *S, double lag_cost) {
+double pipeline_weighed_exact_rate(const Schedule *S, double lag_cost) {
     double sum = 0.0;
     for (int s = 0; s < S->M; s++) {
         StageBubbles b = schedule_stage_bubbles(S, s);
@@ -63,7 +62,7 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
     int rc = schedule_build_clearing(&spec, costs + COST_ZERO * M, out, err);
     if (rc || without_b || !weighs_c_alone(c)) return rc;
     const double lag_cost = c->timetable.lag_cost;
-    double best = weighed_exact_rate(out, lag_cost);
+    double best = pipeline_weighed_exact_rate(out, lag_cost);
     append(why, why_size, &len, "c alone: exact micro-batches per second (weighed by lag): auto %.0f", best);
     // Every micro-batch at lag 0 is bp: bp-zb's interleaved timetable first (ties go to it),
     // then fg+bp's explicit timetable, as select = N, at each lag the run allows.
@@ -73,7 +72,7 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
         if (lag < 0) all.mode = SCHED_BP_ZB, all.select = -1, all.lag = 0;
         Schedule S;
         if ((rc = schedule_build_clearing(&all, costs + COST_ZERO * M, &S, err))) break;
-        double rate = weighed_exact_rate(&S, lag_cost);
+        double rate = pipeline_weighed_exact_rate(&S, lag_cost);
         if (lag < 0) append(why, why_size, &len, ", bp-zb's timetable %.0f", rate);
         else append(why, why_size, &len, ", all %d at lag %d %.0f", spec.N, lag, rate);
         if (rate > best) {

@@ -239,8 +239,10 @@ static size_t first_bad_utf8(const char *s, size_t n) {
 
 int bpe_encode(const Bpe *b, const char *text, size_t n, uint16_t **tokens, size_t *count,
                FgError *err) {
-    Symbol *sym = malloc((n + 1) * sizeof *sym);
-    uint16_t *piece = malloc((n + 1) * sizeof *piece);
+    // Scratch for one piece (a word, a number, a run of spaces), grown to the longest.
+    size_t piece_cap = 64;
+    Symbol *sym = malloc(piece_cap * sizeof *sym);
+    uint16_t *piece = malloc(piece_cap * sizeof *piece);
     int rc = sym && piece ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
     size_t cap = *count + n / 2 + 16, at = 0;
     uint16_t *out = rc ? NULL : realloc(*tokens, cap * sizeof *out);
@@ -258,7 +260,16 @@ int bpe_encode(const Bpe *b, const char *text, size_t n, uint16_t **tokens, size
             break;
         }
         PCRE2_SIZE *span = pcre2_get_ovector_pointer(b->match);
-        int k = encode_piece(b, text + span[0], span[1] - span[0], sym, piece);
+        size_t len = span[1] - span[0];
+        if (len > piece_cap) {
+            Symbol *s2 = realloc(sym, len * sizeof *sym);
+            uint16_t *p2 = s2 ? realloc(piece, len * sizeof *piece) : NULL;
+            if (s2) sym = s2;
+            if (p2) piece = p2;
+            if (!s2 || !p2) { rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory"); break; }
+            piece_cap = len;
+        }
+        int k = encode_piece(b, text + span[0], len, sym, piece);
         if (k < 0) {
             rc = fg_fail(err, FG_ERR_INPUT, "tokenize: a piece at byte %zu has no token (not GPT-2's "
                          "vocabulary?)", (size_t)span[0]);

@@ -52,19 +52,21 @@ static int encode_file(const Bpe *b, const char *text, size_t n, const char *out
 
 static int decode_file(const Bpe *b, const unsigned char *le, size_t n, const char *out, FgError *err) {
     if (n % 2) return fg_fail(err, FG_ERR_INPUT, "tokenize --decode: %zu bytes is not a whole number of uint16 tokens", n);
-    size_t cap = 16 * (n / 2) + 1, len = 0;
-    char *text = malloc(cap);
-    int rc = text ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "out of memory");
-    for (size_t i = 0; !rc && i < n / 2; i++) {
-        size_t k;
+    size_t len = 0, k;
+    for (size_t i = 0; i < n / 2; i++) {  // the text's length first: tokens are 1 to 128 bytes
         int token = le[2 * i] | le[2 * i + 1] << 8;
-        const char *bytes = bpe_token_bytes(b, token, &k);
-        if (!bytes) rc = fg_fail(err, FG_ERR_INPUT, "tokenize --decode: token %zu is %d, not in the vocabulary (%d tokens)",
-                                 i, token, bpe_vocab_size(b));
-        else if (len + k > cap) rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize --decode: a token longer than 16 bytes");
-        else memcpy(text + len, bytes, k), len += k;
+        if (!bpe_token_bytes(b, token, &k))
+            return fg_fail(err, FG_ERR_INPUT, "tokenize --decode: token %zu is %d, not in the vocabulary (%d tokens)",
+                           i, token, bpe_vocab_size(b));
+        len += k;
     }
-    if (!rc) rc = write_all(out, text, len, err);
+    char *text = malloc(len + 1);
+    if (!text) return fg_fail(err, FG_ERR_INTERNAL, "out of memory");
+    for (size_t i = 0, at = 0; i < n / 2; i++) {
+        const char *bytes = bpe_token_bytes(b, le[2 * i] | le[2 * i + 1] << 8, &k);
+        memcpy(text + at, bytes, k), at += k;
+    }
+    int rc = write_all(out, text, len, err);
     free(text);
     return rc;
 }
