@@ -120,13 +120,13 @@ static double samples_per_s(const Backend *be, const char *model, int rows, int 
             TangentKey key = {.seed = 1, .stream = STREAM_TANGENT, .step = (uint32_t)steps};
             float d, coeff;
             stage_forward(&st, p, &key, x, NULL, rows, NULL, &y, &ydot);
-            be->loss_jvp(be, y, ydot, labels, rows, m.classes, 1, &d);
+            be->loss_jvp(be, y, ydot, labels, rows, model_logit_rows(&m), 1, &d);
             coeff = d;
             be->zero(be, g, n * sizeof(float));
             stage_add_tangents(&st, key, 1, &coeff, g);
         } else {
             stage_forward(&st, p, NULL, x, NULL, rows, stash, &y, NULL);
-            be->loss_backward(be, y, labels, rows, m.classes, dz);
+            be->loss_backward(be, y, labels, rows, model_logit_rows(&m), dz);
             be->zero(be, g, n * sizeof(float));
             stage_backward(&st, p, stash, dz, NULL, g, rows);
         }

@@ -153,13 +153,13 @@ void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, 
                              float *dx, int B);
 // loss_cuda.cu
 float cuda_loss_forward(const Backend *be, const float *logits, const Label *labels, int B,
-                        int C, int *correct);
+                        LogitRows C, int *correct);
 float cuda_loss_jvp(const Backend *be, const float *logits, const float *zdot,
-                    const Label *labels, int B, int C, int K, float *d);
+                    const Label *labels, int B, LogitRows C, int K, float *d);
 float cuda_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
-                         const Label *labels, int B, int C, int K, float *d_rows);
+                         const Label *labels, int B, LogitRows C, int K, float *d_rows);
 float cuda_loss_backward(const Backend *be, const float *logits, const Label *labels, int B,
-                         int C, float *dz);
+                         LogitRows C, float *dz);
 // tangent_cuda.cu
 double cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out, const float *ref);
 void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,

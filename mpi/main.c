@@ -82,9 +82,9 @@ static void take_down(Made *made) {
 static int run(RunArgs *args) {
     Made made = {0};
     FgError err = {0};
-    if (args->command == COMMAND_GENERATE) {
+    if (args->command == COMMAND_GENERATE || args->command == COMMAND_EVAL) {
         Storage storage = checkpoint_hdf5(MPI_COMM_WORLD);
-        int rc = cli_generate(args, &storage);
+        int rc = cli_read_checkpoint(args, &storage);
         checkpoint_hdf5_free(&storage);
         return rc;
     }

@@ -125,12 +125,13 @@ static inline ModelRun run_model(const Backend *be, const Model *m, const float 
     ModelRun out = {0};
     FgError err = {0};
     Stage st;
-    int rows = B * m->tokens, C = m->classes;
+    int rows = B * m->tokens;
+    LogitRows C = model_logit_rows(m);
     size_t nx = (size_t)B * m->in_features;
     assert_int_equal(stage_init(&st, be, m, 0, m->n_layers, B, K, &err), FG_OK);
     float *p = backend_alloc_floats(be, m->n_params), *xd = backend_alloc_floats(be, nx);
     float *g = backend_alloc_floats(be, m->n_params), *stash = backend_alloc_floats(be, stage_stash_floats(&st, B));
-    float *dz = backend_alloc_floats(be, (size_t)rows * C), *g2 = backend_alloc_floats(be, m->n_params);
+    float *dz = backend_alloc_floats(be, (size_t)rows * C.stride), *g2 = backend_alloc_floats(be, m->n_params);
     float *adj = backend_alloc_floats(be, stage_adjoint_floats(&st, B));
     Label *lab = be->alloc(be, (size_t)rows * sizeof(Label));
     be->upload(be, p, params, m->n_params * sizeof(float));

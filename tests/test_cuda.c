@@ -130,22 +130,22 @@ static void test_loss(void **state) {
     Label *g_labels = gpu.alloc(&gpu, (size_t)B * sizeof(Label));
     gpu.upload(&gpu, g_labels, labels, (size_t)B * sizeof(Label));
     int hits, ghits;
-    float want = cpu->loss_forward(cpu, z, labels, B, C, &hits);
-    float got = gpu.loss_forward(&gpu, g_z, g_labels, B, C, &ghits);
+    float want = cpu->loss_forward(cpu, z, labels, B, logit_rows(C), &hits);
+    float got = gpu.loss_forward(&gpu, g_z, g_labels, B, logit_rows(C), &ghits);
     assert_true(fabsf(got - want) <= 1e-6f * fmaxf(1.0f, want));
     assert_int_equal(ghits, hits);
-    cpu->loss_jvp(cpu, z, zdot, labels, B, C, K, d);
-    gpu.loss_jvp(&gpu, g_z, g_zdot, g_labels, B, C, K, gd);
+    cpu->loss_jvp(cpu, z, zdot, labels, B, logit_rows(C), K, d);
+    gpu.loss_jvp(&gpu, g_z, g_zdot, g_labels, B, logit_rows(C), K, gd);
     for (int k = 0; k < K; k++)
         if (fabsf(gd[k] - d[k]) > 1e-5f * fmaxf(1.0f, fabsf(d[k]))) fail_msg("loss_jvp d[%d]: GPU %g, CPU %g", k, gd[k], d[k]);
     float rows[3 * 37], grows[3 * 37];  // per sample (activity perturbation)
-    cpu->loss_jvp_rows(cpu, z, zdot, labels, B, C, K, rows);
-    gpu.loss_jvp_rows(&gpu, g_z, g_zdot, g_labels, B, C, K, grows);
+    cpu->loss_jvp_rows(cpu, z, zdot, labels, B, logit_rows(C), K, rows);
+    gpu.loss_jvp_rows(&gpu, g_z, g_zdot, g_labels, B, logit_rows(C), K, grows);
     for (int i = 0; i < K * B; i++)
         if (fabsf(grows[i] - rows[i]) > 1e-5f * fmaxf(1.0f, fabsf(rows[i])))
             fail_msg("loss_jvp_rows[%d]: GPU %g, CPU %g", i, grows[i], rows[i]);
-    cpu->loss_backward(cpu, z, labels, B, C, dz);
-    gpu.loss_backward(&gpu, g_z, g_labels, B, C, g_dz);
+    cpu->loss_backward(cpu, z, labels, B, logit_rows(C), dz);
+    gpu.loss_backward(&gpu, g_z, g_labels, B, logit_rows(C), g_dz);
     assert_close(g_dz, dz, (size_t)B * C, 1e-6, "loss_backward");
     fg_free(z), fg_free(zdot), fg_free(dz);
     gpu.free(&gpu, g_z), gpu.free(&gpu, g_zdot), gpu.free(&gpu, g_dz), gpu.free(&gpu, g_labels);

@@ -21,7 +21,7 @@ static const double TOL = 1e-4;
 static Model gpt_model(int n_layer, int C, int H, int T) {
     Model m;
     FgError err = {0};
-    GptShape g = {.n_layer = n_layer, .n_embd = C, .n_head = H, .ctx = T};
+    GptShape g = {.n_layer = n_layer, .n_embd = C, .n_head = H, .ctx = T, .vocab = 256, .pad_vocab = 1};
     if (model_build_gpt(&m, g, &err)) fail_msg("model_build_gpt: %s", err.msg);
     return m;
 }

@@ -63,7 +63,7 @@ static void gradient_at(const Batch *p, const float *params, int b, float *grad)
     float *stash = fg_alloc_floats(stage_stash_floats(&st, ROWS)), dz[ROWS * C];
     const float *y;
     stage_forward(&st, params, NULL, p->x[b], NULL, ROWS, stash, &y, NULL);
-    loss_backward(y, p->labels[b], ROWS, C, dz);
+    loss_backward(y, p->labels[b], ROWS, logit_rows(C), dz);
     memset(grad, 0, p->dim * sizeof(float));
     stage_backward(&st, params, stash, dz, NULL, grad, ROWS);
     fg_free(stash);
@@ -154,7 +154,7 @@ static Draws draw(const Batch *p, Spec s) {
             const float *y, *ydot;
             key.microbatch = (uint32_t)b;
             stage_forward(&st, p->params, &key, p->x[b], NULL, ROWS, NULL, &y, &ydot);
-            loss_jvp(y, ydot, p->labels[b], ROWS, C, K, d + b * K);
+            loss_jvp(y, ydot, p->labels[b], ROWS, logit_rows(C), K, d + b * K);
             // The forward pass and the regenerated tangents agree: d = grad l_b . v_{b,k}.
             if (t < 8) {
                 stage_tangent_dots(&st, key, 1, p->g[b], gdots);
@@ -390,7 +390,7 @@ static void test_guided(void **state) {
             const float *y, *ydot;
             key.microbatch = (uint32_t)b;
             stage_forward(&st, p.params, &key, p.x[b], NULL, ROWS, NULL, &y, &ydot);
-            loss_jvp(y, ydot, p.labels[b], ROWS, C, K, d + b * K);
+            loss_jvp(y, ydot, p.labels[b], ROWS, logit_rows(C), K, d + b * K);
             double gu = dot(p.g[b], u, dim);
             if (!(fabs(d[b * K] - gu) <= 1e-4 * (fabs(gu) + 1e-2)))
                 fail_msg("step %u mb %d: d_0 = %.8g but grad . u = %.8g", key.step, b, d[b * K], gu);
@@ -494,7 +494,7 @@ static void test_cv_online_scale(void **state) {
             const float *y, *ydot;
             key.microbatch = (uint32_t)b;
             stage_forward(&st, p.params, &key, p.x[b], NULL, ROWS, NULL, &y, &ydot);
-            loss_jvp(y, ydot, p.labels[b], ROWS, C, 1, d + b);
+            loss_jvp(y, ydot, p.labels[b], ROWS, logit_rows(C), 1, d + b);
         }
         key.microbatch = 0;
         memset(layer_dots, 0, (size_t)L * N * sizeof(double));

@@ -29,7 +29,7 @@ static void test_gpt_model(void **state) {
     (void)state;
     Model m;
     FgError err = {0};
-    GptShape def = {.n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128};
+    GptShape def = {.n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, def, &err), FG_OK);
     // 0.84M parameters, plus the head's copy of wte (256 x 128).
     assert_int_equal(m.n_params - 256 * 128, 842496);
@@ -39,12 +39,12 @@ static void test_gpt_model(void **state) {
     assert_string_equal(m.tensors[4].name, "h.0.attn.c_attn.weight");
     assert_string_equal(m.tensors[m.n_tensors - 1].name, "lm_head.weight");
     assert_int_equal(m.tensors[4].rows, 3 * 128);
-    GptShape bad = {.n_layer = 2, .n_embd = 10, .n_head = 4, .ctx = 8};
+    GptShape bad = {.n_layer = 2, .n_embd = 10, .n_head = 4, .ctx = 8, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, bad, &err), FG_ERR_INPUT);
     assert_non_null(strstr(err.msg, "multiple of n_head"));
 
     enum { B = 2, T = 4, V = 256 };
-    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = T};
+    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = T, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, g, &err), FG_OK);
     float *p = fg_alloc_floats(m.n_params);
     model_init_params(&m, p, SEED);
@@ -63,7 +63,7 @@ static void test_gpt_model(void **state) {
     float *grad = fg_alloc_floats(m.n_params), *v = fg_alloc_floats(m.n_params);
     const float *y, *ydot;
     stage_forward(&st, p, NULL, x, NULL, B, stash, &y, NULL);
-    loss_backward(y, labels, B * T, V, dz);
+    loss_backward(y, labels, B * T, logit_rows(V), dz);
     stage_backward(&st, p, stash, dz, NULL, grad, B);
     // Central differences along coordinates of every tensor (first, middle, last element).
     for (int t = 0; t < m.n_tensors; t++) {
@@ -75,10 +75,10 @@ static void test_gpt_model(void **state) {
             const float eps = 1e-2f;
             p[i] = keep + eps;
             stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double up = loss_forward(y, labels, B * T, V, NULL);
+            double up = loss_forward(y, labels, B * T, logit_rows(V), NULL);
             p[i] = keep - eps;
             stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double down = loss_forward(y, labels, B * T, V, NULL);
+            double down = loss_forward(y, labels, B * T, logit_rows(V), NULL);
             p[i] = keep;
             double fd = (up - down) / (2 * eps);
             if (!(fabs(fd - grad[i]) <= 2e-3 * fabs(grad[i]) + 2e-4))
@@ -103,7 +103,7 @@ static void test_gpt_model(void **state) {
     TangentKey key = tangent_key(SEED, 3, 0, 0);
     float d;
     stage_forward(&st, p, &key, x, NULL, B, NULL, &y, &ydot);
-    loss_jvp(y, ydot, labels, B * T, V, 1, &d);
+    loss_jvp(y, ydot, labels, B * T, logit_rows(V), 1, &d);
     memset(v, 0, m.n_params * sizeof(float));
     float one = 1.0f;
     stage_add_tangents(&st, key, 1, &one, v);
@@ -124,7 +124,7 @@ static void test_gpt_activity_d(void **state) {
     enum { GB = 2, GT = 3, GV = 256, GK = 2 };
     Model m;
     FgError err = {0};
-    GptShape shape = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = GT};
+    GptShape shape = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = GT, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, shape, &err), FG_OK);
     float *params = fg_alloc_floats(m.n_params);
     model_init_params(&m, params, SEED);
@@ -142,7 +142,7 @@ static void test_gpt_activity_d(void **state) {
     const float *y, *ydot;
     float drows[GK * GB * GT], d[GK][GB] = {{0}};
     stage_forward(&fw, params, &key, x, NULL, GB, NULL, &y, &ydot);
-    loss_jvp_rows(y, ydot, labels, GB * GT, GV, GK, drows);
+    loss_jvp_rows(y, ydot, labels, GB * GT, logit_rows(GV), GK, drows);
     for (int k = 0; k < GK; k++)
         for (int b = 0; b < GB; b++)
             for (int t = 0; t < GT; t++) d[k][b] += drows[(k * GB + b) * GT + t] / GT;
@@ -152,7 +152,7 @@ static void test_gpt_activity_d(void **state) {
     float *stash = fg_alloc_floats(stage_stash_floats(&bw, GB)), *dz = fg_alloc_floats(GB * GT * GV);
     float *delta = fg_alloc_floats(stage_adjoint_floats(&bw, GB)), *u = fg_alloc_floats(GB * GT * 1024);
     stage_forward(&bw, params, NULL, x, NULL, GB, stash, &y, NULL);
-    loss_backward(y, labels, GB * GT, GV, dz);
+    loss_backward(y, labels, GB * GT, logit_rows(GV), dz);
     for (int i = 0; i < GB * GT * GV; i++) dz[i] *= GB;
     stage_backward_input(&bw, params, stash, dz, NULL, delta, GB);
     for (int k = 0; k < GK; k++)
@@ -179,10 +179,64 @@ static void test_gpt_activity_d(void **state) {
     stage_free(&fw), stage_free(&bw);
 }
 
+// A padded vocabulary (pad_vocab) changes nothing but the table's size: with the same seed the
+// shared rows start equal, the loss and the gradient of every shared parameter match the
+// unpadded model's, and the pad rows get no gradient (so they never move) and are never
+// scored (their logits sit outside the softmax).
+static void test_gpt_padded_vocab(void **state) {
+    (void)state;
+    enum { B = 2, T = 4, C = 8, V = 300, VP = 320 };
+    FgError err = {0};
+    Model m[2];
+    float *p[2], *grad[2];
+    double loss[2];
+    Rng r = {DATA_SEED};
+    float x[B * T];
+    Label labels[B * T];
+    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, V - 1), labels[i] = (Label)rng_int(&r, 0, V - 1);
+    for (int k = 0; k < 2; k++) {
+        GptShape g = {.n_layer = 1, .n_embd = C, .n_head = 2, .ctx = T, .vocab = V, .pad_vocab = k ? 64 : 1};
+        assert_int_equal(model_build_gpt(&m[k], g, &err), FG_OK);
+        assert_int_equal(m[k].classes, V);
+        assert_int_equal(m[k].logit_stride, k ? VP : V);
+        p[k] = fg_alloc_floats(m[k].n_params);
+        grad[k] = fg_alloc_floats(m[k].n_params);
+        model_init_params(&m[k], p[k], SEED);
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &m[k], 0, m[k].n_layers, B, 0, &err), FG_OK);
+        float *stash = fg_alloc_floats(stage_stash_floats(&st, B));
+        float *dz = fg_alloc_floats((size_t)B * T * m[k].logit_stride);
+        const float *y;
+        stage_forward(&st, p[k], NULL, x, NULL, B, stash, &y, NULL);
+        loss[k] = loss_backward(y, labels, B * T, model_logit_rows(&m[k]), dz);
+        for (int row = 0; k && row < B * T; row++)
+            for (int j = V; j < VP; j++) assert_true(dz[(size_t)row * VP + j] == 0.0f);
+        stage_backward(&st, p[k], stash, dz, NULL, grad[k], B);
+        fg_free(stash);
+        fg_free(dz);
+        stage_free(&st);
+    }
+    assert_true(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[0]));
+    for (int t = 0; t < m[0].n_tensors; t++) {
+        const TensorView *a = &m[0].tensors[t], *b = &m[1].tensors[t];
+        size_t shared = (size_t)a->rows * a->cols;  // the first rows of a padded table
+        for (size_t i = 0; i < shared; i++) {
+            assert_true(p[0][a->offset + i] == p[1][b->offset + i]);
+            if (fabsf(grad[0][a->offset + i] - grad[1][b->offset + i]) > 1e-6f)
+                fail_msg("%s[%zu]: gradient %g unpadded, %g padded", a->name, i,
+                         grad[0][a->offset + i], grad[1][b->offset + i]);
+        }
+        for (size_t i = shared; i < (size_t)b->rows * b->cols; i++)
+            assert_true(grad[1][b->offset + i] == 0.0f);
+    }
+    for (int k = 0; k < 2; k++) fg_free(p[k]), fg_free(grad[k]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_model),
         cmocka_unit_test(test_gpt_activity_d),
+        cmocka_unit_test(test_gpt_padded_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

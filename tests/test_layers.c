@@ -462,7 +462,7 @@ static void loss_case_free(LossCase *c) {
 
 static double loss_at(void *arg) {  // the loss at the case's current logits
     const LossCase *c = arg;
-    return loss_forward(c->z, c->labels, c->B, c->C, NULL);
+    return loss_forward(c->z, c->labels, c->B, logit_rows(c->C), NULL);
 }
 
 static void test_loss_derivatives(void **state) {
@@ -472,17 +472,17 @@ static void test_loss_derivatives(void **state) {
         size_t n = (size_t)c.B * c.C;
         float *d = fg_alloc_floats((size_t)c.K), *dz = fg_alloc_floats(n);
         float *zs = fg_alloc_floats(n);
-        float loss = loss_forward(c.z, c.labels, c.B, c.C, NULL);
-        assert_true(loss_jvp(c.z, c.zdot, c.labels, c.B, c.C, c.K, d) == loss);
-        assert_true(loss_backward(c.z, c.labels, c.B, c.C, dz) == loss);
+        float loss = loss_forward(c.z, c.labels, c.B, logit_rows(c.C), NULL);
+        assert_true(loss_jvp(c.z, c.zdot, c.labels, c.B, logit_rows(c.C), c.K, d) == loss);
+        assert_true(loss_backward(c.z, c.labels, c.B, logit_rows(c.C), dz) == loss);
         double ndz = norm(dz, n);
         for (int k = 0; k < c.K; k++) {
             const float *zd = c.zdot + k * n;
             // d[k] is the derivative of loss_forward along zdot_k ...
             shifted(zs, c.z, EPS, zd, n);
-            double lp = loss_forward(zs, c.labels, c.B, c.C, NULL);
+            double lp = loss_forward(zs, c.labels, c.B, logit_rows(c.C), NULL);
             shifted(zs, c.z, -EPS, zd, n);
-            double lm = loss_forward(zs, c.labels, c.B, c.C, NULL);
+            double lm = loss_forward(zs, c.labels, c.B, logit_rows(c.C), NULL);
             double fd = (lp - lm) / (2.0 * EPS), scale = ndz * norm(zd, n);
             if (!(fabs(fd - d[k]) <= FD_RTOL * scale + 1e-6))
                 fail_msg("B=%d C=%d k=%d: d %.8g vs fd %.8g", c.B, c.C, k, d[k], fd);
@@ -523,10 +523,10 @@ static void test_loss_values_and_accuracy(void **state) {
     const float levels[] = {0.0f, -2.5f, 80.0f, 1e4f};
     for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
         for (int i = 0; i < B * C; i++) z[i] = levels[l];
-        float loss = loss_forward(z, labels, B, C, &correct);
+        float loss = loss_forward(z, labels, B, logit_rows(C), &correct);
         assert_true(fabs(loss - log((double)C)) < 1e-6);
         assert_int_equal(correct, 2);  // the two rows labelled 0
-        loss_backward(z, labels, B, C, dz);
+        loss_backward(z, labels, B, logit_rows(C), dz);
         for (int b = 0; b < B; b++)
             for (int j = 0; j < C; j++) {
                 double want = (1.0 / C - (j == labels[b])) / B;
@@ -539,7 +539,7 @@ static void test_loss_values_and_accuracy(void **state) {
     Rng r = {99};
     for (int b = 0; b < B; b++)
         for (int j = 0; j < C; j++) z[b * C + j] = rng_uniform(&r) + (j == peak[b] ? 5.0f : 0.0f);
-    float loss = loss_forward(z, labels, B, C, &correct);
+    float loss = loss_forward(z, labels, B, logit_rows(C), &correct);
     assert_int_equal(correct, 3);
     // The loss is the mean of -log softmax[label], here computed directly in double.
     double want = 0.0;
@@ -553,13 +553,13 @@ static void test_loss_values_and_accuracy(void **state) {
     float zs[B * C];
     for (int i = 0; i < B * C; i++) zs[i] = z[i] + 100.0f;
     int correct2 = -1;
-    assert_true(fabs(loss_forward(zs, labels, B, C, &correct2) - loss) < 1e-4);
+    assert_true(fabs(loss_forward(zs, labels, B, logit_rows(C), &correct2) - loss) < 1e-4);
     assert_int_equal(correct2, 3);
     // A confident right answer costs ~0; a confident wrong one costs ~the margin.
     for (int i = 0; i < C; i++) z[i] = i == labels[0] ? 30.0f : 0.0f;
-    assert_true(loss_forward(z, labels, 1, C, &correct) < 1e-9 && correct == 1);
+    assert_true(loss_forward(z, labels, 1, logit_rows(C), &correct) < 1e-9 && correct == 1);
     for (int i = 0; i < C; i++) z[i] = i == 7 ? 30.0f : 0.0f;
-    assert_true(fabs(loss_forward(z, labels, 1, C, &correct) - 30.0) < 1e-4 && correct == 0);
+    assert_true(fabs(loss_forward(z, labels, 1, logit_rows(C), &correct) - 30.0) < 1e-4 && correct == 0);
 }
 
 int main(void) {

@@ -55,7 +55,7 @@ static TangentKey key_at(uint32_t step) {
 static float net_loss(const Net *n, Stage *st, const float *params) {
     const float *y;
     stage_forward(st, params, NULL, n->x, NULL, ROWS, NULL, &y, NULL);
-    return loss_forward(y, n->labels, ROWS, n->m.classes, NULL);
+    return loss_forward(y, n->labels, ROWS, model_logit_rows(&n->m), NULL);
 }
 
 // The backprop gradient of the mean loss, into grad (overwritten).
@@ -66,7 +66,7 @@ static void net_gradient(const Net *n, float *grad) {
     float dz[ROWS * 3];
     const float *y;
     stage_forward(&st, n->params, NULL, n->x, NULL, ROWS, stash, &y, NULL);
-    loss_backward(y, n->labels, ROWS, n->m.classes, dz);
+    loss_backward(y, n->labels, ROWS, model_logit_rows(&n->m), dz);
     memset(grad, 0, n->m.n_params * sizeof(float));
     stage_backward(&st, n->params, stash, dz, NULL, grad, ROWS);
     fg_free(stash);
@@ -78,7 +78,7 @@ static float net_directional(const Net *n, Stage *st, uint32_t step, float *d) {
     TangentKey key = key_at(step);
     const float *y, *ydot;
     stage_forward(st, n->params, &key, n->x, NULL, ROWS, NULL, &y, &ydot);
-    return loss_jvp(y, ydot, n->labels, ROWS, n->m.classes, st->tangents, d);
+    return loss_jvp(y, ydot, n->labels, ROWS, model_logit_rows(&n->m), st->tangents, d);
 }
 
 static const char *const ACTIVATIONS[] = {"relu", "gelu"};
@@ -208,7 +208,7 @@ static float directional_one(const Net *n, uint32_t step, uint32_t k) {
         x = y, xdot = ydot;
     }
     float d;
-    loss_jvp(x, xdot, n->labels, ROWS, m->classes, 1, &d);
+    loss_jvp(x, xdot, n->labels, ROWS, model_logit_rows(m), 1, &d);
     for (int i = 0; i < 4; i++) fg_free(buf[i]);
     fg_free(pdot);
     return d;
@@ -265,8 +265,8 @@ static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step,
                       &ydot);
         x = y, xdot = ydot;
     }
-    out->loss = loss_jvp(y, ydot, n->labels, ROWS, n->m.classes, K, out->d);
-    loss_backward(y, n->labels, ROWS, n->m.classes, dz);
+    out->loss = loss_jvp(y, ydot, n->labels, ROWS, model_logit_rows(&n->m), K, out->d);
+    loss_backward(y, n->labels, ROWS, model_logit_rows(&n->m), dz);
     memset(out->grad, 0, n->m.n_params * sizeof(float));
     const float *dy = dz;
     float *dxs[2] = {NULL, dx};  // the first stage needs no input adjoint

@@ -59,7 +59,7 @@ static void backprop(const Problem *p, int b, float *stash, float *delta, float 
     const float *y;
     float dz[ROWS * C];
     stage_forward(&st, p->params, NULL, p->x[b], NULL, ROWS, stash, &y, NULL);
-    loss_backward(y, p->labels[b], ROWS, C, dz);
+    loss_backward(y, p->labels[b], ROWS, logit_rows(C), dz);
     stage_backward_input(&st, p->params, stash, dz, NULL, delta, ROWS);
     stage_backward_weight(&st, stash, delta, g, ROWS);
     for (size_t i = 0; i < stage_adjoint_floats(&st, ROWS); i++) delta[i] *= ROWS;
@@ -219,7 +219,7 @@ static void draws(const Problem *p, int K, double *err2, double *var, double *va
             TangentKey key = tangent_key(SEED, t, b, 0);
             const float *y, *ydot;
             stage_forward(&st, p->params, &key, p->x[b], NULL, ROWS, stash, &y, &ydot);
-            loss_jvp_rows(y, ydot, p->labels[b], ROWS, C, K, d);
+            loss_jvp_rows(y, ydot, p->labels[b], ROWS, logit_rows(C), K, d);
             if (t < 4) check_d(p, b, key, K, d);
             for (int i = 0; i < K * ROWS; i++) coeff[i] = d[i] / (float)(N * ROWS * K);
             for (int l = 0; l < p->m.n_layers; l++) {
@@ -351,7 +351,7 @@ static void test_lowrank_unbiased_with_formula_variance(void **state) {
                 const float *y, *ydot;
                 key.microbatch = (uint32_t)b;
                 stage_forward(&st, p.params, &key, p.x[b], NULL, ROWS, NULL, &y, &ydot);
-                loss_jvp(y, ydot, p.labels[b], ROWS, C, 1, &d[b]);
+                loss_jvp(y, ydot, p.labels[b], ROWS, logit_rows(C), 1, &d[b]);
                 coeff[b] = d[b] / N;
             }
             key.microbatch = 0;
@@ -385,7 +385,7 @@ static void test_lowrank_gpt_layers(void **state) {
     (void)state;
     enum { B = 2, TOKENS = 4, R = 2 };
     Model m;
-    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = TOKENS};
+    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = TOKENS, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, g, NULL), FG_OK);
     float *p = fg_alloc_floats(m.n_params);
     model_init_params(&m, p, SEED);

@@ -1,5 +1,5 @@
-// Tests for the byte-level text corpus (text_data.c): the 90/10 split, training windows drawn
-// from Philox (inside the split, labels = next byte, reproducible, different per micro-batch,
+// Tests for the language-model corpus (text_data.c): bytes of text and files of uint16 tokens.
+// Text: the 90/10 split, training windows drawn from Philox (inside the split, labels = next byte, reproducible, different per micro-batch,
 // uniform), validation windows that tile the split, and every load error by path and cause.
 // Corpora are written into a fresh mkdtemp directory under /tmp.
 #include <stdarg.h>
@@ -43,7 +43,7 @@ static void load_ok(TextCorpus *tc, const char *name, size_t n, int ctx) {
     write_corpus(path, sizeof path, name, n, 42);
     FgError err = {0};
     assert_int_equal(text_corpus_load(tc, path, ctx, &err), FG_OK);
-    assert_int_equal(tc->n_bytes, n);
+    assert_int_equal((tc->train.n + tc->val.n), n);
     assert_int_equal(tc->ctx, ctx);
 }
 
@@ -52,10 +52,10 @@ static void load_ok(TextCorpus *tc, const char *name, size_t n, int ctx) {
 // unlikely; a second match fails the test rather than passing it).
 static size_t find_start(const TextCorpus *tc, const float *x, const Label *labels) {
     size_t found = SIZE_MAX;
-    for (size_t s = 0; s + (size_t)tc->ctx < tc->n_bytes; s++) {
+    for (size_t s = 0; s + (size_t)tc->ctx < (tc->train.n + tc->val.n); s++) {
         int same = 1;
         for (int t = 0; t < tc->ctx && same; t++)
-            same = tc->bytes[s + t] == (uint8_t)x[t] && tc->bytes[s + t + 1] == labels[t];
+            same = tc->train.at[s + t] == (uint8_t)x[t] && tc->train.at[s + t + 1] == labels[t];
         if (same) {
             assert_int_equal(found, SIZE_MAX);
             found = s;
@@ -71,9 +71,10 @@ static void test_split(void **state) {
     for (int i = 0; i < 4; i++) {
         TextCorpus tc;
         load_ok(&tc, "split.txt", sizes[i], 8);
-        assert_int_equal(tc.train_end, sizes[i] * 9 / 10);  // floor of 90%
+        assert_int_equal(tc.train.n, sizes[i] * 9 / 10);  // floor of 90%
         text_corpus_free(&tc);
-        assert_null(tc.bytes);
+        assert_null(tc.train.at);
+        assert_null(tc.map[0]);
     }
 }
 
@@ -86,18 +87,18 @@ static void test_train_windows(void **state) {
     Label labels[ROWS * CTX], labels_only[ROWS * CTX];
     float x_only[ROWS * CTX];
     for (uint64_t step = 0; step < 20; step++) {
-        text_train_batch(&tc, 7, step, 3, ROWS, x, labels);
+        assert_int_equal(text_train_batch(&tc, 7, step, 3, ROWS, x, labels, NULL), FG_OK);
         for (int r = 0; r < ROWS; r++) {
             size_t s = find_start(&tc, x + r * CTX, labels + r * CTX);
-            assert_true(s + CTX + 1 <= tc.train_end);  // the whole window trains
+            assert_true(s + CTX + 1 <= tc.train.n);  // the whole window trains
             for (int t = 0; t < CTX; t++) {
-                assert_true(x[r * CTX + t] == (float)tc.bytes[s + t]);  // token ids, exact
-                assert_int_equal(labels[r * CTX + t], tc.bytes[s + t + 1]);
+                assert_true(x[r * CTX + t] == (float)tc.train.at[s + t]);  // token ids, exact
+                assert_int_equal(labels[r * CTX + t], tc.train.at[s + t + 1]);
             }
         }
         // Either output alone is the same as both: the end stages of a pipeline agree.
-        text_train_batch(&tc, 7, step, 3, ROWS, NULL, labels_only);
-        text_train_batch(&tc, 7, step, 3, ROWS, x_only, NULL);
+        assert_int_equal(text_train_batch(&tc, 7, step, 3, ROWS, NULL, labels_only, NULL), FG_OK);
+        assert_int_equal(text_train_batch(&tc, 7, step, 3, ROWS, x_only, NULL, NULL), FG_OK);
         assert_memory_equal(labels_only, labels, sizeof labels);
         assert_memory_equal(x_only, x, sizeof x);
     }
@@ -109,7 +110,7 @@ static void batch_starts(const TextCorpus *tc, uint32_t seed, uint64_t step, uin
                          int rows, size_t *starts) {
     float *x = malloc(sizeof(float) * (size_t)rows * tc->ctx);
     Label *labels = malloc((size_t)rows * tc->ctx * sizeof(Label));
-    text_train_batch(tc, seed, step, mb, rows, x, labels);
+    assert_int_equal(text_train_batch(tc, seed, step, mb, rows, x, labels, NULL), FG_OK);
     for (int r = 0; r < rows; r++)
         starts[r] = find_start(tc, x + (size_t)r * tc->ctx, labels + (size_t)r * tc->ctx);
     free(x);
@@ -148,7 +149,7 @@ static void test_uniform(void **state) {
     enum { CTX = 8, BINS = 20, MBS = 400, ROWS = 50 };
     TextCorpus tc;
     load_ok(&tc, "uniform.txt", 2000, CTX);
-    const size_t n_starts = tc.train_end - CTX;  // starts 0 .. train_end - ctx - 1
+    const size_t n_starts = tc.train.n - CTX;  // starts 0 .. train_end - ctx - 1
     size_t hist[BINS] = {0}, lo = SIZE_MAX, hi = 0, starts[ROWS];
     for (uint32_t mb = 0; mb < MBS; mb++) {
         batch_starts(&tc, 3, 1, mb, ROWS, starts);
@@ -180,23 +181,23 @@ static void test_validation(void **state) {
         TextCorpus tc;
         const int T = cases[c].ctx;
         load_ok(&tc, "val.txt", cases[c].n, T);
-        size_t n_val = tc.n_bytes - tc.train_end, w_count = text_val_windows(&tc);
+        size_t n_val = (tc.train.n + tc.val.n) - tc.train.n, w_count = text_val_windows(&tc);
         assert_int_equal(w_count, (n_val - 1) / (size_t)T);
         // The last window fits, one more would not.
-        assert_true(tc.train_end + (w_count - 1) * T + T < tc.n_bytes);
-        assert_true(tc.train_end + w_count * T + T >= tc.n_bytes);
+        assert_true(tc.train.n + (w_count - 1) * T + T < (tc.train.n + tc.val.n));
+        assert_true(tc.train.n + w_count * T + T >= (tc.train.n + tc.val.n));
         float *x = malloc(sizeof(float) * w_count * T);
         Label *labels = malloc(w_count * T * sizeof(Label));
-        text_val_batch(&tc, 0, (int)w_count, x, labels);
+        assert_int_equal(text_val_batch(&tc, 0, (int)w_count, x, labels, NULL), FG_OK);
         // Inputs tile [train_end, train_end + count * ctx) in order, labels are the next bytes.
         for (size_t i = 0; i < w_count * T; i++) {
-            assert_true(x[i] == (float)tc.bytes[tc.train_end + i]);
-            assert_int_equal(labels[i], tc.bytes[tc.train_end + i + 1]);
+            assert_true(x[i] == (float)tc.train.at[tc.train.n + i]);
+            assert_int_equal(labels[i], tc.train.at[tc.train.n + i + 1]);
         }
         // A batch from first_window > 0 is the same windows.
         if (w_count > 1) {
             Label tail[128];
-            text_val_batch(&tc, 1, 1, NULL, tail);
+            assert_int_equal(text_val_batch(&tc, 1, 1, NULL, tail, NULL), FG_OK);
             assert_memory_equal(tail, labels + T, (size_t)T * sizeof(Label));
         }
         free(x);
@@ -211,7 +212,8 @@ static void expect_error(const char *path, int ctx, const char *needle1, const c
     FgError err = {0};
     assert_int_equal(text_corpus_load(&tc, path, ctx, &err), FG_ERR_INPUT);
     assert_int_equal(err.code, FG_ERR_INPUT);
-    assert_null(tc.bytes);
+    assert_null(tc.train.at);
+    assert_null(tc.map[0]);
     if (!strstr(err.msg, path) || !strstr(err.msg, needle1) ||
         (needle2 && !strstr(err.msg, needle2)))
         fail_msg("message \"%s\" lacks \"%s\" / \"%s\" / \"%s\"", err.msg, path, needle1,
@@ -242,11 +244,84 @@ static void test_errors(void **state) {
     expect_error(path, 0, "ctx 0 must be at least 1", NULL);
 }
 
+// Writes n uint16 little-endian tokens: token i = (i * 7919 + seed) % modulus.
+static void write_tokens(char *path, size_t size, const char *name, size_t n, unsigned modulus,
+                         unsigned seed, int odd_byte) {
+    snprintf(path, size, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned id = (unsigned)((i * 7919 + seed) % modulus);
+        assert_int_not_equal(fputc((int)(id & 255), f), EOF);
+        assert_int_not_equal(fputc((int)(id >> 8), f), EOF);
+    }
+    if (odd_byte) fputc(0, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+// data = tokens: windows hold the files' uint16 ids (above 255), labels the next; validation
+// windows tile the second file; an id >= vocab, an odd size and a short file are named errors.
+static void test_tokens(void **state) {
+    (void)state;
+    enum { CTX = 8, ROWS = 4, VOCAB = 50257 };
+    char train[512], val[512];
+    write_tokens(train, sizeof train, "train.bin", 3000, VOCAB, 1, 0);
+    write_tokens(val, sizeof val, "val.bin", 100, VOCAB, 2, 0);
+    TextCorpus tc;
+    FgError err = {0};
+    assert_int_equal(token_corpus_load(&tc, train, val, CTX, VOCAB, &err), FG_OK);
+    assert_int_equal(tc.train.n, 3000);
+    assert_int_equal(tc.val.n, 100);
+    float x[ROWS * CTX];
+    Label labels[ROWS * CTX];
+    assert_int_equal(text_train_batch(&tc, 3, 0, 0, ROWS, x, labels, &err), FG_OK);
+    for (int r = 0; r < ROWS; r++) {
+        // Token i is (7919 i + 1) mod V, so the window's start follows from its first id.
+        size_t start = SIZE_MAX;
+        for (size_t i = 0; i + CTX < 3000 && start == SIZE_MAX; i++)
+            if ((float)token_at(&tc, &tc.train, i) == x[r * CTX]) start = i;
+        assert_int_not_equal(start, SIZE_MAX);
+        for (int t = 0; t < CTX; t++) {
+            assert_true(x[r * CTX + t] == (float)(((start + t) * 7919 + 1) % VOCAB));
+            assert_int_equal(labels[r * CTX + t], ((start + t + 1) * 7919 + 1) % VOCAB);
+        }
+    }
+    assert_int_equal(text_val_windows(&tc), (100 - 1) / CTX);
+    assert_int_equal(text_val_batch(&tc, 2, 1, x, labels, &err), FG_OK);
+    for (int t = 0; t < CTX; t++) {
+        assert_true(x[t] == (float)(((2 * CTX + t) * 7919 + 2) % VOCAB));
+        assert_int_equal(labels[t], ((2 * CTX + t + 1) * 7919 + 2) % VOCAB);
+    }
+    text_corpus_free(&tc);
+    // The same files read by a model of a smaller vocabulary: the first window names the id.
+    assert_int_equal(token_corpus_load(&tc, train, val, CTX, 300, &err), FG_OK);
+    assert_int_equal(text_val_batch(&tc, 0, 1, x, labels, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, val) || !strstr(err.msg, "outside the vocabulary of 300"))
+        fail_msg("message \"%s\"", err.msg);
+    assert_int_equal(text_train_batch(&tc, 3, 0, 0, ROWS, x, labels, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, train));
+    text_corpus_free(&tc);
+    char bad[512];
+    write_tokens(bad, sizeof bad, "odd.bin", 100, VOCAB, 0, 1);
+    assert_int_equal(token_corpus_load(&tc, bad, val, CTX, VOCAB, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "odd size"));
+    assert_null(tc.map[0]);
+    write_tokens(bad, sizeof bad, "short.bin", CTX, VOCAB, 0, 0);
+    assert_int_equal(token_corpus_load(&tc, train, bad, CTX, VOCAB, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, "val_tokens") || !strstr(err.msg, "8 tokens are too few"))
+        fail_msg("message \"%s\"", err.msg);
+    snprintf(bad, sizeof bad, "%s/none.bin", tmpdir);
+    assert_int_equal(token_corpus_load(&tc, train, bad, CTX, VOCAB, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, "No such file") || !strstr(err.msg, "fgpipe tokenize"))
+        fail_msg("message \"%s\"", err.msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),      cmocka_unit_test(test_train_windows),
         cmocka_unit_test(test_reproducible), cmocka_unit_test(test_uniform),
         cmocka_unit_test(test_validation), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tokens),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

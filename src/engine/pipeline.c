@@ -183,7 +183,7 @@ int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const flo
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
     size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
     p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T * sizeof(Label));
-    totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, p->model->classes,
+    totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, model_logit_rows(p->model),
                                              &correct) * (double)(n * T);
     totals[1] += correct;
     return FG_OK;

@@ -38,7 +38,7 @@ static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_ad
 // A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
-    const int B = p->cfg->training.micro_batch, C = p->model->classes;
+    const int B = p->cfg->training.micro_batch, C = p->model->logit_stride;
     const int r = ring(step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
@@ -62,15 +62,16 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
 // Lanes
 
 // Micro-batch mb of the step's inputs (x) or labels (either may be NULL): samples of the
-// epoch's order, or text windows drawn for (seed, step, global micro-batch).
-static void gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
-                              size_t sample0, float *x, Label *labels) {
+// epoch's order, or text windows drawn for (seed, step, global micro-batch) (an error: a
+// token outside the vocabulary).
+static int gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
+                             size_t sample0, float *x, Label *labels, FgError *err) {
     int B = p->cfg->training.micro_batch;
     if (p->data->text)
-        text_train_batch(p->data->text, p->cfg->training.seed, (uint64_t)step,
-                         (uint32_t)pipeline_global_microbatch(p, mb), B, x, labels);
-    else
-        dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, x, labels);
+        return text_train_batch(p->data->text, p->cfg->training.seed, (uint64_t)step,
+                                (uint32_t)pipeline_global_microbatch(p, mb), B, x, labels, err);
+    dataset_gather(p->data, order, sample0 + (size_t)mb * B, B, x, labels);
+    return FG_OK;
 }
 
 int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
@@ -91,15 +92,15 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
             a->key = tangent_key(p->cfg->training.seed, step, global_mb, 0);
             if (p->is_first) {
                 float *x = p->work.x_in + (size_t)n * p->work.x_stride;
-                gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL);
+                rc = gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL, err);
                 be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = messages_take(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
-            if (p->stage.local_groups) {
+            if (p->stage.local_groups && !rc) {
                 Label *labels = p->kept.lane_labels + (size_t)n * B;
-                gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels);
+                rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
             if (ops_keeps_stash(p, step, a->microbatch))
@@ -185,7 +186,7 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // Activity perturbation: each sample's directional derivative into p->work.loss_d [K][B]. A GPT
 // sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
 // the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
-static double sample_derivatives(Pipeline *p, const Lane *a, int rows, int C) {
+static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
     int T = p->model->tokens, samples = rows / T, K = p->K;
     double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, K, p->work.loss_d);
     for (int i = 0; T > 1 && i < K * samples; i++) {  // in place: i <= i * T
@@ -199,14 +200,15 @@ static double sample_derivatives(Pipeline *p, const Lane *a, int rows, int C) {
 // The last stage's end of op F: the loss (added to *loss_sum), the directional derivatives d
 // into the step's scalars (fg), and for a selected micro-batch the loss adjoint dz, scaled for
 // its average.
-static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, size_t sample0,
-                     double *loss_sum) {
+static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, size_t sample0,
+                    double *loss_sum, FgError *err) {
     const Config *c = p->cfg;
     const Backend *be = p->be;
     // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
-    int rows = c->training.micro_batch * p->model->tokens, C = p->model->classes;
-    int mb = a->microbatch;
-    gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels);
+    int rows = c->training.micro_batch * p->model->tokens, mb = a->microbatch;
+    LogitRows C = model_logit_rows(p->model);
+    int rc = gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels, err);
+    if (rc) return rc;
     be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows * sizeof(Label));
     double loss;
     if (p->K) {
@@ -222,13 +224,14 @@ static void loss_end(Pipeline *p, long step, const Lane *a, const size_t *order,
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
         // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
         // here and over each stage's own corrections in op U.
-        float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C;
+        float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C.stride;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
         int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);
-        be->scale(be, dz, scale, dz, (size_t)rows * C);
+        be->scale(be, dz, scale, dz, (size_t)rows * C.stride);
     }
     *loss_sum += loss;
+    return FG_OK;
 }
 
 int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
@@ -242,7 +245,7 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
     for (int i = 0; i < n && !rc; i++) {
         const Lane *a = &p->work.lanes[i];
         if (p->is_last) {
-            loss_end(p, step, a, order, sample0, loss_sum);
+            rc = loss_end(p, step, a, order, sample0, loss_sum, err);
             continue;
         }
         be->copy(be, p->msg.outbox, a->x, rows_out * sizeof(float));

@@ -116,7 +116,7 @@ static void alloc_buffers(Pipeline *p) {
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i <= SCHED_MAX_LAG; i++)
-            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->classes);
+            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->logit_stride);
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;

@@ -31,15 +31,19 @@ typedef struct {
 
 // The choice strings list values in the order of their enums (Mode, OptimizerKind, LrSchedule).
 static const ConfigKey KEYS[] = {
-    CHOICE(input, data, "idx|text", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file"),
+    CHOICE(input, data, "idx|text|tokens", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file; tokens: language modelling on train_tokens and val_tokens (fgpipe tokenize makes them)"),
     STR(input, data_dir, "directory with the IDX files (train-*, t10k-*)"),
     STR_OR_NONE(input, text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
+    STR_OR_NONE(input, train_tokens, "data = tokens: the training tokens, little-endian uint16 (nanoGPT's and llm.c's format), memory-mapped: any size"),
+    STR_OR_NONE(input, val_tokens, "data = tokens: the validation tokens, same format; every non-overlapping window of ctx + 1 tokens is evaluated"),
     STR(net, model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx)"),
     STR(net, activation, "activation after each hidden linear layer: relu | gelu"),
     NUM(KEY_INT, net, n_layer, 1, 96, "model = gpt: transformer blocks"),
     NUM(KEY_INT, net, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
     NUM(KEY_INT, net, n_head, 1, 256, "model = gpt: attention heads"),
     NUM(KEY_INT, net, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
+    NUM(KEY_INT, net, vocab, 2, 65536, "model = gpt: token ids 0..vocab-1: 256 for bytes (data = text), 50257 for GPT-2's BPE"),
+    NUM(KEY_INT, net, pad_vocab, 1, 1024, "model = gpt: the token table (and the head) has vocab rounded up to a multiple of this many rows (GPT-2: 64, for aligned GEMMs); the pad rows are left out of the loss and never sampled"),
     STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(timetable, schedule, "gpipe|1f1b|zb", "pipeline schedule of bp"),
@@ -89,7 +93,8 @@ void config_defaults(Config *c) {
     *c = (Config){
         .input = {.data_dir = "/usr/share/datasets/fashion-mnist"},
         .net = {.model = "784-1024-1024-1024-10", .activation = "relu",
-                .n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128},
+                .n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128,
+                .vocab = 256, .pad_vocab = 1},
         .method = {.mode = MODE_BP, .shrink = 1.0, .tangents = 1},
         .timetable = {.select = -1, .max_lag = 2, .calibrate_steps = 3, .lag_cost = 0.25},
         .layout = {.stages = 1, .replicas = 1, .boundaries = "auto"},
@@ -227,6 +232,26 @@ int config_load_text(Config *c, const char *text, const char *name, FgError *err
     return rc;
 }
 
+// model = gpt reads text (bytes) or tokens; each names its files, and bytes need vocab 256.
+static int validate_language(const Config *c, FgError *err) {
+    int gpt = strcmp(c->net.model, "gpt") == 0;
+    if (gpt != config_is_language(c))
+        return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text or tokens: set data = text "
+                       "and text_file, or data = tokens, train_tokens and val_tokens" :
+                       "data = text or tokens trains model = gpt (an MLP reads images: data = idx)");
+    if (c->input.data == DATA_TEXT && !c->input.text_file[0])
+        return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
+                       "the default corpus's path)");
+    if (c->input.data == DATA_TEXT && c->net.vocab != 256)
+        return fg_fail(err, FG_ERR_INPUT, "data = text reads bytes: vocab must be 256, not %d "
+                       "(tokenize the text for a larger vocabulary: fgpipe tokenize, data = tokens)",
+                       c->net.vocab);
+    if (c->input.data == DATA_TOKENS && (!c->input.train_tokens[0] || !c->input.val_tokens[0]))
+        return fg_fail(err, FG_ERR_INPUT, "data = tokens needs train_tokens and val_tokens (files of "
+                       "uint16 tokens: fgpipe tokenize --in TEXT --out FILE makes them)");
+    return FG_OK;
+}
+
 int config_validate(const Config *c, FgError *err) {
     if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
@@ -250,7 +275,7 @@ int config_validate(const Config *c, FgError *err) {
     if (c->method.local_groups > 0 &&
         (c->method.mode == MODE_BP || c->method.perturb != PERTURB_ACTIVITY ||
          c->layout.device != DEVICE_CPU ||
-         c->input.data == DATA_TEXT))
+         config_is_language(c)))
         return fg_fail(err, FG_ERR_INPUT, "local_groups needs mode = fg or fg+bp, perturb = "
                        "activity, device = cpu and an MLP (the local losses are not written for the "
                        "others)");
@@ -260,13 +285,8 @@ int config_validate(const Config *c, FgError *err) {
     if (c->layout.mem_budget > 0 && !c->layout.weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
-    int gpt = strcmp(c->net.model, "gpt") == 0;
-    if (gpt != (c->input.data == DATA_TEXT))
-        return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text: set data = text and "
-                       "text_file" : "data = text trains model = gpt (an MLP reads images: data = idx)");
-    if (c->input.data == DATA_TEXT && !c->input.text_file[0])
-        return fg_fail(err, FG_ERR_INPUT, "data = text needs text_file (launch/text-corpus.sh prints "
-                       "the default corpus's path)");
+    int rc = validate_language(c, err);
+    if (rc) return rc;
     if (c->layout.precision != PRECISION_FP32 && c->layout.device != DEVICE_CUDA)
         return fg_fail(err, FG_ERR_INPUT, "precision = tf32 or bf16 needs device = cuda (the CPU "
                        "computes in fp32 only)");
@@ -298,8 +318,8 @@ void config_write(const Config *c, FILE *f) {
 const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
                                   size_t size) {
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
-                                       "activation"};
-    int n = a->input.data == DATA_TEXT ? 6 : 7;  // the GPT's activation is fixed (GELU)
+                                       "vocab", "pad_vocab", "activation"};
+    int n = config_is_language(a) ? 8 : 9;  // the GPT's activation is fixed (GELU)
     for (int i = 0; i < n; i++) {
         const ConfigKey *k = find_key(keys[i]);
         key_value(a, k, value_a, size);
@@ -322,6 +342,15 @@ EstimatorKind config_estimator(const Config *c) {
 
 int config_dots_reference(const Config *c) {
     return c->method.mode == MODE_FG_BP && estimator_info(config_estimator(c))->dots_reference;
+}
+
+int config_is_language(const Config *c) {
+    return c->input.data == DATA_TEXT || c->input.data == DATA_TOKENS;
+}
+
+const char *config_data_path(const Config *c) {
+    return c->input.data == DATA_TEXT ? c->input.text_file
+           : c->input.data == DATA_TOKENS ? c->input.train_tokens : c->input.data_dir;
 }
 
 int config_timetable_lag(const Config *c) {

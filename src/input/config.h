@@ -18,19 +18,23 @@ typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB } ScheduleKind;
 typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
-typedef enum { DATA_IDX, DATA_TEXT } DataKind;
+typedef enum { DATA_IDX, DATA_TEXT, DATA_TOKENS } DataKind;
 
 // The keys in groups, by what they decide. A key's name is its field's (config.c's table).
 typedef struct {
-    int data;              // DataKind: labelled images (IDX files) or a text file (bytes)
+    int data;              // DataKind: labelled images (IDX files), a text file (bytes) or
+                           // files of tokens (uint16)
     char data_dir[256];    // IDX files (train-*, t10k-*)
     char text_file[256];   // data = text: the corpus (first 90% trains, the rest validates)
+    char train_tokens[256], val_tokens[256];  // data = tokens: little-endian uint16 files
 } InputConfig;
 
 typedef struct {
     char model[256];       // MLP widths "784-1024-10", or "gpt" (the next four keys)
     char activation[16];   // relu | gelu
     int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
+    int vocab;             // model = gpt: token ids 0..vocab-1 (256: bytes; GPT-2: 50257)
+    int pad_vocab;         // the token table's rows are vocab rounded up to a multiple of this
     char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
 } NetConfig;
 
@@ -128,6 +132,11 @@ int config_update_microbatches(const Config *c, int replicas);
 // The most steps a B op of the timetable may lag (fg+bp: lag with a fixed select, else max_lag;
 // 0 for the other modes).
 int config_timetable_lag(const Config *c);
+// Language modelling (model = gpt): data = text or tokens.
+int config_is_language(const Config *c);
+// The path of the data a run reads for training (data_dir, text_file or train_tokens).
+const char *config_data_path(const Config *c);
+
 // fg+bp with the control-variate estimator (auto resolves to it): op F dots the reference
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);

@@ -59,15 +59,15 @@ struct Backend {
     // Softmax cross-entropy (layer.h): logits, zdot, dz and labels in backend memory; the
     // loss, d [K] and *correct on the host.
     float (*loss_forward)(const Backend *be, const float *logits, const Label *labels, int B,
-                          int C, int *correct);
+                          LogitRows C, int *correct);
     // loss_jvp per sample (activity perturbation): d_rows[k*B + r] (host) = the directional
     // derivative of row r's own loss along tangent block k.
     float (*loss_jvp_rows)(const Backend *be, const float *logits, const float *zdot,
-                           const Label *labels, int B, int C, int K, float *d_rows);
+                           const Label *labels, int B, LogitRows C, int K, float *d_rows);
     float (*loss_jvp)(const Backend *be, const float *logits, const float *zdot,
-                      const Label *labels, int B, int C, int K, float *d);
+                      const Label *labels, int B, LogitRows C, int K, float *d);
     float (*loss_backward)(const Backend *be, const float *logits, const Label *labels, int B,
-                           int C, float *dz);
+                           LogitRows C, float *dz);
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].

@@ -79,25 +79,25 @@ static void cpu_backward(const Backend *be, const Layer *L, const float *p, cons
 }
 
 static float cpu_loss_forward(const Backend *be, const float *logits, const Label *labels,
-                              int B, int C, int *correct) {
+                              int B, LogitRows C, int *correct) {
     (void)be;
     return loss_forward(logits, labels, B, C, correct);
 }
 
 static float cpu_loss_jvp(const Backend *be, const float *logits, const float *zdot,
-                          const Label *labels, int B, int C, int K, float *d) {
+                          const Label *labels, int B, LogitRows C, int K, float *d) {
     (void)be;
     return loss_jvp(logits, zdot, labels, B, C, K, d);
 }
 
 static float cpu_loss_jvp_rows(const Backend *be, const float *logits, const float *zdot,
-                               const Label *labels, int B, int C, int K, float *d_rows) {
+                               const Label *labels, int B, LogitRows C, int K, float *d_rows) {
     (void)be;
     return loss_jvp_rows(logits, zdot, labels, B, C, K, d_rows);
 }
 
 static float cpu_loss_backward(const Backend *be, const float *logits, const Label *labels,
-                               int B, int C, float *dz) {
+                               int B, LogitRows C, float *dz) {
     (void)be;
     return loss_backward(logits, labels, B, C, dz);
 }

@@ -90,18 +90,25 @@ static inline const LayerOps *layer_ops(const Layer *L) {
     return table[L->kind];
 }
 
-// Softmax + cross-entropy over C classes, mean over the B rows of a micro-batch. Not a Layer:
-// it ends the model with a scalar.
+// Softmax + cross-entropy over C.classes classes, mean over the B rows of a micro-batch. Not a
+// Layer: it ends the model with a scalar. Rows of logits (and of zdot, dz) lie C.stride apart:
+// the GPT pads its vocabulary to a multiple of pad_vocab rows, and the pad columns are left
+// out of the softmax (their dz is 0).
+typedef struct {
+    int classes, stride;
+} LogitRows;
+static inline LogitRows logit_rows(int classes) { return (LogitRows){classes, classes}; }
+
 // loss_forward returns the mean loss; correct (may be NULL) counts argmax hits.
-float loss_forward(const float *logits, const Label *labels, int B, int C, int *correct);
+float loss_forward(const float *logits, const Label *labels, int B, LogitRows C, int *correct);
 // Also writes d[k] = directional derivative of the loss along tangent block k of zdot.
-float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, int C,
+float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, LogitRows C,
                int K, float *d);
 // The same per sample: d_rows[k*B + r] = directional derivative of row r's own loss (not
 // divided by B) along tangent block k, for activity perturbation.
 float loss_jvp_rows(const float *logits, const float *zdot, const Label *labels, int B,
-                    int C, int K, float *d_rows);
-// dz = d(mean loss)/d(logits), [B, C].
-float loss_backward(const float *logits, const Label *labels, int B, int C, float *dz);
+                    LogitRows C, int K, float *d_rows);
+// dz = d(mean loss)/d(logits), [B, C.stride].
+float loss_backward(const float *logits, const Label *labels, int B, LogitRows C, float *dz);
 
 #endif

@@ -7,20 +7,20 @@
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
 // d_rows (when not NULL) takes each row's derivative instead of d's mean.
 static float loss_walk(const float *z, const float *zdot, const Label *labels, int B,
-                       int C, int K, float *d, float *d_rows, float *dz, int *correct) {
+                       LogitRows C, int K, float *d, float *d_rows, float *dz, int *correct) {
     double loss = 0.0, dsum[K > 0 ? K : 1];
     int hits = 0;
     for (int k = 0; k < K; k++) dsum[k] = 0.0;
     for (int r = 0; r < B; r++) {
-        const float *zr = z + (size_t)r * C;
+        const float *zr = z + (size_t)r * C.stride;
         int label = labels[r];
-        SoftmaxRow s = fg_softmax_row(zr, C);
+        SoftmaxRow s = fg_softmax_row(zr, C.classes);
         loss += fg_xent_loss(s, zr, label);
         hits += s.best == label;
-        if (dz)
-            for (int j = 0; j < C; j++) dz[(size_t)r * C + j] = fg_xent_grad(s, zr, label, j) / B;
+        for (int j = 0; dz && j < C.stride; j++)
+            dz[(size_t)r * C.stride + j] = j < C.classes ? fg_xent_grad(s, zr, label, j) / B : 0.0f;
         for (int k = 0; (d || d_rows) && k < K; k++) {
-            double dr = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C, C);
+            double dr = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C.stride, C.classes);
             if (d_rows) d_rows[(size_t)k * B + r] = (float)dr;
             dsum[k] += dr;
         }
@@ -30,20 +30,20 @@ static float loss_walk(const float *z, const float *zdot, const Label *labels, i
     return (float)(loss / B);
 }
 
-float loss_forward(const float *logits, const Label *labels, int B, int C, int *correct) {
+float loss_forward(const float *logits, const Label *labels, int B, LogitRows C, int *correct) {
     return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, NULL, correct);
 }
 
-float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, int C,
+float loss_jvp(const float *logits, const float *zdot, const Label *labels, int B, LogitRows C,
                int K, float *d) {
     return loss_walk(logits, zdot, labels, B, C, K, d, NULL, NULL, NULL);
 }
 
 float loss_jvp_rows(const float *logits, const float *zdot, const Label *labels, int B,
-                    int C, int K, float *d_rows) {
+                    LogitRows C, int K, float *d_rows) {
     return loss_walk(logits, zdot, labels, B, C, K, NULL, d_rows, NULL, NULL);
 }
 
-float loss_backward(const float *logits, const Label *labels, int B, int C, float *dz) {
+float loss_backward(const float *logits, const Label *labels, int B, LogitRows C, float *dz) {
     return loss_walk(logits, NULL, labels, B, C, 0, NULL, NULL, dz, NULL);
 }

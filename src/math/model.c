@@ -83,7 +83,7 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
         }
     }
     m->in_features = w[0];
-    m->classes = w[n - 1];
+    m->classes = m->logit_stride = w[n - 1];
     m->tokens = 1;
     return FG_OK;
 }
@@ -132,9 +132,10 @@ static void add_gpt_block(Model *m, int b, GptShape g) {
 
 int model_build_gpt(Model *m, GptShape g, FgError *err) {
     memset(m, 0, sizeof *m);
-    if (g.n_layer < 1 || g.n_embd < 1 || g.n_head < 1 || g.ctx < 1)
-        return fg_fail(err, FG_ERR_INPUT, "model gpt: n_layer %d, n_embd %d, n_head %d and ctx %d "
-                       "must all be positive", g.n_layer, g.n_embd, g.n_head, g.ctx);
+    if (g.n_layer < 1 || g.n_embd < 1 || g.n_head < 1 || g.ctx < 1 || g.vocab < 1 || g.pad_vocab < 1)
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: n_layer %d, n_embd %d, n_head %d, ctx %d, "
+                       "vocab %d and pad_vocab %d must all be positive", g.n_layer, g.n_embd,
+                       g.n_head, g.ctx, g.vocab, g.pad_vocab);
     if (g.n_embd % g.n_head)
         return fg_fail(err, FG_ERR_INPUT, "model gpt: n_embd %d is not a multiple of n_head %d",
                        g.n_embd, g.n_head);
@@ -144,7 +145,11 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
     if ((long long)g.ctx * 5 * g.n_embd > (1 << 30))
         return fg_fail(err, FG_ERR_INPUT, "model gpt: ctx %d x 5 n_embd %d floats per sample is "
                        "too wide", g.ctx, g.n_embd);
-    const int C = g.n_embd, T = g.ctx, V = 256;
+    // The table's rows: the vocabulary padded (GPT-2: 50257 -> 50304, aligned GEMMs).
+    const int C = g.n_embd, T = g.ctx, V = (g.vocab + g.pad_vocab - 1) / g.pad_vocab * g.pad_vocab;
+    if ((long long)V * C > (1LL << 31) || (long long)T * V > (1 << 30))
+        return fg_fail(err, FG_ERR_INPUT, "model gpt: a token table of %d x %d or ctx %d x %d "
+                       "logits per sample is too large", V, C, T, V);
     Layer L = layer_of(LAYER_EMBEDDING, "embedding", T, T * C);
     L.tokens = T, L.vocab = V;
     const Layer *emb = add_layer(m, L);
@@ -162,7 +167,8 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
     m->tied_first = emb->index;
     m->tied_last = head->index;
     m->in_features = T;
-    m->classes = V;
+    m->classes = g.vocab;
+    m->logit_stride = V;
     m->tokens = T;
     return FG_OK;
 }

@@ -33,20 +33,28 @@ typedef struct {
     TensorView tensors[MODEL_MAX_TENSORS];
     size_t n_params;
     int in_features;  // floats per input sample (pixels; token ids for a GPT)
-    int classes;      // classes per label (the GPT: the byte vocabulary, 256)
+    int classes;      // classes per label (the GPT: its vocabulary, 256 bytes or 50257 tokens)
+    int logit_stride; // floats per label position of the model's output: classes, or the GPT's
+                      // vocabulary padded to a multiple of pad_vocab (the pad columns unscored)
     int tokens;       // labels per sample: 1 (MLP), ctx (GPT: the next byte at every position)
     int max_width;    // widest activation, sizes the work buffers
     int tied_first, tied_last;  // GPT: the layers holding the two copies of wte (else -1)
 } Model;
 
-// The GPT of docs/gpt.md: byte tokens, n_layer pre-LayerNorm blocks of width n_embd with
+// The GPT of docs/gpt.md: tokens 0..vocab-1 (bytes: 256), n_layer pre-LayerNorm blocks of width n_embd with
 // n_head heads over ctx positions, a final LayerNorm and a head tied to the token embedding
 // (two copies, kept equal by summing their gradients). Tensors are named as in Hugging
 // Face's GPT-2 with fgpipe's [out, in] orientation.
+// Token table and head have vocab rounded up to a multiple of pad_vocab rows.
 typedef struct {
-    int n_layer, n_embd, n_head, ctx;
+    int n_layer, n_embd, n_head, ctx, vocab, pad_vocab;
 } GptShape;
 int model_build_gpt(Model *m, GptShape shape, FgError *err);
+
+// How the loss reads the model's output rows.
+static inline LogitRows model_logit_rows(const Model *m) {
+    return (LogitRows){m->classes, m->logit_stride};
+}
 
 // Builds an MLP from "784-1024-1024-10" and an activation name ("relu" or "gelu"): linear
 // layers between consecutive widths, the activation after every linear layer but the last.

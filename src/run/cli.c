@@ -49,9 +49,18 @@ static void usage(FILE *f) {
             "                       or a stop: they always hold a whole step)\n"
             "\n"
             "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
-            "                       [--temperature T] [--top-k K] [--seed S]\n"
-            "  samples N bytes (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
-            "  temperature 0 takes the most likely byte; top-k 0 samples among all 256\n"
+            "                       [--temperature T] [--top-k K] [--seed S] [--vocab DIR]\n"
+            "  samples N tokens (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
+            "  bytes for vocab 256, GPT-2's BPE (DIR: encoder.json, vocab.bpe; default\n"
+            "  data/gpt2) for vocab 50257; temperature 0 takes the most likely token; top-k 0\n"
+            "  samples among all\n"
+            "\n"
+            "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
+            "                   [--batch B] [--summary-json F] [--logits F]\n"
+            "  on one rank: the mean loss in nats per token over every non-overlapping window\n"
+            "  of T + 1 tokens of a file (T: the model's ctx unless smaller), and next-token\n"
+            "  accuracy; --text reads bytes as tokens (byte-level models: also bits per byte);\n"
+            "  --logits writes the first window's logits, float32 [T][vocab]\n"
             "\n"
             "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR] [--decode]\n"
             "  GPT-2's byte-level BPE: UTF-8 text -> little-endian uint16 tokens (--decode: back);\n"
@@ -200,7 +209,8 @@ static int parse_number(const char *flag, const char *text, int real, double lo,
 
 static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
     GenerateArgs *g = &a->gen;
-    *g = (GenerateArgs){.prompt = "", .tokens = 256, .temperature = 1.0, .top_k = 0, .seed = 1};
+    *g = (GenerateArgs){.prompt = "", .vocab_dir = "data/gpt2", .tokens = 256, .temperature = 1.0,
+                        .top_k = 0, .seed = 1};
     a->command = COMMAND_GENERATE;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
@@ -210,14 +220,39 @@ static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
         const char *value = argv[++i];
         if (strcmp(f, "--checkpoint") == 0) g->checkpoint = value;
         else if (strcmp(f, "--prompt") == 0) g->prompt = value;
+        else if (strcmp(f, "--vocab") == 0) g->vocab_dir = value;
         else if (strcmp(f, "--tokens") == 0 && !(rc = parse_number(f, value, 0, 0, 1 << 24, &v, err))) g->tokens = (int)v;
         else if (strcmp(f, "--temperature") == 0 && !(rc = parse_number(f, value, 1, 0, 100, &v, err))) g->temperature = v;
-        else if (strcmp(f, "--top-k") == 0 && !(rc = parse_number(f, value, 0, 0, 256, &v, err))) g->top_k = (int)v;
+        else if (strcmp(f, "--top-k") == 0 && !(rc = parse_number(f, value, 0, 0, 65536, &v, err))) g->top_k = (int)v;
         else if (strcmp(f, "--seed") == 0 && !(rc = parse_number(f, value, 0, 0, 4294967295.0, &v, err))) g->seed = (uint32_t)v;
         else if (!rc) return fg_fail(err, FG_ERR_INPUT, "generate: unknown argument '%s' (see fgpipe --help)", f);
         if (rc) return rc;
     }
     if (!g->checkpoint) return fg_fail(err, FG_ERR_INPUT, "generate needs --checkpoint FILE");
+    return FG_OK;
+}
+
+static int parse_eval(int argc, char **argv, RunArgs *a, FgError *err) {
+    EvalArgs *e = &a->eval;
+    *e = (EvalArgs){.batch = 8};
+    a->command = COMMAND_EVAL;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        double v = 0;
+        int rc = FG_OK;
+        if (i + 1 >= argc) return fg_fail(err, FG_ERR_INPUT, "eval: '%s' needs a value", f);
+        const char *value = argv[++i];
+        if (strcmp(f, "--checkpoint") == 0) e->checkpoint = value;
+        else if (strcmp(f, "--tokens") == 0) e->tokens_path = value;
+        else if (strcmp(f, "--text") == 0) e->text_path = value;
+        else if (strcmp(f, "--summary-json") == 0) e->summary_path = value;
+        else if (strcmp(f, "--logits") == 0) e->logits_path = value;
+        else if (strcmp(f, "--ctx") == 0 && !(rc = parse_number(f, value, 0, 1, 65536, &v, err))) e->ctx = (int)v;
+        else if (strcmp(f, "--batch") == 0 && !(rc = parse_number(f, value, 0, 1, 4096, &v, err))) e->batch = (int)v;
+        else if (!rc) return fg_fail(err, FG_ERR_INPUT, "eval: unknown argument '%s' (see fgpipe --help)", f);
+        if (rc) return rc;
+    }
+    if (!e->checkpoint) return fg_fail(err, FG_ERR_INPUT, "eval needs --checkpoint FILE");
     return FG_OK;
 }
 
@@ -243,9 +278,11 @@ int cli_plan(const RunArgs *a, const Backend *be) {
     return plan_print(&a->cfg, be, &a->plan, stdout, &err) ? cli_fail(&err) : 0;
 }
 
-int cli_generate(const RunArgs *a, Storage *io) {
+int cli_read_checkpoint(const RunArgs *a, Storage *io) {
     FgError err = {0};
-    return generate_text(&a->gen, io, stdout, &err) ? cli_fail(&err) : 0;
+    int rc = a->command == COMMAND_EVAL ? eval_checkpoint(&a->eval, io, stdout, &err)
+                                        : generate_text(&a->gen, io, stdout, &err);
+    return rc ? cli_fail(&err) : 0;
 }
 
 int cli_parse(int argc, char **argv, RunArgs *a) {
@@ -253,6 +290,8 @@ int cli_parse(int argc, char **argv, RunArgs *a) {
     *a = (RunArgs){0};
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return parse_generate(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
+    if (argc >= 2 && strcmp(argv[1], "eval") == 0)
+        return parse_eval(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0)
         return tokenize_command(argc - 2, argv + 2, &err) ? cli_fail(&err) : 0;
     if (argc >= 2 && strcmp(argv[1], "plan") == 0)
@@ -289,10 +328,10 @@ static void print_run(const Config *c) {
                  "layer)", c->method.tangents, c->method.local_groups);
     else if (c->method.mode != MODE_BP)
         snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->method.tangents);
-    char model[96];
-    if (c->input.data == DATA_TEXT)
-        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d)", c->net.n_layer,
-                 c->net.n_embd, c->net.n_head, c->net.ctx);
+    char model[128];
+    if (config_is_language(c))
+        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d, vocab %d)",
+                 c->net.n_layer, c->net.n_embd, c->net.n_head, c->net.ctx, c->net.vocab);
     else
         snprintf(model, sizeof model, "%.64s (%s)", c->net.model, c->net.activation);
     fprintf(stderr, "fgpipe: mode %s%s, model %s, %d micro-batches x %d samples, %s lr %g, seed %u\n",
@@ -309,7 +348,12 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
     TrainResult res;
     if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
     if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
-    if (a->cfg.input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
+    if (a->cfg.input.data == DATA_TOKENS)  // per token: nats, next-token accuracy
+        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/token, val next-token "
+               "accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
+               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
+               res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
+    else if (a->cfg.input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
         printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/byte (%.4f bits/byte), "
                "val next-byte accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
                res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_loss / M_LN2,

@@ -5,16 +5,18 @@
 #define FGPIPE_CLI_H
 
 #include "config.h"
+#include "eval.h"
 #include "generate.h"
 #include "plan.h"
 #include "train.h"
 
-typedef enum { COMMAND_TRAIN, COMMAND_GENERATE, COMMAND_PLAN } Command;
+typedef enum { COMMAND_TRAIN, COMMAND_GENERATE, COMMAND_EVAL, COMMAND_PLAN } Command;
 
 // `fgpipe train` as parsed: the resolved config and where the run reads and writes.
 typedef struct {
     Command command;
     GenerateArgs gen;          // fgpipe generate
+    EvalArgs eval;             // fgpipe eval
     PlanArgs plan;             // fgpipe plan (with cfg)
     Config cfg;
     TrainInputs in;
@@ -41,9 +43,9 @@ int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err);
 // summary. Returns the process exit code: 0, 2 bad input, 1 anything else.
 int cli_train(RunArgs *a, const TrainEnv *env);
 
-// `fgpipe generate`: samples text from a checkpoint read through io, onto stdout. Returns the
-// process exit code.
-int cli_generate(const RunArgs *a, Storage *io);
+// `fgpipe generate` and `fgpipe eval`: a checkpoint read through io on one rank, the output on
+// stdout. Returns the process exit code.
+int cli_read_checkpoint(const RunArgs *a, Storage *io);
 
 // `fgpipe plan`: every schedule's timetable for the config (plan.h), onto stdout, with the
 // backend main made. Returns the process exit code.

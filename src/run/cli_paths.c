@@ -57,7 +57,9 @@ int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err) {
                                  {"--out", o->out_dir ? loss_csv : NULL}};
     const NamedPath inputs[] = {{"--config", config_path}, {"--resume", a->in.resume_path},
                                 {"--init-from", a->in.init_from},
-                                {"text_file", a->cfg.input.data == DATA_TEXT ? a->cfg.input.text_file : NULL}};
+                                {"text_file", a->cfg.input.data == DATA_TEXT ? a->cfg.input.text_file : NULL},
+                                {"train_tokens", a->cfg.input.data == DATA_TOKENS ? a->cfg.input.train_tokens : NULL},
+                                {"val_tokens", a->cfg.input.data == DATA_TOKENS ? a->cfg.input.val_tokens : NULL}};
     size_t n_out = sizeof outputs / sizeof *outputs, n_in = sizeof inputs / sizeof *inputs;
     int rc = FG_OK;
     for (size_t i = 0; i < n_out && !rc; i++) {

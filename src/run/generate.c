@@ -4,73 +4,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
-#include "model.h"
+#include "bpe.h"
+#include "checkpoint_model.h"
 #include "philox.h"
-#include "stage.h"
 
-typedef struct {
-    const Model *model;
-    float *params;
-} FlatParams;
-
-static int visit_flat(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
-    (void)writable;
-    FlatParams *f = source;
-    float *bufs[1] = {f->params};
-    return model_visit_layers(f->model, 0, f->model->n_layers, bufs, 1, visit, arg, err);
-}
-
-// The model of the checkpoint's stored config, with its parameters.
-static int load_gpt(const GenerateArgs *a, Storage *io, Model *m, float **params, FgError *err) {
-    char *text = NULL;
-    Config c;
-    config_defaults(&c);
-    int rc = io->load_config(io, a->checkpoint, &text, err);
-    if (!rc) rc = config_load_text(&c, text, a->checkpoint, err);
-    free(text);
-    if (rc) return rc;
-    if (c.input.data != DATA_TEXT)
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s holds model '%s', not a gpt: generate "
-                       "samples text from a GPT", a->checkpoint, c.net.model);
-    GptShape g = {.n_layer = c.net.n_layer, .n_embd = c.net.n_embd, .n_head = c.net.n_head, .ctx = c.net.ctx};
-    if ((rc = model_build_gpt(m, g, err))) return rc;
-    *params = fg_alloc_floats(m->n_params);
-    FlatParams src = {m, *params};
-    CheckpointState st = {.model = m, .first = 0, .last = m->n_layers, .n_buffers = 1,
-                          .buffers = {"params"}, .visit_layers = visit_flat, .source = &src};
-    return io->load(io, &st, a->checkpoint, err);
-}
-
-// The next byte from logits [256]: the most likely at temperature 0, else a draw from the
+// The next token from logits [V]: the most likely at temperature 0, else a draw from the
 // softmax of logits / temperature over the top_k most likely, with uniform u in [0, 1).
-static int sample_byte(const float *logits, double temperature, int top_k, float u) {
+// scratch holds V floats.
+static int sample_token(const float *logits, int V, double temperature, int top_k, float u,
+                        float *scratch) {
     int best = 0;
-    for (int i = 1; i < 256; i++)
+    for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
     if (temperature <= 0) return best;
-    int k = top_k > 0 && top_k < 256 ? top_k : 256;
-    float kth = -INFINITY;  // the k-th largest logit: bytes below it are left out
-    if (k < 256) {
-        float sorted[256];
-        memcpy(sorted, logits, sizeof sorted);
+    int k = top_k > 0 && top_k < V ? top_k : V;
+    float kth = -INFINITY;  // the k-th largest logit: tokens below it are left out
+    if (k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof(float));
         for (int i = 0; i < k; i++)  // partial selection sort: k passes
-            for (int j = i + 1; j < 256; j++)
-                if (sorted[j] > sorted[i]) {
-                    float t = sorted[i];
-                    sorted[i] = sorted[j], sorted[j] = t;
+            for (int j = i + 1; j < V; j++)
+                if (scratch[j] > scratch[i]) {
+                    float t = scratch[i];
+                    scratch[i] = scratch[j], scratch[j] = t;
                 }
-        kth = sorted[k - 1];
+        kth = scratch[k - 1];
     }
-    double w[256], sum = 0;
-    for (int i = 0; i < 256; i++) {
-        w[i] = logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
-        sum += w[i];
-    }
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
     double target = u * sum, acc = 0;
-    for (int i = 0; i < 256; i++)
-        if (w[i] > 0 && (acc += w[i]) > target) return i;
+    for (int i = 0; i < V; i++)
+        if (logits[i] >= kth && (acc += exp((logits[i] - logits[best]) / temperature)) > target) return i;
     return best;
 }
 
@@ -80,41 +44,75 @@ static float uniform_at(uint32_t seed, uint32_t position) {
     return (float)(r.v[0] >> 8) * (1.0f / 16777216.0f);
 }
 
-int generate_text(const GenerateArgs *a, Storage *io, FILE *out, FgError *err) {
-    Model m;
-    float *params = NULL;
-    int rc = load_gpt(a, io, &m, &params, err);
-    Stage st = {0};
-    if (!rc) rc = stage_init(&st, &backend_cpu, &m, 0, m.n_layers, 1, 0, err);
-    if (rc) {
-        fg_free(params);
-        return rc;
-    }
-    const int T = m.tokens;
-    size_t n_prompt = strlen(a->prompt), n = n_prompt ? n_prompt : 1;
-    unsigned char *text = malloc(n + (size_t)a->tokens);
-    if (n_prompt) memcpy(text, a->prompt, n_prompt);
-    else text[0] = '\n';
-    fwrite(text, 1, n, out);
-    float *x = fg_alloc_floats((size_t)T);
+// The tokens of a text for this model: its bytes (vocab 256), else GPT-2's BPE of it; and how
+// to write a token back. bpe stays NULL for a byte-level model.
+typedef struct {
+    Bpe *bpe;
+    uint16_t *ids;
+    size_t n, cap;
+} Tokens;
+
+static int load_vocabulary(const GenerateArgs *a, const Model *m, Tokens *t, FgError *err) {
+    if (m->classes == 256) return FG_OK;
+    char encoder[4096], merges[4096];
+    snprintf(encoder, sizeof encoder, "%s/encoder.json", a->vocab_dir);
+    snprintf(merges, sizeof merges, "%s/vocab.bpe", a->vocab_dir);
+    int rc = bpe_load(encoder, merges, &t->bpe, err);
+    if (!rc && bpe_vocab_size(t->bpe) != m->classes)
+        rc = fg_fail(err, FG_ERR_INPUT, "generate: checkpoint %s has vocab %d, the BPE in %s has %d "
+                     "tokens (--vocab DIR)", a->checkpoint, m->classes, a->vocab_dir,
+                     bpe_vocab_size(t->bpe));
+    return rc;
+}
+
+static int encode_prompt(const GenerateArgs *a, Tokens *t, FgError *err) {
+    const char *prompt = a->prompt[0] ? a->prompt : "\n";
+    size_t len = strlen(prompt);
+    if (t->bpe) return bpe_encode(t->bpe, prompt, len, &t->ids, &t->n, err);
+    t->ids = malloc(len * sizeof *t->ids);
+    for (size_t i = 0; i < len; i++) t->ids[t->n++] = (unsigned char)prompt[i];
+    return FG_OK;
+}
+
+static void write_token(const Tokens *t, int id, FILE *out) {
+    size_t len = 1;
+    unsigned char byte = (unsigned char)id;
+    const char *bytes = t->bpe ? bpe_token_bytes(t->bpe, id, &len) : (const char *)&byte;
+    fwrite(bytes, 1, len, out);
+}
+
+// Samples a->tokens tokens after the prompt, each from a window of the last T tokens; the
+// positions after them are padding that causal attention keeps from the prediction.
+static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, FILE *out) {
+    const int T = cm->model.tokens, V = cm->model.classes, stride = cm->model.logit_stride;
+    float *x = fg_alloc_floats((size_t)T), *scratch = fg_alloc_floats((size_t)V);
+    t->ids = realloc(t->ids, (t->n + (size_t)a->tokens) * sizeof *t->ids);
+    for (size_t i = 0; i < t->n; i++) write_token(t, t->ids[i], out);
     for (int i = 0; i < a->tokens; i++) {
-        // The window: the last T bytes; positions after them are padding that causal attention
-        // keeps from the prediction at the window's last byte.
-        size_t start = n > (size_t)T ? n - T : 0, len = n - start;
+        size_t start = t->n > (size_t)T ? t->n - T : 0, len = t->n - start;
         memset(x, 0, (size_t)T * sizeof(float));
-        for (size_t t = 0; t < len; t++) x[t] = (float)text[start + t];
-        const float *logits;
-        stage_forward(&st, params, NULL, x, NULL, 1, NULL, &logits, NULL);
-        int byte = sample_byte(logits + (len - 1) * 256, a->temperature, a->top_k,
-                               uniform_at(a->seed, (uint32_t)i));
-        text[n++] = (unsigned char)byte;
-        fputc(byte, out);
+        for (size_t j = 0; j < len; j++) x[j] = (float)t->ids[start + j];
+        const float *logits = checkpoint_model_forward(cm, x, 1);
+        int id = sample_token(logits + (len - 1) * stride, V, a->temperature, a->top_k,
+                              uniform_at(a->seed, (uint32_t)i), scratch);
+        t->ids[t->n++] = (uint16_t)id;
+        write_token(t, id, out);
         fflush(out);
     }
     fputc('\n', out);
     fg_free(x);
-    free(text);
-    stage_free(&st);
-    fg_free(params);
-    return FG_OK;
+    fg_free(scratch);
+}
+
+int generate_text(const GenerateArgs *a, Storage *io, FILE *out, FgError *err) {
+    CheckpointModel cm;
+    Tokens t = {0};
+    int rc = checkpoint_model_load(&cm, io, a->checkpoint, 1, "generate", err);
+    if (!rc) rc = load_vocabulary(a, &cm.model, &t, err);
+    if (!rc) rc = encode_prompt(a, &t, err);
+    if (!rc) sample_text(a, &cm, &t, out);
+    free(t.ids);
+    bpe_free(t.bpe);
+    checkpoint_model_free(&cm);
+    return rc;
 }

@@ -66,7 +66,7 @@ int train_build_model(const Config *c, Model *m, FgError *err) {
     int rc;
     if (strcmp(c->net.model, "gpt") == 0) {
         GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
-                      .ctx = c->net.ctx};
+                      .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab};
         rc = model_build_gpt(m, g, err);
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);
@@ -74,18 +74,20 @@ int train_build_model(const Config *c, Model *m, FgError *err) {
     return rc ? rc : apply_freeze(c->net.freeze, m, err);
 }
 
-// data = text: training windows are drawn per step from the first 90% (train.text); the
-// validation split is its non-overlapping windows, gathered once (test).
+// data = text or tokens: training windows are drawn per step from the training split
+// (train.text); the validation split is its non-overlapping windows, gathered once (test).
 static int load_text(Run *r, FgError *err) {
-    const int T = r->cfg->net.ctx, rc = text_corpus_load(&r->text, r->cfg->input.text_file, T, err);
+    const InputConfig *in = &r->cfg->input;
+    const int T = r->cfg->net.ctx, V = r->cfg->net.vocab;
+    int rc = in->data == DATA_TEXT ? text_corpus_load(&r->text, in->text_file, T, err)
+                                   : token_corpus_load(&r->text, in->train_tokens, in->val_tokens, T, V, err);
     if (rc) return rc;
-    r->train = (Dataset){.count = r->text.train_end / (size_t)T, .features = T, .classes = 256,
+    r->train = (Dataset){.count = r->text.train.n / (size_t)T, .features = T, .classes = V,
                          .tokens = T, .text = &r->text};
     size_t n = text_val_windows(&r->text);
-    r->test = (Dataset){.count = n, .features = T, .classes = 256, .tokens = T,
+    r->test = (Dataset){.count = n, .features = T, .classes = V, .tokens = T,
                         .x = fg_alloc_floats(n * T), .labels = fg_alloc_bytes(n * T * sizeof(Label))};
-    text_val_batch(&r->text, 0, (int)n, r->test.x, r->test.labels);
-    return FG_OK;
+    return text_val_batch(&r->text, 0, (int)n, r->test.x, r->test.labels, err);
 }
 
 // The model, the data (stage 0 reads the inputs, the others only labels and sizes) and the
@@ -98,7 +100,7 @@ static int load_model_and_data(Run *r, FgError *err) {
     if ((rc = train_build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
-    if (c->input.data == DATA_TEXT) rc = load_text(r, err);
+    if (config_is_language(c)) rc = load_text(r, err);
     else if (!(rc = load(&r->train, c->input.data_dir, "train", err)))
         rc = load(&r->test, c->input.data_dir, "t10k", err);
     if (rc) return rc;
@@ -108,7 +110,7 @@ static int load_model_and_data(Run *r, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "model: '%s' takes %d features and %d classes, but the data "
                        "in %s has %d features and %d classes (test set: %d and %d)", c->net.model,
                        m->in_features, m->classes,
-                       c->input.data == DATA_TEXT ? c->input.text_file : c->input.data_dir,
+                       config_data_path(c),
                        a->features, a->classes, b->features, b->classes);
     // A step takes `batch` samples of the epoch's order; replica r the r-th run of `shard`.
     r->shard = (size_t)c->training.micro_batch * c->training.micro_batches;

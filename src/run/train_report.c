@@ -208,9 +208,11 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
             r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->training.seed);
-    if (c->input.data == DATA_TEXT)  // the validation split's loss per byte, and tokens (bytes) per second
-        fprintf(f, ", \"val_loss\": %.6f, \"val_bits_per_byte\": %.6f, \"tokens_per_s\": %.1f",
-                r->test_loss, r->test_loss / M_LN2, r->samples_per_s * c->net.ctx);
+    if (config_is_language(c))  // the validation split's loss per token, and tokens per second
+        fprintf(f, ", \"val_loss\": %.6f, \"tokens_per_s\": %.1f", r->test_loss,
+                r->samples_per_s * c->net.ctx);
+    if (c->input.data == DATA_TEXT)  // tokens are bytes
+        fprintf(f, ", \"val_bits_per_byte\": %.6f", r->test_loss / M_LN2);
     double work_ms[SCHED_MAX_STAGES];
     for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->per_stage.work[s];
     json_array(f, "work_ms_stage", work_ms, r->stages);

@@ -41,13 +41,15 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
 // What a user of the weights needs besides them (docs/checkpoints.md).
 static ModelCard model_card(const Config *c, const Model *m) {
     ModelCard card = {.orientation = "linear weights are [out, in]: y = x W^T + b"};
-    int gpt = c->input.data == DATA_TEXT;
+    int gpt = config_is_language(c);
     card.model_kind = gpt ? "gpt" : "mlp";
-    const char *names[] = {"vocab", "ctx", "n_layer", "n_embd", "n_head"};
-    double gpt_values[] = {m->classes, c->net.ctx, c->net.n_layer, c->net.n_embd, c->net.n_head};
+    // vocab: the token ids; padded_vocab: the rows of wte and the head (the rest are padding).
+    const char *names[] = {"vocab", "padded_vocab", "ctx", "n_layer", "n_embd", "n_head"};
+    double gpt_values[] = {m->classes, m->logit_stride, c->net.ctx, c->net.n_layer, c->net.n_embd,
+                           c->net.n_head};
     const char *mlp_names[] = {"input_features", "classes", "input_mean", "input_std"};
     double mlp_values[] = {m->in_features, m->classes, DATA_PIXEL_MEAN, DATA_PIXEL_STD};
-    int n = gpt ? 5 : 4;
+    int n = gpt ? 6 : 4;
     for (int i = 0; i < n; i++) {
         card.number_names[i] = gpt ? names[i] : mlp_names[i];
         card.numbers[i] = gpt ? gpt_values[i] : mlp_values[i];

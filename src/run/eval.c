@@ -1,0 +1,106 @@
+#include "eval.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "checkpoint_model.h"
+#include "layer.h"
+#include "text_data.h"
+
+typedef struct {
+    double loss_sum;  // nats, summed over tokens
+    long correct, tokens, windows;
+} EvalTotals;
+
+static int open_file(const EvalArgs *a, const Model *m, int T, TextCorpus *tc, FgError *err) {
+    if (!a->tokens_path == !a->text_path)
+        return fg_fail(err, FG_ERR_INPUT, "eval needs one of --tokens FILE (uint16 tokens) and "
+                       "--text FILE (bytes)");
+    if (T > m->tokens)
+        return fg_fail(err, FG_ERR_INPUT, "eval: --ctx %d is more than checkpoint %s's ctx %d (it "
+                       "has no position embedding beyond)", T, a->checkpoint, m->tokens);
+    if (a->text_path && m->classes != 256)
+        return fg_fail(err, FG_ERR_INPUT, "eval: --text %s reads bytes, but checkpoint %s has vocab "
+                       "%d: tokenize the text (fgpipe tokenize) and pass --tokens", a->text_path,
+                       a->checkpoint, m->classes);
+    return a->tokens_path ? token_file_load(tc, a->tokens_path, 2, T, m->classes, err)
+                          : token_file_load(tc, a->text_path, 1, T, 256, err);
+}
+
+static int write_logits(const char *path, const float *logits, const Model *m, int T, FgError *err) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "eval --logits %s: cannot create", path);
+    int bad = 0;
+    for (int t = 0; t < T; t++)  // the vocabulary's columns, not the padding
+        bad |= fwrite(logits + (size_t)t * m->logit_stride, sizeof(float), (size_t)m->classes, f) !=
+               (size_t)m->classes;
+    bad |= fclose(f) != 0;
+    if (bad) remove(path);
+    return bad ? fg_fail(err, FG_ERR_INPUT, "eval --logits %s: write failed (disk full?)", path) : FG_OK;
+}
+
+// Windows of T tokens run through the model at its own ctx: the positions after T are padding
+// that causal attention keeps from the first T predictions.
+static int score_windows(const EvalArgs *a, CheckpointModel *cm, const TextCorpus *tc, int T,
+                         EvalTotals *tot, FgError *err) {
+    const Model *m = &cm->model;
+    const int ctx = m->tokens, B = a->batch;
+    size_t windows = text_val_windows(tc);
+    float *xw = fg_alloc_floats((size_t)B * T), *x = fg_alloc_floats((size_t)B * ctx);
+    Label *labels = fg_alloc_bytes((size_t)B * T * sizeof(Label));
+    int rc = FG_OK;
+    for (size_t w0 = 0; w0 < windows && !rc; w0 += (size_t)B) {
+        int rows = (int)FG_MIN((size_t)B, windows - w0);
+        if ((rc = text_val_batch(tc, w0, rows, xw, labels, err))) break;
+        for (int r = 0; r < rows; r++)
+            memcpy(x + (size_t)r * ctx, xw + (size_t)r * T, (size_t)T * sizeof(float));
+        const float *logits = checkpoint_model_forward(cm, x, rows);
+        for (int r = 0; r < rows; r++) {
+            int correct = 0;
+            const float *z = logits + (size_t)r * ctx * m->logit_stride;
+            tot->loss_sum += (double)loss_forward(z, labels + (size_t)r * T, T, model_logit_rows(m),
+                                                  &correct) * T;
+            tot->correct += correct;
+        }
+        if (w0 == 0 && a->logits_path) rc = write_logits(a->logits_path, logits, m, T, err);
+    }
+    tot->windows = (long)windows;
+    tot->tokens = (long)windows * T;
+    fg_free(xw);
+    fg_free(x);
+    fg_free(labels);
+    return rc;
+}
+
+static int write_summary(const EvalArgs *a, const EvalTotals *t, int T, FgError *err) {
+    FILE *f = fopen(a->summary_path, "w");
+    if (!f) return fg_fail(err, FG_ERR_INPUT, "eval --summary-json %s: cannot create", a->summary_path);
+    double loss = t->loss_sum / (double)t->tokens;
+    fprintf(f, "{\"loss\": %.8f, \"accuracy\": %.6f, \"windows\": %ld, \"tokens\": %ld, \"ctx\": %d",
+            loss, (double)t->correct / (double)t->tokens, t->windows, t->tokens, T);
+    if (a->text_path) fprintf(f, ", \"bits_per_byte\": %.8f", loss / M_LN2);
+    fputs("}\n", f);
+    return fclose(f) ? fg_fail(err, FG_ERR_INPUT, "eval --summary-json %s: write failed",
+                               a->summary_path) : FG_OK;
+}
+
+int eval_checkpoint(const EvalArgs *a, Storage *io, FILE *out, FgError *err) {
+    CheckpointModel cm;
+    TextCorpus tc = {0};
+    EvalTotals tot = {0};
+    int rc = checkpoint_model_load(&cm, io, a->checkpoint, a->batch, "eval", err), T = 0;
+    if (!rc) T = a->ctx ? a->ctx : cm.model.tokens;
+    if (!rc) rc = open_file(a, &cm.model, T, &tc, err);
+    if (!rc) rc = score_windows(a, &cm, &tc, T, &tot, err);
+    if (!rc) {
+        double loss = tot.loss_sum / (double)tot.tokens;
+        fprintf(out, "eval: %s on %s: %ld windows of %d tokens: loss %.4f nats/token", a->checkpoint,
+                a->tokens_path ? a->tokens_path : a->text_path, tot.windows, T, loss);
+        if (a->text_path) fprintf(out, " (%.4f bits/byte)", loss / M_LN2);
+        fprintf(out, ", next-token accuracy %.4f\n", (double)tot.correct / (double)tot.tokens);
+    }
+    if (!rc && a->summary_path) rc = write_summary(a, &tot, T, err);
+    text_corpus_free(&tc);
+    checkpoint_model_free(&cm);
+    return rc;
+}
