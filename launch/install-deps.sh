@@ -11,6 +11,9 @@ packages=(
   openmpi-bin libopenmpi-dev               # pipeline ranks
   libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump
   python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path
+  python3-torch                            # the PyTorch references: tests/gpt2_convert.sh
+                                           # (GPT-2 import), bench/torch_gpt.py
+  fortunes                                 # a second corpus, unlike the KJV: fine-tuning
   dataset-fashion-mnist                    # the default training data
   bible-kjv                                # the GPT's default text corpus (launch/text-corpus.sh)
   procps                                   # pgrep, for the killed-rank test

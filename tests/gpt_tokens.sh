@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The GPT on GPT-2's tokens (data = tokens, vocab 50257 padded to 50304): files made here by
+# fgpipe tokenize (README and docs train, 20 KB of the KJV validates) train on 1 and 2 stages
+# with identical losses and parameters (bp-zb and fg+bp), the loss falls, fgpipe eval scores
+# the checkpoint exactly as the run scored its validation split, generate writes BPE text, and
+# bad token files are refused by name.
+# usage: gpt_tokens.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+root=$(realpath "$(dirname "$0")/..")
+vocab=$(cd "$root" && realpath "$(launch/gpt2-vocab.sh)") || { echo "FAIL: no GPT-2 vocabulary"; exit 1; }
+cat "$root"/README.md "$root"/docs/*.md >"$dir/train.txt"
+head -c 20000 "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/val.txt"
+for s in train val; do
+  "$fgpipe" tokenize --vocab "$vocab" --in "$dir/$s.txt" --out "$dir/$s.bin" 2>"$dir/tok.err" ||
+    { echo "FAIL: tokenize $s: $(tail -n 1 "$dir/tok.err")"; exit 1; }
+done
+base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
+      --set vocab=50257 --set pad_vocab=64 --set n_layer=2 --set n_embd=16 --set n_head=2
+      --set ctx=16 --set micro_batch=2 --set micro_batches=2 --set steps=15 --set warmup_steps=0 --set lr=0.01
+      --set eval_every=0 --set print_every=1000000)
+
+run() {  # run NAME M KEY=VALUE...: trains into $dir/NAME/ and $dir/NAME.bin
+  local name=$1 M=$2; shift 2
+  local sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" \
+    --out "$dir/$name" --save-params "$dir/$name.bin" --summary-json "$dir/$name.json" \
+    >"$dir/$name.log" 2>&1 ||
+    echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
+}
+
+for c in "bp-zb|mode=bp schedule=zb" "fgbp|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=1"; do
+  name=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  for M in 1 2; do run "$name-M$M" "$M" "${sets[@]}"; done
+  why=""
+  for r in "$name-M1" "$name-M2"; do [ -f "$dir/$r.problem" ] && why="$r: $(cat "$dir/$r.problem")"; done
+  if [ -z "$why" ]; then
+    cmp -s <(cut -d, -f1-3 "$dir/$name-M1/loss.csv") <(cut -d, -f1-3 "$dir/$name-M2/loss.csv") || why="losses differ"
+    cmp -s "$dir/$name-M1.bin" "$dir/$name-M2.bin" || why="$why params differ"
+  fi
+  verdict "$name on tokens: M=2 equals M=1" "$why"
+done
+
+verdict "bp-zb on tokens: the loss falls (first 3 steps' mean against the last 3's)" "$(py_check "$dir/bp-zb-M1/loss.csv" <<'PY'
+import sys, numpy as np
+loss = np.genfromtxt(sys.argv[1], delimiter=",", names=True)["loss"]
+print("" if loss[-3:].mean() < loss[:3].mean() - 0.3 else f"{loss[:3].mean():.3f} -> {loss[-3:].mean():.3f}")
+PY
+)"
+
+# fgpipe eval on the validation file: the run's validation loss, from the checkpoint alone.
+"$fgpipe" eval --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --tokens "$dir/val.bin" \
+  --summary-json "$dir/eval.json" >"$dir/eval.log" 2>&1
+verdict "eval: the checkpoint scores the validation tokens as the run did" "$(py_check "$dir/eval.json" "$dir/bp-zb-M1.json" <<'PY'
+import json, sys
+e, r = (json.load(open(p)) for p in sys.argv[1:3])
+ok = abs(e["loss"] - r["val_loss"]) <= 1e-5 * r["val_loss"] and e["tokens"] == e["windows"] * 16
+print("" if ok else f"eval {e['loss']} over {e['tokens']} tokens, run {r['val_loss']}")
+PY
+)"
+out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vocab" \
+      --prompt "In the beginning" --tokens 12 --top-k 40 2>"$dir/gen.err")
+[ "${out#In the beginning}" != "$out" ] && [ ${#out} -gt 20 ] &&
+  verdict "generate: BPE text after the prompt" "" ||
+  verdict "generate: BPE text after the prompt" "rc/output: $(tail -n 1 "$dir/gen.err") '$out'"
+
+# Bad token files: an id outside the vocabulary, an odd size, text with a BPE vocabulary.
+expect_error() {  # expect_error LABEL NEEDLE ARGS...: exit 2 and NEEDLE in the message
+  local label=$1 needle=$2; shift 2
+  "$fgpipe" train --config "$config" "${base[@]}" --set steps=2 --no-checkpoint "$@" >"$dir/bad.log" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$needle" "$dir/bad.log" && verdict "$label" "" ||
+    verdict "$label" "rc $rc: $(grep -m1 error "$dir/bad.log")"
+}
+/usr/bin/python3 -c "import sys; open(sys.argv[1], 'wb').write(bytes([0x60, 0xea]) * 100)" "$dir/big.bin"  # id 60000
+expect_error "a token id >= vocab is refused by file and index" "big.bin: token 0 is 60000, outside the vocabulary of 50257" \
+  --set val_tokens="$dir/big.bin"
+head -c 1001 "$dir/val.bin" >"$dir/odd.bin"
+expect_error "an odd-sized token file is refused" "odd.bin: 1001 bytes is an odd size" --set train_tokens="$dir/odd.bin"
+expect_error "data = text with vocab 50257 is refused" "vocab must be 256" --set data=text --set text_file="$dir/val.txt"
+finish
