@@ -125,7 +125,8 @@ fi
 
 # tools/fgpipe-convert: a Hugging Face-layout safetensors file (Conv1D weights [in, out], no
 # lm_head) made here imports into a checkpoint fgpipe loads (--init-from, generate) and exports
-# back byte for byte; a trained checkpoint exports and imports back to the same tensors.
+# back byte for byte; a trained checkpoint exports and imports back to the same tensors. The
+# import's config says pad_vocab = 64 (the converter's default), so the fine-tune says it too.
 convert=$root/tools/fgpipe-convert
 /usr/bin/python3 - "$dir/hf.safetensors" <<'PY'
 import json, struct, sys
@@ -156,7 +157,7 @@ if "$convert" import "$dir/hf.safetensors" "$dir/hf.h5" --n-head 2 2>"$dir/conv.
   cmp -s "$dir/hf.safetensors" "$dir/back.safetensors" && verdict "convert: safetensors -> h5 -> safetensors byte for byte" "" ||
     verdict "convert: safetensors -> h5 -> safetensors byte for byte" "the files differ"
   "$fgpipe" generate --checkpoint "$dir/hf.h5" --tokens 8 >/dev/null 2>"$dir/gen.err" &&
-    run from-hf 2 steps=4 -- --init-from "$dir/hf.h5" && [ ! -f "$dir/from-hf.problem" ] &&
+    run from-hf 2 steps=4 pad_vocab=64 -- --init-from "$dir/hf.h5" && [ ! -f "$dir/from-hf.problem" ] &&
     verdict "convert: the imported file generates and fine-tunes (--init-from, 2 stages)" "" ||
     verdict "convert: the imported file generates and fine-tunes (--init-from, 2 stages)" "$(cat "$dir/gen.err" "$dir/from-hf.problem" 2>/dev/null | head -n 2)"
 else
