@@ -317,9 +317,10 @@ void config_write(const Config *c, FILE *f) {
 
 const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
                                   size_t size) {
+    // Not pad_vocab: the table's rows are checked as the tensors load (256 rows pad to 256).
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
-                                       "vocab", "pad_vocab", "activation"};
-    int n = config_is_language(a) ? 8 : 9;  // the GPT's activation is fixed (GELU)
+                                       "vocab", "activation"};
+    int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
     for (int i = 0; i < n; i++) {
         const ConfigKey *k = find_key(keys[i]);
         key_value(a, k, value_a, size);

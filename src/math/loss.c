@@ -5,28 +5,42 @@
 
 // One walk over the rows serves all three entry points: the loss, and optionally the
 // directional derivatives d[k] = sum_r (p_r - e_label) . zdot_k,r / B and the gradient.
-// d_rows (when not NULL) takes each row's derivative instead of d's mean.
+// d_rows (when not NULL) takes each row's derivative instead of d's mean. Rows run in parallel
+// (a GPT-2 vocabulary makes each one 50257 exponentials), each into its own slots; the sums
+// then run over the rows in order, so the result does not depend on the thread count.
 static float loss_walk(const float *z, const float *zdot, const Label *labels, int B,
                        LogitRows C, int K, float *d, float *d_rows, float *dz, int *correct) {
-    double loss = 0.0, dsum[K > 0 ? K : 1];
-    int hits = 0;
-    for (int k = 0; k < K; k++) dsum[k] = 0.0;
+    const int need_d = (d || d_rows) && K > 0;
+    float *row_loss = fg_alloc_floats((size_t)B);
+    double *row_d = need_d ? fg_alloc_bytes((size_t)K * B * sizeof(double)) : NULL;
+    int *hit = fg_alloc_bytes((size_t)B * sizeof(int));
+#pragma omp parallel for schedule(static) if ((long)B * C.classes > 65536)
     for (int r = 0; r < B; r++) {
         const float *zr = z + (size_t)r * C.stride;
         int label = labels[r];
         SoftmaxRow s = fg_softmax_row(zr, C.classes);
-        loss += fg_xent_loss(s, zr, label);
-        hits += s.best == label;
+        row_loss[r] = fg_xent_loss(s, zr, label);
+        hit[r] = s.best == label;
         for (int j = 0; dz && j < C.stride; j++)
             dz[(size_t)r * C.stride + j] = j < C.classes ? fg_xent_grad(s, zr, label, j) / B : 0.0f;
-        for (int k = 0; (d || d_rows) && k < K; k++) {
-            double dr = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C.stride, C.classes);
-            if (d_rows) d_rows[(size_t)k * B + r] = (float)dr;
-            dsum[k] += dr;
-        }
+        for (int k = 0; need_d && k < K; k++)
+            row_d[(size_t)k * B + r] = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C.stride, C.classes);
     }
-    for (int k = 0; d && k < K; k++) d[k] = (float)(dsum[k] / B);
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < B; r++) loss += row_loss[r], hits += hit[r];
+    for (int k = 0; need_d && k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < B; r++) {
+            sum += row_d[(size_t)k * B + r];
+            if (d_rows) d_rows[(size_t)k * B + r] = (float)row_d[(size_t)k * B + r];
+        }
+        if (d) d[k] = (float)(sum / B);
+    }
     if (correct) *correct = hits;
+    fg_free(row_loss);
+    fg_free(row_d);
+    fg_free(hit);
     return (float)(loss / B);
 }
 
