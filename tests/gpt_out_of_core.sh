@@ -76,6 +76,12 @@ for c in "${cases[@]}"; do
   for M in 1 2; do compare "$name-M$M" "$M" "${sets[@]}"; done
 done
 
+# Each streamed stage says which bound its step is on, with the figures that decide it.
+line=$(grep -h "out of core:" "$dir/bp-M2-ooc.log" | head -n 1)
+pattern='stage [01] out of core: [0-9.]+ GB on flash, [0-9.]+ GB in memory .* a step read [0-9.]+ GB and wrote [0-9.]+ GB; compute [0-9.]+ s per step needs [0-9.]+ GB/s, the flash gave [0-9.]+ GB/s read .*: (flash|compute)-bound'
+[ "$(grep -hcE "$pattern" "$dir/bp-M2-ooc.log")" -ge 1 ] && verdict "out of core: the bound line (flash, memory, needed and measured bandwidth)" "" ||
+  verdict "out of core: the bound line (flash, memory, needed and measured bandwidth)" "got '${line:-nothing}'"
+
 # The tied copies stay equal out of core: wte is the first V x C floats of the parameters,
 # lm_head.weight the last.
 bytes=$((V * C * 4))

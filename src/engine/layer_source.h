@@ -83,9 +83,27 @@ struct LayerSource {
     int (*flush)(LayerSource *s, FgError *err);
     // One line of statistics on stderr (streamed: bytes moved, waits), or nothing.
     void (*report)(LayerSource *s, const char *who);
+    // Streamed only: the I/O so far, both stores together.
+    void (*io_stats)(LayerSource *s, LayerStreamStats *out);
+    // Streamed only: bytes of the stores on flash, and what the stage holds in memory besides
+    // the slots (activations, lanes, one layer's gradient).
+    double flash_bytes, work_bytes;
     // Flushes and frees; returns the first error of the last writes.
     int (*close)(LayerSource *s, FgError *err);
 };
+
+// Which bound a streamed stage's step is on, from its I/O over `steps` steps that took
+// `seconds`: compute is the time not spent waiting for layers; the flash's bandwidths are the
+// I/O thread's bytes per second of its own busy time. The I/O overlaps compute, so a step takes
+// at least the larger of compute and I/O; flash_bound when I/O is the larger.
+typedef struct {
+    double read_bytes, write_bytes;  // per step
+    double compute_seconds, io_seconds;  // per step
+    double needed_bandwidth;         // bytes per second that keep compute busy: moved / compute
+    double read_bandwidth, write_bandwidth;  // measured
+    int flash_bound;
+} IoBound;
+IoBound layer_io_bound(const LayerStreamStats *delta, double seconds, int steps);
 
 // All layers [first, last) of the model in the backend's memory, params initialised from the
 // seed, everything else zero.

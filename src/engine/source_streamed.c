@@ -118,17 +118,36 @@ static int streamed_flush(LayerSource *s, FgError *err) {
     return rc;
 }
 
-static void streamed_report(LayerSource *s, const char *who) {
+static void streamed_io_stats(LayerSource *s, LayerStreamStats *out) {
     Streamed *st = s->ctx;
-    LayerStreamStats a = {0}, b = {0};
-    st->weights.stats(&st->weights, &a);
+    LayerStreamStats b = {0};
+    st->weights.stats(&st->weights, out);
     if (st->step.ctx) st->step.stats(&st->step, &b);
-    double rb = a.read_bytes + b.read_bytes, rs = a.read_seconds + b.read_seconds;
-    double wb = a.write_bytes + b.write_bytes, ws = a.write_seconds + b.write_seconds;
+    out->read_bytes += b.read_bytes, out->read_seconds += b.read_seconds;
+    out->write_bytes += b.write_bytes, out->write_seconds += b.write_seconds;
+    out->cpu_seconds += b.cpu_seconds, out->wait_seconds += b.wait_seconds;
+}
+
+IoBound layer_io_bound(const LayerStreamStats *d, double seconds, int steps) {
+    IoBound b = {.read_bytes = d->read_bytes / steps, .write_bytes = d->write_bytes / steps,
+                 .compute_seconds = FG_MAX(seconds - d->wait_seconds, 0.0) / steps,
+                 .io_seconds = (d->read_seconds + d->write_seconds) / steps};
+    b.read_bandwidth = d->read_seconds > 0 ? d->read_bytes / d->read_seconds : 0.0;
+    b.write_bandwidth = d->write_seconds > 0 ? d->write_bytes / d->write_seconds : 0.0;
+    double moved = b.read_bytes + b.write_bytes;
+    b.needed_bandwidth = b.compute_seconds > 0 ? moved / b.compute_seconds : 0.0;
+    b.flash_bound = b.io_seconds > b.compute_seconds;
+    return b;
+}
+
+static void streamed_report(LayerSource *s, const char *who) {
+    LayerStreamStats a;
+    streamed_io_stats(s, &a);
+    double rb = a.read_bytes, rs = a.read_seconds, wb = a.write_bytes, ws = a.write_seconds;
     fprintf(stderr, "fgpipe: %s layer I/O: read %.3f GB in %.2f s (%.2f GB/s), wrote %.3f GB in "
             "%.2f s (%.2f GB/s), I/O threads' CPU %.2f s, compute waited %.2f s for layers\n", who,
             rb / 1e9, rs, rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
-            a.cpu_seconds + b.cpu_seconds, a.wait_seconds + b.wait_seconds);
+            a.cpu_seconds, a.wait_seconds);
 }
 
 static int streamed_close(LayerSource *s, FgError *err) {
@@ -233,7 +252,10 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
                          .acquire = streamed_acquire, .release = streamed_release,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,
-                         .report = streamed_report, .close = streamed_close};
+                         .report = streamed_report, .io_stats = streamed_io_stats,
+                         .close = streamed_close, .work_bytes = work_bytes,
+                         .flash_bytes = (double)(n_weights + n_step) * sizeof(float) *
+                                        (double)model_range_count(m, first, last)};
     // Replicas may share a node and its flash: each has its own store.
     char replica[24] = "";
     if (c->layout.replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", t->replica);

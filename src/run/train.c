@@ -40,7 +40,31 @@ typedef struct {
     FILE *loss_csv;
     StepLog log;
     Progress prog;
+    LayerStreamStats io_from;  // a streamed stage's I/O when the bound's steps began
+    double io_seconds;         // their time so far
 } Run;
+
+// A streamed stage says which bound its step is on once IO_STEPS steps after the first (a
+// warm-up: the slots fill, the page cache is cold) have run.
+enum { IO_STEPS = 3 };
+static void watch_io_bound(Run *r, long step, double seconds) {
+    LayerSource *src = &r->p.src;
+    long n = step - r->first_step;
+    if (!src->streamed || n < 0 || n > IO_STEPS) return;
+    LayerStreamStats now;
+    src->io_stats(src, &now);
+    if (n == 0) {
+        r->io_from = now;
+        return;
+    }
+    r->io_seconds += seconds;
+    if (n < IO_STEPS && step + 1 < r->total) return;
+    LayerStreamStats d = {now.read_bytes - r->io_from.read_bytes, now.read_seconds - r->io_from.read_seconds,
+                          now.write_bytes - r->io_from.write_bytes, now.write_seconds - r->io_from.write_seconds,
+                          now.cpu_seconds - r->io_from.cpu_seconds, now.wait_seconds - r->io_from.wait_seconds};
+    IoBound b = layer_io_bound(&d, r->io_seconds, (int)n);
+    report_io_bound(r->cfg, r->env->tr, src, &b, (int)n);
+}
 
 // freeze = "a,b.c": layer a and every layer named b.c or b.c.*; a name that matches no layer
 // is an error. The GPT's tied copies freeze together (they must stay equal).
@@ -248,6 +272,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     long done = step + 1 - r->first_step;
     r->train_time += sr->seconds;
     r->step_times[(step - r->first_step) % TIMES] = sr->seconds;
+    watch_io_bound(r, step, sr->seconds);
     r->recent[step % WINDOW] = sr->loss;
     if (done == FG_MIN(r->total - r->first_step, WINDOW))
         for (long i = 0; i < done; i++) r->res->first_loss += r->recent[(r->first_step + i) % WINDOW] / done;

@@ -41,6 +41,9 @@ char *report_config_text(const Config *c);  // the resolved config in file synta
 FILE *report_open_in_dir(const char *dir, const char *name, FgError *err);
 FILE *report_open_loss_csv(const char *dir, long first_step, FgError *err);
 void report_print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p);
+// A streamed stage's bound after `steps` steps (layer_io_bound): on stderr, one line.
+void report_io_bound(const Config *c, const Transport *t, const LayerSource *src, const IoBound *b,
+                     int steps);
 // The last step as it ran, on every stage (free measured->ops).
 // The last step's phase with the times it ran (one phase); free with report_free_measured.
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err);
