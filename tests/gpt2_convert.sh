@@ -107,6 +107,22 @@ eval_verdict "eval: loss within $loss_tol relative and logits within $logits_tol
   echo "import or eval failed: $(tail -n 1 "$dir/conv.err") $(grep -m1 "error:" "$dir/nopad.log")" >"$dir/nopad.problem"
 eval_verdict "eval, --pad-vocab 1 ($V rows): the same bounds" "$dir/nopad.json" "$dir/nopad_logits.bin" "$dir/nopad.problem"
 
+# --ctx 16 keeps wpe's first 16 rows: that model on windows of 16 scores as the full one does
+# on windows of 16 (fgpipe eval --ctx 16 pads the rest, which causal attention ignores).
+"$convert" import "$dir/model.safetensors" "$dir/ctx16.h5" --n-head $H --ctx 16 2>"$dir/conv.err" &&
+  timeout 120 "$fgpipe" eval --checkpoint "$dir/ctx16.h5" --tokens "$dir/tokens.bin" --summary-json "$dir/ctx16.json" >"$dir/ctx16.log" 2>&1 &&
+  timeout 120 "$fgpipe" eval --checkpoint "$dir/gpt2.h5" --tokens "$dir/tokens.bin" --ctx 16 --summary-json "$dir/full16.json" >>"$dir/ctx16.log" 2>&1
+verdict "import --ctx 16: the truncated model scores windows of 16 as the full one" "$(py_check "$dir/ctx16.json" "$dir/full16.json" <<'PY2'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ok = a["ctx"] == b["ctx"] == 16 and a["windows"] == b["windows"] and abs(a["loss"] - b["loss"]) <= 1e-6 * b["loss"]
+print("" if ok else f"ctx16 {a}, full --ctx 16 {b}")
+PY2
+)"
+"$convert" import "$dir/model.safetensors" "$dir/ctx99.h5" --n-head $H --ctx 99 2>"$dir/conv.err"
+[ $? -eq 2 ] && grep -q "ctx 99: must be 1 to the" "$dir/conv.err" && verdict "import --ctx beyond wpe is refused" "" ||
+  verdict "import --ctx beyond wpe is refused" "$(tail -n 1 "$dir/conv.err")"
+
 # Export: the tensors back under GPT-2's names (no prefix, no pad rows); that file imports and
 # exports again to the same bytes (sorted keys, no prefix: the round trip is exact).
 "$convert" export "$dir/gpt2.h5" "$dir/back.safetensors" 2>"$dir/conv.err" &&
