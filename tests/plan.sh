@@ -111,6 +111,34 @@ refused() {  # refused LABEL NEEDLE ARGS...: exit 2 and NEEDLE on stderr
 }
 refused "a missing costs file is refused" "No such file" --costs "$dir/none.json"
 echo '{"mode": "bp", "stages": 2}' >"$dir/old.json"
+# plan --batches: against the micro-batch, memory grows and the bandwidth needed falls; each
+# mode names its choice; a slow disk makes bp flash-bound at every size within the budget.
+mkdir -p "$dir/flash"
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+  --mem-budget 8M --weights-dir "$dir/flash" >"$dir/batches.txt" 2>&1
+rc=$?
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+  --mem-budget 8M --weights-dir "$dir/flash" --disk-bw 0.001 >"$dir/slow.txt" 2>&1
+verdict "plan --batches: memory up and bandwidth down with the batch, one choice per mode" "$(py_check "$dir/batches.txt" "$rc" "$dir/slow.txt" <<'PY'
+import sys
+if sys.argv[2] != "0": print(f"exit {sys.argv[2]}: {open(sys.argv[1]).read()[-300:]}"); sys.exit()
+text = open(sys.argv[1]).read().splitlines()
+rows = {}
+for line in text:
+    f = line.split()
+    if len(f) >= 10 and f[0] in ("bp-zb", "fg", "fg+bp") and f[1].isdigit():
+        rows.setdefault(f[0], []).append((int(f[1]), float(f[3]), float(f[7])))
+problems = [] if sorted(rows) == ["bp-zb", "fg", "fg+bp"] else [f"modes {sorted(rows)}"]
+for mode, r in rows.items():
+    if any(b[1] < a[1] or b[2] > a[2] for a, b in zip(r, r[1:])): problems.append(f"{mode}: {r}")
+if sum("-> micro_batch" in l or "-> none fits" in l for l in text) != 3: problems.append("not 3 choices")
+slow = open(sys.argv[3]).read()
+if "bp-zb" not in slow or "flash-bound at every size that fits" not in slow: problems.append("slow disk: no flash-bound choice")
+print("; ".join(problems))
+PY
+)"
+refused "plan --batches without mem_budget is refused" "plan --batches needs mem_budget" --batches
+
 refused "a summary without op_costs is refused" "no \"op_costs\"" --costs "$dir/old.json"
 refused "costs of another stage count are refused" "the run had stages = 2, the config 4" \
   --costs "$dir/fgbp.json" --set stages=4

@@ -66,13 +66,17 @@ static void usage(FILE *f) {
             "  GPT-2's byte-level BPE: UTF-8 text -> little-endian uint16 tokens (--decode: back);\n"
             "  DIR holds encoder.json and vocab.bpe (default data/gpt2: launch/gpt2-vocab.sh)\n\n"
             "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
-            "                   [--measured]] [--json FILE]\n"
+            "                   [--measured]] [--json FILE] [--batches --mem-budget BYTES\n"
+            "                   (--weights-dir DIR | --disk-bw GB/s)]\n"
             "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
             "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
             "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
             "  are timed here one stage at a time (any number of stages), or for the mode of a\n"
             "  run taken from its summary.json (--costs: its timetable exactly; --measured: with\n"
-            "  the op times the run measured)\n"
+            "  the op times the run measured). --batches: for a stage streaming its weights\n"
+            "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
+            "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
+            "  flash measured in DIR, or --disk-bw)\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }
@@ -257,20 +261,31 @@ static int parse_eval(int argc, char **argv, RunArgs *a, FgError *err) {
 }
 
 static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
-    const char *config_path = NULL, *sets[256], *no_flags[3] = {NULL, NULL, NULL};
-    int n_sets = 0;
+    const char *config_path = NULL, *sets[256], *flags[3] = {NULL, NULL, NULL};
+    char mem_budget[64] = "";
+    int n_sets = 0, rc = FG_OK;
+    double v = 0;
     a->command = COMMAND_PLAN;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc && !rc; i++) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--config") == 0 && more) config_path = argv[++i];
+        else if (strcmp(argv[i], "--batches") == 0) a->plan.batches = 1;
+        else if (strcmp(argv[i], "--disk-bw") == 0 && more &&
+                 !(rc = parse_number("--disk-bw", argv[++i], 1, 1e-3, 1e4, &v, err)))
+            a->plan.disk_bandwidth = v * 1e9;
+        else if (strcmp(argv[i], "--mem-budget") == 0 && more &&
+                 !(rc = parse_bytes(argv[++i], mem_budget, sizeof mem_budget, err)))
+            flags[1] = mem_budget;
+        else if (strcmp(argv[i], "--weights-dir") == 0 && more) flags[2] = argv[++i];
         else if (strcmp(argv[i], "--costs") == 0 && more) a->plan.costs_path = argv[++i];
         else if (strcmp(argv[i], "--json") == 0 && more) a->plan.json_path = argv[++i];
         else if (strcmp(argv[i], "--measured") == 0) a->plan.measured = 1;
         else if (strcmp(argv[i], "--set") == 0 && more && n_sets < 256) sets[n_sets++] = argv[++i];
-        else return fg_fail(err, FG_ERR_INPUT, "plan: unknown or incomplete argument '%s' (see fgpipe --help)", argv[i]);
+        else if (!rc) return fg_fail(err, FG_ERR_INPUT, "plan: unknown or incomplete argument '%s' (see fgpipe --help)", argv[i]);
     }
+    if (rc) return rc;
     if (!config_path) return fg_fail(err, FG_ERR_INPUT, "plan needs --config FILE (see fgpipe --help)");
-    return load_config(a, config_path, sets, n_sets, no_flags, err);
+    return load_config(a, config_path, sets, n_sets, flags, err);
 }
 
 int cli_plan(const RunArgs *a, const Backend *be) {

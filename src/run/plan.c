@@ -86,15 +86,6 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
     return rc;
 }
 
-// What one timetable gives each stage.
-typedef struct {
-    double step, bubble;
-    double b_ops[SCHED_MAX_STAGES];        // B or Bw ops per step
-    double activations[SCHED_MAX_STAGES];  // bytes at most at once: stashes, kept adjoints, and
-                                           // what F keeps for U
-    double sent[SCHED_MAX_STAGES];         // bytes sent per step
-} Figures;
-
 static void figures_of(const Schedule *S, const CostSet *cs, Figures *f) {
     const int M = S->M, N = S->N;
     *f = (Figures){.step = S->makespan, .bubble = schedule_stats(S).bubble_fraction};
@@ -170,7 +161,7 @@ static void json_schedule(FILE *f, int first, const char *name, const Schedule *
     fputs("]}", f);
 }
 
-static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *err) {
+static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, Figures *figs, FgError *err) {
     const int M = sets[0].cfg.layout.stages;
     int rc = FG_OK;
     fprintf(out, "\n%-9s %9s %7s  %-*s  %-*s  %s\n", "schedule", "step ms", "bubble", M <= 8 ? 4 * M : 9,
@@ -184,6 +175,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, FgError *e
         if ((rc = pipeline_build_timetable(&c, M, cs->costs, 0, &S, choice, sizeof choice, err))) break;
         Figures fig;
         figures_of(&S, cs, &fig);
+        figs[i] = fig;
         const char *name = planned[i].set == SET_FG_BP ? "fg+bp" : schedule_mode_name(S.mode);
         fprintf(out, "%-9s %9.3f %6.1f%%", name, 1e3 * fig.step, 100 * fig.bubble);
         print_list(out, fig.b_ops, M, 1.0, "%g", M <= 8 ? 4 * M : 9);
@@ -234,7 +226,11 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
                 threads ? threads : "unset");
         for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
         if (json) json_cost_sets(json, sets);
-        rc = plan_schedules(sets, out, json, err);
+        Figures figs[N_PLANNED];
+        rc = plan_schedules(sets, out, json, figs, err);
+        if (!rc && a->batches)  // bp-zb (planned[2]), fg, fg+bp
+            rc = plan_print_batches(&sets[SET_BP], &figs[2], &sets[SET_FG], &figs[3], &sets[SET_FG_BP],
+                                    &figs[4], &m, a, out, err);
     }
     if (json) {
         fputs("]}\n", json);

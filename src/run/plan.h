@@ -19,6 +19,8 @@ typedef struct {
     const char *costs_path;  // a run's summary.json, or NULL
     int measured;            // take the costs its ops ran at (else those it planned with)
     const char *json_path;   // write every timetable as JSON here, or NULL
+    int batches;             // also the micro-batch sweep for mem_budget and the disk
+    double disk_bandwidth;   // bytes per second of the flash; 0: measured in weights_dir
 } PlanArgs;
 
 // Prints the table onto out (and writes the JSON). The config's mode picks nothing: every

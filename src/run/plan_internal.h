@@ -19,6 +19,22 @@ typedef struct {
     double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
 } CostSet;
 
+// What one timetable gives each stage.
+typedef struct {
+    double step, bubble;
+    double b_ops[SCHED_MAX_STAGES];        // B or Bw ops per step
+    double activations[SCHED_MAX_STAGES];  // bytes at most at once: stashes, kept adjoints, and
+                                           // what F keeps for U
+    double sent[SCHED_MAX_STAGES];         // bytes sent per step
+} Figures;
+
+// plan --batches (plan_batch.c): for bp-zb, fg and fg+bp (their figures at the config's
+// micro-batch), activation memory and the flash bandwidth a streamed stage needs against the
+// micro-batch size, and the size each would choose for mem_budget and the disk.
+int plan_print_batches(const CostSet *bp, const Figures *bp_fig, const CostSet *fg,
+                       const Figures *fg_fig, const CostSet *fg_bp, const Figures *fg_bp_fig,
+                       const Model *m, const PlanArgs *a, FILE *out, FgError *err);
+
 // A run's summary.json (path): checks it is of cfg's pipeline (stages, micro-batches,
 // replicas), then gives its mode (MODE_*), its layout [M + 1] and its op costs
 // [N_OP_COSTS * M] (planned, or measured).
