@@ -100,11 +100,12 @@ typedef struct {
 } LaneBuffers;
 
 // What backward ops need, kept from F (or Bi) to their last use: the stashes of activations,
-// the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod
-// SCHED_MAX_LAG + 1) and micro-batch, and the buffers free for reuse.
+// the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod rings)
+// and micro-batch, and the buffers free for reuse.
 typedef struct {
     unsigned char *keeps;     // [n_phases][N]: F of micro-batch b in phase p keeps a stash
     float *dz[SCHED_MAX_LAG + 1];
+    int rings;             // steps whose stashes and dz live at once: the timetable's lag + 1
     float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;

@@ -12,7 +12,7 @@ int ops_keeps_stash(const Pipeline *p, long step, int mb) {
 }
 
 // Buffers live from F (or Bi) to the step of their last use, by the step of their F.
-static int ring(long step) { return (int)(step % (SCHED_MAX_LAG + 1)); }
+static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.rings); }
 
 // ---------------------------------------------------------------------------------------------
 // Stashes: a stage keeps one per micro-batch it will backpropagate, from F until its B (or
@@ -39,7 +39,7 @@ static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_ad
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     const int B = p->cfg->training.micro_batch, C = p->model->logit_stride;
-    const int r = ring(step - a->lag), mb = a->microbatch;
+    const int r = ring(p, step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
     if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
@@ -104,7 +104,7 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 a->labels = labels;
             }
             if (ops_keeps_stash(p, step, a->microbatch))
-                p->pool.stash[ring(step)][a->microbatch] = a->stash = stash_take(p);
+                p->pool.stash[ring(p, step)][a->microbatch] = a->stash = stash_take(p);
         } else {
             rc = backward_lane(p, step, a, err);
         }
@@ -224,7 +224,7 @@ static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, 
         // bp averages over all N micro-batches and the R replicas (the replica sum adds them
         // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
         // here and over each stage's own corrections in op U.
-        float *dz = p->pool.dz[ring(step)] + (size_t)mb * rows * C.stride;
+        float *dz = p->pool.dz[ring(p, step)] + (size_t)mb * rows * C.stride;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
         int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
         float scale = 1.0f / (float)(n * p->tr->replicas);

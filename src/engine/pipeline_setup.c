@@ -114,8 +114,10 @@ static void alloc_buffers(Pipeline *p) {
     p->work.host_labels = fg_alloc_bytes(labels * sizeof(Label));
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
+    // A B op lags its F by at most the timetable's lag: that many steps' dz (and stashes) at once.
+    p->pool.rings = config_timetable_lag(c) + 1;
     if (p->is_last && c->method.mode != MODE_FG)
-        for (int i = 0; i <= SCHED_MAX_LAG; i++)
+        for (int i = 0; i < p->pool.rings; i++)
             p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->logit_stride);
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
