@@ -118,6 +118,30 @@ static void test_validate(void **state) {
     c.optim.min_lr = 1.0;
     assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
     assert_non_null(strstr(err.msg, "min_lr"));
+    // Language models: each data kind names its files; bytes are a vocabulary of 256.
+    const struct { const char *sets[4][2]; const char *needle; } lang[] = {
+        {{{"model", "gpt"}, {"data", "idx"}}, "model = gpt reads text or tokens"},
+        {{{"model", "gpt"}, {"data", "text"}}, "data = text needs text_file"},
+        {{{"model", "gpt"}, {"data", "text"}, {"text_file", "t.txt"}, {"vocab", "50257"}}, "vocab must be 256"},
+        {{{"model", "gpt"}, {"data", "tokens"}, {"train_tokens", "t.bin"}}, "needs train_tokens and val_tokens"},
+        {{{"data", "tokens"}}, "data = text or tokens trains model = gpt"},
+    };
+    for (size_t i = 0; i < sizeof lang / sizeof lang[0]; i++) {
+        config_defaults(&c);
+        for (int k = 0; k < 4 && lang[i].sets[k][0]; k++)
+            assert_int_equal(config_set(&c, lang[i].sets[k][0], lang[i].sets[k][1], &err), FG_OK);
+        assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+        if (!strstr(err.msg, lang[i].needle)) fail_msg("case %zu: \"%s\"", i, err.msg);
+    }
+    config_defaults(&c);
+    const char *ok[][2] = {{"model", "gpt"}, {"data", "tokens"}, {"train_tokens", "t.bin"},
+                           {"val_tokens", "v.bin"}, {"vocab", "50257"}, {"pad_vocab", "64"}};
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++)
+        assert_int_equal(config_set(&c, ok[k][0], ok[k][1], &err), FG_OK);
+    assert_int_equal(config_validate(&c, &err), FG_OK);
+    assert_true(config_is_language(&c));
+    assert_string_equal(config_data_path(&c), "t.bin");
+    assert_int_equal(config_set(&c, "vocab", "65537", &err), FG_ERR_INPUT);  // ids are uint16
 }
 
 // What a run computes follows from its options: where fg's weight is 0 (mix at shrink 0) op F
