@@ -3,7 +3,7 @@
 # fgpipe tokenize (README and docs train, 20 KB of the KJV validates) train on 1 and 2 stages
 # with identical losses and parameters (bp-zb and fg+bp), the loss falls, fgpipe eval scores
 # the checkpoint exactly as the run scored its validation split, generate writes BPE text, and
-# bad token files are refused by name.
+# bad token files are refused by name; a run out of core equals it in memory.
 # usage: gpt_tokens.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
 . "$(dirname "$0")/lib.sh" "$@"
 root=$(realpath "$(dirname "$0")/..")
@@ -65,6 +65,29 @@ out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vo
 [ "${out#In the beginning}" != "$out" ] && [ ${#out} -gt 20 ] &&
   verdict "generate: BPE text after the prompt" "" ||
   verdict "generate: BPE text after the prompt" "rc/output: $(tail -n 1 "$dir/gen.err") '$out'"
+
+# Tokens out of core: a stage streamed through two slots (the budget the refusal of a 1-byte
+# budget names) ends with the in-memory run's weights, bitwise. GPT-2's token table would be
+# most of this small model (two slots of it hold everything), so the ids are folded into a
+# 512-token vocabulary here.
+/usr/bin/python3 -c "
+import sys, numpy as np
+for s in ('train', 'val'):
+    (np.fromfile(f'{sys.argv[1]}/{s}.bin', dtype='<u2') % 512).astype('<u2').tofile(f'{sys.argv[1]}/{s}512.bin')" "$dir"
+mkdir -p "$dir/flash"
+small=(--set train_tokens="$dir/train512.bin" --set val_tokens="$dir/val512.bin" --set vocab=512 --set n_layer=3 --set n_embd=64
+       --set mode=fg+bp --set perturb=activity --set estimator=mix --set shrink=0.5 --set select=2 --set lag=0 --set steps=4)
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --mem-budget 1 --weights-dir "$dir/flash" --no-checkpoint >"$dir/probe.log" 2>&1
+budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | head -n 1)
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --no-checkpoint --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --no-checkpoint --save-params "$dir/ooc.bin" \
+  --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
+why=""
+if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
+elif ! grep -q "through 2 slots" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
+elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
+elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
+verdict "tokens out of core (fg+bp, two slots, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
 
 # Bad token files: an id outside the vocabulary, an odd size, text with a BPE vocabulary.
 expect_error() {  # expect_error LABEL NEEDLE ARGS...: exit 2 and NEEDLE in the message
