@@ -17,7 +17,8 @@
 #           optimizer state), FINETUNE_STEPS each:
 #             bp          mode = bp, lr 1e-3
 #             fg          mode = fg, perturb = activity, K = 1, lr: the best of a sweep
-#                         (FG_LRS, SWEEP_STEPS each, scored on the first 8192 validation tokens)
+#                         (FG_LRS, SWEEP_STEPS each, scored on the first 8192 validation tokens;
+#                         a weak predictor: docs/gpt.md's 1e-3 won at 25 steps, lost at 120)
 #             fg+bp       mode = fg+bp, perturb = activity, estimator = mix, select = 1, lag = 0,
 #                         shrink = 0.1, lr 1e-3: one stage has no bubbles, so the exact gradient
 #                         c of micro-batch 0 of 4 is backpropagated in the step and mixed as
@@ -34,13 +35,13 @@
 # the fastest fine-tune finished.
 #
 # usage: bench/bench_transfer.sh [PRETRAIN_STEPS] [FINETUNE_STEPS] [VAL_TOKENS]
-#   defaults 300 150 0; VAL_TOKENS > 0 keeps only the first VAL_TOKENS tokens of each
+#   defaults 300 120 0 (docs/gpt.md's run: about 25 minutes on one core); VAL_TOKENS > 0 keeps only the first VAL_TOKENS tokens of each
 #   validation file (a quick run; the fortunes prefix then covers only the first topics).
 #   Environment: OUT (output folder), FG_LRS ("3e-5 1e-4 3e-4"), SWEEP_STEPS (25).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-pre_steps=${1:-300} ft_steps=${2:-150} val_cap=${3:-0}
+pre_steps=${1:-300} ft_steps=${2:-120} val_cap=${3:-0}
 out=${OUT:-bench/out/transfer}
 fg_lrs=${FG_LRS:-3e-5 1e-4 3e-4}
 sweep_steps=${SWEEP_STEPS:-25}
