@@ -49,6 +49,23 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
     return be->sync(be, err);
 }
 
+// The last stage's op F also scores its micro-batch (the loss, or with tangents its directional
+// derivatives) and, for a micro-batch B ops will take, forms dz: with GPT-2's 50257 columns
+// these cost several times the layers. dz goes to Bi here (only B ops' micro-batches pay it).
+// Returns the seconds of dz.
+static double time_loss(Stage *st, const float *y, const float *ydot, const Label *labels,
+                        float *dz, int rows) {
+    const Backend *be = st->be;
+    const Model *m = st->model;
+    int n = rows * m->tokens, K = ydot ? st->tangents : 0;
+    float d[64];
+    if (K && K <= 64) be->loss_jvp(be, y, ydot, labels, n, model_logit_rows(m), K, d);
+    else be->loss_forward(be, y, labels, n, model_logit_rows(m), NULL);
+    double t0 = wall_seconds();
+    be->loss_backward(be, y, labels, n, model_logit_rows(m), dz);
+    return wall_seconds() - t0;
+}
+
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
@@ -58,6 +75,9 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     float *stash = backend_alloc_floats(be, stage_stash_floats(st, rows));
     float *adjoints = backend_alloc_floats(be, stage_adjoint_floats(st, rows));
     float *dy = backend_alloc_floats(be, (size_t)rows * m->max_width);
+    const int scores = st->last == m->n_layers;
+    Label *labels = scores ? be->alloc(be, (size_t)rows * m->tokens * sizeof(Label)) : NULL;
+    if (labels) be->zero(be, labels, (size_t)rows * m->tokens * sizeof(Label));
     float *dx = backend_alloc_floats(be, in);
     float *w = backend_alloc_floats(be, st->param_count + 1);
     // A lagged Bi differentiates at an older weight version, which the step's other ops have
@@ -79,8 +99,9 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         t[0] = wall_seconds();
         stage_forward(st, w, K ? &key : NULL, x, setup->with_xdot && K ? x + in : NULL, rows, stash,
                       &y, &ydot);
+        double dz_seconds = scores ? time_loss(st, y, K ? ydot : NULL, labels, dy, rows) : 0.0;
         rc = be->sync(be, err);
-        t[1] = wall_seconds();
+        t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
                              adjoints, rows);
         if (!rc) rc = be->sync(be, err);
@@ -98,7 +119,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     st->ref = NULL, st->ref_dots = NULL;
-    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state};
+    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state, labels};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(u_in.coeff);
     free(ref_dots);
