@@ -18,11 +18,12 @@ static float loss_walk(const float *z, const float *zdot, const Label *labels, i
     for (int r = 0; r < B; r++) {
         const float *zr = z + (size_t)r * C.stride;
         int label = labels[r];
-        SoftmaxRow s = fg_softmax_row(zr, C.classes);
+        float *dzr = dz ? dz + (size_t)r * C.stride : NULL;  // first the row's exponentials
+        SoftmaxRow s = fg_softmax_row_keep(zr, C.classes, dzr);
         row_loss[r] = fg_xent_loss(s, zr, label);
         hit[r] = s.best == label;
-        for (int j = 0; dz && j < C.stride; j++)
-            dz[(size_t)r * C.stride + j] = j < C.classes ? fg_xent_grad(s, zr, label, j) / B : 0.0f;
+        for (int j = 0; dzr && j < C.stride; j++)
+            dzr[j] = j < C.classes ? fg_xent_grad_of(s, dzr[j], label, j) / B : 0.0f;
         for (int k = 0; need_d && k < K; k++)
             row_d[(size_t)k * B + r] = fg_xent_jvp(s, zr, label, zdot + ((size_t)k * B + r) * C.stride, C.classes);
     }
