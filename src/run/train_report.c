@@ -97,10 +97,17 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
         fprintf(stderr, ", %.1f%% of it used by Bi/Bw ops, step %.3f x fg's\n"
                 "fgpipe: corrections per step by stage (of %d micro-batches; max lag):",
                 100 * st.bubble_used_by_b, S->makespan / S->fg_makespan, S->N);
+        int total = 0;
         for (int s = 0; s < S->M; s++) {
             StageBubbles b = schedule_stage_bubbles(S, s);
             fprintf(stderr, " %g (lag %d)", (double)b.corrections / S->n_phases, b.max_lag);
+            total += b.corrections;
         }
+        // One stage has no bubbles: fg+bp with select = -1 then backprops nothing.
+        if (!total)
+            fprintf(stderr, "\nfgpipe: warning: no micro-batch is backpropagated (no bubble fits a "
+                    "B op): this run is fg; select = N backprops N per step, and estimator = mix "
+                    "with shrink = 0 lets select = -1 choose bp-zb's timetable");
     }
     if (p->tt.choice[0]) fprintf(stderr, "\nfgpipe: timetable chosen by %s", p->tt.choice);
     fputc('\n', stderr);
