@@ -5,10 +5,9 @@
 # the *.u8 links), with bp, fg and fg+bp, against bp from scratch for the same steps.
 #
 #   data    KJV (launch/text-corpus.sh): the first 90% of the bytes train (cut at a line end),
-#           the rest validates. fortunes: the package's files concatenated in dpkg's order, and
-#           every 10th fortune (with its "%" line) validates, the rest trains (the files are
-#           grouped by topic, so a byte cut would validate on other topics). Each half is
-#           tokenized by `fgpipe tokenize` into OUT (default bench/out/transfer).
+#           the rest validates, tokenized by `fgpipe tokenize` into OUT (default
+#           bench/out/transfer). fortunes: launch/fortunes-corpus.sh's tokens (the package's
+#           files in dpkg's order, every 10th fortune validates: the files are grouped by topic).
 #   model   n_layer 4, n_embd 64, n_head 4, ctx 64; steps of 4 micro-batches of 4 sequences
 #           (1024 tokens); AdamW, beta2 0.95, no weight decay, linear warm-up (10% of the
 #           steps) then cosine to 0. One process, OMP_NUM_THREADS=1.
@@ -55,37 +54,23 @@ mkdir -p "$out"
 # --- corpora -------------------------------------------------------------------------------
 kjv=$(launch/text-corpus.sh 2>/dev/null)
 vocab=$(launch/gpt2-vocab.sh)
-dpkg -L fortunes >/dev/null 2>&1 || { echo "bench_transfer: needs Debian's fortunes (apt-get install fortunes)" >&2; exit 2; }
-fortunes=()
-while read -r f; do
-  case $f in /usr/share/games/fortunes/*.dat|/usr/share/games/fortunes/*.u8) continue ;; esac
-  case $f in /usr/share/games/fortunes/*) [ -f "$f" ] && [ ! -L "$f" ] && fortunes+=("$f") ;; esac
-done < <(dpkg -L fortunes)
-[ ${#fortunes[@]} -gt 0 ] || { echo "bench_transfer: no fortune files found" >&2; exit 2; }
-
-split() {  # split lines|fortunes TRAIN VAL FILE...: the 90/10 split described above
+split() {  # split TRAIN VAL FILE: the KJV's 90/10 split described above (at a line end)
   "$py" - "$@" <<'PY'
 import sys
-kind, tr, va, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-data = b"".join(open(f, "rb").read() for f in files)
-if kind == "lines":
-    cut = data.index(b"\n", len(data) * 9 // 10) + 1
-    train, val = data[:cut], data[cut:]
-else:
-    pieces = data.split(b"\n%\n")
-    pieces = [p + b"\n%\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
-    train = b"".join(p for i, p in enumerate(pieces) if i % 10 != 9)
-    val = b"".join(p for i, p in enumerate(pieces) if i % 10 == 9)
-assert len(train) + len(val) == len(data)
-open(tr, "wb").write(train)
-open(va, "wb").write(val)
-print(f"{kind}: {len(files)} files, {len(data)} bytes: {len(train)} train, {len(val)} validate"
-      + (f" ({len(pieces)} fortunes)" if kind != "lines" else ""))
+tr, va, path = sys.argv[1:4]
+data = open(path, "rb").read()
+cut = data.index(b"\n", len(data) * 9 // 10) + 1
+open(tr, "wb").write(data[:cut])
+open(va, "wb").write(data[cut:])
+print(f"KJV: {len(data)} bytes: {cut} train, {len(data) - cut} validate")
 PY
 }
-split lines "$out/kjv-train.txt" "$out/kjv-val.txt" "$kjv"
-split fortunes "$out/fortunes-train.txt" "$out/fortunes-val.txt" "${fortunes[@]}"
-for s in kjv-train kjv-val fortunes-train fortunes-val; do
+split "$out/kjv-train.txt" "$out/kjv-val.txt" "$kjv"
+# fortunes: launch/fortunes-corpus.sh's split (every 10th fortune validates) and tokens.
+{ read -r f_train; read -r f_val; } < <(launch/fortunes-corpus.sh)
+cp "$f_train" "$out/fortunes-train.bin"
+cp "$f_val" "$out/fortunes-val.bin"
+for s in kjv-train kjv-val; do
   "$fgpipe" tokenize --vocab "$vocab" --in "$out/$s.txt" --out "$out/$s.bin" 2>&1 | sed 's/^fgpipe: //'
 done
 if [ "$val_cap" -gt 0 ]; then
