@@ -49,10 +49,9 @@ static size_t min_corpus_bytes(size_t window) {
 }
 
 int text_corpus_load(TextCorpus *tc, const char *path, int ctx, FgError *err) {
-    memset(tc, 0, sizeof *tc);
+    *tc = (TextCorpus){.token_bytes = 1, .ctx = ctx, .vocab = 256};
     if (ctx < 1)
         return fg_fail(err, FG_ERR_INPUT, "text_file %s: ctx %d must be at least 1", path, ctx);
-    *tc = (TextCorpus){.token_bytes = 1, .ctx = ctx, .vocab = 256};
     int rc = map_file(tc, 0, "text_file", path, " (launch/text-corpus.sh makes the default corpus)", err);
     if (rc) return rc;
     size_t n = tc->map_bytes[0], train_end = n / 10 * 9 + n % 10 * 9 / 10;  // floor(0.9 n)

@@ -10,9 +10,9 @@
 
 // The next token from logits [V]: the most likely at temperature 0, else a draw from the
 // softmax of logits / temperature over the top_k most likely, with uniform u in [0, 1).
-// scratch holds V floats.
+// scratch holds V floats, weight V doubles.
 static int sample_token(const float *logits, int V, double temperature, int top_k, float u,
-                        float *scratch) {
+                        float *scratch, double *weight) {
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
@@ -30,11 +30,13 @@ static int sample_token(const float *logits, int V, double temperature, int top_
         kth = scratch[k - 1];
     }
     double sum = 0;
-    for (int i = 0; i < V; i++)
-        sum += logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
+    for (int i = 0; i < V; i++) {
+        weight[i] = logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
+        sum += weight[i];
+    }
     double target = u * sum, acc = 0;
     for (int i = 0; i < V; i++)
-        if (logits[i] >= kth && (acc += exp((logits[i] - logits[best]) / temperature)) > target) return i;
+        if (weight[i] > 0 && (acc += weight[i]) > target) return i;
     return best;
 }
 
@@ -86,6 +88,7 @@ static void write_token(const Tokens *t, int id, FILE *out) {
 static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, FILE *out) {
     const int T = cm->model.tokens, V = cm->model.classes, stride = cm->model.logit_stride;
     float *x = fg_alloc_floats((size_t)T), *scratch = fg_alloc_floats((size_t)V);
+    double *weight = fg_alloc_bytes((size_t)V * sizeof(double));
     t->ids = realloc(t->ids, (t->n + (size_t)a->tokens) * sizeof *t->ids);
     for (size_t i = 0; i < t->n; i++) write_token(t, t->ids[i], out);
     for (int i = 0; i < a->tokens; i++) {
@@ -94,7 +97,7 @@ static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, F
         for (size_t j = 0; j < len; j++) x[j] = (float)t->ids[start + j];
         const float *logits = checkpoint_model_forward(cm, x, 1);
         int id = sample_token(logits + (len - 1) * stride, V, a->temperature, a->top_k,
-                              uniform_at(a->seed, (uint32_t)i), scratch);
+                              uniform_at(a->seed, (uint32_t)i), scratch, weight);
         t->ids[t->n++] = (uint16_t)id;
         write_token(t, id, out);
         fflush(out);
@@ -102,6 +105,7 @@ static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, F
     fputc('\n', out);
     fg_free(x);
     fg_free(scratch);
+    fg_free(weight);
 }
 
 int generate_text(const GenerateArgs *a, Storage *io, FILE *out, FgError *err) {

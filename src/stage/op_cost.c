@@ -58,9 +58,10 @@ static double time_loss(Stage *st, const float *y, const float *ydot, const Labe
     const Backend *be = st->be;
     const Model *m = st->model;
     int n = rows * m->tokens, K = ydot ? st->tangents : 0;
-    float d[64];
-    if (K && K <= 64) be->loss_jvp(be, y, ydot, labels, n, model_logit_rows(m), K, d);
+    float *d = K ? fg_alloc_floats((size_t)K) : NULL;
+    if (K) be->loss_jvp(be, y, ydot, labels, n, model_logit_rows(m), K, d);
     else be->loss_forward(be, y, labels, n, model_logit_rows(m), NULL);
+    fg_free(d);
     double t0 = wall_seconds();
     be->loss_backward(be, y, labels, n, model_logit_rows(m), dz);
     return wall_seconds() - t0;
