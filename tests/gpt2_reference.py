@@ -26,6 +26,7 @@ weight read as its bias or a wrong GELU shows in the logits.
 import argparse
 import json
 import math
+import os
 import struct
 
 import numpy as np
@@ -165,6 +166,7 @@ def main():
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    os.makedirs(a.out_dir, exist_ok=True)  # callers name a fresh folder (bench_finetune_ooc.sh)
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(a.seed)
     model = GPT2LMHeadModel(a.n_layer, a.n_embd, a.n_head, a.ctx, a.vocab)
