@@ -1,8 +1,11 @@
-// Layer stream over a store: slots, a FIFO of I/O requests and the thread that serves it.
+// Layer stream over a store: slots, a read queue and a write queue, each served by its own
+// thread, so that a read never waits behind the write-back of another layer.
 //
-// Ordering is what makes this simple: one thread serves requests first-in first-out, so a read
-// into a slot queued after that slot's write-back starts only once the write-back is done, and
-// a read of a layer queued after its write-back (from another slot) sees the new version.
+// Ordering is what keeps this correct. Each queue is first-in first-out. A read starts only
+// once its slot's write-back is done (the slot is about to be overwritten) and once every
+// write-back of the same layer is done (the read must see the new version); a write-back
+// starts as soon as it is queued (its slot was filled by a read that acquire waited for), in
+// the order releases queued them, behind the aux record of its version.
 #include "layer_stream_store.h"
 
 #include <pthread.h>
@@ -20,7 +23,7 @@ typedef struct {
     int layer, idx;     // global layer and store index; -1: empty
     long version;       // version of the contents (after a release dirty: the one being written)
     int pins, ahead;    // ahead: read ahead, not acquired yet
-    int busy;           // queued or running requests on this slot
+    int reading, writing;  // queued or running requests on this slot
     long last_use;
     unsigned char *mem;
 } Slot;
@@ -33,21 +36,36 @@ typedef struct {
 } Req;
 
 typedef struct {
+    Req *q;
+    int cap, head, len, running;
+    pthread_t th;
+} Queue;
+
+typedef struct Ctx Ctx;
+typedef struct {
+    Ctx *c;
+    Queue *q;
+} Server;
+
+struct Ctx {
     LayerStore *store;
     int n;
     Slot *slots;
-    pthread_t th;
+    int *layer_writes;        // per store index: write-backs queued or running
+    Queue reads, writes;
+    Server servers[2];
     pthread_mutex_t mu;
-    pthread_cond_t req_cv, done_cv;
-    Req *q;
-    int qcap, qhead, qlen, inflight, stop, failed;
+    pthread_cond_t cv;        // every change of the queues or the slots
+    int stop, failed;
     FgError err;  // the first I/O error; sticky
     long tick;
     unsigned char *aux;       // the opening version's record, then the one being written
     unsigned char *aux_out;
     int aux_busy;
+    int active;               // requests running now, both threads
+    double busy_since;        // when active last became non-zero
     LayerStreamStats stats;
-} Ctx;
+};
 
 static double thread_cpu_seconds(void) {
     struct timespec ts;
@@ -55,64 +73,92 @@ static double thread_cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// A read may start once its slot is written back and no write-back of its layer is pending;
+// after an error nothing runs, so everything is ready (to be skipped).
+static int ready(const Ctx *c, const Req *r) {
+    if (r->kind != REQ_READ || c->failed) return 1;
+    return c->slots[r->slot].writing == 0 && c->layer_writes[r->idx] == 0;
+}
+
+static FgError run_request(Ctx *c, const Req *r, Slot *sl, long *version, int *rc) {
+    FgError e = {0};
+    if (r->kind == REQ_READ) {
+        *rc = layer_store_read(c->store, r->idx, sl->mem, &e);
+        *version = layer_store_layer_version(c->store, r->idx);
+    } else if (r->kind == REQ_WRITE) {
+        *rc = layer_store_write(c->store, r->idx, r->version, sl->mem, &e);
+    } else {
+        *rc = layer_store_write_aux(c->store, r->version, c->aux_out, &e);
+    }
+    return e;
+}
+
+// Bookkeeping after a request (under the lock): statistics, the sticky error, the slot.
+static void finish_request(Ctx *c, const Req *r, int skip, int rc, FgError e, long version,
+                           double seconds) {
+    Slot *sl = r->kind == REQ_AUX ? NULL : &c->slots[r->slot];
+    if (!skip && !rc && r->kind != REQ_AUX) {
+        double bytes = (double)layer_store_slot_bytes(c->store, r->idx);
+        if (r->kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;
+        else c->stats.write_bytes += bytes, c->stats.write_seconds += seconds;
+    }
+    if (rc && !c->failed) c->failed = 1, c->err = e;
+    if (r->kind == REQ_READ) {
+        if (!skip && !rc) sl->version = version;
+        sl->reading--;
+    } else if (r->kind == REQ_WRITE) {
+        sl->writing--, c->layer_writes[r->idx]--;
+    } else {
+        c->aux_busy = 0;
+    }
+    if (--c->active == 0) c->stats.busy_seconds += wall_seconds() - c->busy_since;
+}
+
+// One queue's thread: its requests in order, each once it is ready.
 static void *io_thread(void *arg) {
-    Ctx *c = arg;
+    Server *sv = arg;
+    Ctx *c = sv->c;
+    Queue *q = sv->q;
+    double cpu_before = 0.0;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->stop && c->qlen == 0) pthread_cond_wait(&c->req_cv, &c->mu);
-        if (c->qlen == 0) break;  // stop, with nothing left to do
-        Req r = c->q[c->qhead];
-        c->qhead = (c->qhead + 1) % c->qcap, c->qlen--, c->inflight = 1;
+        while (!(c->stop && q->len == 0) && (q->len == 0 || !ready(c, &q->q[q->head])))
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (q->len == 0) break;  // stop, with nothing left to do
+        Req r = q->q[q->head];
+        q->head = (q->head + 1) % q->cap, q->len--, q->running = 1;
         int skip = c->failed;  // after an error nothing more is written: the store stays consistent
+        if (c->active++ == 0) c->busy_since = wall_seconds();
         Slot *sl = r.kind == REQ_AUX ? NULL : &c->slots[r.slot];
         pthread_mutex_unlock(&c->mu);
-        FgError e = {0};
         int rc = FG_OK;
         long version = r.version;
         double t0 = wall_seconds();
-        if (!skip) {
-            if (r.kind == REQ_READ) {
-                rc = layer_store_read(c->store, r.idx, sl->mem, &e);
-                version = layer_store_layer_version(c->store, r.idx);
-            } else if (r.kind == REQ_WRITE) {
-                rc = layer_store_write(c->store, r.idx, r.version, sl->mem, &e);
-            } else {
-                rc = layer_store_write_aux(c->store, r.version, c->aux_out, &e);
-            }
-        }
-        double seconds = wall_seconds() - t0;
+        FgError e = skip ? (FgError){0} : run_request(c, &r, sl, &version, &rc);
+        double seconds = wall_seconds() - t0, cpu = thread_cpu_seconds();
         pthread_mutex_lock(&c->mu);
-        c->stats.cpu_seconds = thread_cpu_seconds();
-        if (!skip && !rc && r.kind != REQ_AUX) {
-            double bytes = (double)layer_store_slot_bytes(c->store, r.idx);
-            if (r.kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;
-            else c->stats.write_bytes += bytes, c->stats.write_seconds += seconds;
-        }
-        if (rc && !c->failed) c->failed = 1, c->err = e;
-        if (sl) {
-            if (r.kind == REQ_READ && !skip && !rc) sl->version = version;
-            sl->busy--;
-        } else {
-            c->aux_busy = 0;
-        }
-        c->inflight = 0;
-        pthread_cond_broadcast(&c->done_cv);
+        c->stats.cpu_seconds += cpu - cpu_before, cpu_before = cpu;
+        finish_request(c, &r, skip, rc, e, version, seconds);
+        q->running = 0;
+        pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
 static void enqueue(Ctx *c, int kind, int slot, int idx, long version) {
-    // A slot rarely has more than a write-back then a read queued; the ring has room for 8 per
+    Queue *q = kind == REQ_READ ? &c->reads : &c->writes;
+    // A slot rarely has more than a write-back and a read queued; each ring has room for 8 per
     // slot and is checked anyway, because overrunning it would corrupt silently.
-    if (c->qlen == c->qcap) {
+    if (q->len == q->cap) {
         fprintf(stderr, "fgpipe: layer stream request queue overflow\n");
         abort();
     }
-    c->q[(c->qhead + c->qlen) % c->qcap] = (Req){kind, slot, idx, version};
-    c->qlen++;
-    if (kind != REQ_AUX) c->slots[slot].busy++;
-    pthread_cond_signal(&c->req_cv);
+    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, version};
+    q->len++;
+    if (kind == REQ_READ) c->slots[slot].reading++;
+    if (kind == REQ_WRITE) c->slots[slot].writing++, c->layer_writes[idx]++;
+    pthread_cond_broadcast(&c->cv);
 }
 
 static int sticky(Ctx *c, FgError *err) { return fg_fail(err, c->err.code, "%s", c->err.msg); }
@@ -178,7 +224,7 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
     if (!rc) {
         Slot *sl = &c->slots[v];
         double t0 = wall_seconds();
-        while (sl->busy && !c->failed) pthread_cond_wait(&c->done_cv, &c->mu);
+        while ((sl->reading || sl->writing) && !c->failed) pthread_cond_wait(&c->cv, &c->mu);
         c->stats.wait_seconds += wall_seconds() - t0;
         if (c->failed) rc = sticky(c, err);
         else {
@@ -224,7 +270,7 @@ static int ls_write_aux(LayerStream *s, long version, const void *data, FgError 
     size_t n = layer_store_aux_bytes(c->store);
     if (!n) return fg_fail(err, FG_ERR_INTERNAL, "layer stream: the store has no auxiliary record");
     pthread_mutex_lock(&c->mu);
-    while (c->aux_busy && !c->failed) pthread_cond_wait(&c->done_cv, &c->mu);
+    while (c->aux_busy && !c->failed) pthread_cond_wait(&c->cv, &c->mu);
     int rc = FG_OK;
     if (c->failed) rc = sticky(c, err);
     else {
@@ -247,7 +293,8 @@ static int ls_read_aux(LayerStream *s, void *data, FgError *err) {
 static int ls_flush(LayerStream *s, FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    while (c->qlen || c->inflight) pthread_cond_wait(&c->done_cv, &c->mu);
+    while (c->reads.len || c->reads.running || c->writes.len || c->writes.running)
+        pthread_cond_wait(&c->cv, &c->mu);
     int rc = c->failed ? sticky(c, err) : FG_OK;
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -256,13 +303,14 @@ static int ls_flush(LayerStream *s, FgError *err) {
 static void free_ctx(Ctx *c) {
     for (int i = 0; i < c->n; i++) fg_free(c->slots[i].mem);
     free(c->slots);
-    free(c->q);
+    free(c->reads.q);
+    free(c->writes.q);
+    free(c->layer_writes);
     fg_free(c->aux);
     fg_free(c->aux_out);
     layer_store_close(c->store);
     pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->req_cv);
-    pthread_cond_destroy(&c->done_cv);
+    pthread_cond_destroy(&c->cv);
     free(c);
 }
 
@@ -272,9 +320,10 @@ static int ls_close(LayerStream *s, FgError *err) {
     int rc = ls_flush(s, err);
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
-    pthread_cond_broadcast(&c->req_cv);
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    pthread_join(c->th, NULL);
+    pthread_join(c->reads.th, NULL);
+    pthread_join(c->writes.th, NULL);
     free_ctx(c);
     s->ctx = NULL;
     return rc;
@@ -306,11 +355,15 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
         c->slots[i] = (Slot){.layer = -1, .idx = -1, .last_use = 0};
         c->slots[i].mem = dio_alloc(bytes);
     }
-    c->qcap = 8 * n_slots + 8;
-    c->q = calloc((size_t)c->qcap, sizeof *c->q);
+    c->layer_writes = calloc((size_t)layer_store_n_layers(store), sizeof *c->layer_writes);
+    for (int k = 0; k < 2; k++) {
+        Queue *q = k ? &c->writes : &c->reads;
+        q->cap = 8 * n_slots + 8;
+        q->q = calloc((size_t)q->cap, sizeof *q->q);
+        c->servers[k] = (Server){c, q};
+    }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->req_cv, NULL);
-    pthread_cond_init(&c->done_cv, NULL);
+    pthread_cond_init(&c->cv, NULL);
     size_t aux = layer_store_aux_bytes(store);
     if (aux) {
         c->aux = dio_alloc(aux), c->aux_out = dio_alloc(aux);
@@ -320,7 +373,8 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
             return rc;
         }
     }
-    pthread_create(&c->th, NULL, io_thread, c);
+    pthread_create(&c->reads.th, NULL, io_thread, &c->servers[0]);
+    pthread_create(&c->writes.th, NULL, io_thread, &c->servers[1]);
     s->ctx = c;
     s->n_slots = n_slots;
     s->slot_bytes = bytes;

@@ -1,6 +1,6 @@
 // The layer stream (src/stage/layer_stream.h) over a layer store (layer_store.h): n_slots host
-// buffers sized for the largest layer, one I/O thread that serves reads and write-backs in the
-// order they were asked for.
+// buffers sized for the largest layer, a read thread and a write thread, each serving its
+// requests in the order they were asked for.
 #ifndef FGPIPE_LAYER_STREAM_STORE_H
 #define FGPIPE_LAYER_STREAM_STORE_H
 

@@ -66,6 +66,8 @@ struct LayerSource {
     // The copies are summed in op U, so their gradients stay in memory from the wave that
     // makes them to the update (docs/gpt.md).
     float *tied_grad[2];
+    // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
+    int read_ahead;
     // Starts reading a layer that will be acquired soon (no-op when resident).
     int (*prefetch)(LayerSource *s, int layer, unsigned parts, FgError *err);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.
@@ -93,9 +95,10 @@ struct LayerSource {
 };
 
 // Which bound a streamed stage's step is on, from its I/O over `steps` steps that took
-// `seconds`: compute is the time not spent waiting for layers; the flash's bandwidths are the
-// I/O thread's bytes per second of its own busy time. The I/O overlaps compute, so a step takes
-// at least the larger of compute and I/O; flash_bound when I/O is the larger.
+// `seconds`: compute is the time not spent waiting for layers; I/O the time with any read or
+// write running; the flash's bandwidths are bytes per second of the read (write) thread's own
+// busy time. The I/O overlaps compute, so a step takes at least the larger of compute and I/O;
+// flash_bound when I/O is the larger.
 typedef struct {
     double read_bytes, write_bytes;  // per step
     double compute_seconds, io_seconds;  // per step

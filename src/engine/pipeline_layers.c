@@ -16,10 +16,15 @@ int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *
     return p->src.release(&p->src, l, parts, dirty, err);
 }
 
+// Reads ahead as deep as the slots allow: the disk stays busy while layers of little work
+// (norms, the small layers of a block) pass quickly.
 int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
-    int next = layers_next_param(p, l, dir);
     int rc = p->src.acquire(&p->src, l, parts, s, err);
-    if (!rc && next >= 0) rc = p->src.prefetch(&p->src, next, parts, err);
+    int depth = FG_MAX(p->src.read_ahead, 1);
+    for (int next = layers_next_param(p, l, dir), k = 0; !rc && next >= 0 && k < depth; k++) {
+        rc = p->src.prefetch(&p->src, next, parts, err);
+        next = layers_next_param(p, next, dir);
+    }
     return rc;
 }
 

@@ -125,13 +125,14 @@ static void streamed_io_stats(LayerSource *s, LayerStreamStats *out) {
     if (st->step.ctx) st->step.stats(&st->step, &b);
     out->read_bytes += b.read_bytes, out->read_seconds += b.read_seconds;
     out->write_bytes += b.write_bytes, out->write_seconds += b.write_seconds;
+    out->busy_seconds += b.busy_seconds;  // the two stores' busy times may overlap: an upper bound
     out->cpu_seconds += b.cpu_seconds, out->wait_seconds += b.wait_seconds;
 }
 
 IoBound layer_io_bound(const LayerStreamStats *d, double seconds, int steps) {
     IoBound b = {.read_bytes = d->read_bytes / steps, .write_bytes = d->write_bytes / steps,
                  .compute_seconds = FG_MAX(seconds - d->wait_seconds, 0.0) / steps,
-                 .io_seconds = (d->read_seconds + d->write_seconds) / steps};
+                 .io_seconds = d->busy_seconds / steps};
     b.read_bandwidth = d->read_seconds > 0 ? d->read_bytes / d->read_seconds : 0.0;
     b.write_bandwidth = d->write_seconds > 0 ? d->write_bytes / d->write_seconds : 0.0;
     double moved = b.read_bytes + b.write_bytes;
@@ -254,6 +255,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                          .begin_version = streamed_begin_version, .flush = streamed_flush,
                          .report = streamed_report, .io_stats = streamed_io_stats,
                          .close = streamed_close, .work_bytes = work_bytes,
+                         .read_ahead = n_slots - 1,
                          .flash_bytes = (double)(n_weights + n_step) * sizeof(float) *
                                         (double)model_range_count(m, first, last)};
     // Replicas may share a node and its flash: each has its own store.

@@ -59,9 +59,7 @@ static void watch_io_bound(Run *r, long step, double seconds) {
     }
     r->io_seconds += seconds;
     if (n < IO_STEPS && step + 1 < r->total) return;
-    LayerStreamStats d = {now.read_bytes - r->io_from.read_bytes, now.read_seconds - r->io_from.read_seconds,
-                          now.write_bytes - r->io_from.write_bytes, now.write_seconds - r->io_from.write_seconds,
-                          now.cpu_seconds - r->io_from.cpu_seconds, now.wait_seconds - r->io_from.wait_seconds};
+    LayerStreamStats d = layer_stream_stats_sub(now, r->io_from);
     IoBound b = layer_io_bound(&d, r->io_seconds, (int)n);
     report_io_bound(r->cfg, r->env->tr, src, &b, (int)n);
 }

@@ -28,12 +28,22 @@ typedef struct {
     long version;       // updates applied so far
 } LayerView;
 
-// What the stream's I/O thread did so far: bytes and the seconds spent moving them, the CPU
-// time that took (the kernel's share of direct I/O: it competes with compute for cores), and
-// how long callers waited in acquire for a layer that was not in memory yet.
+// What the stream's I/O threads did so far: bytes and the seconds spent moving them (reads and
+// writes may overlap: busy_seconds is the time with any request running), the CPU time that
+// took (the kernel's share of direct I/O: it competes with compute for cores), and how long
+// callers waited in acquire for a layer that was not in memory yet.
 typedef struct {
-    double read_bytes, read_seconds, write_bytes, write_seconds, cpu_seconds, wait_seconds;
+    double read_bytes, read_seconds, write_bytes, write_seconds, busy_seconds, cpu_seconds,
+        wait_seconds;
 } LayerStreamStats;
+
+// a - b, field by field (the I/O of an interval between two readings).
+static inline LayerStreamStats layer_stream_stats_sub(LayerStreamStats a, LayerStreamStats b) {
+    return (LayerStreamStats){a.read_bytes - b.read_bytes, a.read_seconds - b.read_seconds,
+                              a.write_bytes - b.write_bytes, a.write_seconds - b.write_seconds,
+                              a.busy_seconds - b.busy_seconds, a.cpu_seconds - b.cpu_seconds,
+                              a.wait_seconds - b.wait_seconds};
+}
 
 typedef struct LayerStream LayerStream;
 struct LayerStream {
