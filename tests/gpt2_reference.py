@@ -3,7 +3,7 @@
 layout and names, written as Hugging Face writes it, and its loss and logits on a tokens file.
 
 usage: gpt2_reference.py OUT_DIR [--n-layer 2] [--n-embd 64] [--n-head 4] [--ctx 32]
-                         [--vocab 50257] [--windows 4] [--seed 0]
+                         [--vocab 50257] [--windows 4] [--seed 0] [--weights-only]
 
 Writes into OUT_DIR:
   model.safetensors    transformer.wte/wpe, transformer.h.i.{ln_1, attn.c_attn, attn.c_proj, ln_2,
@@ -141,18 +141,24 @@ def randomise(model, gen):
 DTYPES = {torch.float32: "F32", torch.uint8: "U8"}
 
 
+def little_endian(t):
+    a = t.detach().contiguous().numpy()
+    return a.astype(a.dtype.newbyteorder("<"), copy=False)
+
+
 def write_safetensors(path, tensors):  # {name: tensor}, in sorted order, header 8-byte aligned
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        blob = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
+    header, offset = {}, 0
+    for name in sorted(tensors):  # tensor by tensor: a 1.5B model is not copied whole
+        t = tensors[name]
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        f.write(struct.pack("<Q", len(text)) + text)
+        for name in sorted(tensors):
+            little_endian(tensors[name]).tofile(f)
 
 
 def main():
@@ -165,6 +171,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--weights-only", action="store_true",
+                    help="write model.safetensors alone: no tokens, no forward pass, no bad files (large shapes)")
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)  # callers name a fresh folder (bench_finetune_ooc.sh)
     torch.set_num_threads(2)
@@ -174,6 +182,8 @@ def main():
 
     state = dict(model.state_dict())  # transformer.*: the tied head is not a separate tensor
     write_safetensors(f"{a.out_dir}/model.safetensors", state)
+    if a.weights_only:
+        return
     write_safetensors(f"{a.out_dir}/no_ln_f.safetensors",
                       {k: v for k, v in state.items() if k != "transformer.ln_f.weight"})
     bad = dict(state)

@@ -86,6 +86,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, training, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
     NUM(KEY_REAL, layout, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
     STR_OR_NONE(layout, weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
+    NUM(KEY_INT, layout, io_every_step, 0, 1, "1: a streamed stage prints every step's I/O (GB read and written, I/O and compute seconds, the bound max(I/O, compute) and step / bound); 0: one line of averages after the first 4 steps"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 

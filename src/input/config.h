@@ -72,6 +72,7 @@ typedef struct {
     double mem_budget;     // bytes a stage may hold; a stage needing more streams its layers
                            // from weights_dir (0: no limit)
     char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
+    int io_every_step;     // a streamed stage prints each step's I/O line
 } LayoutConfig;
 
 typedef struct {

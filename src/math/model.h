@@ -13,7 +13,7 @@
 #include "common.h"
 #include "layer.h"
 
-#define MODEL_MAX_LAYERS 256
+#define MODEL_MAX_LAYERS 512  // GPT-2 1.5B: 48 blocks of 8 layers + 3
 #define MODEL_MAX_TENSORS (2 * MODEL_MAX_LAYERS)
 
 typedef struct {

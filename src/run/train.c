@@ -41,6 +41,7 @@ typedef struct {
     StepLog log;
     Progress prog;
     LayerStreamStats io_from;  // a streamed stage's I/O when the bound's steps began
+    LayerStreamStats io_last;  // ... after the step before (io_every_step)
     double io_seconds;         // their time so far
 } Run;
 
@@ -50,6 +51,14 @@ enum { IO_STEPS = 3 };
 static void watch_io_bound(Run *r, long step, double seconds) {
     LayerSource *src = &r->p.src;
     long n = step - r->first_step;
+    if (src->streamed && r->cfg->layout.io_every_step) {
+        LayerStreamStats now;
+        src->io_stats(src, &now);
+        LayerStreamStats d = layer_stream_stats_sub(now, r->io_last);
+        IoBound b = layer_io_bound(&d, seconds, 1);
+        report_io_step(r->env->tr, step, seconds, &b);
+        r->io_last = now;
+    }
     if (!src->streamed || n < 0 || n > IO_STEPS) return;
     LayerStreamStats now;
     src->io_stats(src, &now);

@@ -44,6 +44,8 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
 // A streamed stage's bound after `steps` steps (layer_io_bound): on stderr, one line.
 void report_io_bound(const Config *c, const Transport *t, const LayerSource *src, const IoBound *b,
                      int steps);
+// One streamed step's I/O (io_every_step): bytes, I/O and compute seconds, the bound.
+void report_io_step(const Transport *t, long step, double seconds, const IoBound *b);
 // The last step as it ran, on every stage (free measured->ops).
 // The last step's phase with the times it ran (one phase); free with report_free_measured.
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err);
