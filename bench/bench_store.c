@@ -31,7 +31,7 @@ static void die(const FgError *err) {
 static double stream_pass(LayerStore *s, int n) {
     FgError err = {0};
     LayerStream ls;
-    if (layer_stream_store_open(&ls, s, 2, &err)) die(&err);  // owns s from here
+    if (layer_stream_store_open(&ls, s, 2, 0, 0, &err)) die(&err);  // owns s from here
     double t0 = wall_seconds();
     for (int i = 0; i < n; i++) {
         LayerView v;

@@ -9,6 +9,7 @@
 #include "layer_stream_store.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ typedef struct {
     int pins, ahead;    // ahead: read ahead, not acquired yet
     int reading, writing;  // queued or running requests on this slot
     long last_use;
+    size_t bytes;       // a layer fits when its slot bytes are at most these
     unsigned char *mem;
 } Slot;
 
@@ -169,21 +171,28 @@ static int resident(Ctx *c, int layer) {
     return -1;
 }
 
-// The least recently used slot that is not pinned; read-ahead slots only if allow_ahead.
-static int victim(Ctx *c, int allow_ahead) {
+// The least recently used slot that the layer fits and that is not pinned, among the smallest
+// that fit it (small layers cycle through small slots and leave the large ones to large
+// layers); read-ahead slots only if allow_ahead, any size that fits only if any_size.
+static int victim(Ctx *c, size_t bytes, int allow_ahead, int any_size) {
+    size_t smallest = SIZE_MAX;
+    for (int i = 0; i < c->n; i++)
+        if (c->slots[i].bytes >= bytes && c->slots[i].bytes < smallest) smallest = c->slots[i].bytes;
     int best = -1;
     for (int pass = 0; pass < 1 + allow_ahead && best < 0; pass++)
         for (int i = 0; i < c->n; i++) {
             Slot *sl = &c->slots[i];
-            if (sl->pins || (sl->ahead && pass == 0)) continue;
+            if (sl->pins || (sl->ahead && pass == 0) || sl->bytes < bytes) continue;
+            if (!any_size && sl->bytes != smallest) continue;
             if (best < 0 || sl->last_use < c->slots[best].last_use) best = i;
         }
     return best;
 }
 
 // Queues a read of layer (store index idx) into a victim slot; the slot, or -1 if none is free.
+// Read-ahead (allow_ahead 0) only into the smallest slots that fit; acquire into any.
 static int start_read(Ctx *c, int layer, int idx, int allow_ahead) {
-    int v = victim(c, allow_ahead);
+    int v = victim(c, layer_store_slot_bytes(c->store, idx), allow_ahead, allow_ahead);
     if (v < 0) return -1;
     Slot *sl = &c->slots[v];
     sl->layer = layer, sl->idx = idx, sl->ahead = 0, sl->last_use = ++c->tick;
@@ -337,7 +346,8 @@ static void ls_stats(LayerStream *s, LayerStreamStats *out) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgError *err) {
+int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int n_small,
+                            size_t small_count, FgError *err) {
     memset(s, 0, sizeof *s);
     if (n_slots < 2) {
         layer_store_close(store);
@@ -349,17 +359,18 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
         return fg_fail(err, FG_ERR_INPUT, "layer stream: the store has no complete version yet");
     }
     Ctx *c = calloc(1, sizeof *c);
-    c->store = store, c->n = n_slots;
-    c->slots = calloc((size_t)n_slots, sizeof *c->slots);
+    c->store = store, c->n = n_slots + n_small;
+    c->slots = calloc((size_t)c->n, sizeof *c->slots);
     size_t bytes = layer_store_max_slot_bytes(store);
-    for (int i = 0; i < n_slots; i++) {
-        c->slots[i] = (Slot){.layer = -1, .idx = -1, .last_use = 0};
-        c->slots[i].mem = dio_alloc(bytes);
+    size_t small = (size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float));
+    for (int i = 0; i < c->n; i++) {
+        c->slots[i] = (Slot){.layer = -1, .idx = -1, .bytes = i < n_slots ? bytes : FG_MIN(small, bytes)};
+        c->slots[i].mem = dio_alloc(c->slots[i].bytes);
     }
     c->layer_writes = calloc((size_t)layer_store_n_layers(store), sizeof *c->layer_writes);
     for (int k = 0; k < 2; k++) {
         Queue *q = k ? &c->writes : &c->reads;
-        q->cap = 8 * n_slots + 8;
+        q->cap = 8 * c->n + 8;
         q->q = calloc((size_t)q->cap, sizeof *q->q);
         c->servers[k] = (Server){c, q};
     }
@@ -377,8 +388,9 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
     pthread_create(&c->reads.th, NULL, io_thread, &c->servers[0]);
     pthread_create(&c->writes.th, NULL, io_thread, &c->servers[1]);
     s->ctx = c;
-    s->n_slots = n_slots;
+    s->n_slots = c->n;
     s->slot_bytes = bytes;
+    s->small_slot_bytes = n_small ? c->slots[n_slots].bytes : 0;
     s->version = layer_store_version(store);
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;

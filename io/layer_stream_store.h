@@ -7,8 +7,11 @@
 #include "layer_store.h"
 #include "layer_stream.h"
 
-// Takes ownership of store (closed by s->close, or here on failure). n_slots >= 2: one layer
-// computing, one being read ahead (or written back).
-int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgError *err);
+// Takes ownership of store (closed by s->close, or here on failure). n_slots >= 2 slots of the
+// largest layer: one layer computing, one being read ahead (or written back); n_small more
+// slots for layers of at most small_count floats (a GPT's blocks beside its token table), so
+// that a budget too small for many large slots still reads the small layers far ahead.
+int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int n_small,
+                            size_t small_count, FgError *err);
 
 #endif

@@ -57,7 +57,7 @@ compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) again
   elif [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
     why="exit $rc_mem / $rc_ooc: $(grep -h -m1 error "$dir/$name-mem.log" "$dir/$name-ooc.log" | head -n 1)"
   elif [ "$streams" -ne "$M" ]; then why="$streams of $M stages streamed their layers"
-  elif ! grep -q "through 2 slots" "$dir/$name-ooc.log"; then why="no stage ran with only 2 slots"
+  elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/$name-ooc.log"; then why="no stage ran with only 2 slots of its largest layer"
   else why=$(differ "$name-mem" "$name-ooc" | tr '\n' ' '); fi
   verdict "$name ($*): out of core (two slots, $budget bytes) equals in memory, bitwise" "$why"
 }

@@ -84,7 +84,7 @@ budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | h
   --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
 why=""
 if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
-elif ! grep -q "through 2 slots" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
+elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
 elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
 elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
 verdict "tokens out of core (fg+bp, two slots, budget ${budget:-?}): the in-memory weights, bitwise" "$why"

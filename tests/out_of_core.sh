@@ -70,7 +70,7 @@ for c in "${cases[@]}"; do
     if [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
       why="exit $rc_mem / $rc_ooc: $(grep error "$dir/$name-ooc$M.log" "$dir/$name-mem$M.log" | head -n 1)"
     elif [ "$streams" -ne $((M * R)) ]; then why="$streams of $((M * R)) stages streamed their layers"
-    elif ! grep -q "through 2 slots" "$dir/$name-ooc$M.log"; then why="no stage ran with only 2 slots"
+    elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/$name-ooc$M.log"; then why="no stage ran with only 2 slots of its largest layer"
     else why=$(same "$dir/$name-mem$M" "$dir/$name-ooc$M")$(same_checkpoint "$dir/$name-mem$M" "$dir/$name-ooc$M"); fi
     verdict "$name, M=$M: out of core ($budget) equals in memory, bitwise (losses, weights, HDF5 checkpoint)" "$why"
   done

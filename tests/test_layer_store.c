@@ -144,12 +144,13 @@ static int stream_step(LayerStream *ls, const LayerStore *meta, int n, long vers
     return rc;
 }
 
-static LayerStream open_stream(const char *dir, const char *name, int slots) {
+static LayerStream open_stream(const char *dir, const char *name, int slots, int n_small,
+                               size_t small_count) {
     LayerStore *s;
     FgError err = {0};
     if (layer_store_open(&s, dir, name, &err)) fail_msg("%s", err.msg);
     LayerStream ls;
-    if (layer_stream_store_open(&ls, s, slots, &err)) fail_msg("%s", err.msg);
+    if (layer_stream_store_open(&ls, s, slots, n_small, small_count, &err)) fail_msg("%s", err.msg);
     return ls;
 }
 
@@ -167,7 +168,7 @@ static void test_roundtrip(void **state) {
     layer_store_close(s);
     FgError err = {0};
     for (long v = 1; v <= 2; v++) {
-        LayerStream ls = open_stream(g_dir, "stage0", 2);
+        LayerStream ls = open_stream(g_dir, "stage0", 2, 0, 0);
         assert_int_equal(ls.version, v - 1);
         if (stream_step(&ls, NULL, 3, v, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
     }
@@ -202,7 +203,7 @@ static void test_stream_reacquire(void **state) {
     const size_t count[4] = {5000, 5000, 5000, 5000};
     StoreOptions o = opts(0);
     layer_store_close(make_store(g_dir, "s", 4, count, &o));
-    LayerStream ls = open_stream(g_dir, "s", 2);
+    LayerStream ls = open_stream(g_dir, "s", 2, 0, 0);
     FgError err = {0};
     LayerView a, b;
     assert_int_equal(ls.acquire(&ls, 2, &a, &err), 0);
@@ -236,8 +237,13 @@ static void test_stream_overlap(void **state) {
     StoreOptions o = opts(sizeof(long));
     layer_store_close(make_store(g_dir, "ov", 3, count, &o));
     FgError err = {0};
-    for (int slots = 2; slots <= 3; slots++) {
-        LayerStream ls = open_stream(g_dir, "ov", slots);
+    // 2 and 3 slots of the largest layer, then 2 large and 2 small ones (the two smaller layers
+    // cycle through the small slots, the largest through the large ones).
+    for (int slots = 2; slots <= 4; slots++) {
+        int n_small = slots == 4 ? 2 : 0;
+        LayerStream ls = open_stream(g_dir, "ov", slots - n_small, n_small, count[0]);
+        assert_int_equal(ls.n_slots, slots);
+        assert_true(n_small ? ls.small_slot_bytes < ls.slot_bytes : ls.small_slot_bytes == 0);
         long v0 = ls.version;
         for (long v = v0 + 1; v <= v0 + 6; v++) {
             int rc = ls.write_aux(&ls, v, &v, &err);
@@ -263,7 +269,7 @@ static void test_stream_overlap(void **state) {
     }
     LayerStore *s;
     if (layer_store_open(&s, g_dir, "ov", &err)) fail_msg("%s", err.msg);
-    expect_version(s, 12);
+    expect_version(s, 18);
     layer_store_close(s);
 }
 
@@ -284,7 +290,7 @@ static void test_crash_consistency(void **state) {
         assert_int_equal(pipe(fds), 0);
         pid_t pid = fork();
         if (pid == 0) {
-            LayerStream ls = open_stream(g_dir, "crash", 2);
+            LayerStream ls = open_stream(g_dir, "crash", 2, 0, 0);
             FgError err = {0};
             char go = 1;  // the clock starts when the writer starts writing
             if (write(fds[1], &go, 1) != 1) _exit(4);
@@ -343,7 +349,7 @@ static void test_stream_rss(void **state) {
         if (!f || fscanf(f, "%ld %ld", &pages, &resident) != 2) _exit(4);
         fclose(f);
         long base_kib = resident * (sysconf(_SC_PAGESIZE) / 1024);
-        LayerStream ls = open_stream(g_dir, "rss", 2);
+        LayerStream ls = open_stream(g_dir, "rss", 2, 0, 0);
         FgError err = {0};
         if (stream_step(&ls, NULL, N, 1, &err) || ls.close(&ls, &err)) {
             fprintf(stderr, "%s\n", err.msg);
@@ -492,7 +498,7 @@ static void test_disk_full(void **state) {
     o.preallocate = 0;
     layer_store_close(make_store(g_mnt, "small", 4, count, &o));
     sh("dd if=/dev/zero of=%s/filler bs=1M 2>/dev/null; sync", g_mnt);  // stops at ENOSPC
-    LayerStream ls = open_stream(g_mnt, "small", 2);
+    LayerStream ls = open_stream(g_mnt, "small", 2, 0, 0);
     int rc = stream_step(&ls, NULL, 4, 1, &err);
     if (!rc) rc = ls.flush(&ls, &err);
     assert_int_not_equal(rc, 0);
@@ -504,7 +510,7 @@ static void test_disk_full(void **state) {
     expect_version(s, 0);
     layer_store_close(s);
     sh("rm -f %s/filler", g_mnt);
-    ls = open_stream(g_mnt, "small", 2);
+    ls = open_stream(g_mnt, "small", 2, 0, 0);
     if (stream_step(&ls, NULL, 4, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
     if (layer_store_open(&s, g_mnt, "small", &err)) fail_msg("%s", err.msg);
     expect_version(s, 1);
@@ -526,7 +532,7 @@ static void test_no_odirect(void **state) {
     printf("  %s\n", layer_store_note(s));
     assert_non_null(strstr(layer_store_note(s), "O_DIRECT"));
     layer_store_close(s);
-    LayerStream ls = open_stream(dir, "r", 2);
+    LayerStream ls = open_stream(dir, "r", 2, 0, 0);
     assert_non_null(strstr(ls.note, "buffered"));
     FgError err = {0};
     if (stream_step(&ls, NULL, 2, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);

@@ -204,28 +204,43 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
 
 static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
-// The stage's layers as slots: the largest layer sets a slot's size, and the budget beside the
-// stage's work how many fit (at least two: one computing, one in flight).
+// The stage's layers as slots: the largest layer sets a large slot's size, and the budget beside
+// the stage's work how many fit (at least two: one computing, one in flight). Where the largest
+// layers dwarf the others (a GPT's token table beside its blocks' matrices), two large slots
+// are made and the rest of the budget goes to small slots for the layers of at most half the
+// largest: many more of those fit, so the small layers are read far ahead.
 typedef struct {
-    size_t largest, tied[2];  // floats of the largest layer and of the tied copies held here
+    size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
+                                     // (0: no small slots), of the tied copies held here
     int n_weights, n_step;    // buffers per layer in the weights store and the step store
-    int n_slots;
+    int n_slots, n_small;
 } SlotPlan;
+
+static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
+    return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
+}
+
+static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
+    *param_layers = 0;
+    for (int l = first; l < last; l++) {
+        sp->largest = FG_MAX(sp->largest, m->layers[l].param_count);
+        *param_layers += m->layers[l].param_count > 0;
+        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
+        if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
+    }
+    for (int l = first; l < last; l++)
+        if (m->layers[l].param_count <= sp->largest / 2) sp->small = FG_MAX(sp->small, m->layers[l].param_count);
+}
 
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
                       int stage, double work_bytes, SlotPlan *sp, FgError *err) {
     LayerNeeds need = layer_needs(c);
     *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
                      .n_step = need.keep_grad + need.prev};
-    int param_layers = 0;
-    for (int l = first; l < last; l++) {
-        sp->largest = FG_MAX(sp->largest, m->layers[l].param_count);
-        param_layers += m->layers[l].param_count > 0;
-        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
-        if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
-    }
+    int param_layers;
+    plan_layers(m, first, last, sp, &param_layers);
     work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
-    size_t slot = (size_t)(sp->n_weights + sp->n_step) * page_round(sp->largest * sizeof(float));
+    size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - work_bytes;
@@ -234,7 +249,21 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
                        "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
                        "bytes)", c->layout.mem_budget, stage, work_bytes, 2 * slot, work_bytes + 2.0 * slot);
+    double left = room - 2.0 * (double)slot;
+    int n_small = sp->small ? (int)FG_MIN(left / (double)small, (double)(param_layers - 2)) : 0;
+    if (n_small > sp->n_slots - 2) sp->n_slots = 2, sp->n_small = n_small;
+    else sp->small = 0;  // as many large slots serve as well
     return FG_OK;
+}
+
+// " (2 of A MB, N of B MB ...)" when the plan has small slots, else "".
+static const char *small_note(const SlotPlan *sp, char *note, size_t size) {
+    note[0] = 0;
+    if (sp->n_small)
+        snprintf(note, size, " (2 of %.0f MB, %d of %.1f MB for the layers of at most %zu "
+                 "parameters)", slot_bytes(sp, sp->largest) / 1e6, sp->n_small,
+                 slot_bytes(sp, sp->small) / 1e6, sp->small);
+    return note;
 }
 
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
@@ -245,7 +274,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, &sp, err);
     if (rc) return rc;
     size_t largest = sp.largest;
-    int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots;
+    int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->need = need;
     st->kept_buf = need.keep_grad ? 0 : -1;
@@ -264,12 +293,14 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, replica);
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
-                            .fill_weights = 1, .seed = c->training.seed, .n_slots = n_slots};
+                            .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
+                            .n_small_slots = sp.n_small, .small_count = sp.small};
     rc = open_weights(st, t, ls, &spec, next_step, err);
+    char note[128];
     if (!rc)
-        fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s\n",
-                t->stage, c->layout.weights_dir, st->name, n_slots, st->weights.note[0] ? ": " : "",
-                st->weights.note);
+        fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s\n",
+                t->stage, c->layout.weights_dir, st->name, n_slots, small_note(&sp, note, sizeof note),
+                st->weights.note[0] ? ": " : "", st->weights.note);
     if (!rc && n_step) {
         char name[64];
         snprintf(name, sizeof name, "step-%d-%d%s", first, last, replica);

@@ -48,8 +48,9 @@ static inline LayerStreamStats layer_stream_stats_sub(LayerStreamStats a, LayerS
 typedef struct LayerStream LayerStream;
 struct LayerStream {
     void *ctx;
-    int n_slots;            // layers resident at most
-    size_t slot_bytes;      // bytes of one slot (the largest layer's)
+    int n_slots;            // layers resident at most (large and small slots)
+    size_t slot_bytes;      // bytes of a large slot (the largest layer's)
+    size_t small_slot_bytes;  // bytes of a small slot (0: none)
     long version;           // the store's consistent version when the stream was opened
     char note[384];         // "" or why I/O goes through the page cache (no O_DIRECT)
 
@@ -86,7 +87,9 @@ typedef struct {
     uint32_t seed;             // everything else zeros
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
-    int n_slots;
+    int n_slots;               // slots of the largest layer
+    int n_small_slots;         // and slots for layers of at most small_count floats
+    size_t small_count;
 } LayerStreamSpec;
 
 // How a pipeline reaches local flash (the io/ library through mpi/main.c; NULL: it cannot).
