@@ -6,6 +6,7 @@
 #include "layer_stream_store.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ typedef struct {
     unsigned char *aux_out;
     int aux_busy;
     LayerStreamStats stats;
+    unsigned char *slot_memory;  // the caller's block the slots live in (NULL: each its own dio_alloc)
 } Ctx;
 
 static double thread_cpu_seconds(void) {
@@ -254,7 +256,7 @@ static int ls_flush(LayerStream *s, FgError *err) {
 }
 
 static void free_ctx(Ctx *c) {
-    for (int i = 0; i < c->n; i++) fg_free(c->slots[i].mem);
+    for (int i = 0; i < c->n && !c->slot_memory; i++) fg_free(c->slots[i].mem);
     free(c->slots);
     free(c->q);
     fg_free(c->aux);
@@ -288,7 +290,19 @@ static void ls_stats(LayerStream *s, LayerStreamStats *out) {
 }
 
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgError *err) {
+    return layer_stream_store_open_in(s, store, n_slots, NULL, 0, err);
+}
+
+int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, void *memory,
+                               size_t memory_bytes, FgError *err) {
     memset(s, 0, sizeof *s);
+    size_t bytes = layer_store_max_slot_bytes(store);
+    if (memory && ((uintptr_t)memory % 4096 || memory_bytes < (size_t)n_slots * bytes)) {
+        layer_store_close(store);
+        return fg_fail(err, FG_ERR_INTERNAL, "layer stream: the slot memory given (%zu bytes at "
+                       "%p) does not hold %d aligned slots of %zu bytes", memory_bytes, memory,
+                       n_slots, bytes);
+    }
     if (n_slots < 2) {
         layer_store_close(store);
         return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots; it needs at least 2 (one "
@@ -301,10 +315,10 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgEr
     Ctx *c = calloc(1, sizeof *c);
     c->store = store, c->n = n_slots;
     c->slots = calloc((size_t)n_slots, sizeof *c->slots);
-    size_t bytes = layer_store_max_slot_bytes(store);
+    c->slot_memory = memory;
     for (int i = 0; i < n_slots; i++) {
         c->slots[i] = (Slot){.layer = -1, .idx = -1, .last_use = 0};
-        c->slots[i].mem = dio_alloc(bytes);
+        c->slots[i].mem = memory ? (unsigned char *)memory + (size_t)i * bytes : dio_alloc(bytes);
     }
     c->qcap = 8 * n_slots + 8;
     c->q = calloc((size_t)c->qcap, sizeof *c->q);

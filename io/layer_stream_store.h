@@ -10,5 +10,9 @@
 // Takes ownership of store (closed by s->close, or here on failure). n_slots >= 2: one layer
 // computing, one being read ahead (or written back).
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, FgError *err);
+// The same with the slots in the caller's memory (4 KiB aligned, n_slots times the store's
+// largest slot; e.g. a node's shared block), which the stream neither allocates nor frees.
+int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, void *memory,
+                               size_t memory_bytes, FgError *err);
 
 #endif

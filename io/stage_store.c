@@ -62,5 +62,6 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
         if (s) layer_store_close(s);
         return rc;
     }
-    return layer_stream_store_open(out, s, spec->n_slots, err);  // owns s from here
+    return layer_stream_store_open_in(out, s, spec->n_slots, spec->slot_memory,  // owns s from here
+                                      spec->slot_memory_bytes, err);
 }

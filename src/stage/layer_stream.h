@@ -77,6 +77,9 @@ typedef struct {
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
     int n_slots;
+    void *slot_memory;         // NULL: the stream allocates its slots; else n_slots slots of the
+    size_t slot_memory_bytes;  // store's largest layer in this 4 KiB-aligned block (a node's
+                               // shared memory: NodeShare), which the caller frees after close
 } LayerStreamSpec;
 
 // How a pipeline reaches local flash (the io/ library through mpi/main.c; NULL: it cannot).
