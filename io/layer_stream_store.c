@@ -67,6 +67,7 @@ struct Ctx {
     int active;               // requests running now, both threads
     double busy_since;        // when active last became non-zero
     LayerStreamStats stats;
+    unsigned char *slot_memory;  // the caller's block the slots live in (NULL: each its own dio_alloc)
 };
 
 static double thread_cpu_seconds(void) {
@@ -311,7 +312,7 @@ static int ls_flush(LayerStream *s, FgError *err) {
 }
 
 static void free_ctx(Ctx *c) {
-    for (int i = 0; i < c->n; i++) fg_free(c->slots[i].mem);
+    for (int i = 0; i < c->n && !c->slot_memory; i++) fg_free(c->slots[i].mem);
     free(c->slots);
     free(c->reads.q);
     free(c->writes.q);
@@ -348,7 +349,28 @@ static void ls_stats(LayerStream *s, LayerStreamStats *out) {
 
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int n_small,
                             size_t small_count, FgError *err) {
+    return layer_stream_store_open_in(s, store, n_slots, n_small, small_count, NULL, 0, err);
+}
+
+size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int n_small,
+                                      size_t small_count) {
+    size_t bytes = layer_store_max_slot_bytes(store);
+    size_t small = (size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float));
+    return (size_t)n_slots * bytes + (size_t)n_small * FG_MIN(small, bytes);
+}
+
+int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, int n_small,
+                               size_t small_count, void *memory, size_t memory_bytes, FgError *err) {
     memset(s, 0, sizeof *s);
+    size_t bytes = layer_store_max_slot_bytes(store);
+    size_t small = FG_MIN((size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float)), bytes);
+    size_t need = layer_stream_store_slots_bytes(store, n_slots, n_small, small_count);
+    if (memory && ((uintptr_t)memory % 4096 || memory_bytes < need)) {
+        layer_store_close(store);
+        return fg_fail(err, FG_ERR_INTERNAL, "layer stream: the slot memory given (%zu bytes at "
+                       "%p) does not hold %d aligned slots of %zu bytes and %d of %zu", memory_bytes,
+                       memory, n_slots, bytes, n_small, small);
+    }
     if (n_slots < 2) {
         layer_store_close(store);
         return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots; it needs at least 2 (one "
@@ -361,11 +383,11 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int 
     Ctx *c = calloc(1, sizeof *c);
     c->store = store, c->n = n_slots + n_small;
     c->slots = calloc((size_t)c->n, sizeof *c->slots);
-    size_t bytes = layer_store_max_slot_bytes(store);
-    size_t small = (size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float));
-    for (int i = 0; i < c->n; i++) {
-        c->slots[i] = (Slot){.layer = -1, .idx = -1, .bytes = i < n_slots ? bytes : FG_MIN(small, bytes)};
-        c->slots[i].mem = dio_alloc(c->slots[i].bytes);
+    c->slot_memory = memory;
+    for (size_t i = 0, at = 0; i < (size_t)c->n; i++) {  // the large slots, then the small ones
+        c->slots[i] = (Slot){.layer = -1, .idx = -1, .bytes = (int)i < n_slots ? bytes : small};
+        c->slots[i].mem = memory ? (unsigned char *)memory + at : dio_alloc(c->slots[i].bytes);
+        at += c->slots[i].bytes;
     }
     c->layer_writes = calloc((size_t)layer_store_n_layers(store), sizeof *c->layer_writes);
     for (int k = 0; k < 2; k++) {

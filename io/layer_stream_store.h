@@ -13,5 +13,12 @@
 // that a budget too small for many large slots still reads the small layers far ahead.
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int n_small,
                             size_t small_count, FgError *err);
+// The same with the slots in the caller's memory (4 KiB aligned, the large slots then the
+// small ones: layer_stream_store_slots_bytes; e.g. a node's shared block), which the stream
+// neither allocates nor frees.
+int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, int n_small,
+                               size_t small_count, void *memory, size_t memory_bytes, FgError *err);
+size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int n_small,
+                                      size_t small_count);
 
 #endif

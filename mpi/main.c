@@ -7,6 +7,7 @@
 
 #include "checkpoint_hdf5.h"
 #include "cli.h"
+#include "node_share_mpi.h"
 #include "stage_store.h"
 #include "transport_mpi.h"
 #include "transport_staged.h"
@@ -22,6 +23,7 @@ typedef struct {
     Transport nccl;         // wraps mpi for a GPU run whose links use NCCL
     Transport staged;       // wraps mpi (or nccl) for device buffers MPI cannot carry
     Storage storage;
+    NodeShare share;        // replicas on one node share one layer store per stage (CPU)
 } Made;
 
 // The config's device: the CPU, or the GPU of the rank's index among the ranks on its node
@@ -73,6 +75,7 @@ static void take_down(Made *made) {
 #ifdef FGPIPE_HAVE_CUDA
     if (made->nccl.ctx) nccl_setup_free(&made->nccl);
 #endif
+    if (made->share.ctx) node_share_mpi_destroy(&made->share);
     if (made->mpi.ctx) transport_mpi_destroy(&made->mpi);
 #ifdef FGPIPE_HAVE_CUDA
     if (made->gpu.ctx) backend_cuda_destroy(&made->gpu);
@@ -104,6 +107,15 @@ static int run(RunArgs *args) {
     made.storage = checkpoint_hdf5(transport_mpi_comm(&made.mpi));
     env.storage = &made.storage;
     LayerStreams streams = {.arg = NULL, .open = stage_store_open, .resume = args->resume_weights};
+    // Streamed stages of replicas on one node share a store: its slots are host memory the
+    // ranks map (a device backend computes on its own copies, which the others cannot see).
+    if (args->cfg.layout.replicas > 1 && !env.be->on_device &&
+        !(rc = node_share_mpi_create(MPI_COMM_WORLD, args->cfg.layout.stages, &made.share, &err)))
+        streams.share = &made.share;
+    if (rc) {
+        take_down(&made);
+        return cli_fail(&err);
+    }
     env.streams = &streams;
     fgpipe_catch_stop_signals();  // again: MPI start-up may have set its own
     rc = cli_train(args, &env);

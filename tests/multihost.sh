@@ -5,7 +5,8 @@
 # 2-replica job is started with launch/fgpipe-run --hostfile (2 ranks per node: each node holds
 # one whole pipeline, the replica sums cross the veth link) and must give bit for bit the
 # weights of the same job on one host (shared memory), for bp and for fg+bp (the exact gradient
-# c summed over the hosts with MPI_Iallreduce, the fg scalars over the grid).
+# c summed over the hosts with MPI_Iallreduce, the fg scalars over the grid); and out of core,
+# 1 stage x 4 replicas, 2 per host: the replicas of a host share one store, one per host.
 #
 # Needs root (ip netns); skipped with the reason (exit 77) without it.
 #
@@ -92,4 +93,25 @@ for c in "bp|--set mode=bp" "fgbp|--set mode=fg+bp --set estimator=cv --set lag=
   verdict "$name: weights on 2 hosts equal 1 host, bitwise" \
     "$([ $? -eq 0 ] || echo "differ: $(cmp "$dir/$name-2hosts.bin" "$dir/$name-1host.bin" 2>&1 | head -n 1)")"
 done
+
+# Out of core: 1 stage x 4 replicas, 2 per host. The two replicas on a host share their host's
+# store (stage-0-17-node-<n>.h5, n = 0 and 1: one per host, none per replica; here both hosts
+# see one weights dir), the gradient sums cross the link as above, and the weights equal the 4
+# replicas in memory on one host.
+ooc=(--set model=784-512-512-512-512-512-512-512-512-10 --set warmup_steps=0 --set print_every=1000000
+     --set steps=8 --set mode=bp --set schedule=1f1b)
+mkdir -p "$dir/ooc.w"
+timeout 180 ip netns exec "$ns1" unshare --uts /bin/sh -c 'hostname node1; exec "$@"' sh \
+  "$root/launch/fgpipe-run" --fgpipe "$fgpipe" --stages 1 --replicas 4 --ranks-per-node 2 \
+  --hostfile "$dir/hostfile" --mpi-args "$tcp" "$config" "${ooc[@]}" --mem-budget 20M \
+  --weights-dir "$dir/ooc.w" --save-params "$dir/ooc-2hosts.bin" >"$dir/ooc-2hosts.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || show "$dir/ooc-2hosts.log"
+timeout 180 mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
+  --config "$config" --set stages=1 --set replicas=4 "${ooc[@]}" \
+  --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
+stores=$(cd "$dir/ooc.w" && ls ./*.h5 | sed 's|^\./||' | tr '\n' ' ')
+shared=$(grep -c "shared by the stage's 2 replicas on node [01]" "$dir/ooc-2hosts.log")
+verdict "out of core, 1 stage x 4 replicas on 2 hosts: one store per host ($stores), the 4 in-memory replicas' weights bitwise" \
+  "$([ $rc -eq 0 ] || echo "exit $rc")$([ "$stores" = "stage-0-17-node-0.h5 stage-0-17-node-1.h5 " ] || echo " stores: $stores")$([ "$shared" -eq 4 ] || echo " $shared of 4 ranks share a store")$(cmp -s "$dir/ooc-2hosts.bin" "$dir/ooc-mem.bin" || echo " weights differ")"
 finish

@@ -90,6 +90,17 @@ struct LayerSource {
     // Streamed only: bytes of the stores on flash, and what the stage holds in memory besides
     // the slots (activations, lanes, one layer's gradient).
     double flash_bytes, work_bytes;
+    // Streamed, replicas on one node sharing one store per stage (LayerStreams.share): the
+    // others' acquire and release are collective over the stage's replicas on the node, and
+    // only the node's I/O rank changes a layer: reads_only on the others, whose dirty flags
+    // are ignored. NULL sync and solo: not shared.
+    int reads_only;
+    // Every replica of the node reaches this point: after the I/O rank changed an acquired
+    // layer (its update) before the others read it, or before it changes one they read.
+    int (*sync)(LayerSource *s, FgError *err);
+    // on: from here the I/O rank acquires alone (replica 0's checkpoint, evaluation,
+    // --save-params) and the others acquire nothing until off; both collective.
+    int (*solo)(LayerSource *s, int on, FgError *err);
     // Flushes and frees; returns the first error of the last writes.
     int (*close)(LayerSource *s, FgError *err);
 };

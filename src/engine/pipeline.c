@@ -244,6 +244,13 @@ static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, L
     for (int b = 0; b < p->need.opt_buffers; b++) bufs[n++] = s->state + b * s->state_stride;
     if (s->ref) bufs[n++] = s->ref;
     size_t bytes = L->param_count * sizeof(float);
+    if (writable && !layers_writes(p)) {  // a replica sharing its node's slots: loaded, not kept
+        float *scratch[4];
+        for (int b = 0; b < n; b++) scratch[b] = fg_alloc_floats(L->param_count);
+        rc = visit(arg, L, scratch, err);
+        for (int b = 0; b < n; b++) fg_free(scratch[b]);
+        return rc;
+    }
     if (!be->on_device) return visit(arg, L, bufs, err);
     for (int b = 0; b < n; b++) be->download(be, p->host_layer[b], bufs[b], bytes);
     if ((rc = be->sync(be, err)) || (rc = visit(arg, L, p->host_layer, err))) return rc;
@@ -266,6 +273,12 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
     return rc ? rc : pipeline_refresh_ref(p, err);
+}
+
+int pipeline_solo(Pipeline *p, int on, FgError *err) {
+    if (!p->src.solo) return FG_OK;
+    int rc = on ? pipeline_apply_pending(p, err) : FG_OK;
+    return rc ? rc : p->src.solo(&p->src, on, err);
 }
 
 double pipeline_stash_bytes(const Pipeline *p) {

@@ -225,6 +225,12 @@ int pipeline_apply_pending(Pipeline *p, FgError *err);
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
                           FgError *err);
 
+// Brackets what replica 0 alone does with its layers (its checkpoint, evaluation,
+// --save-params; on: 1 before, 0 after), called on every rank: where replicas on one node share
+// a store, the pending update is applied by all of them first and the others wait at the
+// bracket's end while the node's I/O rank reads alone. Nothing otherwise.
+int pipeline_solo(Pipeline *p, int on, FgError *err);
+
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
 

@@ -54,6 +54,11 @@ int layers_first_param(const Pipeline *p);
 // (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
 int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+// Whether this rank changes the layers it acquires: not a replica that reads its node's shared
+// slots (LayerSource.reads_only), whose I/O rank applies every change once.
+int layers_writes(const Pipeline *p);
+// Shared slots: every replica of the node reaches this point (LayerSource.sync); else nothing.
+int layers_sync(Pipeline *p, FgError *err);
 // What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for
 // the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
 float *layers_kept(const Pipeline *p, long step, int l);

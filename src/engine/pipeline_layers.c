@@ -16,6 +16,10 @@ int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *
     return p->src.release(&p->src, l, parts, dirty, err);
 }
 
+int layers_writes(const Pipeline *p) { return !p->src.reads_only; }
+
+int layers_sync(Pipeline *p, FgError *err) { return p->src.sync ? p->src.sync(&p->src, err) : FG_OK; }
+
 // Reads ahead as deep as the slots allow: the disk stays busy while layers of little work
 // (norms, the small layers of a block) pass quickly.
 int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {

@@ -92,9 +92,9 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = layers_acquire(p, l, 1, *parts, s, err);
-    if (rc) return rc;
-    if (u->active) *dirty = update_apply(p, l, s);
-    return FG_OK;
+    if (rc || !u->active) return rc;
+    if (layers_writes(p)) *dirty = update_apply(p, l, s);
+    return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }
 
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
@@ -109,7 +109,10 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // (a pass over the stage's weights saved).
     if (fresh && p->cfg->method.mode == MODE_FG_BP)
         p->upd.c_scale = pipeline_fixed_corrections(p) ? 1.0f : 1.0f / (float)p->upd.weight_lanes;
-    if (fresh && s->kept != s->grad && s->kept) {
+    // Replicas sharing the slot: the I/O rank writes it once every one is done reading it.
+    if (fresh && (rc = layers_sync(p, err))) return rc;
+    int writes = layers_writes(p);
+    if (fresh && s->kept != s->grad && s->kept && writes) {
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
@@ -120,7 +123,7 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
     float *tied = p->run.forms_estimate ? NULL : tied_buffer(p, l);
     if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
-    if (update_in_backward(p) && !tied) {  // bp without clipping: nothing global to wait for
+    if (update_in_backward(p) && !tied && writes) {  // bp without clipping: nothing global to wait for
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, layer_lr(p, l, lr_at(&oc, step, total)), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
@@ -222,7 +225,7 @@ static int tie_gradients(Pipeline *p, FgError *err) {
         if (!tied_buffer(p, tied[i])) continue;
         LayerSlot s;
         if ((rc = layers_acquire(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
-        rc = layers_release(p, tied[i], LAYER_WEIGHTS, update_apply(p, tied[i], &s), err);
+        rc = layers_release(p, tied[i], LAYER_WEIGHTS, layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
     }
     return rc;
 }
@@ -408,7 +411,7 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
         if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        rc = layers_release(p, l, parts, update_apply(p, l, &s), err);
+        rc = layers_release(p, l, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
     }
     p->upd.pending.active = 0;
     return rc;

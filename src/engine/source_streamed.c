@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layer_source.h"
+#include "slot_share.h"
 
 // The record of a weights-store version: the step whose forward wave runs on it.
 typedef struct {
@@ -34,6 +35,11 @@ typedef struct {
     float *dev_weights, *dev_step;  // [n_bufs][largest], NULL on the CPU
     size_t largest;
     LayerView held_weights, held_step;  // the host views of the acquired layer
+    int has_step;             // a step store (the I/O rank's st->step, when shared)
+    // Replicas on one node share one store per stage (LayerStreams.share): the I/O rank alone
+    // holds the streams; the others see its slots (slot_share.h).
+    int shared, io, solo;     // solo: the I/O rank reads alone (LayerSource.solo)
+    SlotShare share;
 } Streamed;
 
 // The host view's buffers on the device (uploaded), or the host view itself on the CPU.
@@ -55,31 +61,53 @@ static int stage_out(Streamed *st, const LayerView *v, const float *dev, FgError
 static int streamed_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK;
+    if (!st->io) return FG_OK;
     if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch(&st->weights, layer, err);
-    if (!rc && (parts & LAYER_STEP) && st->step.ctx) rc = st->step.prefetch(&st->step, layer, err);
+    if (!rc && (parts & LAYER_STEP) && st->has_step) rc = st->step.prefetch(&st->step, layer, err);
     return rc;
+}
+
+// The host views of a layer's parts: from the streams (the I/O rank), and when the slots are
+// shared, published to the node's other replicas, which take them after the barrier.
+static int acquire_views(Streamed *st, int layer, unsigned parts, LayerView *w, LayerView *v,
+                         FgError *err) {
+    int rc = FG_OK;
+    if (st->io && (parts & LAYER_WEIGHTS)) rc = st->weights.acquire(&st->weights, layer, w, err);
+    if (!rc && st->io && (parts & LAYER_STEP) && st->has_step) rc = st->step.acquire(&st->step, layer, v, err);
+    if (rc || !st->shared || !(parts & (LAYER_WEIGHTS | LAYER_STEP))) return rc;
+    if (st->solo)
+        return st->io ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "layer %d acquired by a replica "
+                                        "that shares its node's slots while its I/O rank reads "
+                                        "them alone", layer);
+    if (st->io) {
+        if (parts & LAYER_WEIGHTS) slot_share_publish(&st->share, SHARE_WEIGHTS, w);
+        if ((parts & LAYER_STEP) && st->has_step) slot_share_publish(&st->share, SHARE_STEP, v);
+    }
+    if ((rc = slot_share_barrier(&st->share, err)) || st->io) return rc;
+    if (parts & LAYER_WEIGHTS) slot_share_view(&st->share, SHARE_WEIGHTS, w);
+    if ((parts & LAYER_STEP) && st->has_step) slot_share_view(&st->share, SHARE_STEP, v);
+    return FG_OK;
 }
 
 static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err) {
     Streamed *st = s->ctx;
-    LayerView v;
-    int rc;
+    LayerView w, v;
+    int rc = acquire_views(st, layer, parts, &w, &v, err);
     *out = (LayerSlot){0};
+    if (rc) return rc;
     if (parts & LAYER_WEIGHTS) {
-        if ((rc = st->weights.acquire(&st->weights, layer, &v, err))) return rc;
-        st->held_weights = v;
+        st->held_weights = w;
         float *bufs[4] = {NULL};
-        for (int b = 0; b < v.n_bufs; b++) bufs[b] = stage_in(st, &v, st->dev_weights, b);
+        for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, st->dev_weights, b);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
         out->params = bufs[0];
         out->state = st->need.opt_buffers ? bufs[1] : NULL;
-        out->state_stride = st->dev_weights ? st->largest : v.n_bufs > 1 ? (size_t)(v.buf[1] - v.buf[0]) : v.count;
+        out->state_stride = st->dev_weights ? st->largest : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
         out->ref = st->need.ref ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = st->grad;
-        if (st->step.ctx) {
-            if ((rc = st->step.acquire(&st->step, layer, &v, err))) return rc;
+        if (st->has_step) {
             st->held_step = v;
             if (st->kept_buf >= 0) out->kept = stage_in(st, &v, st->dev_step, st->kept_buf);
             for (int j = 0; j < st->need.prev; j++)
@@ -93,36 +121,58 @@ static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned 
                             FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK, rc2 = FG_OK;
+    // Shared slots: the I/O rank releases (and so may evict or write back) a layer only once
+    // every replica of the node is done with it; the others never write a slot.
+    if (st->shared && !st->solo && (parts & (LAYER_WEIGHTS | LAYER_STEP)) &&
+        (rc = slot_share_barrier(&st->share, err)))
+        return rc;
+    if (!st->io) return FG_OK;
     if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
-    if (!rc && (dirty & LAYER_STEP) && st->step.ctx) rc = stage_out(st, &st->held_step, st->dev_step, err);
+    if (!rc && (dirty & LAYER_STEP) && st->has_step) rc = stage_out(st, &st->held_step, st->dev_step, err);
     if (parts & LAYER_WEIGHTS)
         rc2 = st->weights.release(&st->weights, layer, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
     if (!rc) rc = rc2;
-    if ((parts & LAYER_STEP) && st->step.ctx)
+    if ((parts & LAYER_STEP) && st->has_step)
         rc2 = st->step.release(&st->step, layer, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
     return rc ? rc : rc2;
+}
+
+// Shared slots: every replica of the node gets here (the I/O rank's writes seen by all).
+static int streamed_sync(LayerSource *s, FgError *err) {
+    Streamed *st = s->ctx;
+    return st->solo ? FG_OK : slot_share_barrier(&st->share, err);
+}
+
+static int streamed_solo(LayerSource *s, int on, FgError *err) {
+    Streamed *st = s->ctx;
+    int rc = slot_share_barrier(&st->share, err);
+    st->solo = on;
+    return rc;
 }
 
 static int streamed_begin_version(LayerSource *s, long next_step, FgError *err) {
     Streamed *st = s->ctx;
     StoreRecord rec = {next_step, st->cfg->training.seed, (uint32_t)st->cfg->method.mode};
-    int rc = st->weights.write_aux(&st->weights, st->version + 1, &rec, err);
+    int rc = st->io ? st->weights.write_aux(&st->weights, st->version + 1, &rec, err) : FG_OK;
     if (!rc) st->version++;
     return rc;
 }
 
 static int streamed_flush(LayerSource *s, FgError *err) {
     Streamed *st = s->ctx;
+    if (!st->io) return FG_OK;
     int rc = st->weights.flush(&st->weights, err);
-    if (!rc && st->step.ctx) rc = st->step.flush(&st->step, err);
+    if (!rc && st->has_step) rc = st->step.flush(&st->step, err);
     return rc;
 }
 
 static void streamed_io_stats(LayerSource *s, LayerStreamStats *out) {
     Streamed *st = s->ctx;
     LayerStreamStats b = {0};
+    *out = b;
+    if (!st->io) return;  // its node's I/O rank moves its layers
     st->weights.stats(&st->weights, out);
-    if (st->step.ctx) st->step.stats(&st->step, &b);
+    if (st->has_step) st->step.stats(&st->step, &b);
     out->read_bytes += b.read_bytes, out->read_seconds += b.read_seconds;
     out->write_bytes += b.write_bytes, out->write_seconds += b.write_seconds;
     out->busy_seconds += b.busy_seconds;  // the two stores' busy times may overlap: an upper bound
@@ -142,6 +192,12 @@ IoBound layer_io_bound(const LayerStreamStats *d, double seconds, int steps) {
 }
 
 static void streamed_report(LayerSource *s, const char *who) {
+    Streamed *st = s->ctx;
+    if (!st->io) {
+        fprintf(stderr, "fgpipe: %s layer I/O: none, it reads the slots of its node's I/O rank for "
+                "the stage (shared store %s)\n", who, st->name);
+        return;
+    }
     LayerStreamStats a;
     streamed_io_stats(s, &a);
     double rb = a.read_bytes, rs = a.read_seconds, wb = a.write_bytes, ws = a.write_seconds;
@@ -160,6 +216,7 @@ static int streamed_close(LayerSource *s, FgError *err) {
         int rc2 = st->step.close(&st->step, rc ? &ignored : err);
         if (!rc) rc = rc2;
     }
+    slot_share_close(&st->share);  // after the streams: their last writes come from its slots
     st->be->free(st->be, st->grad);
     for (int i = 0; i < 2; i++) st->be->free(st->be, s->tied_grad[i]);
     st->be->free(st->be, st->dev_weights);
@@ -169,13 +226,28 @@ static int streamed_close(LayerSource *s, FgError *err) {
     return rc;
 }
 
+static void store_path(const Streamed *st, const char *name, char *out, size_t size) {
+    snprintf(out, size, "%s/%s.h5", st->cfg->layout.weights_dir, name);
+}
+
+// A store opened by the I/O rank (by every rank when not shared), after rc (a failure before
+// it, which the group learns of too); *version: the store's, on every rank of the group.
+static int open_store(Streamed *st, int rc, const LayerStreams *ls, const LayerStreamSpec *spec,
+                      LayerStream *out, long *version, FgError *err) {
+    if (!rc && st->io) rc = ls->open(ls->arg, spec, out, err);
+    *version = !rc && st->io ? out->version : -1;
+    if (!st->shared) return rc;
+    char path[sizeof st->cfg->layout.weights_dir + 80];
+    store_path(st, spec->name, path, sizeof path);
+    return slot_share_outcome(&st->share, rc, version, sizeof *version, path, err);
+}
+
 // Opens the weights store: new, or (resuming) at the newest version every rank still holds.
 static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, LayerStreamSpec *spec,
                         long *next_step, FgError *err) {
     int n = t->stages * t->replicas, me = t->replica * t->stages + t->stage, rc;
     spec->reopen = ls->resume, spec->version = -1;
-    if ((rc = ls->open(ls->arg, spec, &st->weights, err))) return rc;
-    st->version = st->weights.version;
+    if ((rc = open_store(st, FG_OK, ls, spec, &st->weights, &st->version, err))) return rc;
     *next_step = 0;
     if (!ls->resume) return FG_OK;
     // Stages (and replicas) that crashed one version apart go back to the older one.
@@ -186,17 +258,19 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
     for (int i = 1; i < n; i++) target = fmin(target, v[i]);
     free(v);
     if (!rc && (long)target != st->version) {
-        if ((rc = st->weights.close(&st->weights, err))) return rc;
+        rc = st->io ? st->weights.close(&st->weights, err) : FG_OK;
         spec->version = (long)target;
-        if ((rc = ls->open(ls->arg, spec, &st->weights, err))) return rc;
-        st->version = (long)target;
+        if ((rc = open_store(st, rc, ls, spec, &st->weights, &st->version, err))) return rc;
     }
-    StoreRecord rec;
-    if (!rc) rc = st->weights.read_aux(&st->weights, &rec, err);
+    StoreRecord rec = {0};
+    if (!rc && st->io) rc = st->weights.read_aux(&st->weights, &rec, err);
+    char path[sizeof st->cfg->layout.weights_dir + 80];
+    store_path(st, spec->name, path, sizeof path);
+    if (st->shared) rc = slot_share_outcome(&st->share, rc, &rec, sizeof rec, path, err);
     const Config *c = st->cfg;
     if (!rc && (rec.seed != c->training.seed || rec.mode != (uint32_t)c->method.mode))
-        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s/%s was written with seed %u and mode %u; "
-                     "the config has seed %u and mode %d", spec->dir, spec->name, rec.seed, rec.mode,
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s was written with seed %u and mode %u; "
+                     "the config has seed %u and mode %d", path, rec.seed, rec.mode,
                      c->training.seed, c->method.mode);
     if (!rc) *next_step = (long)rec.next_step;
     return rc;
@@ -266,6 +340,55 @@ static const char *small_note(const SlotPlan *sp, char *note, size_t size) {
     return note;
 }
 
+// Replicas on one node share the stage's store (LayerStreams.share, CPU memory): the group
+// agrees on what it streams and maps one block of slots, which only its I/O rank's streams use.
+static int share_slots(Streamed *st, const LayerStreams *ls, const Transport *t, const Model *m,
+                       int first, int last, const SlotPlan *sp, FgError *err) {
+    const Config *c = st->cfg;
+    st->io = 1;
+    if (!ls->share || t->replicas == 1 || st->be->on_device) return FG_OK;
+    st->shared = 1;
+    size_t per_buf = (size_t)sp->n_slots * page_round(sp->largest * sizeof(float)) +
+                     (size_t)sp->n_small * page_round(sp->small * sizeof(float));
+    size_t bytes[SHARE_STORES] = {sp->n_weights * per_buf, sp->n_step * per_buf};
+    int rc = slot_share_open(&st->share, ls->share, bytes, err);
+    if (rc) return rc;
+    st->io = st->share.io;
+    ShareTerms terms = {first, last, sp->n_weights, sp->n_step, sp->n_slots, (int64_t)sp->largest,
+                        (int64_t)model_range_count(m, first, last), ls->resume, c->training.seed,
+                        c->method.mode, c->optim.optimizer};
+    char path[sizeof c->layout.weights_dir + 80];
+    store_path(st, st->name, path, sizeof path);
+    return slot_share_agree(&st->share, &terms, path, err);
+}
+
+// The step store (when a step hands layers to the next), made anew by the I/O rank.
+static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec *spec, int n_step,
+                     const char *suffix, FgError *err) {
+    char name[64];
+    long version;
+    snprintf(name, sizeof name, "step-%d-%d%s", spec->first, spec->last, suffix);
+    LayerStreamSpec ss = *spec;
+    ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0;
+    ss.reopen = 0, ss.version = -1;
+    ss.slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_STEP) : NULL;
+    ss.slot_memory_bytes = st->share.slots_bytes[SHARE_STEP];
+    st->has_step = 1;
+    return open_store(st, FG_OK, ls, &ss, &st->step, &version, err);
+}
+
+static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *sp) {
+    const char *note = st->weights.note;
+    char shared[160] = "", small[128];
+    if (st->shared)
+        snprintf(shared, sizeof shared, ", shared by the stage's %d replicas on node %d (%s)",
+                 st->share.node->size, st->share.node->node,
+                 st->io ? "this rank reads and writes them" : "its I/O rank reads and writes them");
+    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s\n",
+            t->stage, st->cfg->layout.weights_dir, st->name, sp->n_slots + sp->n_small,
+            small_note(sp, small, sizeof small), shared, note[0] ? ": " : "", note);
+}
+
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *ls, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err) {
@@ -287,28 +410,27 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                          .read_ahead = n_slots - 1,
                          .flash_bytes = (double)(n_weights + n_step) * sizeof(float) *
                                         (double)model_range_count(m, first, last)};
-    // Replicas may share a node and its flash: each has its own store.
-    char replica[24] = "";
-    if (c->layout.replicas > 1) snprintf(replica, sizeof replica, "-replica-%d", t->replica);
-    snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, replica);
+    // Replicas on one node share its stores (named by the node); without sharing each replica
+    // has its own.
+    char suffix[24] = "";
+    int share = ls->share && c->layout.replicas > 1 && !be->on_device;
+    if (c->layout.replicas > 1)
+        snprintf(suffix, sizeof suffix, share ? "-node-%d" : "-replica-%d", share ? ls->share->node : t->replica);
+    snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, suffix);
+    rc = share_slots(st, ls, t, m, first, last, &sp, err);
+    if (st->shared) {
+        out->reads_only = !st->io;
+        out->sync = streamed_sync, out->solo = streamed_solo;
+    }
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
-                            .n_small_slots = sp.n_small, .small_count = sp.small};
-    rc = open_weights(st, t, ls, &spec, next_step, err);
-    char note[128];
-    if (!rc)
-        fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s\n",
-                t->stage, c->layout.weights_dir, st->name, n_slots, small_note(&sp, note, sizeof note),
-                st->weights.note[0] ? ": " : "", st->weights.note);
-    if (!rc && n_step) {
-        char name[64];
-        snprintf(name, sizeof name, "step-%d-%d%s", first, last, replica);
-        LayerStreamSpec ss = spec;
-        ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0;
-        ss.reopen = 0, ss.version = -1;
-        rc = ls->open(ls->arg, &ss, &st->step, err);
-    }
+                            .n_small_slots = sp.n_small, .small_count = sp.small,
+                            .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
+                            .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS]};
+    if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
+    if (!rc) say_streams(st, t, &sp);
+    if (!rc && n_step) rc = open_step(st, ls, &spec, n_step, suffix, err);
     if (!rc && (need.grad || c->method.mode != MODE_BP))
         out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
     for (int i = 0; i < 2 && !rc; i++)

@@ -51,7 +51,9 @@ enum { IO_STEPS = 3 };
 static void watch_io_bound(Run *r, long step, double seconds) {
     LayerSource *src = &r->p.src;
     long n = step - r->first_step;
-    if (src->streamed && r->cfg->layout.io_every_step) {
+    // A replica that reads its node's shared slots moves nothing: the node's I/O rank says it.
+    if (!src->streamed || src->reads_only) return;
+    if (r->cfg->layout.io_every_step) {
         LayerStreamStats now;
         src->io_stats(src, &now);
         LayerStreamStats d = layer_stream_stats_sub(now, r->io_last);
@@ -59,7 +61,7 @@ static void watch_io_bound(Run *r, long step, double seconds) {
         report_io_step(r->env->tr, step, seconds, &b);
         r->io_last = now;
     }
-    if (!src->streamed || n < 0 || n > IO_STEPS) return;
+    if (n < 0 || n > IO_STEPS) return;
     LayerStreamStats now;
     src->io_stats(src, &now);
     if (n == 0) {
@@ -323,6 +325,15 @@ static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgErro
     return rc;
 }
 
+// Replica 0 evaluates (pipeline_solo: replicas sharing its node's stores wait); called on
+// every rank.
+static int evaluate_replica0(Run *r, double *loss, double *acc, FgError *err) {
+    int rc = pipeline_solo(&r->p, 1, err);
+    if (!rc && r->env->tr->replica == 0) rc = pipeline_evaluate(&r->p, &r->test, loss, acc, err);
+    int rc2 = pipeline_solo(&r->p, 0, rc ? &(FgError){0} : err);
+    return rc ? rc : rc2;
+}
+
 // After each step's outputs: a stop request (checkpoint, then stop), the periodic checkpoint,
 // the periodic evaluation. *stop: the run ends after this step.
 static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err) {
@@ -347,9 +358,9 @@ static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err
         (rc = checkpoint_and_flush(r, ckpt, next, err)))
         return rc;
     int every = r->cfg->training.eval_every;
-    if (every && next % every == 0 && next < r->total && t->replica == 0) {
+    if (every && next % every == 0 && next < r->total) {
         double loss, acc;
-        if ((rc = pipeline_evaluate(&r->p, &r->test, &loss, &acc, err))) return rc;
+        if ((rc = evaluate_replica0(r, &loss, &acc, err))) return rc;
         if (r->reporter)
             fprintf(stderr, "%seval step %ld: test loss %.4f  test accuracy %.4f\n",
                     r->prog.is_tty ? "\n" : "", next, loss, acc);
@@ -416,9 +427,7 @@ static int finish_run(Run *r, FgError *err) {
     if ((rc = pipeline_apply_pending(&r->p, err))) return rc;
     if (ckpt && !r->res->stopped && (rc = checkpoint_and_flush(r, ckpt, r->total, err))) return rc;
     if ((rc = state_check_replicas_agree(&r->p, err))) return rc;
-    if (t->replica == 0 &&
-        (rc = pipeline_evaluate(&r->p, &r->test, &r->res->test_loss, &r->res->test_acc, err)))
-        return rc;
+    if ((rc = evaluate_replica0(r, &r->res->test_loss, &r->res->test_acc, err))) return rc;
     Schedule measured;
     rc = report_gather_measured(&r->p, &measured, err);
     if (!rc && r->out.trace_path && t->stage == 0 && t->replica == 0)
@@ -427,7 +436,7 @@ static int finish_run(Run *r, FgError *err) {
     double ms_stage[SCHED_MAX_STAGES];
     for (int s = 0; s < measured.M; s++) ms_stage[s] = schedule_stage_bubbles(&measured, s).bubble_used;
     report_free_measured(&measured);
-    if (!rc && r->out.params_path && t->replica == 0) rc = state_save_params(&r->p, r->out.params_path, err);
+    if (!rc && r->out.params_path) rc = state_save_params(&r->p, r->out.params_path, err);
     return rc ? rc : fill_result(r, &ms, ms_stage, err);
 }
 

@@ -15,10 +15,12 @@ int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int 
                           FgError *err);
 // Only the weights (--init-from): any seed, the run starts at step 0 with fresh optimizer state.
 int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err);
-// A checkpoint of the state on which step next_step runs (collective over the pipeline).
+// A checkpoint of the state on which step next_step runs (collective over the pipeline):
+// replica 0 writes it; called on every rank (pipeline_solo).
 int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
                           FgError *err);
 int state_check_replicas_agree(Pipeline *p, FgError *err);
+// --save-params: replica 0 writes the file; called on every rank (pipeline_solo).
 int state_save_params(Pipeline *p, const char *path, FgError *err);
 
 // The config's model (MLP or GPT), with its frozen layers marked.

@@ -240,8 +240,8 @@ void report_io_bound(const Config *c, const Transport *t, const LayerSource *src
     char rows[64] = "";
     if (config_is_language(c)) snprintf(rows, sizeof rows, " x ctx %d", c->net.ctx);
     fprintf(stderr, "fgpipe: stage %d out of core: %.2f GB on flash, %.3f GB in memory besides the "
-            "slots (activations at micro_batch %d%s); over %d steps a step read %.3f GB and wrote "
-            "%.3f GB; compute %.3f s per step needs %.2f GB/s, the flash gave %.2f GB/s read and "
+            "slots (activations at micro_batch %d%s); over %d steps a step read %.6f GB and wrote "
+            "%.6f GB; compute %.3f s per step needs %.2f GB/s, the flash gave %.2f GB/s read and "
             "%.2f GB/s write (I/O %.3f s per step): %s-bound\n", t->stage, src->flash_bytes / 1e9,
             src->work_bytes / 1e9, c->training.micro_batch, rows, steps, b->read_bytes / 1e9,
             b->write_bytes / 1e9, b->compute_seconds, b->needed_bandwidth / 1e9,

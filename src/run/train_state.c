@@ -142,9 +142,10 @@ static int check_finite_state(Pipeline *p, const char *path, long next_step, FgE
     return rc;
 }
 
-int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
-                          FgError *err) {
-    if (p->tr->replica != 0) return FG_OK;
+static int save_params(Pipeline *p, const char *path, FgError *err);
+
+static int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout,
+                           long next_step, FgError *err) {
     int rc = check_finite_state(p, path, next_step, err);
     if (rc) return rc;
     char *text = report_config_text(p->cfg);
@@ -160,6 +161,21 @@ int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int 
         fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
                 isatty(2) ? "\n" : "", next_step, path, mib, seconds, mib / seconds);
     return rc;
+}
+
+int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
+                          FgError *err) {
+    int rc = pipeline_solo(p, 1, err);
+    if (!rc && p->tr->replica == 0) rc = save_checkpoint(p, io, path, layout, next_step, err);
+    int rc2 = pipeline_solo(p, 0, rc ? &(FgError){0} : err);
+    return rc ? rc : rc2;
+}
+
+int state_save_params(Pipeline *p, const char *path, FgError *err) {
+    int rc = pipeline_solo(p, 1, err);
+    if (!rc && p->tr->replica == 0) rc = save_params(p, path, err);
+    int rc2 = pipeline_solo(p, 0, rc ? &(FgError){0} : err);
+    return rc ? rc : rc2;
 }
 
 // FNV-1a over the parameters, layer after layer (one slot at a time out of core).
@@ -208,7 +224,7 @@ static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgE
 }
 
 // Layer by layer, so an out-of-core stage writes from its slots.
-int state_save_params(Pipeline *p, const char *path, FgError *err) {
+static int save_params(Pipeline *p, const char *path, FgError *err) {
     int rc = FG_OK;
     ParamsFile f = {open(path, O_WRONLY | O_CREAT, 0644), path};
     if (f.fd < 0) return fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));

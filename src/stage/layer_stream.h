@@ -90,13 +90,41 @@ typedef struct {
     int n_slots;               // slots of the largest layer
     int n_small_slots;         // and slots for layers of at most small_count floats
     size_t small_count;
+    void *slot_memory;         // NULL: the stream allocates its slots; else its slots (the large
+    size_t slot_memory_bytes;  // ones, then the small ones) in this 4 KiB-aligned block (a node's
+                               // shared memory: NodeShare), which the caller frees after close
 } LayerStreamSpec;
+
+// The replicas of one stage that run on one node share one store (docs/out-of-core.md,
+// "Replicas"): its slots are one block of memory every one of them maps, and the node's I/O rank
+// (the lowest of those replicas) alone reads, updates and writes the layers. mpi/ implements it
+// with MPI-3 shared memory; every call is collective over the stage's replicas on the node.
+typedef struct NodeShare NodeShare;
+struct NodeShare {
+    void *ctx;
+    int rank, size;    // this rank among the stage's replicas on its node (0: the I/O rank), and
+                       // their number
+    int node;          // the node's index among the nodes that hold a replica of this stage
+    // The block of `bytes` the I/O rank asks for (the others pass 0): *base is this rank's view
+    // of it (the same memory on every rank, at its own address). One block at a time; freed by
+    // free_shared.
+    int (*alloc_shared)(NodeShare *n, size_t bytes, unsigned char **base, FgError *err);
+    void (*free_shared)(NodeShare *n);
+    // Every rank of the group has reached this point, and every write to the block before it
+    // is seen by every rank after it.
+    int (*barrier)(NodeShare *n, FgError *err);
+    // bytes of buf from the I/O rank to the others.
+    int (*bcast)(NodeShare *n, void *buf, size_t bytes, FgError *err);
+    // *flag = the smallest of the group's flags, on every rank.
+    int (*all)(NodeShare *n, int *flag, FgError *err);
+};
 
 // How a pipeline reaches local flash (the io/ library through mpi/main.c; NULL: it cannot).
 typedef struct {
     void *arg;
     int (*open)(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err);
     int resume;                // continue from the stores already in weights_dir
+    NodeShare *share;          // NULL: every replica keeps its own stores
 } LayerStreams;
 
 #endif
