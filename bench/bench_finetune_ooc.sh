@@ -61,4 +61,7 @@ print(f"| streamed, mem_budget {budget} | {ooc['tokens_per_s']:.1f} | {ooc['peak
 print(f"\nflash-bound tokens/s {flash_bound:.1f} (I/O {io:.2f} s per step), streamed compute {compute:.2f} s per step; "
       f"bound = min(in memory, flash) = {bound:.1f} tokens/s; streamed: {ooc['tokens_per_s'] / bound:.0%} of it; "
       f"same losses: {mem['val_loss'] == ooc['val_loss']}")
+own = max(compute, io)
+print(f"the streamed run against its own bound, max(compute, I/O) = {own:.2f} s per step: "
+      f"{own / ooc['step_seconds']:.0%} (no second run in it: steadier on a shared machine)")
 PY

@@ -286,6 +286,7 @@ static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 typedef struct {
     size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
                                      // (0: no small slots), of the tied copies held here
+    int largest_layer;        // the model's index of the largest layer
     int n_weights, n_step;    // buffers per layer in the weights store and the step store
     int n_slots, n_small;
 } SlotPlan;
@@ -297,7 +298,7 @@ static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
     *param_layers = 0;
     for (int l = first; l < last; l++) {
-        sp->largest = FG_MAX(sp->largest, m->layers[l].param_count);
+        if (m->layers[l].param_count > sp->largest) sp->largest = m->layers[l].param_count, sp->largest_layer = l;
         *param_layers += m->layers[l].param_count > 0;
         // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
         if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
@@ -321,8 +322,9 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     sp->n_slots = room > 0 ? (int)FG_MIN(room / (double)slot, (double)param_layers) : 0;
     if (sp->n_slots < 2)
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
-                       "activations need %.0f bytes and two layer slots %zu more (at least %.0f "
-                       "bytes)", c->layout.mem_budget, stage, work_bytes, 2 * slot, work_bytes + 2.0 * slot);
+                       "activations need %.0f bytes and two slots of its largest layer, %s, %zu "
+                       "more (at least %.0f bytes)", c->layout.mem_budget, stage, work_bytes,
+                       m->layers[sp->largest_layer].name, 2 * slot, work_bytes + 2.0 * slot);
     double left = room - 2.0 * (double)slot;
     int n_small = sp->small ? (int)FG_MIN(left / (double)small, (double)(param_layers - 2)) : 0;
     if (n_small > sp->n_slots - 2) sp->n_slots = 2, sp->n_small = n_small;
