@@ -144,8 +144,8 @@ static void print_node(const Sweep *shared, FILE *out) {
     Sweep each = *shared;
     each.stores = R;
     const int each_crossover = first_batch(&each, is_compute_bound);
-    fprintf(out, "        (a store per replica would move %.3f GB per step: ",
-            (batch_row(&each, 1).read + batch_row(&each, 1).write) / 1e9);
+    const BatchRow any = batch_row(&each, 1);  // the bytes do not depend on the batch
+    fprintf(out, "        (a store per replica would move %.3f GB per step: ", (any.read + any.write) / 1e9);
     if (each_crossover) fprintf(out, "compute-bound from micro_batch %d)\n", each_crossover);
     else fprintf(out, "flash-bound up to micro_batch %d)\n", BATCH_LIMIT);
 }
@@ -202,7 +202,8 @@ int plan_print_batches(const CostSet *bp, const Figures *bp_fig, const CostSet *
     const Figures *figs[3] = {bp_fig, fg_fig, fg_bp_fig};
     static const char *const names[3] = {"bp-zb", "fg", "fg+bp"};
     for (int i = 0; i < 3; i++) {
-        const Sweep w = {sets[i], figs[i], m, c->layout.mem_budget, read_bw, write_bw, 1};
+        const Sweep w = {.cs = sets[i], .fig = figs[i], .m = m, .budget = c->layout.mem_budget,
+                         .read_bw = read_bw, .write_bw = write_bw, .stores = 1};
         print_mode(names[i], &w, out);
     }
     return FG_OK;
