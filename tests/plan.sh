@@ -137,6 +137,63 @@ if "bp-zb" not in slow or "flash-bound at every size that fits" not in slow: pro
 print("; ".join(problems))
 PY
 )"
+# plan --batches with R replicas on one node sharing one store, at a fixed disk: the bytes moved
+# per step (so the I/O time) are the same for R = 1, 2 and 4; the node's tokens/s at a
+# micro-batch flash-bound for every R are R times R = 1's; the micro-batch from which the step is
+# compute-bound is where one replica's compute meets that unchanged I/O, so it falls as that
+# compute grows with R: fg's U regenerates the tangents of all R x N micro-batches (checked on
+# its timed cost: comparing crossovers of separately timed runs would test this machine's noise);
+# a store per replica would move R times the bytes and turn compute-bound at R times the batch.
+for R in 1 2 4; do
+  "$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set replicas=$R \
+    --batches --mem-budget 8M --weights-dir "$dir/flash" --disk-bw 0.1 >"$dir/r$R.txt" 2>&1 ||
+    echo "exit $?" >>"$dir/r$R.txt"
+done
+verdict "plan --batches with R = 1, 2, 4 on one node: same bytes, R x tokens/s flash-bound, crossover at compute = I/O" "$(py_check "$dir/r1.txt" "$dir/r2.txt" "$dir/r4.txt" <<'PY'
+import re, sys
+modes = ("bp-zb", "fg", "fg+bp")
+def parse(path, R):
+    text = open(path).read()
+    if "exit " in text.splitlines()[-1]: raise SystemExit(print(f"R = {R}: {text[-300:]}"))
+    rows = {}
+    for f in (l.split() for l in text.splitlines()):
+        if len(f) >= 10 and f[0] in modes and f[1].isdigit():
+            rows[f[0], int(f[1])] = (float(f[4]), float(f[5]), float(f[6]), float(f[8]), f[9].rstrip(","))
+    node = re.findall(r"R = (\d+) replicas?, one store on the node: compute-bound from micro_batch (\d+)", text)
+    each = re.findall(r"a store per replica would move ([\d.]+) GB per step: compute-bound from micro_batch (\d+)", text)
+    fg_u = re.search(r"^fg op costs.*\n(?:.*\n)*?  U +([\d.]+) ([\d.]+)", text, re.M)
+    return rows, [(int(r), int(b)) for r, b in node], [(float(g), int(b)) for g, b in each], fg_u
+runs = {R: parse(sys.argv[i + 1], R) for i, R in enumerate((1, 2, 4))}
+problems = []
+rows1, _, _, u1 = runs[1]
+for R, (rows, node, each, u) in runs.items():
+    if [r for r, _ in node] != [R] * 3: problems.append(f"R = {R}: node lines {node}"); continue
+    if len(each) != (3 if R > 1 else 0): problems.append(f"R = {R}: store-per-replica lines {each}"); continue
+    moved = [f"{k}: {rows[k][0]} GB, R = 1 {rows1[k][0]}" for k in sorted(rows1.keys() & rows.keys()) if rows[k][0] != rows1[k][0]]
+    if moved: problems.append(f"R = {R} moves more per step: {moved[0]} (and {len(moved) - 1} more)")
+    if R == 4 and not (u and u1 and float(u.group(1)) > 2 * float(u1.group(1))):
+        problems.append(f"fg's U at R = 4 ({u and u.group(1)} ms) not over twice R = 1's ({u1 and u1.group(1)} ms)")
+    for i, mode in enumerate(modes):
+        flash = [b for (m, b) in rows1 if m == mode and all(runs[r][0].get((m, b), "flash")[4] == "flash" for r in runs)]
+        if not flash: problems.append(f"{mode}: no micro-batch flash-bound at every R"); continue
+        b = max(flash)
+        ratio = rows[mode, b][3] / rows1[mode, b][3]
+        if abs(ratio - R) > 0.02 * R: problems.append(f"{mode} at micro_batch {b}: R = {R} gives {ratio:.3f} x R = 1's tokens/s")
+        # The crossover: one replica's compute (the step scales linearly with the batch) equals
+        # the I/O, the printed step at the largest row giving the compute per sample.
+        crossover = node[i][1]
+        top = max(b for (m, b) in rows if m == mode)
+        step, io = rows[mode, top][1], rows[mode, top][2]
+        if abs(crossover * step / top - io) > 0.04 * io:
+            problems.append(f"{mode}, R = {R}: compute-bound from {crossover}, where compute is {crossover * step / top:.4f} s and the I/O {io} s")
+        if R > 1:
+            moved_each, each_crossover = each[i]
+            if abs(moved_each - R * rows[mode, 1][0]) > 0.002 * R: problems.append(f"{mode}: a store each moves {moved_each} GB, one store {rows[mode, 1][0]}")
+            if not R * (crossover - 1) < each_crossover <= R * crossover + 1:
+                problems.append(f"{mode}: a store each is compute-bound from {each_crossover}, one store from {crossover}, R = {R}")
+print("; ".join(problems))
+PY
+)"
 refused "plan --batches without mem_budget is refused" "plan --batches needs mem_budget" --batches
 
 refused "a summary without op_costs is refused" "no \"op_costs\"" --costs "$dir/old.json"

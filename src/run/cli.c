@@ -76,7 +76,8 @@ static void usage(FILE *f) {
             "  the op times the run measured). --batches: for a stage streaming its weights\n"
             "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
             "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
-            "  flash measured in DIR, or --disk-bw)\n"
+            "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
+            "  share one store: where the step turns compute-bound, the largest that fits\n"
             "\nconfig keys:\n");
     config_write_help(f);
 }

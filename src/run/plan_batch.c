@@ -4,7 +4,8 @@
 // writes it once per step, whatever the micro-batch; its compute grows with the micro-batch and
 // so do its activations. So a larger micro-batch needs less bandwidth and more memory: the
 // choice is the smallest one whose step is compute-bound on this disk within mem_budget, or, if
-// none is, the largest that fits (flash-bound).
+// none is, the largest that fits (flash-bound). The R replicas of a stage on one node share one
+// store: the node moves the same bytes per step whatever R, and R times the samples.
 #include "plan_internal.h"
 
 #include <errno.h>
@@ -52,54 +53,115 @@ static int measure_disk(const char *dir, double *read_bw, double *write_bw, char
     return FG_OK;
 }
 
-// One mode's figures at micro-batch `batch`, the worst stage's.
+// One mode on one disk: its cost set, its timetable's figures at the config's micro-batch, and
+// how many weight stores the node's flash serves: 1 (the R replicas of a stage on one node
+// share one: the node's I/O rank reads, updates and writes each layer once), or R (a store
+// each, as before the sharing: printed to show what it saves).
+typedef struct {
+    const CostSet *cs;
+    const Figures *fig;
+    const Model *m;
+    double budget, read_bw, write_bw;
+    int stores;
+} Sweep;
+
+// One mode's figures at micro-batch `batch`, the worst stage's; read, write and io are the
+// node's (every store's), tokens_per_s the node's (every replica's samples).
 typedef struct {
     double memory, activations, read, write, step, io, tokens_per_s;
 } BatchRow;
 
-static BatchRow batch_row(const CostSet *cs, const Figures *fig, const Model *m, int batch,
-                          double read_bw, double write_bw) {
-    const Config *c = &cs->cfg;
+enum { BATCH_LIMIT = 1 << 20 };  // the largest micro-batch the searches below consider
+
+static BatchRow batch_row(const Sweep *w, int batch) {
+    const Config *c = &w->cs->cfg;
+    const Model *m = w->m;
     const int M = c->layout.stages, B0 = c->training.micro_batch;
     const LayerNeeds need = layer_needs(c);
     const int store_bufs = 1 + need.opt_buffers + need.ref, step_bufs = need.keep_grad + need.prev;
     const int waves = c->method.mode == MODE_FG ? 1 : 2;
     const double scale = (double)batch / B0;
-    BatchRow r = {.step = fig->step * scale};  // compute grows with the batch (linear: see docs)
+    // Compute grows with the batch (linear: see docs); it is one replica's, timed with the
+    // config's replicas (fg's U regenerates the tangents of all R x N micro-batches).
+    BatchRow r = {.step = w->fig->step * scale};
     for (int s = 0; s < M; s++) {
         size_t largest = 0;
-        for (int l = cs->layout[s]; l < cs->layout[s + 1]; l++) largest = FG_MAX(largest, m->layers[l].param_count);
-        double store = (double)model_range_count(m, cs->layout[s], cs->layout[s + 1]) * store_bufs * sizeof(float);
+        for (int l = w->cs->layout[s]; l < w->cs->layout[s + 1]; l++)
+            largest = FG_MAX(largest, m->layers[l].param_count);
+        double store = (double)model_range_count(m, w->cs->layout[s], w->cs->layout[s + 1]) * store_bufs * sizeof(float);
         double slots = 2.0 * largest * (store_bufs + step_bufs) * sizeof(float);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
         // The timetable's stashes and kept inputs, and the lanes every op computes in: a
         // layer's input and output, with their tangents.
         double lanes = 2.0 * batch * m->max_width * (1 + c->method.tangents) * sizeof(float);
-        double act = fig->activations[s] * scale + lanes;
+        double act = w->fig->activations[s] * scale + lanes;
         r.activations = FG_MAX(r.activations, act);
         r.memory = FG_MAX(r.memory, act + slots + layer_work);
-        r.read = FG_MAX(r.read, waves * store);
-        r.write = FG_MAX(r.write, store);
+        r.read = FG_MAX(r.read, waves * store * w->stores);
+        r.write = FG_MAX(r.write, store * w->stores);
     }
-    r.io = r.read / read_bw + r.write / write_bw;
+    r.io = r.read / w->read_bw + r.write / w->write_bw;
     double tokens = (double)c->training.micro_batches * batch * c->layout.replicas * m->tokens;
     r.tokens_per_s = tokens / FG_MAX(r.step, r.io);
     return r;
 }
 
-static void print_mode(const char *name, const CostSet *cs, const Figures *fig, const Model *m,
-                       double budget, double read_bw, double write_bw, FILE *out) {
+static int is_compute_bound(const BatchRow *r, const Sweep *w) { (void)w; return r->io <= r->step; }
+static int is_over_budget(const BatchRow *r, const Sweep *w) { return r->memory > w->budget; }
+
+// The smallest micro-batch in [1, BATCH_LIMIT] where holds() is true, for a test that stays
+// true at every larger one (compute grows with the batch and the bytes do not; memory grows);
+// 0 if it holds nowhere up to BATCH_LIMIT. Doubling, then bisection.
+static int first_batch(const Sweep *w, int (*holds)(const BatchRow *, const Sweep *)) {
+    int hi = 1;
+    for (BatchRow r = batch_row(w, hi); !holds(&r, w); r = batch_row(w, hi))
+        if ((hi *= 2) > BATCH_LIMIT) return 0;
+    int lo = hi / 2;  // 0, or a batch where it does not hold
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        const BatchRow r = batch_row(w, mid);
+        if (holds(&r, w)) hi = mid;
+        else lo = mid;
+    }
+    return hi;
+}
+
+// The two curves' ends for the node's R replicas: the micro-batch from which the step is
+// compute-bound (below it the flash binds), and the largest within mem_budget; and, for R > 1,
+// where a store per replica (R times the bytes) would turn compute-bound.
+static void print_node(const Sweep *shared, FILE *out) {
+    const int R = shared->cs->cfg.layout.replicas;
+    const int crossover = first_batch(shared, is_compute_bound), over = first_batch(shared, is_over_budget);
+    fprintf(out, "        R = %d replica%s, one store on the node: ", R, R > 1 ? "s" : "");
+    if (crossover)
+        fprintf(out, "compute-bound from micro_batch %d (%.0f tokens/s)", crossover,
+                batch_row(shared, crossover).tokens_per_s);
+    else
+        fprintf(out, "flash-bound up to micro_batch %d", BATCH_LIMIT);
+    if (over == 1) fprintf(out, ", none within mem_budget\n");
+    else fprintf(out, ", within mem_budget up to micro_batch %d\n", over ? over - 1 : BATCH_LIMIT);
+    if (R == 1) return;
+    Sweep each = *shared;
+    each.stores = R;
+    const int each_crossover = first_batch(&each, is_compute_bound);
+    const BatchRow any = batch_row(&each, 1);  // the bytes do not depend on the batch
+    fprintf(out, "        (a store per replica would move %.3f GB per step: ", (any.read + any.write) / 1e9);
+    if (each_crossover) fprintf(out, "compute-bound from micro_batch %d)\n", each_crossover);
+    else fprintf(out, "flash-bound up to micro_batch %d)\n", BATCH_LIMIT);
+}
+
+static void print_mode(const char *name, const Sweep *w, FILE *out) {
     int chosen = 0, largest_fit = 0;
     for (int b = 1; b <= 1024; b *= 2) {
-        BatchRow r = batch_row(cs, fig, m, b, read_bw, write_bw);
-        int fits = r.memory <= budget, flash_bound = r.io > r.step;
+        BatchRow r = batch_row(w, b);
+        int fits = !is_over_budget(&r, w), flash_bound = !is_compute_bound(&r, w);
         fprintf(out, "%-7s %5d %10.3f %9.3f %8.3f %8.3f %8.3f %8.2f %9.0f  %s%s\n", name, b,
                 r.activations / 1e9, r.memory / 1e9, (r.read + r.write) / 1e9, r.step, r.io,
                 (r.read + r.write) / r.step / 1e9, r.tokens_per_s, flash_bound ? "flash" : "compute",
                 fits ? "" : ", over mem_budget");
         if (fits) largest_fit = b;
         if (fits && !flash_bound && !chosen) chosen = b;
-        if ((!fits && r.activations > 4 * budget) || (chosen && b >= 4 * chosen)) break;
+        if ((!fits && r.activations > 4 * w->budget) || (chosen && b >= 4 * chosen)) break;
     }
     if (chosen)
         fprintf(out, "        -> micro_batch %d: the smallest compute-bound one within mem_budget\n", chosen);
@@ -108,6 +170,7 @@ static void print_mode(const char *name, const CostSet *cs, const Figures *fig, 
                 "that fits\n", largest_fit);
     else
         fprintf(out, "        -> none fits mem_budget: use more stages or a larger budget\n");
+    print_node(w, out);
 }
 
 int plan_print_batches(const CostSet *bp, const Figures *bp_fig, const CostSet *fg,
@@ -129,10 +192,19 @@ int plan_print_batches(const CostSet *bp, const Figures *bp_fig, const CostSet *
             "%.2f GB/s write (%s); step times scale linearly from micro_batch %d's above "
             "(optimistic for smaller batches, whose GEMMs run slower per sample)\n",
             c->layout.mem_budget / 1e9, read_bw / 1e9, write_bw / 1e9, note, c->training.micro_batch);
+    fprintf(out, "R = %d replica%s per stage on one node, sharing one store: bytes moved per step are "
+            "the node's and do not grow with R; tokens/s are the node's (R x %d micro-batches a step); "
+            "the step is one replica's compute or the node's I/O, the larger\n", c->layout.replicas,
+            c->layout.replicas > 1 ? "s" : "", c->training.micro_batches);
     fprintf(out, "%-7s %5s %10s %9s %8s %8s %8s %8s %9s  %s\n", "mode", "batch", "activ. GB",
             "memory GB", "moved GB", "step s", "I/O s", "need GB/s", "tokens/s", "bound");
-    print_mode("bp-zb", bp, bp_fig, m, c->layout.mem_budget, read_bw, write_bw, out);
-    print_mode("fg", fg, fg_fig, m, c->layout.mem_budget, read_bw, write_bw, out);
-    print_mode("fg+bp", fg_bp, fg_bp_fig, m, c->layout.mem_budget, read_bw, write_bw, out);
+    const CostSet *sets[3] = {bp, fg, fg_bp};
+    const Figures *figs[3] = {bp_fig, fg_fig, fg_bp_fig};
+    static const char *const names[3] = {"bp-zb", "fg", "fg+bp"};
+    for (int i = 0; i < 3; i++) {
+        const Sweep w = {.cs = sets[i], .fig = figs[i], .m = m, .budget = c->layout.mem_budget,
+                         .read_bw = read_bw, .write_bw = write_bw, .stores = 1};
+        print_mode(names[i], &w, out);
+    }
     return FG_OK;
 }
