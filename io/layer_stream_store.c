@@ -236,7 +236,6 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
         double t0 = wall_seconds();
         while ((sl->reading || sl->writing) && !c->failed) pthread_cond_wait(&c->cv, &c->mu);
         c->stats.wait_seconds += wall_seconds() - t0;
-        if (getenv("FG_WAITLOG") && wall_seconds() - t0 > 0.02) fprintf(stderr, "WAIT layer %d %.3f s reading %d writing %d lw %d\n", layer, wall_seconds() - t0, sl->reading, sl->writing, c->layer_writes[sl->idx]);
         if (c->failed) rc = sticky(c, err);
         else {
             sl->pins++, sl->ahead = 0, sl->last_use = ++c->tick;
