@@ -118,7 +118,7 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.rings = config_timetable_lag(c) + 1;
     if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i < p->pool.rings; i++)
-            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->logit_stride);
+            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
@@ -130,7 +130,8 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
         p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
-    if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B * sizeof(Label));
+    if (p->stage.local_groups || (p->is_last && p->model->fused_head))
+        p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (p->run.forms_estimate)
@@ -313,6 +314,9 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->K = p->run.tangents;
     p->upd.c_scale = 1.0f;
     p->need = layer_needs(c);
+    if (m->fused_head && !be->head_forward)
+        return fg_fail(err, FG_ERR_INPUT, "the %s backend has no fused head and loss (a model "
+                       "built with fused_head; the run plan keeps it unfused there)", be->name);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;

@@ -68,6 +68,14 @@ struct Backend {
                       const Label *labels, int B, LogitRows C, int K, float *d);
     float (*loss_backward)(const Backend *be, const float *logits, const Label *labels, int B,
                            LogitRows C, float *dz);
+    // The head fused with the loss (head_loss.h; its backward is the layer's): W, x, xdot,
+    // Wdot, labels and rec in backend memory, the loss, *correct and d [K] on the host. NULL
+    // where the backend has none (the run then keeps the head unfused).
+    float (*head_forward)(const Backend *be, const Layer *L, const float *W, const float *x,
+                          const Label *labels, int B, float weight, float *rec, int *correct);
+    float (*head_jvp)(const Backend *be, const Layer *L, const float *W, const float *Wdot,
+                      const float *x, const float *xdot, const Label *labels, int B, int K,
+                      float weight, float *rec, float *d);
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].

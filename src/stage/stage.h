@@ -13,6 +13,16 @@
 #include "model.h"
 #include "tangent.h"
 
+// What a head fused with the loss (head_loss.h) scores in op F: the caller sets the inputs
+// before the head's layer runs and reads the outputs after.
+typedef struct {
+    const Label *labels;  // in: the rows' labels [rows * tokens] (backend memory)
+    float weight;         // in: the scale of the rows' adjoints in op B (their records)
+    float *d;             // in: host [K], the directional derivatives of the mean loss
+    float loss;           // out: the mean loss over the rows
+    int correct;          // out: rows whose largest logit is the label's (no tangents only)
+} HeadScore;
+
 // All buffers (parameters, activations, stashes, gradients) are the backend's memory.
 typedef struct {
     const Backend *be;
@@ -38,6 +48,7 @@ typedef struct {
     // over the stage's layers [K].
     const float *guide, *ref;
     double *ref_dots;
+    HeadScore *head;       // the fused head's labels and results (the caller's; NULL: none)
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -71,6 +82,11 @@ typedef struct {
 // stage's) into y; with tangents (NULL: none), also xdot [K, rows, in] (NULL: zero) into ydot.
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows);
+// Op F of a head fused with the loss (layer l, L->head_block > 0): scores st->head's labels
+// (and with tangents, full weight tangents or none, its d) and writes each row's record into
+// rec [rows * tokens, HEAD_RECORD] (stage_head.c).
+void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
+                        const float *x, const float *xdot, float *rec, int rows);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 
@@ -91,9 +107,9 @@ size_t stage_adjoint_offset(const Stage *st, int layer, int rows);
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows);
 // Op Bw: adds the parameter gradient into grad (+=) from the stash's layer inputs and the
-// adjoints kept by Bi; reads no parameters.
-void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
-                           int rows);
+// adjoints kept by Bi; reads no parameters but a fused head's (params may be NULL without one).
+void stage_backward_weight(Stage *st, const float *params, const float *stash,
+                           const float *adjoints, float *grad, int rows);
 
 // Activity perturbation (perturb == PERTURB_ACTIVITY; perturb_activity.c): op F adds tangent
 // u_{b,k} [rows, out] of activity_key to every linear layer's output tangent instead of making

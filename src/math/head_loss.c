@@ -1,0 +1,169 @@
+// The fused head and loss on the CPU (head_loss.h): one GEMM per block of vocabulary columns
+// over all of the call's rows, then the row formulas of loss_math.h on the block. Rows run in
+// parallel inside a block, each into its own slots; sums over rows run in order afterwards, so
+// the result does not depend on the thread count.
+#include "head_loss.h"
+
+#include <cblas.h>
+#include <math.h>
+
+#include "loss_math.h"
+
+// A call's shape: rows of C features, `classes` scored columns of a table with C columns,
+// `block` columns at a time.
+typedef struct {
+    int rows, C, classes, block, n_blocks;
+} HeadShape;
+
+static HeadShape head_shape(const Layer *L, int B) {
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0};
+    h.n_blocks = (h.classes + h.block - 1) / h.block;
+    return h;
+}
+
+static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->classes - b * h->block); }
+
+// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ.
+static void block_logits(const HeadShape *h, const float *x, const float *W, int j0, int nb,
+                         int rows, float beta, float *z) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, h->C, 1.0f, x, h->C,
+                W + (size_t)j0 * h->C, h->C, beta, z, nb);
+}
+
+// A row's running softmax over the blocks so far: its largest logit (first on ties), the sum
+// of exp(z_j - zmax) rescaled whenever zmax grows, and the label's logit once seen.
+typedef struct {
+    float zmax, zlabel;
+    double sum;
+    int best;
+} RunningRow;
+
+static void running_update(RunningRow *s, const float *z, int j0, int nb, int label) {
+    int bbest = 0;
+    for (int j = 1; j < nb; j++) bbest = z[j] > z[bbest] ? j : bbest;
+    if (j0 == 0) {
+        *s = (RunningRow){.zmax = z[bbest], .best = bbest};
+    } else if (z[bbest] > s->zmax) {
+        s->sum *= exp((double)s->zmax - (double)z[bbest]);
+        s->zmax = z[bbest];
+        s->best = j0 + bbest;
+    }
+    for (int j = 0; j < nb; j++) s->sum += expf(z[j] - s->zmax);
+    if (label >= j0 && label < j0 + nb) s->zlabel = z[label - j0];
+}
+
+// Pass one: every row's record and loss; the last block's logits stay in z [rows, block].
+static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
+                             const Label *labels, float weight, float *rec, float *z,
+                             int *correct) {
+    RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+        for (int r = 0; r < h->rows; r++) running_update(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+    }
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < h->rows; r++) {
+        SoftmaxRow s = {run[r].zmax, (float)(1.0 / run[r].sum), run[r].sum, run[r].best};
+        float *q = rec + (size_t)r * HEAD_RECORD;
+        q[0] = (float)labels[r], q[1] = s.zmax, q[2] = s.inv, q[3] = weight;
+        loss += (float)(log(s.sum) - (run[r].zlabel - s.zmax));  // fg_xent_loss
+        hits += s.best == labels[r];
+    }
+    if (correct) *correct = hits;
+    fg_free(run);
+    return (float)(loss / h->rows);
+}
+
+// A record as loss_math.h's row (the sum is not needed past pass one) and its label.
+static SoftmaxRow record_row(const float *q, int *label) {
+    *label = (int)q[0];
+    return (SoftmaxRow){q[1], q[2], 0.0, 0};
+}
+
+float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
+                        int B, float weight, float *rec, int *correct) {
+    HeadShape h = head_shape(L, B);
+    float *z = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    float loss = head_pass_stats(&h, W, x, labels, weight, rec, z, correct);
+    fg_free(z);
+    return loss;
+}
+
+// zd [K, rows, nb] = xdot_k W_blockᵀ + x Wdot_k,blockᵀ (the unfused linear_jvp's GEMMs).
+static void block_tangents(const HeadShape *h, const float *W, const float *Wdot, size_t n_params,
+                           const float *x, const float *xdot, int K, int j0, int nb, float *zd) {
+    size_t plane = (size_t)h->rows * nb;
+    if (xdot) block_logits(h, xdot, W, j0, nb, K * h->rows, 0.0f, zd);
+    else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
+    for (int k = 0; Wdot && k < K; k++) block_logits(h, x, Wdot + k * n_params, j0, nb, h->rows, 1.0f, zd + k * plane);
+}
+
+float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
+                    const float *xdot, const Label *labels, int B, int K, float weight,
+                    float *rec, float *d) {
+    HeadShape h = head_shape(L, B);
+    int width = FG_MIN(h.block, h.classes);
+    float *z = fg_alloc_floats((size_t)h.rows * width);
+    float *zd = fg_alloc_floats((size_t)K * h.rows * width);
+    double *row_d = fg_alloc_bytes((size_t)K * h.rows * sizeof(double));
+    float loss = head_pass_stats(&h, W, x, labels, weight, rec, z, NULL);
+    for (int b = 0; b < h.n_blocks; b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        if (h.n_blocks > 1) block_logits(&h, x, W, j0, nb, h.rows, 0.0f, z);  // else still there
+        block_tangents(&h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
+#pragma omp parallel for schedule(static) if ((long)h.rows * nb > 65536)
+        for (int r = 0; r < h.rows; r++) {
+            int label;
+            SoftmaxRow s = record_row(rec + (size_t)r * HEAD_RECORD, &label);
+            const float *zr = z + (size_t)r * nb;
+            for (int k = 0; k < K; k++) {  // fg_xent_jvp's sum, carried on across the blocks
+                const float *zdr = zd + ((size_t)k * h.rows + r) * nb;
+                double acc = row_d[(size_t)k * h.rows + r];
+                for (int j = 0; j < nb; j++) acc += (double)fg_xent_grad(s, zr, label - j0, j) * zdr[j];
+                row_d[(size_t)k * h.rows + r] = acc;
+            }
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < h.rows; r++) sum += row_d[(size_t)k * h.rows + r];
+        d[k] = (float)(sum / h.rows);
+    }
+    fg_free(z);
+    fg_free(zd);
+    fg_free(row_d);
+    return loss;
+}
+
+// dz [rows, nb] in place of the block's logits z: (p_j - [j == label]) / rows * weight.
+static void block_adjoint(const HeadShape *h, const float *rec, int j0, int nb, float *z) {
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+    for (int r = 0; r < h->rows; r++) {
+        int label;
+        const float *q = rec + (size_t)r * HEAD_RECORD;
+        SoftmaxRow s = record_row(q, &label);
+        float *zr = z + (size_t)r * nb;
+        for (int j = 0; j < nb; j++) zr[j] = fg_xent_grad(s, zr, label - j0, j) / h->rows * q[3];
+    }
+}
+
+void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
+                        float *dx, float *dW, int B) {
+    HeadShape h = head_shape(L, B);
+    float *dz = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        block_logits(&h, x, W, j0, nb, h.rows, 0.0f, dz);
+        block_adjoint(&h, rec, j0, nb, dz);
+        if (dx)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h.rows, h.C, nb, 1.0f, dz, nb,
+                        W + (size_t)j0 * h.C, h.C, b ? 1.0f : 0.0f, dx, h.C);
+        if (dW)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, dz, nb, x,
+                        h.C, 1.0f, dW + (size_t)j0 * h.C, h.C);
+    }
+    fg_free(dz);
+}

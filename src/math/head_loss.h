@@ -1,0 +1,39 @@
+// The GPT's head fused with its loss (docs/gpt.md, "The fused head"): logits z = x Wᵀ of a
+// token row are formed HEAD_BLOCK_COLUMNS vocabulary columns at a time, with a running max and
+// sum (an online softmax), so no row of V logits is ever whole: not in a lane, an adjoint or a
+// message. What a row leaves behind is a record of HEAD_RECORD floats, its "output":
+//   {label, zmax, inv, weight}: the label (exact in a float: ids < 2^24), the largest logit,
+//   the float reciprocal of sum_j exp(z_j - zmax), and the scale of the row's adjoint in op B
+//   (the mean's 1/rows times `weight`).
+// The JVP and the backward recompute the logits block by block from that record: p_j =
+// exp(z_j - zmax) * inv, dz_j = (p_j - [j == label]) / rows * weight; the JVP's d = sum_j dz_j
+// zdot_j with zdot = xdot Wᵀ + x Wdotᵀ, the input adjoint dx = sum_j dz_j W_j, dW_j += dz_jᵀ x.
+// Only the first `classes` columns are scored (the rest pad the table: no softmax, zero
+// gradient). With one block (the byte-level GPT: 256 columns) every number is the unfused
+// linear layer's and loss.c's, bit for bit: the same GEMMs, the same row formulas
+// (loss_math.h) in the same order.
+#ifndef FGPIPE_HEAD_LOSS_H
+#define FGPIPE_HEAD_LOSS_H
+
+#include "layer.h"
+
+// Vocabulary columns per block: GPT-2's 50257 scored columns are 13 blocks.
+enum { HEAD_BLOCK_COLUMNS = 4096 };
+enum { HEAD_RECORD = 4 };
+
+// x [B * tokens, C] (C = layer_in_token(L)), W [L->vocab, C], labels [B * tokens]: writes each
+// row's record (weight: `weight`) into rec [B * tokens, HEAD_RECORD] and returns the mean loss
+// over the rows; *correct (may be NULL) counts the rows whose largest logit is the label's.
+float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
+                        int B, float weight, float *rec, int *correct);
+// The same, and d[k] = the directional derivative of the mean loss along tangent k: xdot
+// [K, rows, C] (NULL: 0) and Wdot [K, param_count] (NULL: 0).
+float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
+                    const float *xdot, const Label *labels, int B, int K, float weight,
+                    float *rec, float *d);
+// From the records: dx [rows, C] = the input adjoint (skipped when NULL), dW += the weight
+// gradient (skipped when NULL). Both read W (the logits are recomputed).
+void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
+                        float *dx, float *dW, int B);
+
+#endif

@@ -1,0 +1,183 @@
+// The GPT's head fused with its loss (src/math/head_loss.h) against the unfused linear layer
+// and loss.c: the loss, the JVP's directional derivative and the backward's dx and dW, with one
+// block (bit for bit), several blocks, a padded vocabulary and a vocabulary that is not a
+// multiple of the block; then central differences and the dot-product test <1, J v> =
+// <Jᵀ 1, v>, as tests/test_layers.c checks every layer.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "head_loss.h"
+#include "layer.h"
+#include "tangent.h"
+
+enum { B = 2, T = 3, C = 8, ROWS = B * T, K = 2 };
+
+typedef struct {
+    int classes, vocab, block;
+} Case;
+
+typedef struct {
+    Layer fused, plain;
+    float *W, *Wdot, *x, *xdot;
+    Label labels[ROWS];
+    size_t n;  // parameters
+} Head;
+
+static void fill(uint32_t layer, float *v, size_t n, float std) {
+    TangentKey key = {.seed = 7, .stream = STREAM_INIT, .layer = layer};
+    for (size_t i = 0; i < n; i++) v[i] = 0;
+    tangent_axpy(key, 0, n, std, v);
+}
+
+static Head make_head(Case c) {
+    Head h = {0};
+    Layer L = {.kind = LAYER_LINEAR, .in = T * C, .tokens = T, .no_bias = 1, .vocab = c.vocab,
+               .classes = c.classes};
+    h.plain = L, h.plain.out = T * c.vocab;
+    h.fused = L, h.fused.out = T * HEAD_RECORD, h.fused.head_block = c.block;
+    h.n = layer_ops(&h.plain)->param_count(&h.plain);
+    assert_int_equal(layer_ops(&h.fused)->param_count(&h.fused), h.n);
+    h.plain.param_count = h.fused.param_count = h.n;  // (add_layer's, in a model)
+    h.W = fg_alloc_floats(h.n), h.Wdot = fg_alloc_floats(K * h.n);
+    h.x = fg_alloc_floats(ROWS * C), h.xdot = fg_alloc_floats(K * ROWS * C);
+    fill(1, h.W, h.n, 0.5f);
+    for (size_t i = (size_t)c.classes * C; i < h.n; i++) h.W[i] = 3.0f;  // pads: large, unscored
+    fill(2, h.Wdot, K * h.n, 1.0f);
+    fill(3, h.x, ROWS * C, 1.0f);
+    fill(4, h.xdot, K * ROWS * C, 1.0f);
+    for (int r = 0; r < ROWS; r++) h.labels[r] = (Label)((r * 7919 + 13) % c.classes);
+    return h;
+}
+
+static void free_head(Head *h) {
+    fg_free(h->W), fg_free(h->Wdot), fg_free(h->x), fg_free(h->xdot);
+}
+
+// The unfused computation: logits, loss.c, the linear layer's backward.
+typedef struct {
+    float loss, d[K], *dx, *dW;
+    int correct;
+} Result;
+
+static Result unfused(const Head *h, float weight) {
+    LogitRows lr = {h->plain.classes, h->plain.vocab};
+    Result r = {.dx = fg_alloc_floats(ROWS * C), .dW = fg_alloc_floats(h->n)};
+    float *z = fg_alloc_floats((size_t)ROWS * lr.stride), *zd = fg_alloc_floats((size_t)K * ROWS * lr.stride);
+    float *dz = fg_alloc_floats((size_t)ROWS * lr.stride);
+    layer_ops(&h->plain)->forward(&h->plain, h->W, h->x, z, B);
+    r.loss = loss_forward(z, h->labels, ROWS, lr, &r.correct);
+    layer_ops(&h->plain)->jvp(&h->plain, h->W, h->Wdot, h->x, h->xdot, z, zd, B, K);
+    assert_true(loss_jvp(z, zd, h->labels, ROWS, lr, K, r.d) == r.loss);
+    loss_backward(z, h->labels, ROWS, lr, dz);
+    for (size_t i = 0; i < (size_t)ROWS * lr.stride; i++) dz[i] *= weight;
+    layer_ops(&h->plain)->backward(&h->plain, h->W, h->x, dz, r.dx, r.dW, B);
+    fg_free(z), fg_free(zd), fg_free(dz);
+    return r;
+}
+
+static Result fused(const Head *h, float weight) {
+    Result r = {.dx = fg_alloc_floats(ROWS * C), .dW = fg_alloc_floats(h->n)};
+    float rec[ROWS * HEAD_RECORD], rec2[ROWS * HEAD_RECORD];
+    r.loss = head_loss_forward(&h->fused, h->W, h->x, h->labels, B, weight, rec, &r.correct);
+    assert_true(head_loss_jvp(&h->fused, h->W, h->Wdot, h->x, h->xdot, h->labels, B, K, weight,
+                              rec2, r.d) == r.loss);
+    assert_memory_equal(rec, rec2, sizeof rec);
+    // The backward's halves, as Bi and Bw run them.
+    layer_ops(&h->fused)->backward(&h->fused, h->W, h->x, rec, r.dx, NULL, B);
+    layer_ops(&h->fused)->backward(&h->fused, h->W, h->x, rec, NULL, r.dW, B);
+    return r;
+}
+
+static void free_result(Result *r) { fg_free(r->dx), fg_free(r->dW); }
+
+static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-6); }
+
+// Fused against unfused: equal bit for bit with one block and no padding (the loss and d with
+// padding too), else within `tol` (relative to the largest magnitude of the vector).
+static void compare(Case c, float tol) {
+    Head h = make_head(c);
+    Result u = unfused(&h, 0.25f), f = fused(&h, 0.25f);
+    if (c.block >= c.classes) {  // one block: the same GEMMs and row formulas
+        assert_true(f.loss == u.loss);
+        assert_memory_equal(f.d, u.d, sizeof f.d);
+    }
+    if (c.block >= c.classes && c.classes == c.vocab) {  // (unfused, dx sums the pad's zeros too)
+        assert_memory_equal(f.dx, u.dx, ROWS * C * sizeof(float));
+        assert_memory_equal(f.dW, u.dW, h.n * sizeof(float));
+    }
+    assert_int_equal(f.correct, u.correct);
+    assert_true(rel(f.loss, u.loss) <= tol);
+    for (int k = 0; k < K; k++)
+        // d is a difference of terms of order 1 here (sum_j p_j zdot_j and zdot_label): its
+        // rounding is measured against them, not against d.
+        if (fabs(f.d[k] - u.d[k]) > tol * fmax(fabs(u.d[k]), 1.0)) fail_msg("V %d block %d: d[%d] fused %.9g, unfused %.9g", c.classes, c.block, k, f.d[k], u.d[k]);
+    float mx = 0, mw = 0;
+    for (int i = 0; i < ROWS * C; i++) mx = fmaxf(mx, fabsf(u.dx[i]));
+    for (size_t i = 0; i < h.n; i++) mw = fmaxf(mw, fabsf(u.dW[i]));
+    for (int i = 0; i < ROWS * C; i++)
+        if (fabsf(f.dx[i] - u.dx[i]) > tol * mx) fail_msg("dx[%d]: fused %g, unfused %g", i, f.dx[i], u.dx[i]);
+    for (size_t i = 0; i < h.n; i++) {
+        if (fabsf(f.dW[i] - u.dW[i]) > tol * mw) fail_msg("dW[%zu]: fused %g, unfused %g", i, f.dW[i], u.dW[i]);
+        if (i >= (size_t)c.classes * C) assert_true(f.dW[i] == 0.0f);  // pad rows: no gradient
+    }
+    free_result(&u), free_result(&f), free_head(&h);
+}
+
+static void test_one_block_bitwise(void **state) {
+    (void)state;
+    compare((Case){256, 256, HEAD_BLOCK_COLUMNS}, 0.0f);
+    compare((Case){300, 320, 512}, 1e-6f);  // padded, one block
+}
+
+static void test_several_blocks(void **state) {
+    (void)state;
+    compare((Case){300, 320, 64}, 1e-6f);    // 5 blocks, the last of 44 columns, 20 pad columns
+    compare((Case){1000, 1024, 128}, 1e-6f); // 8 blocks, the last of 104 columns
+    compare((Case){2 * HEAD_BLOCK_COLUMNS + 100, 2 * HEAD_BLOCK_COLUMNS + 128, HEAD_BLOCK_COLUMNS}, 1e-6f);
+}
+
+// Central differences of the fused loss along (xdot_0, Wdot_0), in the direction's own scale,
+// against the JVP; and the dot-product test: the JVP's d equals the backward's gradient (the
+// adjoint of the scalar loss, weight 1) dotted with the direction.
+static void test_derivatives(void **state) {
+    (void)state;
+    Case c = {300, 320, 64};
+    Head h = make_head(c);
+    float d[K], rec[ROWS * HEAD_RECORD];
+    head_loss_jvp(&h.fused, h.W, h.Wdot, h.x, h.xdot, h.labels, B, K, 1.0f, rec, d);
+    float *dx = fg_alloc_floats(ROWS * C), *dW = fg_alloc_floats(h.n);
+    layer_ops(&h.fused)->backward(&h.fused, h.W, h.x, rec, dx, dW, B);
+    for (int k = 0; k < K; k++) {
+        double dot = 0;
+        for (int i = 0; i < ROWS * C; i++) dot += (double)dx[i] * h.xdot[(size_t)k * ROWS * C + i];
+        for (size_t i = 0; i < h.n; i++) dot += (double)dW[i] * h.Wdot[k * h.n + i];
+        if (rel(dot, d[k]) > 1e-5) fail_msg("tangent %d: <J^T 1, v> %g, J v %g", k, dot, d[k]);
+    }
+    const double eps = 1e-2;
+    float *W2 = fg_alloc_floats(h.n), *x2 = fg_alloc_floats(ROWS * C);
+    double f[2];
+    for (int s = 0; s < 2; s++) {
+        double sign = s ? -eps : eps;
+        for (size_t i = 0; i < h.n; i++) W2[i] = h.W[i] + (float)sign * h.Wdot[i];
+        for (int i = 0; i < ROWS * C; i++) x2[i] = h.x[i] + (float)sign * h.xdot[i];
+        f[s] = head_loss_forward(&h.fused, W2, x2, h.labels, B, 1.0f, rec, NULL);
+    }
+    double fd = (f[0] - f[1]) / (2 * eps);
+    if (rel(fd, d[0]) > 2e-3) fail_msg("central difference %g, JVP %g", fd, d[0]);
+    fg_free(W2), fg_free(x2), fg_free(dx), fg_free(dW), free_head(&h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_block_bitwise),
+        cmocka_unit_test(test_several_blocks),
+        cmocka_unit_test(test_derivatives),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
