@@ -7,7 +7,7 @@
 #include <cblas.h>
 #include <math.h>
 
-#include "loss_math.h"
+#include "head_math.h"
 
 // A call's shape: rows of C features, `classes` scored columns of a table with C columns,
 // `block` columns at a time.
@@ -30,28 +30,6 @@ static void block_logits(const HeadShape *h, const float *x, const float *W, int
                 W + (size_t)j0 * h->C, h->C, beta, z, nb);
 }
 
-// A row's running softmax over the blocks so far: its largest logit (first on ties), the sum
-// of exp(z_j - zmax) rescaled whenever zmax grows, and the label's logit once seen.
-typedef struct {
-    float zmax, zlabel;
-    double sum;
-    int best;
-} RunningRow;
-
-static void running_update(RunningRow *s, const float *z, int j0, int nb, int label) {
-    int bbest = 0;
-    for (int j = 1; j < nb; j++) bbest = z[j] > z[bbest] ? j : bbest;
-    if (j0 == 0) {
-        *s = (RunningRow){.zmax = z[bbest], .best = bbest};
-    } else if (z[bbest] > s->zmax) {
-        s->sum *= exp((double)s->zmax - (double)z[bbest]);
-        s->zmax = z[bbest];
-        s->best = j0 + bbest;
-    }
-    for (int j = 0; j < nb; j++) s->sum += expf(z[j] - s->zmax);
-    if (label >= j0 && label < j0 + nb) s->zlabel = z[label - j0];
-}
-
 // Pass one: every row's record and loss; the last block's logits stay in z [rows, block].
 static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
                              const Label *labels, float weight, float *rec, float *z,
@@ -61,26 +39,18 @@ static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
         int j0 = b * h->block, nb = block_width(h, b);
         block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
-        for (int r = 0; r < h->rows; r++) running_update(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+        for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
     }
     double loss = 0.0;
     int hits = 0;
     for (int r = 0; r < h->rows; r++) {
-        SoftmaxRow s = {run[r].zmax, (float)(1.0 / run[r].sum), run[r].sum, run[r].best};
-        float *q = rec + (size_t)r * HEAD_RECORD;
-        q[0] = (float)labels[r], q[1] = s.zmax, q[2] = s.inv, q[3] = weight;
-        loss += (float)(log(s.sum) - (run[r].zlabel - s.zmax));  // fg_xent_loss
-        hits += s.best == labels[r];
+        int hit;
+        loss += fg_head_record(&run[r], labels[r], weight, rec + (size_t)r * HEAD_RECORD, &hit);
+        hits += hit;
     }
     if (correct) *correct = hits;
     fg_free(run);
     return (float)(loss / h->rows);
-}
-
-// A record as loss_math.h's row (the sum is not needed past pass one) and its label.
-static SoftmaxRow record_row(const float *q, int *label) {
-    *label = (int)q[0];
-    return (SoftmaxRow){q[1], q[2], 0.0, 0};
 }
 
 float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
@@ -116,14 +86,10 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
         block_tangents(&h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
 #pragma omp parallel for schedule(static) if ((long)h.rows * nb > 65536)
         for (int r = 0; r < h.rows; r++) {
-            int label;
-            SoftmaxRow s = record_row(rec + (size_t)r * HEAD_RECORD, &label);
-            const float *zr = z + (size_t)r * nb;
-            for (int k = 0; k < K; k++) {  // fg_xent_jvp's sum, carried on across the blocks
-                const float *zdr = zd + ((size_t)k * h.rows + r) * nb;
-                double acc = row_d[(size_t)k * h.rows + r];
-                for (int j = 0; j < nb; j++) acc += (double)fg_xent_grad(s, zr, label - j0, j) * zdr[j];
-                row_d[(size_t)k * h.rows + r] = acc;
+            const float *q = rec + (size_t)r * HEAD_RECORD, *zr = z + (size_t)r * nb;
+            for (int k = 0; k < K; k++) {
+                double *acc = &row_d[(size_t)k * h.rows + r];
+                *acc = fg_head_jvp_block(q, zr, zd + ((size_t)k * h.rows + r) * nb, j0, nb, *acc);
             }
         }
     }
@@ -142,11 +108,9 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
 static void block_adjoint(const HeadShape *h, const float *rec, int j0, int nb, float *z) {
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
     for (int r = 0; r < h->rows; r++) {
-        int label;
         const float *q = rec + (size_t)r * HEAD_RECORD;
-        SoftmaxRow s = record_row(q, &label);
         float *zr = z + (size_t)r * nb;
-        for (int j = 0; j < nb; j++) zr[j] = fg_xent_grad(s, zr, label - j0, j) / h->rows * q[3];
+        for (int j = 0; j < nb; j++) zr[j] = fg_head_adjoint(q, zr[j], j0, j, h->rows);
     }
 }
 

@@ -86,13 +86,12 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-// Training fuses the GPT's head with its loss (head_loss.h) where it can: on the CPU, for bp and
-// for full weight tangents (activity and low-rank tangents perturb the logits, which the fused
-// head never forms whole).
+// Training fuses the GPT's head with its loss (head_loss.h) where it can: for bp and for full
+// weight tangents (activity tangents perturb the logits, which the fused head never forms
+// whole, and low-rank ones the head's weight through its own GEMMs).
 static int trains_fused_head(const Config *c) {
-    return c->layout.device == DEVICE_CPU &&
-           (c->method.mode == MODE_BP ||
-            (c->method.perturb == PERTURB_WEIGHT && c->method.tangent_rank == 0));
+    return c->method.mode == MODE_BP ||
+           (c->method.perturb == PERTURB_WEIGHT && c->method.tangent_rank == 0);
 }
 
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {

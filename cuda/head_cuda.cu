@@ -1,0 +1,159 @@
+// The GPT's head fused with its loss on the GPU (src/math/head_loss.h; the CPU's is
+// head_loss.c): per block of HEAD_BLOCK_COLUMNS vocabulary columns one cuBLAS GEMM over all
+// rows, then one thread per row with head_math.h's formulas (the CPU's own); the rows' losses,
+// hits and derivatives are summed on the host in order, as on the CPU. Row-major z = x W_blockᵀ
+// is column-major zᵀ = W_block xᵀ (layers_cuda.cu's linear).
+#include "cuda_internal.h"
+#include "head_loss.h"
+#include "head_math.h"
+
+typedef struct {
+    int rows, C, classes, block, n_blocks;
+} HeadShape;
+
+static HeadShape head_shape(const Layer *L, int B) {
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0};
+    h.n_blocks = (h.classes + h.block - 1) / h.block;
+    return h;
+}
+
+static int block_width(const HeadShape *h, int b) {
+    return h->block < h->classes - b * h->block ? h->block : h->classes - b * h->block;
+}
+
+static int widest_block(const HeadShape *h) { return h->block < h->classes ? h->block : h->classes; }
+
+// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ for `batch` matrices (W's and z's strides).
+static void block_gemm(const Backend *be, const HeadShape *h, const float *W, long long w_stride,
+                       const float *x, int rows, int j0, int nb, float beta, float *z, int batch,
+                       const char *what) {
+    GemmArg A = {W + (size_t)j0 * h->C, h->C, w_stride}, X = {x, h->C, 0};
+    cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, nb, rows, h->C, A, X, beta, z, nb,
+              (long long)rows * nb, batch);
+}
+
+__global__ void head_running_kernel(RunningRow *run, const float *z, const Label *labels, int rows,
+                                    int j0, int nb) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+}
+
+// out[r] = row r's loss, out[rows + r] = its hit; rec its record.
+__global__ void head_record_kernel(const RunningRow *run, const Label *labels, int rows,
+                                   float weight, float *rec, double *out) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    int hit;
+    out[r] = fg_head_record(&run[r], labels[r], weight, rec + (size_t)r * HEAD_RECORD, &hit);
+    out[rows + r] = hit;
+}
+
+__global__ void head_jvp_kernel(const float *rec, const float *z, const float *zd, int rows,
+                                int j0, int nb, int K, double *row_d) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    for (int k = 0; k < K; k++)
+        row_d[(size_t)k * rows + r] = fg_head_jvp_block(rec + (size_t)r * HEAD_RECORD, z + (size_t)r * nb,
+                                                        zd + ((size_t)k * rows + r) * nb, j0, nb,
+                                                        row_d[(size_t)k * rows + r]);
+}
+
+__global__ void head_adjoint_kernel(const float *rec, int rows, int j0, int nb, float *z) {
+    size_t n = (size_t)rows * nb;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / nb;
+        z[i] = fg_head_adjoint(rec + r * HEAD_RECORD, z[i], j0, (int)(i % nb), rows);
+    }
+}
+
+static unsigned row_blocks(int rows) { return (unsigned)((rows + 127) / 128); }
+
+// Pass one (head_loss.c's head_pass_stats): records, and the loss and hits summed on the host;
+// the last block's logits stay in z.
+static float pass_stats(const Backend *be, const HeadShape *h, const float *W, const float *x,
+                        const Label *labels, float weight, float *rec, float *z, int *correct) {
+    cudaStream_t stream = cuda_ctx(be)->stream;
+    RunningRow *run = (RunningRow *)cuda_workspace(be, WORK_HEAD_ROWS, (size_t)h->rows * sizeof(RunningRow));
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_gemm(be, h, W, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
+        head_running_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, z, labels, h->rows, j0, nb);
+        launch_check(be, "fused head: running softmax");
+    }
+    double *out = cuda_partials(be, 2 * (size_t)h->rows);
+    head_record_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, labels, h->rows, weight, rec, out);
+    launch_check(be, "fused head: records");
+    const double *host = cuda_download_partials(be, 2 * (size_t)h->rows);
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < h->rows; r++) loss += (float)host[r], hits += host[h->rows + r] != 0.0;
+    if (correct) *correct = hits;
+    return (float)(loss / h->rows);
+}
+
+float cuda_head_forward(const Backend *be, const Layer *L, const float *W, const float *x,
+                        const Label *labels, int B, float weight, float *rec, int *correct) {
+    HeadShape h = head_shape(L, B);
+    float *z = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * widest_block(&h) * sizeof(float));
+    return pass_stats(be, &h, W, x, labels, weight, rec, z, correct);
+}
+
+// zd [K, rows, nb] = xdot_k W_blockᵀ + x Wdot_k,blockᵀ: one GEMM over the K blocks of xdot,
+// one strided batched GEMM over the K weight tangents (x shared).
+static void block_tangents(const Backend *be, const HeadShape *h, const float *W, const float *Wdot,
+                           size_t n_params, const float *x, const float *xdot, int K, int j0, int nb,
+                           float *zd) {
+    if (xdot) block_gemm(be, h, W, 0, xdot, K * h->rows, j0, nb, 0.0f, zd, 1, "fused head: xdot's logits");
+    else zero_floats(be, zd, (size_t)K * h->rows * nb, "fused head: zero tangents");
+    if (Wdot) block_gemm(be, h, Wdot, (long long)n_params, x, h->rows, j0, nb, 1.0f, zd, K, "fused head: Wdot's logits");
+}
+
+float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
+                    const float *x, const float *xdot, const Label *labels, int B, int K,
+                    float weight, float *rec, float *d) {
+    HeadShape h = head_shape(L, B);
+    int width = widest_block(&h);
+    cudaStream_t stream = cuda_ctx(be)->stream;
+    float *z = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * width * sizeof(float));
+    float *zd = (float *)cuda_workspace(be, WORK_HEAD_ZD, (size_t)K * h.rows * width * sizeof(float));
+    float loss = pass_stats(be, &h, W, x, labels, weight, rec, z, NULL);
+    double *row_d = cuda_partials(be, (size_t)K * h.rows);  // after pass_stats: its own partials are read
+    cuda_check(be, cudaMemsetAsync(row_d, 0, (size_t)K * h.rows * sizeof(double), stream), "fused head: zero d");
+    for (int b = 0; b < h.n_blocks; b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        if (h.n_blocks > 1) block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, z, 1, "fused head: logits again");
+        block_tangents(be, &h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
+        head_jvp_kernel<<<row_blocks(h.rows), 128, 0, stream>>>(rec, z, zd, h.rows, j0, nb, K, row_d);
+        launch_check(be, "fused head: derivatives");
+    }
+    const double *host = cuda_download_partials(be, (size_t)K * h.rows);
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < h.rows; r++) sum += host[(size_t)k * h.rows + r];
+        d[k] = (float)(sum / h.rows);
+    }
+    return loss;
+}
+
+void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const float *x,
+                        const float *rec, float *dx, float *dW, int B) {
+    HeadShape h = head_shape(L, B);
+    float *dz = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * widest_block(&h) * sizeof(float));
+    for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        size_t n = (size_t)h.rows * nb;
+        block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, dz, 1, "fused head backward: logits");
+        head_adjoint_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(rec, h.rows, j0, nb, dz);
+        launch_check(be, "fused head backward: dz");
+        if (dx) {  // dxᵀ [C, rows] (+)= W_blockᵀ dzᵀ
+            GemmArg A = {W + (size_t)j0 * h.C, h.C, 0}, G = {dz, nb, 0};
+            cuda_gemm(be, "fused head backward: dx", CUBLAS_OP_N, CUBLAS_OP_N, h.C, h.rows, nb, A, G,
+                      b ? 1.0f : 0.0f, dx, h.C, 0, 1);
+        }
+        if (dW) {  // dW_blockᵀ [C, nb] += xᵀ dz
+            GemmArg X = {x, h.C, 0}, G = {dz, nb, 0};
+            cuda_gemm(be, "fused head backward: dW", CUBLAS_OP_N, CUBLAS_OP_T, h.C, nb, h.rows, X, G,
+                      1.0f, dW + (size_t)j0 * h.C, h.C, 0, 1);
+        }
+    }
+}
