@@ -108,9 +108,15 @@ static void block_tangents(const Backend *be, const HeadShape *h, const float *W
     if (Wdot) block_gemm(be, h, Wdot, (long long)n_params, x, h->rows, j0, nb, 1.0f, zd, K, "fused head: Wdot's logits");
 }
 
+// Activity tangents are not made block by block here: the run plan keeps the head unfused for
+// them on a GPU (train.c).
 float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
                     const float *x, const float *xdot, const Label *labels, int B, int K,
-                    float weight, float *rec, float *d) {
+                    float weight, const TangentKey *activity, float *rec, float *d) {
+    if (activity) {
+        cuda_note(be, "fused head jvp", "activity tangents on the GPU's fused head are not built");
+        return 0.0f;
+    }
     HeadShape h = head_shape(L, B);
     int width = widest_block(&h);
     cudaStream_t stream = cuda_ctx(be)->stream;

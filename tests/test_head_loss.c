@@ -2,7 +2,7 @@
 // and loss.c: the loss, the JVP's directional derivative and the backward's dx and dW, with one
 // block (bit for bit), several blocks, a padded vocabulary and a vocabulary that is not a
 // multiple of the block; then central differences and the dot-product test <1, J v> =
-// <Jᵀ 1, v>, as tests/test_layers.c checks every layer.
+// <Jᵀ 1, v>, as tests/test_layers.c checks every layer; and activity tangents on its logits.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "head_loss.h"
 #include "layer.h"
 #include "tangent.h"
@@ -86,7 +87,7 @@ static Result fused(const Head *h, float weight) {
     float rec[ROWS * HEAD_RECORD], rec2[ROWS * HEAD_RECORD];
     r.loss = head_loss_forward(&h->fused, h->W, h->x, h->labels, B, weight, rec, &r.correct);
     assert_true(head_loss_jvp(&h->fused, h->W, h->Wdot, h->x, h->xdot, h->labels, B, K, weight,
-                              rec2, r.d) == r.loss);
+                              NULL, rec2, r.d) == r.loss);
     assert_memory_equal(rec, rec2, sizeof rec);
     // The backward's halves, as Bi and Bw run them.
     layer_ops(&h->fused)->backward(&h->fused, h->W, h->x, rec, r.dx, NULL, B);
@@ -150,7 +151,7 @@ static void test_derivatives(void **state) {
     Case c = {300, 320, 64};
     Head h = make_head(c);
     float d[K], rec[ROWS * HEAD_RECORD];
-    head_loss_jvp(&h.fused, h.W, h.Wdot, h.x, h.xdot, h.labels, B, K, 1.0f, rec, d);
+    head_loss_jvp(&h.fused, h.W, h.Wdot, h.x, h.xdot, h.labels, B, K, 1.0f, NULL, rec, d);
     float *dx = fg_alloc_floats(ROWS * C), *dW = fg_alloc_floats(h.n);
     layer_ops(&h.fused)->backward(&h.fused, h.W, h.x, rec, dx, dW, B);
     for (int k = 0; k < K; k++) {
@@ -173,11 +174,62 @@ static void test_derivatives(void **state) {
     fg_free(W2), fg_free(x2), fg_free(dx), fg_free(dW), free_head(&h);
 }
 
+// Activity tangents on the head's logits (head_loss_jvp with a key, head_loss_activity_grad)
+// against the unfused layer's: u added to whole rows of logits, loss_jvp_rows, and the
+// estimate G = sum_k diag(coeff) u_k through the linear's weight half.
+static void compare_activity(Case c, float tol) {
+    enum { NMB = 2 };
+    Head h = make_head(c);
+    LogitRows lr = {c.classes, c.vocab};
+    TangentKey key = activity_key(5, 3, 1, 7);
+    float rec[ROWS * HEAD_RECORD], dr_f[K * ROWS], dr_u[K * ROWS];
+    float *z = fg_alloc_floats((size_t)ROWS * c.vocab), *zd = fg_alloc_floats((size_t)K * ROWS * c.vocab);
+    layer_ops(&h.plain)->jvp(&h.plain, h.W, NULL, h.x, h.xdot, z, zd, B, K);
+    backend_cpu.tangent_add_rows(&backend_cpu, key, K, ROWS, c.vocab, NULL, zd, (size_t)ROWS * c.vocab, c.vocab);
+    float lu = loss_jvp_rows(z, zd, h.labels, ROWS, lr, K, dr_u);
+    float lf = head_loss_jvp(&h.fused, h.W, NULL, h.x, h.xdot, h.labels, B, K, 1.0f, &key, rec, dr_f);
+    assert_true(rel(lf, lu) <= tol);
+    for (int i = 0; i < K * ROWS; i++)
+        if (fabs(dr_f[i] - dr_u[i]) > tol * fmax(fabs(dr_u[i]), 1.0))
+            fail_msg("V %d block %d: row derivative %d fused %.9g, unfused %.9g", c.classes, c.block, i, dr_f[i], dr_u[i]);
+    if (c.block >= c.classes) assert_memory_equal(dr_f, dr_u, sizeof dr_f);
+    // The estimate over NMB micro-batches of kept inputs x (the same x twice).
+    float coeff[NMB * K * B], *x2 = fg_alloc_floats((size_t)NMB * ROWS * C);
+    for (int i = 0; i < NMB * K * B; i++) coeff[i] = 0.5f + 0.25f * (float)i;
+    for (int m = 0; m < NMB; m++) memcpy(x2 + (size_t)m * ROWS * C, h.x, ROWS * C * sizeof(float));
+    float *G = fg_alloc_floats((size_t)NMB * ROWS * c.vocab), tok[K * ROWS];
+    float *dW_u = fg_alloc_floats(h.n), *dW_f = fg_alloc_floats(h.n);
+    for (int m = 0; m < NMB; m++) {
+        TangentKey km = key;
+        km.microbatch += (uint32_t)m;
+        for (int i = 0; i < K * ROWS; i++) tok[i] = coeff[m * K * B + i / T];
+        backend_cpu.tangent_add_rows(&backend_cpu, km, K, ROWS, c.vocab, tok, G + (size_t)m * ROWS * c.vocab, 0, c.vocab);
+    }
+    for (size_t i = 0; i < (size_t)NMB * ROWS * c.vocab; i++)  // the pad columns: never scored
+        if ((int)(i % c.vocab) >= c.classes) G[i] = 0.0f;
+    layer_ops(&h.plain)->backward(&h.plain, NULL, x2, G, NULL, dW_u, NMB * B);
+    head_loss_activity_grad(&h.fused, key, K, NMB, B, coeff, x2, dW_f);
+    float mw = 0;
+    for (size_t i = 0; i < h.n; i++) mw = fmaxf(mw, fabsf(dW_u[i]));
+    for (size_t i = 0; i < h.n; i++)
+        if (fabsf(dW_f[i] - dW_u[i]) > tol * mw) fail_msg("activity dW[%zu]: fused %g, unfused %g", i, dW_f[i], dW_u[i]);
+    if (c.block >= c.classes && c.classes == c.vocab) assert_memory_equal(dW_f, dW_u, h.n * sizeof(float));
+    fg_free(z), fg_free(zd), fg_free(x2), fg_free(G), fg_free(dW_u), fg_free(dW_f), free_head(&h);
+}
+
+static void test_activity(void **state) {
+    (void)state;
+    compare_activity((Case){256, 256, HEAD_BLOCK_COLUMNS}, 0.0f);  // bit for bit
+    compare_activity((Case){300, 320, 64}, 1e-6f);
+    compare_activity((Case){1000, 1024, 128}, 1e-6f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_block_bitwise),
         cmocka_unit_test(test_several_blocks),
         cmocka_unit_test(test_derivatives),
+        cmocka_unit_test(test_activity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

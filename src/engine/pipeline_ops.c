@@ -160,10 +160,13 @@ static void head_begin(Pipeline *p, long step, const Lane *a, HeadScore *h) {
     p->stage.head = h;
 }
 
+static void per_sample_means(const Pipeline *p, float *d, int rows);
+
 static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
     p->stage.head = NULL;
     a->loss = h->loss, a->correct = h->correct;
     if (!tangents) return;
+    if (p->run.d_per_sample) per_sample_means(p, h->d, a->rows * p->model->tokens);
     int n_d = p->run.d_per_microbatch;
     double *d = p->scalars + scalars_d(p) + (size_t)pipeline_global_microbatch(p, a->microbatch) * n_d;
     for (int i = 0; i < n_d; i++) d[i] = h->d[i];
@@ -209,14 +212,18 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // Activity perturbation: each sample's directional derivative into p->work.loss_d [K][B]. A GPT
 // sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
 // the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
-static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
-    int T = p->model->tokens, samples = rows / T, K = p->K;
-    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, K, p->work.loss_d);
-    for (int i = 0; T > 1 && i < K * samples; i++) {  // in place: i <= i * T
+static void per_sample_means(const Pipeline *p, float *d, int rows) {
+    int T = p->model->tokens, samples = rows / T;
+    for (int i = 0; T > 1 && i < p->K * samples; i++) {  // in place: i <= i * T
         double sum = 0;
-        for (int t = 0; t < T; t++) sum += p->work.loss_d[(size_t)i * T + t];
-        p->work.loss_d[i] = (float)(sum / T);
+        for (int t = 0; t < T; t++) sum += d[(size_t)i * T + t];
+        d[i] = (float)(sum / T);
     }
+}
+
+static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
+    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
+    per_sample_means(p, p->work.loss_d, rows);
     return loss;
 }
 

@@ -111,9 +111,9 @@ static float cpu_head_forward(const Backend *be, const Layer *L, const float *W,
 
 static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
                           const float *x, const float *xdot, const Label *labels, int B, int K,
-                          float weight, float *rec, float *d) {
+                          float weight, const TangentKey *activity, float *rec, float *d) {
     (void)be;
-    return head_loss_jvp(L, W, Wdot, x, xdot, labels, B, K, weight, rec, d);
+    return head_loss_jvp(L, W, Wdot, x, xdot, labels, B, K, weight, activity, rec, d);
 }
 
 static double cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out,

@@ -71,9 +71,18 @@ static void block_tangents(const HeadShape *h, const float *W, const float *Wdot
     for (int k = 0; Wdot && k < K; k++) block_logits(h, x, Wdot + k * n_params, j0, nb, h->rows, 1.0f, zd + k * plane);
 }
 
+// y [rows, nb] += diag(coeff) u [rows, j0 .. j0 + nb) (coeff NULL: 1), u of key with a row of
+// `vocab` values per token: the activity tangent's block, element for element as the unfused
+// layer's whole rows.
+static void block_activity(TangentKey key, int vocab, int rows, const float *coeff, int T,
+                           int j0, int nb, float *y) {
+    for (int r = 0; r < rows; r++)
+        tangent_axpy(key, (size_t)r * vocab + j0, (size_t)nb, coeff ? coeff[r / T] : 1.0f, y + (size_t)r * nb);
+}
+
 float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
                     const float *xdot, const Label *labels, int B, int K, float weight,
-                    float *rec, float *d) {
+                    const TangentKey *activity, float *rec, float *d) {
     HeadShape h = head_shape(L, B);
     int width = FG_MIN(h.block, h.classes);
     float *z = fg_alloc_floats((size_t)h.rows * width);
@@ -84,6 +93,11 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
         int j0 = b * h.block, nb = block_width(&h, b);
         if (h.n_blocks > 1) block_logits(&h, x, W, j0, nb, h.rows, 0.0f, z);  // else still there
         block_tangents(&h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
+        for (int k = 0; activity && k < K; k++) {
+            TangentKey kk = *activity;
+            kk.k = (uint32_t)k;
+            block_activity(kk, L->vocab, h.rows, NULL, 1, j0, nb, zd + (size_t)k * h.rows * nb);
+        }
 #pragma omp parallel for schedule(static) if ((long)h.rows * nb > 65536)
         for (int r = 0; r < h.rows; r++) {
             const float *q = rec + (size_t)r * HEAD_RECORD, *zr = z + (size_t)r * nb;
@@ -95,8 +109,11 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
     }
     for (int k = 0; k < K; k++) {
         double sum = 0.0;
-        for (int r = 0; r < h.rows; r++) sum += row_d[(size_t)k * h.rows + r];
-        d[k] = (float)(sum / h.rows);
+        for (int r = 0; r < h.rows; r++) {
+            sum += row_d[(size_t)k * h.rows + r];
+            if (activity) d[(size_t)k * h.rows + r] = (float)row_d[(size_t)k * h.rows + r];
+        }
+        if (!activity) d[k] = (float)(sum / h.rows);
     }
     fg_free(z);
     fg_free(zd);
@@ -130,4 +147,26 @@ void head_loss_backward(const Layer *L, const float *W, const float *x, const fl
                         h.C, 1.0f, dW + (size_t)j0 * h.C, h.C);
     }
     fg_free(dz);
+}
+
+void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, int B,
+                             const float *coeff, const float *x, float *dW) {
+    HeadShape h = head_shape(L, n_mb * B);
+    int T = layer_tokens(L), mb_rows = B * T;
+    float *G = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < h.n_blocks; b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        for (size_t i = 0; i < (size_t)h.rows * nb; i++) G[i] = 0.0f;
+        for (int m = 0; m < n_mb; m++)
+            for (int k = 0; k < K; k++) {
+                TangentKey kk = key;
+                kk.microbatch = mb0 + (uint32_t)m, kk.k = (uint32_t)k;
+                block_activity(kk, L->vocab, mb_rows, coeff + ((size_t)m * K + k) * B, T, j0, nb,
+                               G + (size_t)m * mb_rows * nb);
+            }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
+                    1.0f, dW + (size_t)j0 * h.C, h.C);
+    }
+    fg_free(G);
 }

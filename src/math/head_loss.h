@@ -16,6 +16,7 @@
 #define FGPIPE_HEAD_LOSS_H
 
 #include "layer.h"
+#include "tangent.h"
 
 // Vocabulary columns per block: GPT-2's 50257 scored columns are 13 blocks.
 enum { HEAD_BLOCK_COLUMNS = 4096 };
@@ -27,13 +28,22 @@ enum { HEAD_RECORD = 4 };
 float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
                         int B, float weight, float *rec, int *correct);
 // The same, and d[k] = the directional derivative of the mean loss along tangent k: xdot
-// [K, rows, C] (NULL: 0) and Wdot [K, param_count] (NULL: 0).
+// [K, rows, C] (NULL: 0) and Wdot [K, param_count] (NULL: 0). With `activity` (else NULL), the
+// activity tangents u_k of that key (a row of L->vocab values per token, the pad columns never
+// read) add into the logits' tangents, and d is per row, [K, rows]: row r's own derivative (not
+// divided by rows), as loss_jvp_rows writes it.
 float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
                     const float *xdot, const Label *labels, int B, int K, float weight,
-                    float *rec, float *d);
+                    const TangentKey *activity, float *rec, float *d);
 // From the records: dx [rows, C] = the input adjoint (skipped when NULL), dW += the weight
 // gradient (skipped when NULL). Both read W (the logits are recomputed).
 void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
                         float *dx, float *dW, int B);
+// The activity estimate of the head's weight (stage_layer_activity_estimate's, block by block):
+// dW += Gᵀ x with G = sum_k diag(coeff) u_k over n_mb micro-batches of B samples (micro-batch
+// key.microbatch + b), coeff [n_mb, K, B] per sample (on each of its token rows), x [n_mb * B *
+// tokens, C] the head's kept inputs.
+void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, int B,
+                             const float *coeff, const float *x, float *dW);
 
 #endif

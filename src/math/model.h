@@ -53,6 +53,7 @@ typedef struct {
 typedef struct {
     int n_layer, n_embd, n_head, ctx, vocab, pad_vocab;
     int fused_head;
+    int head_block;  // fused_head: vocabulary columns per block (0: HEAD_BLOCK_COLUMNS)
 } GptShape;
 int model_build_gpt(Model *m, GptShape shape, FgError *err);
 

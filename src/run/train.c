@@ -86,12 +86,13 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-// Training fuses the GPT's head with its loss (head_loss.h) where it can: for bp and for full
-// weight tangents (activity tangents perturb the logits, which the fused head never forms
-// whole, and low-rank ones the head's weight through its own GEMMs).
-static int trains_fused_head(const Config *c) {
-    return c->method.mode == MODE_BP ||
-           (c->method.perturb == PERTURB_WEIGHT && c->method.tangent_rank == 0);
+// Training fuses the GPT's head with its loss (head_loss.h) where it can: for bp, for full
+// weight tangents, and on the CPU for activity tangents (made block by block); low-rank weight
+// tangents keep the head unfused (they enter through the linear's own thin GEMMs).
+int train_fuses_head(const Config *c) {
+    if (c->method.mode == MODE_BP) return 1;
+    if (c->method.perturb == PERTURB_ACTIVITY) return c->layout.device == DEVICE_CPU;
+    return c->method.tangent_rank == 0;
 }
 
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {
@@ -99,7 +100,7 @@ int train_build_model(const Config *c, int training, Model *m, FgError *err) {
     if (strcmp(c->net.model, "gpt") == 0) {
         GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
                       .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab,
-                      .fused_head = training && trains_fused_head(c)};
+                      .fused_head = training && train_fuses_head(c), .head_block = c->net.head_block};
         rc = model_build_gpt(m, g, err);
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);

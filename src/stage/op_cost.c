@@ -93,7 +93,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
     st->ref = ref, st->ref_dots = ref_dots;
     // A fused head scores in its layer's F and recomputes its logits in Bi and Bw: no dz.
-    float *head_d = fg_alloc_floats((size_t)FG_MAX(K, 1));
+    float *head_d = fg_alloc_floats((size_t)FG_MAX(K, 1) * rows * m->tokens);  // activity: per row
     HeadScore head = {.labels = labels, .weight = 1.0f, .d = head_d};
     const int fused = scores && m->fused_head;
     if (fused) st->head = &head;

@@ -19,6 +19,7 @@ typedef struct {
     const Label *labels;  // in: the rows' labels [rows * tokens] (backend memory)
     float weight;         // in: the scale of the rows' adjoints in op B (their records)
     float *d;             // in: host [K], the directional derivatives of the mean loss
+                          // (activity perturbation: [K, rows * tokens], each row's own)
     float loss;           // out: the mean loss over the rows
     int correct;          // out: rows whose largest logit is the label's (no tangents only)
 } HeadScore;
@@ -83,8 +84,8 @@ typedef struct {
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows);
 // Op F of a head fused with the loss (layer l, L->head_block > 0): scores st->head's labels
-// (and with tangents, full weight tangents or none, its d) and writes each row's record into
-// rec [rows * tokens, HEAD_RECORD] (stage_head.c).
+// (and with tangents, full weight or activity tangents or none, its d) and writes each row's
+// record into rec [rows * tokens, HEAD_RECORD] (stage_head.c).
 void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                         const float *x, const float *xdot, float *rec, int rows);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
