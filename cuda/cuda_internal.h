@@ -164,9 +164,9 @@ float cuda_loss_backward(const Backend *be, const float *logits, const Label *la
 // head_cuda.cu: the head fused with the loss (head_loss.h)
 float cuda_head_forward(const Backend *be, const Layer *L, const float *W, const float *x,
                         const Label *labels, int B, float weight, float *rec, int *correct);
-float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
-                    const float *x, const float *xdot, const Label *labels, int B, int K,
-                    float weight, const TangentKey *activity, float *rec, float *d);
+float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
+                    const float *xdot, const Label *labels, int B, int K, float weight,
+                    const HeadTangents *t, float *rec, float *d);
 void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const float *x,
                         const float *rec, float *dx, float *dW, int B);
 // tangent_cuda.cu

@@ -99,21 +99,28 @@ float cuda_head_forward(const Backend *be, const Layer *L, const float *W, const
 }
 
 // zd [K, rows, nb] = xdot_k W_blockᵀ + x Wdot_k,blockᵀ: one GEMM over the K blocks of xdot,
-// one strided batched GEMM over the K weight tangents (x shared).
-static void block_tangents(const Backend *be, const HeadShape *h, const float *W, const float *Wdot,
-                           size_t n_params, const float *x, const float *xdot, int K, int j0, int nb,
-                           float *zd) {
+// one strided batched GEMM over the K weight tangents (x shared); low-rank terms P_k At_k / sqrt(r)
+// one GEMM per tangent.
+static void block_tangents(const Backend *be, const Layer *L, const HeadShape *h, const float *W,
+                           const HeadTangents *t, const float *x, const float *xdot, int K, int j0,
+                           int nb, float *zd) {
     if (xdot) block_gemm(be, h, W, 0, xdot, K * h->rows, j0, nb, 0.0f, zd, 1, "fused head: xdot's logits");
     else zero_floats(be, zd, (size_t)K * h->rows * nb, "fused head: zero tangents");
-    if (Wdot) block_gemm(be, h, Wdot, (long long)n_params, x, h->rows, j0, nb, 1.0f, zd, K, "fused head: Wdot's logits");
+    if (t && t->Wdot)
+        block_gemm(be, h, t->Wdot, (long long)L->param_count, x, h->rows, j0, nb, 1.0f, zd, K, "fused head: Wdot's logits");
+    for (int k = 0; t && t->At && k < K; k++)
+        cuda_matmul(be, 0, 0, h->rows, nb, t->rank, 1.0f / sqrtf((float)t->rank),
+                    t->P + (size_t)k * h->rows * t->rank, t->rank,
+                    t->At + (size_t)k * t->rank * L->vocab + j0, L->vocab, 1.0f,
+                    zd + (size_t)k * h->rows * nb, nb);
 }
 
 // Activity tangents are not made block by block here: the run plan keeps the head unfused for
 // them on a GPU (train.c).
-float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
-                    const float *x, const float *xdot, const Label *labels, int B, int K,
-                    float weight, const TangentKey *activity, float *rec, float *d) {
-    if (activity) {
+float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
+                    const float *xdot, const Label *labels, int B, int K, float weight,
+                    const HeadTangents *t, float *rec, float *d) {
+    if (t && t->activity) {
         cuda_note(be, "fused head jvp", "activity tangents on the GPU's fused head are not built");
         return 0.0f;
     }
@@ -128,7 +135,7 @@ float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const flo
     for (int b = 0; b < h.n_blocks; b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
         if (h.n_blocks > 1) block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, z, 1, "fused head: logits again");
-        block_tangents(be, &h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
+        block_tangents(be, L, &h, W, t, x, xdot, K, j0, nb, zd);
         head_jvp_kernel<<<row_blocks(h.rows), 128, 0, stream>>>(rec, z, zd, h.rows, j0, nb, K, row_d);
         launch_check(be, "fused head: derivatives");
     }

@@ -157,8 +157,9 @@ static void test_fused_head(void **state) {
         float *rec = fg_alloc_floats((size_t)rows * HEAD_RECORD), d[2], dg[2];
         float *dx = fg_alloc_floats((size_t)rows * C), *dW = fg_alloc_floats(n);
         int hits, hits_g;
+        HeadTangents tw = {.Wdot = Wdot};
         float loss = cpu->head_forward(cpu, &L, W, x, labels, B, 0.5f, rec, &hits);
-        assert_true(cpu->head_jvp(cpu, &L, W, Wdot, x, xdot, labels, B, K, 0.5f, NULL, rec, d) == loss);
+        assert_true(cpu->head_jvp(cpu, &L, W, x, xdot, labels, B, K, 0.5f, &tw, rec, d) == loss);
         cpu->backward(cpu, &L, W, x, rec, dx, dW, B);
         float *gW = on_gpu(W, n), *gWdot = on_gpu(Wdot, K * n), *gx = on_gpu(x, (size_t)rows * C);
         float *gxdot = on_gpu(xdot, (size_t)K * rows * C), *grec = backend_alloc_floats(&gpu, (size_t)rows * HEAD_RECORD);
@@ -168,7 +169,8 @@ static void test_fused_head(void **state) {
         float loss_g = gpu.head_forward(&gpu, &L, gW, gx, glabels, B, 0.5f, grec, &hits_g);
         if (fabs(loss_g - loss) > TOL * fmax(1.0, fabs(loss))) fail_msg("case %zu: loss %g on the GPU, %g on the CPU", c, loss_g, loss);
         assert_int_equal(hits_g, hits);
-        gpu.head_jvp(&gpu, &L, gW, gWdot, gx, gxdot, glabels, B, K, 0.5f, NULL, grec, dg);
+        HeadTangents gtw = {.Wdot = gWdot};
+        gpu.head_jvp(&gpu, &L, gW, gx, gxdot, glabels, B, K, 0.5f, &gtw, grec, dg);
         for (int k = 0; k < K; k++)
             if (fabs(dg[k] - d[k]) > TOL * fmax(1.0, fabs(d[k]))) fail_msg("case %zu: d[%d] %g on the GPU, %g on the CPU", c, k, dg[k], d[k]);
         assert_close(grec, rec, (size_t)rows * HEAD_RECORD, TOL, "fused head: records");

@@ -2,7 +2,8 @@
 // and loss.c: the loss, the JVP's directional derivative and the backward's dx and dW, with one
 // block (bit for bit), several blocks, a padded vocabulary and a vocabulary that is not a
 // multiple of the block; then central differences and the dot-product test <1, J v> =
-// <Jᵀ 1, v>, as tests/test_layers.c checks every layer; and activity tangents on its logits.
+// <Jᵀ 1, v>, as tests/test_layers.c checks every layer; and activity and low-rank tangents on
+// its logits.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,8 +87,9 @@ static Result fused(const Head *h, float weight) {
     Result r = {.dx = fg_alloc_floats(ROWS * C), .dW = fg_alloc_floats(h->n)};
     float rec[ROWS * HEAD_RECORD], rec2[ROWS * HEAD_RECORD];
     r.loss = head_loss_forward(&h->fused, h->W, h->x, h->labels, B, weight, rec, &r.correct);
-    assert_true(head_loss_jvp(&h->fused, h->W, h->Wdot, h->x, h->xdot, h->labels, B, K, weight,
-                              NULL, rec2, r.d) == r.loss);
+    HeadTangents t = {.Wdot = h->Wdot};
+    assert_true(head_loss_jvp(&h->fused, h->W, h->x, h->xdot, h->labels, B, K, weight, &t, rec2,
+                              r.d) == r.loss);
     assert_memory_equal(rec, rec2, sizeof rec);
     // The backward's halves, as Bi and Bw run them.
     layer_ops(&h->fused)->backward(&h->fused, h->W, h->x, rec, r.dx, NULL, B);
@@ -151,7 +153,8 @@ static void test_derivatives(void **state) {
     Case c = {300, 320, 64};
     Head h = make_head(c);
     float d[K], rec[ROWS * HEAD_RECORD];
-    head_loss_jvp(&h.fused, h.W, h.Wdot, h.x, h.xdot, h.labels, B, K, 1.0f, NULL, rec, d);
+    HeadTangents t = {.Wdot = h.Wdot};
+    head_loss_jvp(&h.fused, h.W, h.x, h.xdot, h.labels, B, K, 1.0f, &t, rec, d);
     float *dx = fg_alloc_floats(ROWS * C), *dW = fg_alloc_floats(h.n);
     layer_ops(&h.fused)->backward(&h.fused, h.W, h.x, rec, dx, dW, B);
     for (int k = 0; k < K; k++) {
@@ -187,7 +190,8 @@ static void compare_activity(Case c, float tol) {
     layer_ops(&h.plain)->jvp(&h.plain, h.W, NULL, h.x, h.xdot, z, zd, B, K);
     backend_cpu.tangent_add_rows(&backend_cpu, key, K, ROWS, c.vocab, NULL, zd, (size_t)ROWS * c.vocab, c.vocab);
     float lu = loss_jvp_rows(z, zd, h.labels, ROWS, lr, K, dr_u);
-    float lf = head_loss_jvp(&h.fused, h.W, NULL, h.x, h.xdot, h.labels, B, K, 1.0f, &key, rec, dr_f);
+    HeadTangents t = {.activity = &key};
+    float lf = head_loss_jvp(&h.fused, h.W, h.x, h.xdot, h.labels, B, K, 1.0f, &t, rec, dr_f);
     assert_true(rel(lf, lu) <= tol);
     for (int i = 0; i < K * ROWS; i++)
         if (fabs(dr_f[i] - dr_u[i]) > tol * fmax(fabs(dr_u[i]), 1.0))
@@ -224,12 +228,46 @@ static void test_activity(void **state) {
     compare_activity((Case){1000, 1024, 128}, 1e-6f);
 }
 
+// Low-rank weight tangents (perturb_lowrank.c's x V_kᵀ = P_k At_k / sqrt(r)) on the head's
+// logits: the fused blocks against the same term added to whole rows of logits.
+static void compare_lowrank(Case c, float tol) {
+    enum { R = 3 };
+    Head h = make_head(c);
+    LogitRows lr = {c.classes, c.vocab};
+    float *At = fg_alloc_floats((size_t)K * R * c.vocab), *P = fg_alloc_floats((size_t)K * ROWS * R);
+    fill(8, At, (size_t)K * R * c.vocab, 1.0f);
+    fill(9, P, (size_t)K * ROWS * R, 1.0f);
+    float *z = fg_alloc_floats((size_t)ROWS * c.vocab), *zd = fg_alloc_floats((size_t)K * ROWS * c.vocab);
+    layer_ops(&h.plain)->jvp(&h.plain, h.W, NULL, h.x, h.xdot, z, zd, B, K);
+    for (int k = 0; k < K; k++)
+        backend_cpu.matmul(&backend_cpu, 0, 0, ROWS, c.vocab, R, 1.0f / sqrtf((float)R), P + (size_t)k * ROWS * R, R,
+                           At + (size_t)k * R * c.vocab, c.vocab, 1.0f, zd + (size_t)k * ROWS * c.vocab, c.vocab);
+    float du[K], df[K], rec[ROWS * HEAD_RECORD];
+    float lu = loss_jvp(z, zd, h.labels, ROWS, lr, K, du);
+    HeadTangents t = {.At = At, .P = P, .rank = R};
+    float lf = head_loss_jvp(&h.fused, h.W, h.x, h.xdot, h.labels, B, K, 1.0f, &t, rec, df);
+    assert_true(rel(lf, lu) <= tol);
+    for (int k = 0; k < K; k++)
+        if (fabs(df[k] - du[k]) > tol * fmax(fabs(du[k]), 1.0))
+            fail_msg("V %d block %d: low-rank d[%d] fused %.9g, unfused %.9g", c.classes, c.block, k, df[k], du[k]);
+    if (c.block >= c.classes) assert_memory_equal(df, du, sizeof df);
+    fg_free(At), fg_free(P), fg_free(z), fg_free(zd), free_head(&h);
+}
+
+static void test_lowrank(void **state) {
+    (void)state;
+    compare_lowrank((Case){256, 256, HEAD_BLOCK_COLUMNS}, 0.0f);  // bit for bit
+    compare_lowrank((Case){300, 320, 64}, 1e-6f);
+    compare_lowrank((Case){1000, 1024, 128}, 1e-6f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_block_bitwise),
         cmocka_unit_test(test_several_blocks),
         cmocka_unit_test(test_derivatives),
         cmocka_unit_test(test_activity),
+        cmocka_unit_test(test_lowrank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,15 @@ static double lane_bytes(const Pipeline *p, int group) {
     return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
 }
 
+// The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
+// their tangents, and activity's estimate of the head over the replica's micro-batches.
+static double head_bytes(const Pipeline *p) {
+    const Layer *L = &p->model->layers[p->stage.last - 1];
+    if (!L->head_block) return 0.0;
+    int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0;
+    return (double)head_loss_work_floats(L, p->cfg->training.micro_batch, p->K, n_mb) * sizeof(float);
+}
+
 // A resident stage that cannot fit this machine is refused before it allocates: an allocation
 // that fails aborts, after a long time on a machine that overcommits.
 static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err) {
@@ -49,7 +58,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     // estimates) until the update.
     double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
-                       lane_bytes(p, 1) + kept;
+                       lane_bytes(p, 1) + kept + head_bytes(p);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget, rc;
@@ -70,11 +79,11 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->layout.mem_budget);
-    // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
-    // gradient and update, the parameter tangents of one layer (K). On a device these are device
-    // memory, and so is a copy of the layer being computed on; the budget counts host and
-    // device bytes alike.
-    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept +
+    // What stays in memory besides the slots: lanes of a whole wave, stashes, a fused head's
+    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
+    // device these are device memory, and so is a copy of the layer being computed on; the
+    // budget counts host and device bytes alike.
+    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept + head_bytes(p) +
                   (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "head_loss.h"
 #include "layer.h"
 #include "optimizer.h"
 #include "tangent.h"
@@ -73,10 +74,10 @@ struct Backend {
     // where the backend has none (the run then keeps the head unfused).
     float (*head_forward)(const Backend *be, const Layer *L, const float *W, const float *x,
                           const Label *labels, int B, float weight, float *rec, int *correct);
-    // activity (else NULL): d is per row [K, rows] (head_loss.h).
-    float (*head_jvp)(const Backend *be, const Layer *L, const float *W, const float *Wdot,
-                      const float *x, const float *xdot, const Label *labels, int B, int K,
-                      float weight, const TangentKey *activity, float *rec, float *d);
+    // t: the logits' tangents besides xdot's (head_loss.h; with activity ones, d per row).
+    float (*head_jvp)(const Backend *be, const Layer *L, const float *W, const float *x,
+                      const float *xdot, const Label *labels, int B, int K, float weight,
+                      const HeadTangents *t, float *rec, float *d);
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].

@@ -109,11 +109,11 @@ static float cpu_head_forward(const Backend *be, const Layer *L, const float *W,
     return head_loss_forward(L, W, x, labels, B, weight, rec, correct);
 }
 
-static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, const float *Wdot,
-                          const float *x, const float *xdot, const Label *labels, int B, int K,
-                          float weight, const TangentKey *activity, float *rec, float *d) {
+static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
+                          const float *xdot, const Label *labels, int B, int K, float weight,
+                          const HeadTangents *t, float *rec, float *d) {
     (void)be;
-    return head_loss_jvp(L, W, Wdot, x, xdot, labels, B, K, weight, activity, rec, d);
+    return head_loss_jvp(L, W, x, xdot, labels, B, K, weight, t, rec, d);
 }
 
 static double cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out,

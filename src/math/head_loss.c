@@ -53,6 +53,13 @@ static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
     return (float)(loss / h->rows);
 }
 
+size_t head_loss_work_floats(const Layer *L, int B, int K, int n_mb) {
+    HeadShape h = head_shape(L, B);
+    size_t block = (size_t)h.rows * FG_MIN(h.block, h.classes);
+    size_t rows = (size_t)h.rows * (sizeof(RunningRow) + (size_t)K * sizeof(double)) / sizeof(float);
+    return block * (1 + (size_t)K) + rows + block * (size_t)n_mb;
+}
+
 float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
                         int B, float weight, float *rec, int *correct) {
     HeadShape h = head_shape(L, B);
@@ -60,15 +67,6 @@ float head_loss_forward(const Layer *L, const float *W, const float *x, const La
     float loss = head_pass_stats(&h, W, x, labels, weight, rec, z, correct);
     fg_free(z);
     return loss;
-}
-
-// zd [K, rows, nb] = xdot_k W_blockᵀ + x Wdot_k,blockᵀ (the unfused linear_jvp's GEMMs).
-static void block_tangents(const HeadShape *h, const float *W, const float *Wdot, size_t n_params,
-                           const float *x, const float *xdot, int K, int j0, int nb, float *zd) {
-    size_t plane = (size_t)h->rows * nb;
-    if (xdot) block_logits(h, xdot, W, j0, nb, K * h->rows, 0.0f, zd);
-    else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
-    for (int k = 0; Wdot && k < K; k++) block_logits(h, x, Wdot + k * n_params, j0, nb, h->rows, 1.0f, zd + k * plane);
 }
 
 // y [rows, nb] += diag(coeff) u [rows, j0 .. j0 + nb) (coeff NULL: 1), u of key with a row of
@@ -80,9 +78,32 @@ static void block_activity(TangentKey key, int vocab, int rows, const float *coe
         tangent_axpy(key, (size_t)r * vocab + j0, (size_t)nb, coeff ? coeff[r / T] : 1.0f, y + (size_t)r * nb);
 }
 
-float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
-                    const float *xdot, const Label *labels, int B, int K, float weight,
-                    const TangentKey *activity, float *rec, float *d) {
+// zd [K, rows, nb] = xdot_k W_blockᵀ + t's terms, in the unfused layers' order: the linear's
+// GEMMs (perturb_weight), then its low-rank terms (perturb_lowrank) or activity tangents.
+static void block_tangents(const Layer *L, const HeadShape *h, const float *W, const HeadTangents *t,
+                           const float *x, const float *xdot, int K, int j0, int nb, float *zd) {
+    size_t plane = (size_t)h->rows * nb;
+    if (xdot) block_logits(h, xdot, W, j0, nb, K * h->rows, 0.0f, zd);
+    else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
+    for (int k = 0; t && k < K; k++) {
+        float *zk = zd + k * plane;
+        if (t->Wdot) block_logits(h, x, t->Wdot + k * L->param_count, j0, nb, h->rows, 1.0f, zk);
+        if (t->At)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->rows, nb, t->rank,
+                        1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
+                        t->At + (size_t)k * t->rank * L->vocab + j0, L->vocab, 1.0f, zk, nb);
+        if (t->activity) {
+            TangentKey kk = *t->activity;
+            kk.k = (uint32_t)k;
+            block_activity(kk, L->vocab, h->rows, NULL, 1, j0, nb, zk);
+        }
+    }
+}
+
+float head_loss_jvp(const Layer *L, const float *W, const float *x, const float *xdot,
+                    const Label *labels, int B, int K, float weight, const HeadTangents *t,
+                    float *rec, float *d) {
+    const int per_row = t && t->activity;
     HeadShape h = head_shape(L, B);
     int width = FG_MIN(h.block, h.classes);
     float *z = fg_alloc_floats((size_t)h.rows * width);
@@ -92,12 +113,7 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
     for (int b = 0; b < h.n_blocks; b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
         if (h.n_blocks > 1) block_logits(&h, x, W, j0, nb, h.rows, 0.0f, z);  // else still there
-        block_tangents(&h, W, Wdot, L->param_count, x, xdot, K, j0, nb, zd);
-        for (int k = 0; activity && k < K; k++) {
-            TangentKey kk = *activity;
-            kk.k = (uint32_t)k;
-            block_activity(kk, L->vocab, h.rows, NULL, 1, j0, nb, zd + (size_t)k * h.rows * nb);
-        }
+        block_tangents(L, &h, W, t, x, xdot, K, j0, nb, zd);
 #pragma omp parallel for schedule(static) if ((long)h.rows * nb > 65536)
         for (int r = 0; r < h.rows; r++) {
             const float *q = rec + (size_t)r * HEAD_RECORD, *zr = z + (size_t)r * nb;
@@ -111,9 +127,9 @@ float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const flo
         double sum = 0.0;
         for (int r = 0; r < h.rows; r++) {
             sum += row_d[(size_t)k * h.rows + r];
-            if (activity) d[(size_t)k * h.rows + r] = (float)row_d[(size_t)k * h.rows + r];
+            if (per_row) d[(size_t)k * h.rows + r] = (float)row_d[(size_t)k * h.rows + r];
         }
-        if (!activity) d[k] = (float)(sum / h.rows);
+        if (!per_row) d[k] = (float)(sum / h.rows);
     }
     fg_free(z);
     fg_free(zd);

@@ -27,18 +27,29 @@ enum { HEAD_RECORD = 4 };
 // over the rows; *correct (may be NULL) counts the rows whose largest logit is the label's.
 float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
                         int B, float weight, float *rec, int *correct);
+// The tangents of the head's logits zdot_k besides xdot_k Wᵀ (every pointer may be NULL):
+typedef struct {
+    const float *Wdot;           // full weight tangents [K, param_count]: + x Wdot_kᵀ
+    const float *At, *P;         // low-rank ones of rank `rank`: + P_k At_k / sqrt(rank), At
+    int rank;                    // [K, rank, vocab], P = x Bt_kᵀ [K, rows, rank] (stage.h)
+    const TangentKey *activity;  // activity tangents: + u_k of this key (a row of vocab values
+                                 // per token, the pad columns never read); d is then per row
+} HeadTangents;
+
 // The same, and d[k] = the directional derivative of the mean loss along tangent k: xdot
-// [K, rows, C] (NULL: 0) and Wdot [K, param_count] (NULL: 0). With `activity` (else NULL), the
-// activity tangents u_k of that key (a row of L->vocab values per token, the pad columns never
-// read) add into the logits' tangents, and d is per row, [K, rows]: row r's own derivative (not
-// divided by rows), as loss_jvp_rows writes it.
-float head_loss_jvp(const Layer *L, const float *W, const float *Wdot, const float *x,
-                    const float *xdot, const Label *labels, int B, int K, float weight,
-                    const TangentKey *activity, float *rec, float *d);
+// [K, rows, C] (NULL: 0) and t (NULL: none). With t->activity, d is per row, [K, rows]: row r's
+// own derivative (not divided by rows), as loss_jvp_rows writes it.
+float head_loss_jvp(const Layer *L, const float *W, const float *x, const float *xdot,
+                    const Label *labels, int B, int K, float weight, const HeadTangents *t,
+                    float *rec, float *d);
 // From the records: dx [rows, C] = the input adjoint (skipped when NULL), dW += the weight
 // gradient (skipped when NULL). Both read W (the logits are recomputed).
 void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
                         float *dx, float *dW, int B);
+// Floats of scratch the calls hold at once for B samples and K tangents (a block's logits and
+// their tangents, the rows' running sums and derivatives), and with n_mb > 0 the activity
+// estimate's G over n_mb micro-batches: what a memory budget counts for the fused head.
+size_t head_loss_work_floats(const Layer *L, int B, int K, int n_mb);
 // The activity estimate of the head's weight (stage_layer_activity_estimate's, block by block):
 // dW += Gᵀ x with G = sum_k diag(coeff) u_k over n_mb micro-batches of B samples (micro-batch
 // key.microbatch + b), coeff [n_mb, K, B] per sample (on each of its token rows), x [n_mb * B *

@@ -86,13 +86,11 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-// Training fuses the GPT's head with its loss (head_loss.h) where it can: for bp, for full
-// weight tangents, and on the CPU for activity tangents (made block by block); low-rank weight
-// tangents keep the head unfused (they enter through the linear's own thin GEMMs).
+// Training fuses the GPT's head with its loss (head_loss.h) in every mode and perturbation but
+// activity tangents on a GPU (the GPU's fused head does not make them block by block).
 int train_fuses_head(const Config *c) {
-    if (c->method.mode == MODE_BP) return 1;
-    if (c->method.perturb == PERTURB_ACTIVITY) return c->layout.device == DEVICE_CPU;
-    return c->method.tangent_rank == 0;
+    return c->method.mode == MODE_BP || c->method.perturb != PERTURB_ACTIVITY ||
+           c->layout.device == DEVICE_CPU;
 }
 
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {

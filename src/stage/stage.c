@@ -46,6 +46,7 @@ void stage_free(Stage *st) {
     }
     be->free(be, st->pdot);
     be->free(be, st->lowrank_work);
+    be->free(be, st->head_factors);
     be->free(be, st->ones);
     stage_free_local(st);
     memset(st, 0, sizeof *st);

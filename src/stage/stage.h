@@ -36,6 +36,7 @@ typedef struct {
     Perturbation perturb;  // where F's tangents enter (weight after stage_init; tangent.h)
     int tangent_rank;      // weight tangents of rank r (0: full; stage_set_tangent_rank)
     float *lowrank_work;   // one low-rank tangent's factors and products
+    float *head_factors;   // a fused head's low-rank At [K, r, vocab] and x Btᵀ [K, rows, r]
     float *ones;           // [max_rows * tokens] of 1: adds a bias tangent to every token row
     int local_groups;      // local losses: G groups per hidden layer (0: none; perturb_local.c)
     float **local_head;    // [n_layers]: the fixed heads of a layer ending a local loss, or NULL
@@ -162,6 +163,10 @@ int stage_layer_lowrank(const Stage *st, const Layer *L);
 // reference), *ref_dot += ref . v.
 void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
                             float *ydot, const float *ref, double *ref_dot);
+// Op F's low-rank tangents of a fused head (key's layer set): At_k and P_k = x Bt_kᵀ for every
+// k into st->head_factors (head_loss.h's HeadTangents); with ref, ref_dots[k] += ref . v_k.
+HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey key, const float *x,
+                                         int rows, const float *ref, double *ref_dots);
 // stage_layer_add_tangents and stage_layer_tangent_dots of a low-rank layer (key's layer set).
 void stage_lowrank_add_tangents(const Stage *st, const Layer *L, TangentKey key, int n_mb,
                                 const float *coeff, float *grad_l);
