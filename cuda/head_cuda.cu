@@ -115,15 +115,10 @@ static void block_tangents(const Backend *be, const Layer *L, const HeadShape *h
                     zd + (size_t)k * h->rows * nb, nb);
 }
 
-// Activity tangents are not made block by block here: the run plan keeps the head unfused for
-// them on a GPU (train.c).
 float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
                     const float *xdot, const Label *labels, int B, int K, float weight,
                     const HeadTangents *t, float *rec, float *d) {
-    if (t && t->activity) {
-        cuda_note(be, "fused head jvp", "activity tangents on the GPU's fused head are not built");
-        return 0.0f;
-    }
+    const int per_row = t && t->activity;
     HeadShape h = head_shape(L, B);
     int width = widest_block(&h);
     cudaStream_t stream = cuda_ctx(be)->stream;
@@ -136,14 +131,20 @@ float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const flo
         int j0 = b * h.block, nb = block_width(&h, b);
         if (h.n_blocks > 1) block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, z, 1, "fused head: logits again");
         block_tangents(be, L, &h, W, t, x, xdot, K, j0, nb, zd);
+        if (per_row)
+            cuda_tangent_add_columns(be, *t->activity, K, h.rows, (size_t)L->vocab, j0, nb, NULL, 0, 1,
+                                     zd, (size_t)h.rows * nb);
         head_jvp_kernel<<<row_blocks(h.rows), 128, 0, stream>>>(rec, z, zd, h.rows, j0, nb, K, row_d);
         launch_check(be, "fused head: derivatives");
     }
     const double *host = cuda_download_partials(be, (size_t)K * h.rows);
     for (int k = 0; k < K; k++) {
         double sum = 0.0;
-        for (int r = 0; r < h.rows; r++) sum += host[(size_t)k * h.rows + r];
-        d[k] = (float)(sum / h.rows);
+        for (int r = 0; r < h.rows; r++) {
+            sum += host[(size_t)k * h.rows + r];
+            if (per_row) d[(size_t)k * h.rows + r] = (float)host[(size_t)k * h.rows + r];
+        }
+        if (!per_row) d[k] = (float)(sum / h.rows);
     }
     return loss;
 }
@@ -168,5 +169,28 @@ void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const
             cuda_gemm(be, "fused head backward: dW", CUBLAS_OP_N, CUBLAS_OP_T, h.C, nb, h.rows, X, G,
                       1.0f, dW + (size_t)j0 * h.C, h.C, 0, 1);
         }
+    }
+}
+
+// head_loss_activity_grad on the GPU: G block by block (coeff per sample, on its token rows),
+// dW_blockᵀ [C, nb] += xᵀ G.
+void cuda_head_activity_grad(const Backend *be, const Layer *L, TangentKey key, int K, int n_mb,
+                             int B, const float *coeff, const float *x, float *dW) {
+    HeadShape h = head_shape(L, n_mb * B);
+    int T = layer_tokens(L), mb_rows = B * T;
+    const float *c = cuda_upload_coeff(be, coeff, (size_t)n_mb * K * B);
+    float *G = (float *)cuda_workspace(be, WORK_HEAD_ZD, (size_t)h.rows * widest_block(&h) * sizeof(float));
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < h.n_blocks; b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        zero_floats(be, G, (size_t)h.rows * nb, "fused head activity: zero G");
+        for (int m = 0; m < n_mb; m++) {
+            key.microbatch = mb0 + (uint32_t)m;
+            cuda_tangent_add_columns(be, key, K, mb_rows, (size_t)L->vocab, j0, nb, c + (size_t)m * K * B, B, T,
+                                     G + (size_t)m * mb_rows * nb, 0);
+        }
+        GemmArg X = {x, h.C, 0}, Gb = {G, nb, 0};
+        cuda_gemm(be, "fused head activity: dW", CUBLAS_OP_N, CUBLAS_OP_T, h.C, nb, h.rows, X, Gb, 1.0f,
+                  dW + (size_t)j0 * h.C, h.C, 0, 1);
     }
 }

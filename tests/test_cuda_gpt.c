@@ -137,9 +137,43 @@ static void test_fused_bias(void **state) {
     if (unfused) fail_msg("%ld GEMMs with a bias ran unfused (cuBLASLt had no kernel)", unfused);
 }
 
+// The fused head's activity tangents (per-row d, and op U's estimate) and low-rank ones (rank 2)
+// on the GPU against the CPU's (host copies and device copies of the same W, x, xdot, labels).
+static void check_head_tangents(const Layer *L, const float *W, const float *gW, const float *x,
+                                const float *gx, const float *xdot, const float *gxdot,
+                                const Label *labels, const Label *glabels, int B, int K, size_t c) {
+    enum { R = 2, NMB = 2 };
+    int rows = B * layer_tokens(L), C = layer_in_token(L);
+    size_t n = (size_t)L->vocab * C;
+    TangentKey key = activity_key(3, 1, 0, 9);
+    float *dr = fg_alloc_floats((size_t)K * rows), *gdr = fg_alloc_floats((size_t)K * rows);
+    float *rec = fg_alloc_floats((size_t)rows * HEAD_RECORD), *grec = backend_alloc_floats(&gpu, (size_t)rows * HEAD_RECORD);
+    HeadTangents ta = {.activity = &key};
+    cpu->head_jvp(cpu, L, W, x, xdot, labels, B, K, 1.0f, &ta, rec, dr);
+    gpu.head_jvp(&gpu, L, gW, gx, gxdot, glabels, B, K, 1.0f, &ta, grec, gdr);
+    if (rel_error(gdr, dr, (size_t)K * rows) > TOL) fail_msg("case %zu: activity row derivatives differ", c);
+    float *coeff = random_floats((size_t)NMB * K * B, 11 + c), *x2 = fg_alloc_floats((size_t)NMB * rows * C);
+    for (int m = 0; m < NMB; m++) memcpy(x2 + (size_t)m * rows * C, x, (size_t)rows * C * sizeof(float));
+    float *dW = fg_alloc_floats(n), *gx2 = on_gpu(x2, (size_t)NMB * rows * C), *gdW = backend_alloc_floats(&gpu, n);
+    cpu->head_activity_grad(cpu, L, key, K, NMB, B, coeff, x2, dW);
+    gpu.head_activity_grad(&gpu, L, key, K, NMB, B, coeff, gx2, gdW);
+    assert_close(gdW, dW, n, TOL, "fused head: activity estimate");
+    float *At = random_floats((size_t)K * R * L->vocab, 12 + c), *P = random_floats((size_t)K * rows * R, 13 + c), d[4], gd[4];
+    float *gAt = on_gpu(At, (size_t)K * R * L->vocab), *gP = on_gpu(P, (size_t)K * rows * R);
+    HeadTangents tl = {.At = At, .P = P, .rank = R}, gtl = {.At = gAt, .P = gP, .rank = R};
+    cpu->head_jvp(cpu, L, W, x, xdot, labels, B, K, 1.0f, &tl, rec, d);
+    gpu.head_jvp(&gpu, L, gW, gx, gxdot, glabels, B, K, 1.0f, &gtl, grec, gd);
+    for (int k = 0; k < K; k++)
+        if (fabs(gd[k] - d[k]) > TOL * fmax(1.0, fabs(d[k]))) fail_msg("case %zu: low-rank d[%d] %g on the GPU, %g on the CPU", c, k, gd[k], d[k]);
+    void *dev[] = {grec, gx2, gdW, gAt, gP};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
+    fg_free(dr), fg_free(gdr), fg_free(rec), fg_free(coeff), fg_free(x2), fg_free(dW), fg_free(At), fg_free(P);
+}
+
 // The head fused with the loss (head_loss.h, cuda/head_cuda.cu) against the CPU's: one block,
 // several blocks with a padded vocabulary not a multiple of the block; the loss, the records,
-// d, dx and dW (each half of the backward alone, as Bi and Bw run it).
+// d, dx and dW (each half of the backward alone, as Bi and Bw run it), and its activity and
+// low-rank tangents.
 static void test_fused_head(void **state) {
     (void)state;
     int cases[][5] = {{256, 256, 4096, 2, 8}, {300, 320, 64, 3, 16}, {5000, 5056, 4096, 2, 24}};  // classes, vocab, block, B, C
@@ -178,6 +212,7 @@ static void test_fused_head(void **state) {
         gpu.backward(&gpu, &L, gW, gx, grec, NULL, gdW, B);
         assert_close(gdx, dx, (size_t)rows * C, TOL, "fused head: dx");
         assert_close(gdW, dW, n, TOL, "fused head: dW");
+        check_head_tangents(&L, W, gW, x, gx, xdot, gxdot, labels, glabels, B, K, c);
         void *dev[] = {gW, gWdot, gx, gxdot, grec, gdx, gdW, glabels};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
         fg_free(W), fg_free(Wdot), fg_free(x), fg_free(xdot), fg_free(labels), fg_free(rec), fg_free(dx), fg_free(dW);

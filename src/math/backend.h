@@ -78,6 +78,9 @@ struct Backend {
     float (*head_jvp)(const Backend *be, const Layer *L, const float *W, const float *x,
                       const float *xdot, const Label *labels, int B, int K, float weight,
                       const HeadTangents *t, float *rec, float *d);
+    // head_loss_activity_grad (coeff on the host, x and dW in backend memory).
+    void (*head_activity_grad)(const Backend *be, const Layer *L, TangentKey key, int K, int n_mb,
+                               int B, const float *coeff, const float *x, float *dW);
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].

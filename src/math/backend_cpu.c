@@ -116,6 +116,12 @@ static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, con
     return head_loss_jvp(L, W, x, xdot, labels, B, K, weight, t, rec, d);
 }
 
+static void cpu_head_activity_grad(const Backend *be, const Layer *L, TangentKey key, int K,
+                                   int n_mb, int B, const float *coeff, const float *x, float *dW) {
+    (void)be;
+    head_loss_activity_grad(L, key, K, n_mb, B, coeff, x, dW);
+}
+
 static double cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out,
                                const float *ref) {
     (void)be;
@@ -204,6 +210,7 @@ const Backend backend_cpu = {
     .loss_backward = cpu_loss_backward,
     .head_forward = cpu_head_forward,
     .head_jvp = cpu_head_jvp,
+    .head_activity_grad = cpu_head_activity_grad,
     .tangent_fill = cpu_tangent_fill,
     .tangent_axpy = cpu_tangent_axpy,
     .tangent_dot = cpu_tangent_dot,

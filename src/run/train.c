@@ -86,19 +86,12 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-// Training fuses the GPT's head with its loss (head_loss.h) in every mode and perturbation but
-// activity tangents on a GPU (the GPU's fused head does not make them block by block).
-int train_fuses_head(const Config *c) {
-    return c->method.mode == MODE_BP || c->method.perturb != PERTURB_ACTIVITY ||
-           c->layout.device == DEVICE_CPU;
-}
-
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {
     int rc;
     if (strcmp(c->net.model, "gpt") == 0) {
         GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
                       .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab,
-                      .fused_head = training && train_fuses_head(c), .head_block = c->net.head_block};
+                      .fused_head = training, .head_block = c->net.head_block};
         rc = model_build_gpt(m, g, err);
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);

@@ -92,7 +92,4 @@ int train_write_summary(const Config *cfg, const TrainResult *res, const char *p
 
 size_t peak_rss_bytes(void);
 
-// Whether a training run of c fuses the GPT's head with its loss (head_loss.h; docs/gpt.md).
-int train_fuses_head(const Config *c);
-
 #endif

@@ -1,10 +1,6 @@
 // Activity perturbation (perturbation.h): op F adds a tangent u_{b,k} to every parameter
 // layer's output tangent, one row per sample (no parameter tangents), and keeps the layer's
 // input; op U forms G = sum_k diag(coeff) u_k and the weight half of the backward from it.
-#include <stdio.h>
-#include <stdlib.h>
-
-#include "head_loss.h"
 #include "perturbation.h"
 
 void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
@@ -43,15 +39,10 @@ void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
     int K = st->tangents, T = layer_tokens(L), offset, width;
-    if (L->head_block) {  // a head fused with the loss: G block by block (CPU; train.c)
-        if (be->on_device) {
-            fprintf(stderr, "fgpipe: internal error: activity tangents on the fused head %s run on "
-                    "the CPU only\n", L->name);
-            abort();
-        }
+    if (L->head_block) {  // a head fused with the loss: G block by block
         key.layer = (uint32_t)l;
         key.stream = STREAM_ACTIVITY;
-        head_loss_activity_grad(L, key, K, n_mb, rows, coeff, x, grad);
+        be->head_activity_grad(be, L, key, K, n_mb, rows, coeff, x, grad);
         return;
     }
     layer_branch(L, &offset, &width);

@@ -1,6 +1,6 @@
 // Op F of the head fused with the loss (head_loss.h): the stage's last layer scores the labels
 // the caller put in st->head, with the tangents of its perturbation (full weight, low-rank,
-// activity: made block by block, on the CPU) or none (frozen).
+// activity: made block by block) or none (frozen).
 #include <stdio.h>
 #include <stdlib.h>
 
