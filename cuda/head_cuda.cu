@@ -115,38 +115,98 @@ static void block_tangents(const Backend *be, const Layer *L, const HeadShape *h
                     zd + (size_t)k * h->rows * nb, nb);
 }
 
+// d from the rows' derivatives (host) [K, rows]: their means, or with per_row the rows' own.
+static void derivatives_out(const HeadShape *h, const double *row_d, int K, int per_row, float *d) {
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < h->rows; r++) {
+            sum += row_d[(size_t)k * h->rows + r];
+            if (per_row) d[(size_t)k * h->rows + r] = (float)row_d[(size_t)k * h->rows + r];
+        }
+        if (!per_row) d[k] = (float)(sum / h->rows);
+    }
+}
+
+// One block (head_loss.c's jvp_one_block): the records, then d from them, the logits still in z.
+static float jvp_one_block(const Backend *be, const Layer *L, const HeadShape *h, const float *W,
+                           const float *x, const float *xdot, const Label *labels, int K,
+                           float weight, const HeadTangents *t, float *rec, float *z, float *zd,
+                           float *d) {
+    cudaStream_t stream = cuda_ctx(be)->stream;
+    float loss = pass_stats(be, h, W, x, labels, weight, rec, z, NULL);
+    int nb = block_width(h, 0);
+    block_tangents(be, L, h, W, t, x, xdot, K, 0, nb, zd);
+    if (t && t->activity)
+        cuda_tangent_add_columns(be, *t->activity, K, h->rows, (size_t)L->vocab, 0, nb, NULL, 0, 1, zd,
+                                 (size_t)h->rows * nb);
+    double *row_d = cuda_partials(be, (size_t)K * h->rows);  // after pass_stats read its own
+    cuda_check(be, cudaMemsetAsync(row_d, 0, (size_t)K * h->rows * sizeof(double), stream), "fused head: zero d");
+    head_jvp_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(rec, z, zd, h->rows, 0, nb, K, row_d);
+    launch_check(be, "fused head: derivatives");
+    derivatives_out(h, cuda_download_partials(be, (size_t)K * h->rows), K, t && t->activity, d);
+    return loss;
+}
+
+__global__ void head_online_kernel(RunningRow *run, double *S, float *zl, const float *z,
+                                   const float *zd, const Label *labels, int rows, int j0, int nb,
+                                   int K) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float *zr = z + (size_t)r * nb;
+    float old = run[r].zmax;
+    fg_head_running(&run[r], zr, j0, nb, labels[r]);
+    fg_head_running_jvp(&run[r], old, S + r, zl + r, (size_t)rows, K, zr, zd + (size_t)r * nb,
+                        (size_t)rows * nb, j0, nb, labels[r]);
+}
+
+__global__ void head_online_d_kernel(const RunningRow *run, const double *S, const float *zl,
+                                     int rows, int K, double *out) {
+    size_t n = (size_t)K * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = fg_head_online_d(&run[i % rows], S[i], zl[i]);
+}
+
+// More blocks (head_loss.c's jvp_online): one pass, d accumulated with the running rescaling.
+static float jvp_online(const Backend *be, const Layer *L, const HeadShape *h, const float *W,
+                        const float *x, const float *xdot, const Label *labels, int K,
+                        float weight, const HeadTangents *t, float *rec, float *z, float *zd,
+                        float *d) {
+    cudaStream_t stream = cuda_ctx(be)->stream;
+    size_t rows_bytes = (size_t)h->rows * sizeof(RunningRow), kr = (size_t)K * h->rows;
+    char *state = (char *)cuda_workspace(be, WORK_HEAD_ROWS, rows_bytes + kr * (sizeof(double) + sizeof(float)));
+    RunningRow *run = (RunningRow *)state;
+    double *S = (double *)(state + rows_bytes);
+    float *zl = (float *)(S + kr);
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_gemm(be, h, W, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
+        block_tangents(be, L, h, W, t, x, xdot, K, j0, nb, zd);
+        if (t && t->activity)
+            cuda_tangent_add_columns(be, *t->activity, K, h->rows, (size_t)L->vocab, j0, nb, NULL, 0, 1, zd,
+                                     (size_t)h->rows * nb);
+        head_online_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, S, zl, z, zd, labels, h->rows, j0, nb, K);
+        launch_check(be, "fused head: online softmax and derivatives");
+    }
+    double *out = cuda_partials(be, 2 * (size_t)h->rows + kr);
+    head_record_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, labels, h->rows, weight, rec, out);
+    head_online_d_kernel<<<grid_for(kr, 128, 65535), 128, 0, stream>>>(run, S, zl, h->rows, K, out + 2 * h->rows);
+    launch_check(be, "fused head: records and derivatives");
+    const double *host = cuda_download_partials(be, 2 * (size_t)h->rows + kr);
+    double loss = 0.0;
+    for (int r = 0; r < h->rows; r++) loss += (float)host[r];
+    derivatives_out(h, host + 2 * h->rows, K, t && t->activity, d);
+    return (float)(loss / h->rows);
+}
+
 float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
                     const float *xdot, const Label *labels, int B, int K, float weight,
                     const HeadTangents *t, float *rec, float *d) {
-    const int per_row = t && t->activity;
     HeadShape h = head_shape(L, B);
     int width = widest_block(&h);
-    cudaStream_t stream = cuda_ctx(be)->stream;
     float *z = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * width * sizeof(float));
     float *zd = (float *)cuda_workspace(be, WORK_HEAD_ZD, (size_t)K * h.rows * width * sizeof(float));
-    float loss = pass_stats(be, &h, W, x, labels, weight, rec, z, NULL);
-    double *row_d = cuda_partials(be, (size_t)K * h.rows);  // after pass_stats: its own partials are read
-    cuda_check(be, cudaMemsetAsync(row_d, 0, (size_t)K * h.rows * sizeof(double), stream), "fused head: zero d");
-    for (int b = 0; b < h.n_blocks; b++) {
-        int j0 = b * h.block, nb = block_width(&h, b);
-        if (h.n_blocks > 1) block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, z, 1, "fused head: logits again");
-        block_tangents(be, L, &h, W, t, x, xdot, K, j0, nb, zd);
-        if (per_row)
-            cuda_tangent_add_columns(be, *t->activity, K, h.rows, (size_t)L->vocab, j0, nb, NULL, 0, 1,
-                                     zd, (size_t)h.rows * nb);
-        head_jvp_kernel<<<row_blocks(h.rows), 128, 0, stream>>>(rec, z, zd, h.rows, j0, nb, K, row_d);
-        launch_check(be, "fused head: derivatives");
-    }
-    const double *host = cuda_download_partials(be, (size_t)K * h.rows);
-    for (int k = 0; k < K; k++) {
-        double sum = 0.0;
-        for (int r = 0; r < h.rows; r++) {
-            sum += host[(size_t)k * h.rows + r];
-            if (per_row) d[(size_t)k * h.rows + r] = (float)host[(size_t)k * h.rows + r];
-        }
-        if (!per_row) d[k] = (float)(sum / h.rows);
-    }
-    return loss;
+    return (h.n_blocks == 1 ? jvp_one_block : jvp_online)(be, L, &h, W, x, xdot, labels, K, weight, t,
+                                                          rec, z, zd, d);
 }
 
 void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const float *x,

@@ -30,6 +30,20 @@ static void block_logits(const HeadShape *h, const float *x, const float *W, int
                 W + (size_t)j0 * h->C, h->C, beta, z, nb);
 }
 
+// Every row's record (head_loss.h) from its running softmax; returns the mean loss.
+static float finish_rows(const HeadShape *h, const RunningRow *run, const Label *labels,
+                         float weight, float *rec, int *correct) {
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < h->rows; r++) {
+        int hit;
+        loss += fg_head_record(&run[r], labels[r], weight, rec + (size_t)r * HEAD_RECORD, &hit);
+        hits += hit;
+    }
+    if (correct) *correct = hits;
+    return (float)(loss / h->rows);
+}
+
 // Pass one: every row's record and loss; the last block's logits stay in z [rows, block].
 static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
                              const Label *labels, float weight, float *rec, float *z,
@@ -41,16 +55,9 @@ static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
         for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
     }
-    double loss = 0.0;
-    int hits = 0;
-    for (int r = 0; r < h->rows; r++) {
-        int hit;
-        loss += fg_head_record(&run[r], labels[r], weight, rec + (size_t)r * HEAD_RECORD, &hit);
-        hits += hit;
-    }
-    if (correct) *correct = hits;
+    float loss = finish_rows(h, run, labels, weight, rec, correct);
     fg_free(run);
-    return (float)(loss / h->rows);
+    return loss;
 }
 
 size_t head_loss_work_floats(const Layer *L, int B, int K, int n_mb) {
@@ -100,37 +107,72 @@ static void block_tangents(const Layer *L, const HeadShape *h, const float *W, c
     }
 }
 
+// d from the rows' derivatives row_d [K, rows]: their means, or with per_row the rows' own.
+static void derivatives_out(const HeadShape *h, const double *row_d, int K, int per_row, float *d) {
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < h->rows; r++) {
+            sum += row_d[(size_t)k * h->rows + r];
+            if (per_row) d[(size_t)k * h->rows + r] = (float)row_d[(size_t)k * h->rows + r];
+        }
+        if (!per_row) d[k] = (float)(sum / h->rows);
+    }
+}
+
+// One block: the records first, then d with p_j = exp(z_j - zmax) * inv from them, the logits
+// still in z: loss.c's formulas, bit for bit.
+static float jvp_one_block(const Layer *L, const HeadShape *h, const float *W, const float *x,
+                           const float *xdot, const Label *labels, int K, float weight,
+                           const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
+    float loss = head_pass_stats(h, W, x, labels, weight, rec, z, NULL);
+    int nb = block_width(h, 0);
+    block_tangents(L, h, W, t, x, xdot, K, 0, nb, zd);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+    for (int r = 0; r < h->rows; r++)
+        for (int k = 0; k < K; k++)
+            row_d[(size_t)k * h->rows + r] = fg_head_jvp_block(rec + (size_t)r * HEAD_RECORD, z + (size_t)r * nb,
+                                                               zd + ((size_t)k * h->rows + r) * nb, 0, nb, 0.0);
+    return loss;
+}
+
+// More blocks: one pass, each block's logits and tangents formed once, d accumulated with the
+// running rescaling (fg_head_running_jvp).
+static float jvp_online(const Layer *L, const HeadShape *h, const float *W, const float *x,
+                        const float *xdot, const Label *labels, int K, float weight,
+                        const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
+    RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
+    double *S = fg_alloc_bytes((size_t)K * h->rows * sizeof(double));
+    float *zl = fg_alloc_floats((size_t)K * h->rows);
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
+        block_tangents(L, h, W, t, x, xdot, K, j0, nb, zd);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+        for (int r = 0; r < h->rows; r++) {
+            const float *zr = z + (size_t)r * nb;
+            float old = run[r].zmax;
+            fg_head_running(&run[r], zr, j0, nb, labels[r]);
+            fg_head_running_jvp(&run[r], old, S + r, zl + r, (size_t)h->rows, K, zr, zd + (size_t)r * nb,
+                                (size_t)h->rows * nb, j0, nb, labels[r]);
+        }
+    }
+    float loss = finish_rows(h, run, labels, weight, rec, NULL);
+    for (size_t i = 0; i < (size_t)K * h->rows; i++) row_d[i] = fg_head_online_d(&run[i % h->rows], S[i], zl[i]);
+    fg_free(run), fg_free(S), fg_free(zl);
+    return loss;
+}
+
 float head_loss_jvp(const Layer *L, const float *W, const float *x, const float *xdot,
                     const Label *labels, int B, int K, float weight, const HeadTangents *t,
                     float *rec, float *d) {
-    const int per_row = t && t->activity;
     HeadShape h = head_shape(L, B);
     int width = FG_MIN(h.block, h.classes);
     float *z = fg_alloc_floats((size_t)h.rows * width);
     float *zd = fg_alloc_floats((size_t)K * h.rows * width);
     double *row_d = fg_alloc_bytes((size_t)K * h.rows * sizeof(double));
-    float loss = head_pass_stats(&h, W, x, labels, weight, rec, z, NULL);
-    for (int b = 0; b < h.n_blocks; b++) {
-        int j0 = b * h.block, nb = block_width(&h, b);
-        if (h.n_blocks > 1) block_logits(&h, x, W, j0, nb, h.rows, 0.0f, z);  // else still there
-        block_tangents(L, &h, W, t, x, xdot, K, j0, nb, zd);
-#pragma omp parallel for schedule(static) if ((long)h.rows * nb > 65536)
-        for (int r = 0; r < h.rows; r++) {
-            const float *q = rec + (size_t)r * HEAD_RECORD, *zr = z + (size_t)r * nb;
-            for (int k = 0; k < K; k++) {
-                double *acc = &row_d[(size_t)k * h.rows + r];
-                *acc = fg_head_jvp_block(q, zr, zd + ((size_t)k * h.rows + r) * nb, j0, nb, *acc);
-            }
-        }
-    }
-    for (int k = 0; k < K; k++) {
-        double sum = 0.0;
-        for (int r = 0; r < h.rows; r++) {
-            sum += row_d[(size_t)k * h.rows + r];
-            if (per_row) d[(size_t)k * h.rows + r] = (float)row_d[(size_t)k * h.rows + r];
-        }
-        if (!per_row) d[k] = (float)(sum / h.rows);
-    }
+    float loss = (h.n_blocks == 1 ? jvp_one_block : jvp_online)(L, &h, W, x, xdot, labels, K, weight, t,
+                                                                rec, z, zd, row_d);
+    derivatives_out(&h, row_d, K, t && t->activity, d);
     fg_free(z);
     fg_free(zd);
     fg_free(row_d);

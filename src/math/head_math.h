@@ -65,4 +65,27 @@ FG_HD double fg_head_jvp_block(const float *q, const float *z, const float *zd, 
     return acc;
 }
 
+// The JVP in one pass over more than one block (an online softmax's derivative): S_k = sum_j
+// exp(z_j - zmax) zd_k,j over the blocks so far, rescaled with the running sum whenever zmax
+// grows, and zl_k = zd_k,label once seen; the row's derivative along tangent k is then
+// S_k / sum - zl_k (fg_head_online_d). Called after fg_head_running on the same block, with the
+// zmax from before it (old_zmax); S and zl hold K values `stride` apart, zd K blocks zd_stride
+// apart.
+FG_HD void fg_head_running_jvp(const RunningRow *s, float old_zmax, double *S, float *zl,
+                               size_t stride, int K, const float *z, const float *zd,
+                               size_t zd_stride, int j0, int nb, int label) {
+    double rescale = j0 > 0 && s->zmax > old_zmax ? exp((double)old_zmax - (double)s->zmax) : 1.0;
+    for (int k = 0; k < K; k++) {
+        const float *zk = zd + k * zd_stride;
+        double acc = j0 > 0 ? S[k * stride] * rescale : 0.0;
+        for (int j = 0; j < nb; j++) acc += (double)expf(z[j] - s->zmax) * zk[j];
+        S[k * stride] = acc;
+        if (label >= j0 && label < j0 + nb) zl[k * stride] = zk[label - j0];
+    }
+}
+
+FG_HD double fg_head_online_d(const RunningRow *s, double S, float zl) {
+    return S / s->sum - (double)zl;
+}
+
 #endif
