@@ -1,13 +1,16 @@
-// The GPT's head fused with its loss (docs/gpt.md, "The fused head"): logits z = x Wᵀ of a
-// token row are formed HEAD_BLOCK_COLUMNS vocabulary columns at a time, with a running max and
-// sum (an online softmax), so no row of V logits is ever whole: not in a lane, an adjoint or a
-// message. What a row leaves behind is a record of HEAD_RECORD floats, its "output":
+// The GPT's head fused with its loss (docs/gpt.md, "The fused head and loss"): logits z = x Wᵀ
+// of a token row are formed L->head_block (HEAD_BLOCK_COLUMNS by default) vocabulary columns at
+// a time, with a running max and sum (an online softmax), so no row of V logits is ever whole:
+// not in a lane, an adjoint or a message. What a row leaves behind is a record of HEAD_RECORD
+// floats, its "output":
 //   {label, zmax, inv, weight}: the label (exact in a float: ids < 2^24), the largest logit,
 //   the float reciprocal of sum_j exp(z_j - zmax), and the scale of the row's adjoint in op B
 //   (the mean's 1/rows times `weight`).
-// The JVP and the backward recompute the logits block by block from that record: p_j =
-// exp(z_j - zmax) * inv, dz_j = (p_j - [j == label]) / rows * weight; the JVP's d = sum_j dz_j
-// zdot_j with zdot = xdot Wᵀ + x Wdotᵀ, the input adjoint dx = sum_j dz_j W_j, dW_j += dz_jᵀ x.
+// The JVP forms each block's logits and tangents zdot = xdot Wᵀ + x Wdotᵀ (+ low-rank or
+// activity terms) once and accumulates sum_j exp(z_j - zmax) zdot_j with the running rescaling:
+// d = that / sum - zdot_label. The backward recomputes the logits block by block from the
+// record: p_j = exp(z_j - zmax) * inv, dz_j = (p_j - [j == label]) / rows * weight, the input
+// adjoint dx = sum_j dz_j W_j, dW_j += dz_jᵀ x.
 // Only the first `classes` columns are scored (the rest pad the table: no softmax, zero
 // gradient). With one block (the byte-level GPT: 256 columns) every number is the unfused
 // linear layer's and loss.c's, bit for bit: the same GEMMs, the same row formulas
