@@ -185,6 +185,9 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.loss_jvp = cuda_loss_jvp;
     b.loss_jvp_rows = cuda_loss_jvp_rows;
     b.loss_backward = cuda_loss_backward;
+    b.head_forward = cuda_head_forward;
+    b.head_jvp = cuda_head_jvp;
+    b.head_activity_grad = cuda_head_activity_grad;
     b.tangent_fill = cuda_tangent_fill;
     b.tangent_axpy = cuda_tangent_axpy;
     b.tangent_dot = cuda_tangent_dot;

@@ -12,7 +12,8 @@ extern "C" {
 }
 
 // Scratch buffers of the layers, one per use, so that no two live uses share one.
-enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, CUDA_WORK_SLOTS };
+enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, WORK_HEAD_Z, WORK_HEAD_ZD, WORK_HEAD_ROWS,
+       CUDA_WORK_SLOTS };
 
 typedef struct {
     int device;
@@ -160,6 +161,16 @@ float cuda_loss_jvp_rows(const Backend *be, const float *logits, const float *zd
                          const Label *labels, int B, LogitRows C, int K, float *d_rows);
 float cuda_loss_backward(const Backend *be, const float *logits, const Label *labels, int B,
                          LogitRows C, float *dz);
+// head_cuda.cu: the head fused with the loss (head_loss.h)
+float cuda_head_forward(const Backend *be, const Layer *L, const float *W, const float *x,
+                        const Label *labels, int B, float weight, float *rec, int *correct);
+float cuda_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
+                    const float *xdot, const Label *labels, int B, int K, float weight,
+                    const HeadTangents *t, float *rec, float *d);
+void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const float *x,
+                        const float *rec, float *dx, float *dW, int B);
+void cuda_head_activity_grad(const Backend *be, const Layer *L, TangentKey key, int K, int n_mb,
+                             int B, const float *coeff, const float *x, float *dW);
 // tangent_cuda.cu
 double cuda_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out, const float *ref);
 void cuda_tangent_axpy(const Backend *be, TangentKey key, int n_mb, int K, const float *coeff,
@@ -168,6 +179,11 @@ void cuda_tangent_dot(const Backend *be, TangentKey key, int n_mb, int K, size_t
                       const float *x, double *dots);
 void cuda_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, int width,
                            const float *coeff, float *y, size_t y_stride, size_t ld);
+// Columns [j0, j0 + nb) of the rows of `width` elements: y + k*y_stride [rows, nb] +=
+// coeff[k*coeff_rows + r / coeff_div] u_k (device coeff, or NULL: 1), k in order.
+void cuda_tangent_add_columns(const Backend *be, TangentKey key, int K, int rows, size_t width,
+                              int j0, int nb, const float *coeff, int coeff_rows, int coeff_div,
+                              float *y, size_t y_stride);
 // vector_cuda.cu
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
 void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);

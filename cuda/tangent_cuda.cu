@@ -79,6 +79,36 @@ __global__ void tangent_add_rows_kernel(TangentKey key, int K, size_t width, siz
         }
 }
 
+// Columns [j0, j0 + nb) of tangent rows of `width` elements (a fused head's block, head_loss.h):
+// y + k*y_stride [rows, nb] += coeff[k*coeff_rows + r / coeff_div] u_k[r*width + j0 + j]
+// (coeff NULL: 1), k in order (y_stride 0: every k into one y): the CPU's block_activity. One
+// thread per element, each making its element's Philox block.
+__global__ void tangent_add_columns_kernel(TangentKey key, int K, int rows, size_t width, int j0,
+                                           int nb, const float *coeff, int coeff_rows,
+                                           int coeff_div, float *y, size_t y_stride) {
+    size_t n = (size_t)rows * nb;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / nb, i = r * width + j0 + e % nb;
+        size_t blk = i / BATCH * BLOCKS + i % BLOCKS;
+        int q = (int)(i % BATCH / BLOCKS);
+        for (int k = 0; k < K; k++) {
+            key.k = (uint32_t)k;
+            float v[4];
+            normals4(key, blk, v);
+            y[k * y_stride + e] += (coeff ? coeff[(size_t)k * coeff_rows + r / coeff_div] : 1.0f) * v[q];
+        }
+    }
+}
+
+void cuda_tangent_add_columns(const Backend *be, TangentKey key, int K, int rows, size_t width,
+                              int j0, int nb, const float *coeff, int coeff_rows, int coeff_div,
+                              float *y, size_t y_stride) {
+    size_t n = (size_t)rows * nb;
+    tangent_add_columns_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(
+        key, K, rows, width, j0, nb, coeff, coeff_rows, coeff_div, y, y_stride);
+    launch_check(be, "tangent add columns");
+}
+
 enum { DOT_THREADS = 256, DOT_GRID = 256 };
 
 // partial[blockIdx.x * NK + bk] = this block's share of v_{b,k} . x (fixed grid: the same

@@ -77,17 +77,23 @@ for s in ('train', 'val'):
 mkdir -p "$dir/flash"
 small=(--set train_tokens="$dir/train512.bin" --set val_tokens="$dir/val512.bin" --set vocab=512 --set n_layer=3 --set n_embd=64
        --set mode=fg+bp --set perturb=activity --set estimator=mix --set shrink=0.5 --set select=2 --set lag=0 --set steps=4)
-"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --mem-budget 1 --weights-dir "$dir/flash" --no-checkpoint >"$dir/probe.log" 2>&1
-budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | head -n 1)
-"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --no-checkpoint --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
-"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" --no-checkpoint --save-params "$dir/ooc.bin" \
-  --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
-why=""
-if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
-elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
-elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
-elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
-verdict "tokens out of core (fg+bp, two slots, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
+# Twice: the fused head's logits in one block of 512 columns, and in six (head_block = 96, the
+# last of 32 columns).
+for blocks in one six; do
+  extra=(); [ "$blocks" = six ] && extra=(--set head_block=96)
+  rm -rf "$dir/flash" && mkdir -p "$dir/flash"
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --mem-budget 1 --weights-dir "$dir/flash" --no-checkpoint >"$dir/probe.log" 2>&1
+  budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | head -n 1)
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --no-checkpoint --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --no-checkpoint --save-params "$dir/ooc.bin" \
+    --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
+  why=""
+  if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
+  elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
+  elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
+  elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
+  verdict "tokens out of core (fg+bp, two slots, budget ${budget:-?}, the head's logits in $blocks block(s)): the in-memory weights, bitwise" "$why"
+done
 
 # Bad token files: an id outside the vocabulary, an odd size, text with a BPE vocabulary.
 expect_error() {  # expect_error LABEL NEEDLE ARGS...: exit 2 and NEEDLE in the message

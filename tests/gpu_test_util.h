@@ -142,7 +142,7 @@ static inline ModelRun run_model(const Backend *be, const Model *m, const float 
     out.loss = be->loss_backward(be, y, lab, rows, C, dz);
     stage_backward(&st, p, stash, dz, NULL, g, B);
     stage_backward_input(&st, p, stash, dz, NULL, adj, B);  // the same gradient as Bi and Bw
-    stage_backward_weight(&st, stash, adj, g2, B);
+    stage_backward_weight(&st, NULL, stash, adj, g2, B);
     TangentKey key = {.seed = 5, .stream = STREAM_TANGENT, .step = 2, .microbatch = 1};
     stage_forward(&st, p, &key, xd, NULL, B, NULL, &y, &ydot);
     be->loss_jvp(be, y, ydot, lab, rows, C, K, out.d);

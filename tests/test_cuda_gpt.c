@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "gpu_test_util.h"
+#include "head_loss.h"
 
 static const double TOL = 1e-4;
 
@@ -136,8 +137,91 @@ static void test_fused_bias(void **state) {
     if (unfused) fail_msg("%ld GEMMs with a bias ran unfused (cuBLASLt had no kernel)", unfused);
 }
 
+// The fused head's activity tangents (per-row d, and op U's estimate) and low-rank ones (rank 2)
+// on the GPU against the CPU's (host copies and device copies of the same W, x, xdot, labels).
+static void check_head_tangents(const Layer *L, const float *W, const float *gW, const float *x,
+                                const float *gx, const float *xdot, const float *gxdot,
+                                const Label *labels, const Label *glabels, int B, int K, size_t c) {
+    enum { R = 2, NMB = 2 };
+    int rows = B * layer_tokens(L), C = layer_in_token(L);
+    size_t n = (size_t)L->vocab * C;
+    TangentKey key = activity_key(3, 1, 0, 9);
+    float *dr = fg_alloc_floats((size_t)K * rows), *gdr = fg_alloc_floats((size_t)K * rows);
+    float *rec = fg_alloc_floats((size_t)rows * HEAD_RECORD), *grec = backend_alloc_floats(&gpu, (size_t)rows * HEAD_RECORD);
+    HeadTangents ta = {.activity = &key};
+    cpu->head_jvp(cpu, L, W, x, xdot, labels, B, K, 1.0f, &ta, rec, dr);
+    gpu.head_jvp(&gpu, L, gW, gx, gxdot, glabels, B, K, 1.0f, &ta, grec, gdr);
+    if (rel_error(gdr, dr, (size_t)K * rows) > TOL) fail_msg("case %zu: activity row derivatives differ", c);
+    float *coeff = random_floats((size_t)NMB * K * B, 11 + c), *x2 = fg_alloc_floats((size_t)NMB * rows * C);
+    for (int m = 0; m < NMB; m++) memcpy(x2 + (size_t)m * rows * C, x, (size_t)rows * C * sizeof(float));
+    float *dW = fg_alloc_floats(n), *gx2 = on_gpu(x2, (size_t)NMB * rows * C), *gdW = backend_alloc_floats(&gpu, n);
+    cpu->head_activity_grad(cpu, L, key, K, NMB, B, coeff, x2, dW);
+    gpu.head_activity_grad(&gpu, L, key, K, NMB, B, coeff, gx2, gdW);
+    assert_close(gdW, dW, n, TOL, "fused head: activity estimate");
+    float *At = random_floats((size_t)K * R * L->vocab, 12 + c), *P = random_floats((size_t)K * rows * R, 13 + c), d[4], gd[4];
+    float *gAt = on_gpu(At, (size_t)K * R * L->vocab), *gP = on_gpu(P, (size_t)K * rows * R);
+    HeadTangents tl = {.At = At, .P = P, .rank = R}, gtl = {.At = gAt, .P = gP, .rank = R};
+    cpu->head_jvp(cpu, L, W, x, xdot, labels, B, K, 1.0f, &tl, rec, d);
+    gpu.head_jvp(&gpu, L, gW, gx, gxdot, glabels, B, K, 1.0f, &gtl, grec, gd);
+    for (int k = 0; k < K; k++)
+        if (fabs(gd[k] - d[k]) > TOL * fmax(1.0, fabs(d[k]))) fail_msg("case %zu: low-rank d[%d] %g on the GPU, %g on the CPU", c, k, gd[k], d[k]);
+    void *dev[] = {grec, gx2, gdW, gAt, gP};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
+    fg_free(dr), fg_free(gdr), fg_free(rec), fg_free(coeff), fg_free(x2), fg_free(dW), fg_free(At), fg_free(P);
+}
+
+// The head fused with the loss (head_loss.h, cuda/head_cuda.cu) against the CPU's: one block,
+// several blocks with a padded vocabulary not a multiple of the block; the loss, the records,
+// d, dx and dW (each half of the backward alone, as Bi and Bw run it), and its activity and
+// low-rank tangents.
+static void test_fused_head(void **state) {
+    (void)state;
+    int cases[][5] = {{256, 256, 4096, 2, 8}, {300, 320, 64, 3, 16}, {5000, 5056, 4096, 2, 24}};  // classes, vocab, block, B, C
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int V = cases[c][0], VP = cases[c][1], B = cases[c][3], C = cases[c][4], T = 5, K = 2;
+        int rows = B * T;
+        Layer L = {.kind = LAYER_LINEAR, .in = T * C, .out = T * HEAD_RECORD, .tokens = T,
+                   .no_bias = 1, .vocab = VP, .classes = V, .head_block = cases[c][2]};
+        size_t n = (size_t)VP * C;
+        L.param_count = n;
+        float *W = random_floats(n, 1 + c), *Wdot = random_floats(K * n, 2 + c);
+        float *x = random_floats((size_t)rows * C, 3 + c), *xdot = random_floats((size_t)K * rows * C, 4 + c);
+        Label *labels = fg_alloc_bytes((size_t)rows * sizeof(Label));
+        for (int r = 0; r < rows; r++) labels[r] = (Label)((r * 7919 + 13) % V);
+        float *rec = fg_alloc_floats((size_t)rows * HEAD_RECORD), d[2], dg[2];
+        float *dx = fg_alloc_floats((size_t)rows * C), *dW = fg_alloc_floats(n);
+        int hits, hits_g;
+        HeadTangents tw = {.Wdot = Wdot};
+        float loss = cpu->head_forward(cpu, &L, W, x, labels, B, 0.5f, rec, &hits);
+        assert_true(cpu->head_jvp(cpu, &L, W, x, xdot, labels, B, K, 0.5f, &tw, rec, d) == loss);
+        cpu->backward(cpu, &L, W, x, rec, dx, dW, B);
+        float *gW = on_gpu(W, n), *gWdot = on_gpu(Wdot, K * n), *gx = on_gpu(x, (size_t)rows * C);
+        float *gxdot = on_gpu(xdot, (size_t)K * rows * C), *grec = backend_alloc_floats(&gpu, (size_t)rows * HEAD_RECORD);
+        float *gdx = backend_alloc_floats(&gpu, (size_t)rows * C), *gdW = backend_alloc_floats(&gpu, n);
+        Label *glabels = gpu.alloc(&gpu, (size_t)rows * sizeof(Label));
+        gpu.upload(&gpu, glabels, labels, (size_t)rows * sizeof(Label));
+        float loss_g = gpu.head_forward(&gpu, &L, gW, gx, glabels, B, 0.5f, grec, &hits_g);
+        if (fabs(loss_g - loss) > TOL * fmax(1.0, fabs(loss))) fail_msg("case %zu: loss %g on the GPU, %g on the CPU", c, loss_g, loss);
+        assert_int_equal(hits_g, hits);
+        HeadTangents gtw = {.Wdot = gWdot};
+        gpu.head_jvp(&gpu, &L, gW, gx, gxdot, glabels, B, K, 0.5f, &gtw, grec, dg);
+        for (int k = 0; k < K; k++)
+            if (fabs(dg[k] - d[k]) > TOL * fmax(1.0, fabs(d[k]))) fail_msg("case %zu: d[%d] %g on the GPU, %g on the CPU", c, k, dg[k], d[k]);
+        assert_close(grec, rec, (size_t)rows * HEAD_RECORD, TOL, "fused head: records");
+        gpu.backward(&gpu, &L, gW, gx, grec, gdx, NULL, B);
+        gpu.backward(&gpu, &L, gW, gx, grec, NULL, gdW, B);
+        assert_close(gdx, dx, (size_t)rows * C, TOL, "fused head: dx");
+        assert_close(gdW, dW, n, TOL, "fused head: dW");
+        check_head_tangents(&L, W, gW, x, gx, xdot, gxdot, labels, glabels, B, K, c);
+        void *dev[] = {gW, gWdot, gx, gxdot, grec, gdx, gdW, glabels};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu.free(&gpu, dev[i]);
+        fg_free(W), fg_free(Wdot), fg_free(x), fg_free(xdot), fg_free(labels), fg_free(rec), fg_free(dx), fg_free(dW);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fused_head),
         cmocka_unit_test(test_sequence_layers),
         cmocka_unit_test(test_whole_gpt),
         cmocka_unit_test(test_precisions),

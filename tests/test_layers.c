@@ -392,7 +392,7 @@ static void check_stage_split(const Model *m, const float *params, int first, in
         for (size_t i = 0; i < na; i++) adj[i] = -1e3f;  // stale values must not matter
         stage_backward(&st, p, stash, dy, with_dx ? dx_fused : NULL, g_fused, R);
         stage_backward_input(&st, p, stash, dy, with_dx ? dx_split : NULL, adj, R);
-        stage_backward_weight(&st, stash, adj, g_split, R);
+        stage_backward_weight(&st, NULL, stash, adj, g_split, R);
         if (with_dx) assert_floats_equal(dx_fused, dx_split, nx);
         assert_floats_equal(g_fused, g_split, np);
         if (np) assert_true(memcmp(g_fused, g0, np * sizeof(float)) != 0);  // grad did change

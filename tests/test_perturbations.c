@@ -61,7 +61,7 @@ static void backprop(const Problem *p, int b, float *stash, float *delta, float 
     stage_forward(&st, p->params, NULL, p->x[b], NULL, ROWS, stash, &y, NULL);
     loss_backward(y, p->labels[b], ROWS, logit_rows(C), dz);
     stage_backward_input(&st, p->params, stash, dz, NULL, delta, ROWS);
-    stage_backward_weight(&st, stash, delta, g, ROWS);
+    stage_backward_weight(&st, NULL, stash, delta, g, ROWS);
     for (size_t i = 0; i < stage_adjoint_floats(&st, ROWS); i++) delta[i] *= ROWS;
     stage_free(&st);
 }

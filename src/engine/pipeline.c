@@ -175,13 +175,19 @@ int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, 
                        (size_t)n * p->model->layers[p->stage.first].in, err);
 }
 
-int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
-                         FgError *err) {
+int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const Lane *a,
+                         double *totals, FgError *err) {
     int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
+    const float *y = a->x;
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
     size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
+    if (p->model->fused_head) {
+        totals[0] += (double)a->loss * (double)(n * T);
+        totals[1] += a->correct;
+        return FG_OK;
+    }
     p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T * sizeof(Label));
     totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, model_logit_rows(p->model),
                                              &correct) * (double)(n * T);
@@ -201,11 +207,13 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc,
         for (int i = 0; i < n && !rc; i++) {
             float *x = p->msg.inbox + (size_t)i * p->msg.stride;  // no receive is posted now
             p->work.lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
+            if (p->is_last)  // a fused head scores them in its layer
+                p->work.lanes[i].labels = ds->labels + (w + i) * rows * ds->tokens;
             rc = pipeline_eval_input(p, ds, w + i, x, err);
         }
         if (!rc) rc = ops_forward_layers(p, -1, p->work.lanes, n, err);
         for (int i = 0; i < n && !rc; i++)
-            rc = pipeline_eval_output(p, ds, w + i, p->work.lanes[i].x, totals, err);
+            rc = pipeline_eval_output(p, ds, w + i, &p->work.lanes[i], totals, err);
         if (!rc) rc = p->be->sync(p->be, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);

@@ -117,7 +117,8 @@ typedef struct {
     // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
     // two when the update is applied in the next step (streamed). work: one layer's G for U.
     float *blocks[2], *work;
-    Label *lane_labels;       // local losses: the labels of F's lanes [max_group][B]
+    Label *lane_labels;       // local losses, a fused head: the labels of F's lanes
+                              // [max_group][B * tokens]
 } ForwardKept;
 
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.

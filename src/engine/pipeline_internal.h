@@ -6,6 +6,7 @@
 #ifndef FGPIPE_PIPELINE_INTERNAL_H
 #define FGPIPE_PIPELINE_INTERNAL_H
 
+#include "head_loss.h"
 #include "pipeline.h"
 
 // One micro-batch of an op group on its way through the stage's layers.
@@ -22,7 +23,10 @@ typedef struct Lane {
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
     float *keep;              // Bi, Bw: each parameter layer's output adjoint
-    const Label *labels;      // F with local losses: the micro-batch's labels (host)
+    const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
+                              // (host)
+    float loss;               // F through a fused head: the mean loss, and its hits
+    int correct;
 } Lane;
 
 // Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
@@ -37,6 +41,18 @@ static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
 static inline int pipeline_fixed_corrections(const Pipeline *p) {
     const Schedule *S = &p->tt.sched;
     return S->mode != SCHED_FG_BP ? S->N : S->select >= 0 ? S->select : 0;
+}
+// The loss's adjoint per label position: a fused head's record (head_loss.h), or a row of
+// logits.
+static inline int pipeline_adjoint_width(const Pipeline *p) {
+    return p->model->fused_head ? HEAD_RECORD : p->model->logit_stride;
+}
+// What a micro-batch's loss adjoint is scaled by: bp averages over all N micro-batches and the
+// R replicas (the replica sum adds them up); fg+bp's c with select = n over the n on every
+// stage; auto's over the replicas here and over each stage's own corrections in op U.
+static inline float pipeline_adjoint_scale(const Pipeline *p) {
+    int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
+    return 1.0f / (float)(n * p->tr->replicas);
 }
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
@@ -125,7 +141,8 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err);
 // Evaluation's chunks: their input (the data, or the stage before's output) and their output
 // (sent on, or scored into totals: loss * rows, hits).
 int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err);
-int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const float *y, double *totals,
-                         FgError *err);
+// A fused head scored the chunk in its lane a: its loss and hits.
+int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const Lane *a,
+                         double *totals, FgError *err);
 
 #endif

@@ -38,7 +38,7 @@ static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_ad
 // A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
-    const int B = p->cfg->training.micro_batch, C = p->model->logit_stride;
+    const int B = p->cfg->training.micro_batch, C = pipeline_adjoint_width(p);
     const int r = ring(p, step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
@@ -98,8 +98,8 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
             } else if (!(rc = messages_take(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
-            if (p->stage.local_groups && !rc) {
-                Label *labels = p->kept.lane_labels + (size_t)n * B;
+            if (p->kept.lane_labels && !rc) {  // local losses, or the fused head's
+                Label *labels = p->kept.lane_labels + (size_t)n * B * p->model->tokens;
                 rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
@@ -149,6 +149,29 @@ static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *
     a->xdot = NULL;
 }
 
+// A fused head (head_loss.h) scores lane a's labels while its layer runs: they go to the
+// backend, the record's weight is the adjoint's scale when a B op will take the micro-batch,
+// and the derivatives go into the step's scalars at once (the next lane reuses loss_d).
+static void head_begin(Pipeline *p, long step, const Lane *a, HeadScore *h) {
+    size_t n = (size_t)a->rows * p->model->tokens;
+    p->be->upload(p->be, p->work.labels, a->labels, n * sizeof(Label));
+    *h = (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
+                     .weight = step >= 0 && a->stash ? pipeline_adjoint_scale(p) : 1.0f};
+    p->stage.head = h;
+}
+
+static void per_sample_means(const Pipeline *p, float *d, int rows);
+
+static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
+    p->stage.head = NULL;
+    a->loss = h->loss, a->correct = h->correct;
+    if (!tangents) return;
+    if (p->run.d_per_sample) per_sample_means(p, h->d, a->rows * p->model->tokens);
+    int n_d = p->run.d_per_microbatch;
+    double *d = p->scalars + scalars_d(p) + (size_t)pipeline_global_microbatch(p, a->microbatch) * n_d;
+    for (int i = 0; i < n_d; i++) d[i] = h->d[i];
+}
+
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
@@ -174,8 +197,11 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a);
             const float *xdot = a->xdot;
+            HeadScore head;
+            if (L->head_block) head_begin(p, step, a, &head);
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
-            a->x = y, a->xdot = ydot;
+            if (L->head_block) head_end(p, a, &head, tangents != NULL);
+            a->x = y, a->xdot = L->head_block ? NULL : ydot;
             if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot);
         }
         if (parts) rc = layers_release(p, l, parts, dirty, err);
@@ -186,14 +212,18 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // Activity perturbation: each sample's directional derivative into p->work.loss_d [K][B]. A GPT
 // sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
 // the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
-static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
-    int T = p->model->tokens, samples = rows / T, K = p->K;
-    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, K, p->work.loss_d);
-    for (int i = 0; T > 1 && i < K * samples; i++) {  // in place: i <= i * T
+static void per_sample_means(const Pipeline *p, float *d, int rows) {
+    int T = p->model->tokens, samples = rows / T;
+    for (int i = 0; T > 1 && i < p->K * samples; i++) {  // in place: i <= i * T
         double sum = 0;
-        for (int t = 0; t < T; t++) sum += p->work.loss_d[(size_t)i * T + t];
-        p->work.loss_d[i] = (float)(sum / T);
+        for (int t = 0; t < T; t++) sum += d[(size_t)i * T + t];
+        d[i] = (float)(sum / T);
     }
+}
+
+static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
+    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
+    per_sample_means(p, p->work.loss_d, rows);
     return loss;
 }
 
@@ -206,6 +236,13 @@ static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, 
     const Backend *be = p->be;
     // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
     int rows = c->training.micro_batch * p->model->tokens, mb = a->microbatch;
+    if (p->model->fused_head) {  // scored in the head's layer: keep its records for B
+        if (ops_keeps_stash(p, step, mb))
+            be->copy(be, p->pool.dz[ring(p, step)] + (size_t)mb * rows * HEAD_RECORD, a->x,
+                     (size_t)rows * HEAD_RECORD * sizeof(float));
+        *loss_sum += a->loss;
+        return FG_OK;
+    }
     LogitRows C = model_logit_rows(p->model);
     int rc = gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels, err);
     if (rc) return rc;
@@ -220,15 +257,10 @@ static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, 
     } else {
         loss = be->loss_forward(be, a->x, p->work.labels, rows, C, NULL);
     }
-    if (ops_keeps_stash(p, step, mb)) {
-        // bp averages over all N micro-batches and the R replicas (the replica sum adds them
-        // up); fg+bp's c with select = n over the n on every stage; auto's over the replicas
-        // here and over each stage's own corrections in op U.
+    if (ops_keeps_stash(p, step, mb)) {  // scaled for its average (pipeline_adjoint_scale)
         float *dz = p->pool.dz[ring(p, step)] + (size_t)mb * rows * C.stride;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
-        int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
-        float scale = 1.0f / (float)(n * p->tr->replicas);
-        be->scale(be, dz, scale, dz, (size_t)rows * C.stride);
+        be->scale(be, dz, pipeline_adjoint_scale(p), dz, (size_t)rows * C.stride);
     }
     *loss_sum += loss;
     return FG_OK;
@@ -270,12 +302,12 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         Lane *a = &p->work.lanes[i];
         const float *x = a->stash + stage_stash_offset(st, l, B);
         float *kept = L->param_count && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
-        if (a->kind == OP_BW) {
-            if (kept) be->backward(be, L, NULL, x, kept, NULL, s->grad, B);
-            continue;
-        }
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
+        if (a->kind == OP_BW) {  // reads no weights, but a fused head recomputes its logits
+            if (kept) be->backward(be, L, L->head_block ? params : NULL, x, kept, NULL, s->grad, B);
+            continue;
+        }
         float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
         be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B ? s->grad : NULL, B);

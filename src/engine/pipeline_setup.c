@@ -27,6 +27,15 @@ static double lane_bytes(const Pipeline *p, int group) {
     return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
 }
 
+// The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
+// their tangents, and activity's estimate of the head over the replica's micro-batches.
+static double head_bytes(const Pipeline *p) {
+    const Layer *L = &p->model->layers[p->stage.last - 1];
+    if (!L->head_block) return 0.0;
+    int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0;
+    return (double)head_loss_work_floats(L, p->cfg->training.micro_batch, p->K, n_mb) * sizeof(float);
+}
+
 // A resident stage that cannot fit this machine is refused before it allocates: an allocation
 // that fails aborts, after a long time on a machine that overcommits.
 static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err) {
@@ -49,7 +58,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     // estimates) until the update.
     double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
     double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
-                       lane_bytes(p, 1) + kept;
+                       lane_bytes(p, 1) + kept + head_bytes(p);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget, rc;
@@ -70,11 +79,11 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->layout.mem_budget);
-    // What stays in memory besides the slots: lanes of a whole wave, stashes, one layer's
-    // gradient and update, the parameter tangents of one layer (K). On a device these are device
-    // memory, and so is a copy of the layer being computed on; the budget counts host and
-    // device bytes alike.
-    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept +
+    // What stays in memory besides the slots: lanes of a whole wave, stashes, a fused head's
+    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
+    // device these are device memory, and so is a copy of the layer being computed on; the
+    // budget counts host and device bytes alike.
+    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept + head_bytes(p) +
                   (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
@@ -118,7 +127,7 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.rings = config_timetable_lag(c) + 1;
     if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i < p->pool.rings; i++)
-            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * p->model->logit_stride);
+            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
@@ -130,7 +139,8 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
         p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
     }
-    if (p->stage.local_groups) p->kept.lane_labels = fg_alloc_bytes((size_t)group * B * sizeof(Label));
+    if (p->stage.local_groups || (p->is_last && p->model->fused_head))
+        p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = backend_alloc_floats(be, p->n);
     if (p->run.forms_estimate)
@@ -313,6 +323,9 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->K = p->run.tangents;
     p->upd.c_scale = 1.0f;
     p->need = layer_needs(c);
+    if (m->fused_head && !be->head_forward)
+        return fg_fail(err, FG_ERR_INPUT, "the %s backend has no fused head and loss (a model "
+                       "built with fused_head; the run plan keeps it unfused there)", be->name);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "head_loss.h"
 
 typedef enum { KEY_INT, KEY_UINT32, KEY_REAL, KEY_STRING, KEY_CHOICE } KeyType;
 
@@ -43,6 +44,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, net, n_head, 1, 256, "model = gpt: attention heads"),
     NUM(KEY_INT, net, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
     NUM(KEY_INT, net, vocab, 2, 65536, "model = gpt: token ids 0..vocab-1: 256 for bytes (data = text), 50257 for GPT-2's BPE"),
+    NUM(KEY_INT, net, head_block, 1, 1 << 20, "model = gpt, training: the head fused with the loss forms its logits this many vocabulary columns at a time (docs/gpt.md, \"The fused head and loss\"); a row's block of logits is all it holds at once"),
     NUM(KEY_INT, net, pad_vocab, 1, 1024, "model = gpt: the token table (and the head) has vocab rounded up to a multiple of this many rows (GPT-2: 64, for aligned GEMMs); the pad rows are left out of the loss and never sampled"),
     STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
@@ -95,7 +97,7 @@ void config_defaults(Config *c) {
         .input = {.data_dir = "/usr/share/datasets/fashion-mnist"},
         .net = {.model = "784-1024-1024-1024-10", .activation = "relu",
                 .n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128,
-                .vocab = 256, .pad_vocab = 1},
+                .vocab = 256, .pad_vocab = 1, .head_block = HEAD_BLOCK_COLUMNS},
         .method = {.mode = MODE_BP, .shrink = 1.0, .tangents = 1},
         .timetable = {.select = -1, .max_lag = 2, .calibrate_steps = 3, .lag_cost = 0.25},
         .layout = {.stages = 1, .replicas = 1, .boundaries = "auto"},

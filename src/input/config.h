@@ -35,6 +35,7 @@ typedef struct {
     int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
     int vocab;             // model = gpt: token ids 0..vocab-1 (256: bytes; GPT-2: 50257)
     int pad_vocab;         // the token table's rows are vocab rounded up to a multiple of this
+    int head_block;        // training: the fused head's vocabulary columns per block
     char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
 } NetConfig;
 

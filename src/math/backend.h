@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "head_loss.h"
 #include "layer.h"
 #include "optimizer.h"
 #include "tangent.h"
@@ -68,6 +69,18 @@ struct Backend {
                       const Label *labels, int B, LogitRows C, int K, float *d);
     float (*loss_backward)(const Backend *be, const float *logits, const Label *labels, int B,
                            LogitRows C, float *dz);
+    // The head fused with the loss (head_loss.h; its backward is the layer's): W, x, xdot,
+    // Wdot, labels and rec in backend memory, the loss, *correct and d [K] on the host. NULL
+    // where the backend has none (the run then keeps the head unfused).
+    float (*head_forward)(const Backend *be, const Layer *L, const float *W, const float *x,
+                          const Label *labels, int B, float weight, float *rec, int *correct);
+    // t: the logits' tangents besides xdot's (head_loss.h; with activity ones, d per row).
+    float (*head_jvp)(const Backend *be, const Layer *L, const float *W, const float *x,
+                      const float *xdot, const Label *labels, int B, int K, float weight,
+                      const HeadTangents *t, float *rec, float *d);
+    // head_loss_activity_grad (coeff on the host, x and dW in backend memory).
+    void (*head_activity_grad)(const Backend *be, const Layer *L, TangentKey key, int K, int n_mb,
+                               int B, const float *coeff, const float *x, float *dW);
 
     // Tangents of one tensor of n elements (tangent.h), for micro-batches key.microbatch + b,
     // b < n_mb, and k < K, in the order (b, k): coeff and dots are host arrays [n_mb * K].

@@ -6,6 +6,7 @@
 #include <cblas.h>
 
 #include "backend.h"
+#include "head_loss.h"
 
 static void *cpu_alloc(const Backend *be, size_t bytes) {
     (void)be;
@@ -102,6 +103,25 @@ static float cpu_loss_backward(const Backend *be, const float *logits, const Lab
     return loss_backward(logits, labels, B, C, dz);
 }
 
+static float cpu_head_forward(const Backend *be, const Layer *L, const float *W, const float *x,
+                              const Label *labels, int B, float weight, float *rec, int *correct) {
+    (void)be;
+    return head_loss_forward(L, W, x, labels, B, weight, rec, correct);
+}
+
+static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
+                          const float *xdot, const Label *labels, int B, int K, float weight,
+                          const HeadTangents *t, float *rec, float *d) {
+    (void)be;
+    return head_loss_jvp(L, W, x, xdot, labels, B, K, weight, t, rec, d);
+}
+
+static void cpu_head_activity_grad(const Backend *be, const Layer *L, TangentKey key, int K,
+                                   int n_mb, int B, const float *coeff, const float *x, float *dW) {
+    (void)be;
+    head_loss_activity_grad(L, key, K, n_mb, B, coeff, x, dW);
+}
+
 static double cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out,
                                const float *ref) {
     (void)be;
@@ -188,6 +208,9 @@ const Backend backend_cpu = {
     .loss_jvp = cpu_loss_jvp,
     .loss_jvp_rows = cpu_loss_jvp_rows,
     .loss_backward = cpu_loss_backward,
+    .head_forward = cpu_head_forward,
+    .head_jvp = cpu_head_jvp,
+    .head_activity_grad = cpu_head_activity_grad,
     .tangent_fill = cpu_tangent_fill,
     .tangent_axpy = cpu_tangent_axpy,
     .tangent_dot = cpu_tangent_dot,

@@ -9,7 +9,8 @@
 // backward adds this micro-batch's parameter gradient into dp (+=) and writes the input
 // adjoint into dx (skipped when dx == NULL, e.g. for the first layer).
 // Either half can run alone (the split Bi / Bw of zero-bubble schedules): dp == NULL skips the
-// parameter gradient; dx == NULL reads no parameters (p may be NULL).
+// parameter gradient; dx == NULL reads no parameters (p may be NULL), except in a head fused
+// with the loss (head_loss.h), whose weight gradient recomputes the logits.
 //
 // Sequences (the GPT): a sample is `tokens` rows of in/tokens features, so every per-token op
 // runs on B * tokens rows. A transformer block is a chain of such layers that carries its
@@ -44,7 +45,10 @@ typedef struct {
     int residual;         // the output is carry + f(branch) instead of [carry, f(branch)]
     int no_bias;          // linear: no bias vector (the GPT's tied head)
     int heads;            // attention
-    int vocab;            // embedding: rows of its token table
+    int vocab;            // embedding, fused head: rows of its token table
+    int classes;          // fused head: the table's scored rows (the rest are padding)
+    int head_block;       // > 0: the model's head fused with its loss (head_loss.h), that many
+                          // vocabulary columns at a time; its output is a record per token
     int frozen;           // parameters held fixed (config freeze): no tangents, steps of size 0
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;

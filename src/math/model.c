@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "head_loss.h"
 #include "tangent.h"
 
 // Appends layer L (kind, name, widths and shape fields set) and gives it its parameters.
@@ -159,8 +160,9 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
     L = layer_of(LAYER_LAYERNORM, "ln_f", T * C, T * C);
     L.tokens = T;
     add_layernorm(m, L, C);
-    L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * V);
-    L.tokens = T, L.no_bias = 1;
+    L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * (g.fused_head ? HEAD_RECORD : V));
+    L.tokens = T, L.no_bias = 1, L.vocab = V, L.classes = g.vocab;
+    if (g.fused_head) L.head_block = g.head_block > 0 ? g.head_block : HEAD_BLOCK_COLUMNS;
     const Layer *head = add_layer(m, L);
     // The head's copy of wte starts equal to it (one init key) and stays so (docs/gpt.md).
     add_tensor(m, head, "weight", 0, V, C, 0.02f, 0)->init_key = wte->init_key;
@@ -170,6 +172,7 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
     m->classes = g.vocab;
     m->logit_stride = V;
     m->tokens = T;
+    m->fused_head = g.fused_head;
     return FG_OK;
 }
 

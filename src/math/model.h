@@ -39,6 +39,7 @@ typedef struct {
     int tokens;       // labels per sample: 1 (MLP), ctx (GPT: the next byte at every position)
     int max_width;    // widest activation, sizes the work buffers
     int tied_first, tied_last;  // GPT: the layers holding the two copies of wte (else -1)
+    int fused_head;   // the last layer is the head fused with the loss (head_loss.h)
 } Model;
 
 // The GPT of docs/gpt.md: tokens 0..vocab-1 (bytes: 256), n_layer pre-LayerNorm blocks of width n_embd with
@@ -46,8 +47,13 @@ typedef struct {
 // (two copies, kept equal by summing their gradients). Tensors are named as in Hugging
 // Face's GPT-2 with fgpipe's [out, in] orientation.
 // Token table and head have vocab rounded up to a multiple of pad_vocab rows.
+// fused_head: the head and the loss in one (head_loss.h): the model's output is a record of
+// HEAD_RECORD floats per token instead of its logits (training on the CPU; evaluation and
+// generation build the model unfused, for the logits).
 typedef struct {
     int n_layer, n_embd, n_head, ctx, vocab, pad_vocab;
+    int fused_head;
+    int head_block;  // fused_head: vocabulary columns per block (0: HEAD_BLOCK_COLUMNS)
 } GptShape;
 int model_build_gpt(Model *m, GptShape shape, FgError *err);
 

@@ -26,7 +26,7 @@ int checkpoint_model_load(CheckpointModel *cm, Storage *io, const char *path, in
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s holds model '%s', not a gpt: %s reads a "
                        "GPT", path, cm->cfg.net.model, command);
     cm->cfg.net.freeze[0] = 0;  // inference: no layer is trained, none needs to be frozen
-    if ((rc = train_build_model(&cm->cfg, &cm->model, err))) return rc;
+    if ((rc = train_build_model(&cm->cfg, 0, &cm->model, err))) return rc;
     cm->params = fg_alloc_floats(cm->model.n_params);
     CheckpointState st = {.model = &cm->model, .first = 0, .last = cm->model.n_layers,
                           .n_buffers = 1, .buffers = {"params"}, .visit_layers = visit_flat,

@@ -346,8 +346,9 @@ static void print_run(const Config *c) {
         snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->method.tangents);
     char model[128];
     if (config_is_language(c))
-        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d, vocab %d)",
-                 c->net.n_layer, c->net.n_embd, c->net.n_head, c->net.ctx, c->net.vocab);
+        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d, vocab %d, "
+                 "head fused with the loss)", c->net.n_layer, c->net.n_embd, c->net.n_head,
+                 c->net.ctx, c->net.vocab);
     else
         snprintf(model, sizeof model, "%.64s (%s)", c->net.model, c->net.activation);
     fprintf(stderr, "fgpipe: mode %s%s, model %s, %d micro-batches x %d samples, %s lr %g, seed %u\n",

@@ -211,7 +211,7 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
 
 int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *out, FgError *err) {
     Model m;
-    int rc = train_build_model(cfg, &m, err);
+    int rc = train_build_model(cfg, 1, &m, err);
     if (rc) return rc;
     CostSet *sets = calloc(N_SETS, sizeof *sets);
     FILE *json = NULL;

@@ -95,11 +95,12 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
-int train_build_model(const Config *c, Model *m, FgError *err) {
+int train_build_model(const Config *c, int training, Model *m, FgError *err) {
     int rc;
     if (strcmp(c->net.model, "gpt") == 0) {
         GptShape g = {.n_layer = c->net.n_layer, .n_embd = c->net.n_embd, .n_head = c->net.n_head,
-                      .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab};
+                      .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab,
+                      .fused_head = training, .head_block = c->net.head_block};
         rc = model_build_gpt(m, g, err);
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);
@@ -130,7 +131,7 @@ static int load_model_and_data(Run *r, FgError *err) {
     Transport *t = r->env->tr;
     Model *m = &r->model;
     int rc;
-    if ((rc = train_build_model(c, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
+    if ((rc = train_build_model(c, 1, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
     if (config_is_language(c)) rc = load_text(r, err);

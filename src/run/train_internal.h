@@ -24,7 +24,9 @@ int state_check_replicas_agree(Pipeline *p, FgError *err);
 int state_save_params(Pipeline *p, const char *path, FgError *err);
 
 // The config's model (MLP or GPT), with its frozen layers marked.
-int train_build_model(const Config *c, Model *m, FgError *err);
+// training: the model a run trains (a GPT's head fused with its loss, head_loss.h); else the
+// one inference reads (its logits whole).
+int train_build_model(const Config *c, int training, Model *m, FgError *err);
 
 // The first layer of each stage into res->layout (how it was cut: res->layout_by, and per stage
 // the timed work it balanced: res->work_stage); collective over the world.

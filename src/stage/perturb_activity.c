@@ -39,6 +39,12 @@ void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
     int K = st->tangents, T = layer_tokens(L), offset, width;
+    if (L->head_block) {  // a head fused with the loss: G block by block
+        key.layer = (uint32_t)l;
+        key.stream = STREAM_ACTIVITY;
+        be->head_activity_grad(be, L, key, K, n_mb, rows, coeff, x, grad);
+        return;
+    }
     layer_branch(L, &offset, &width);
     size_t block = (size_t)rows * L->out;
     be->zero(be, work, (size_t)n_mb * block * sizeof(float));

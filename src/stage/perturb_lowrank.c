@@ -19,6 +19,7 @@ static Factors factors_at(const Stage *st, const Layer *L) {
     size_t r = (size_t)st->tangent_rank;
     LinearShape s = linear_shape(L, 1);
     Factors f = {.n = s.n, .k = s.k, .out_offset = s.out_offset, .At = st->lowrank_work};
+    if (L->head_block) f.n = L->vocab, f.out_offset = 0;  // a fused head: its table [vocab, C]
     f.Bt = f.At + r * f.n;
     f.vb = f.Bt + r * f.k;
     f.product = f.vb + f.n;
@@ -42,6 +43,8 @@ void stage_set_tangent_rank(Stage *st, int rank) {
         size_t product = (size_t)rank * FG_MAX((size_t)f.n, token_rows);
         most = FG_MAX(most, (size_t)rank * (f.n + f.k) + f.n + product);
         rows = FG_MAX(rows, token_rows);
+        if (L->head_block)  // every tangent's At and x Btᵀ at once (stage_lowrank_head_tangents)
+            st->head_factors = backend_alloc_floats(be, (size_t)st->tangents * rank * (f.n + token_rows));
     }
     st->lowrank_work = backend_alloc_floats(be, FG_MAX(most, 1));
     st->ones = backend_alloc_floats(be, FG_MAX(rows, 1));
@@ -118,6 +121,22 @@ void stage_lowrank_tangent_dots(const Stage *st, const Layer *L, TangentKey key,
             Factors f = make_factors(st, L, key);
             dots[b * K + k] += factors_dot(st, L, &f, x_l);
         }
+}
+
+HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey key, const float *x,
+                                         int rows, const float *ref, double *ref_dots) {
+    const Backend *be = st->be;
+    int r = st->tangent_rank, K = st->tangents, token_rows = rows * layer_tokens(L);
+    size_t at = (size_t)r * L->vocab, p = (size_t)token_rows * r;
+    float *At = st->head_factors, *P = At + (size_t)K * at;
+    for (int k = 0; k < K; k++) {  // stage_lowrank_jvp_term's products, kept for the blocks
+        key.k = (uint32_t)k;
+        Factors f = make_factors(st, L, key);
+        be->matmul(be, 0, 1, token_rows, r, f.k, 1.0f, x, f.k, f.Bt, f.k, 0.0f, P + k * p, r);
+        be->copy(be, At + k * at, f.At, at * sizeof(float));
+        if (ref) ref_dots[k] += factors_dot(st, L, &f, ref);
+    }
+    return (HeadTangents){.At = At, .P = P, .rank = r};
 }
 
 // F: the layer's JVP without parameter tangents, then each tangent's x V_k^T + vb_k.

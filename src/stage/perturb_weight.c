@@ -3,9 +3,8 @@
 #include "perturbation.h"
 
 // F: the K tangents into the stage's pdot buffer (the guide replaces tangent 0), each dotted
-// with the reference while it is in memory, then the layer's JVP with them.
-static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
-                       const float *xdot, float *y, float *ydot, int rows) {
+// with the reference while it is in memory.
+void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     size_t n = L->param_count;
@@ -23,7 +22,13 @@ static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
         }
         if (t->ref) t->ref_dots[k] += ref_dot;
     }
-    be->jvp(be, L, p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
+}
+
+// F: the layer's JVP with them.
+static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
+                       const float *xdot, float *y, float *ydot, int rows) {
+    perturb_weight_tangents(st, l, t);
+    st->be->jvp(st->be, &st->model->layers[l], p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
 // U: every replica's micro-batches, regenerated from the seed (no inputs kept).

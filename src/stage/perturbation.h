@@ -55,6 +55,10 @@ const PerturbationOps *perturbation_of_kind(Perturbation kind);
 size_t stage_kept_offset(const Stage *st, int layer, int rows);
 size_t stage_kept_floats(const Stage *st, int rows);
 
+// The weight row's tangents of layer l into st->pdot [K, param_count] (t's guide replaces
+// tangent 0, each dotted with t's reference): what its jvp (and the fused head's) runs with.
+void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t);
+
 // The activity row's jvp, which the local row shares (the tangent enters the same way).
 void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
                           const float *x, const float *xdot, float *y, float *ydot, int rows);

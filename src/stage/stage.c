@@ -46,6 +46,7 @@ void stage_free(Stage *st) {
     }
     be->free(be, st->pdot);
     be->free(be, st->lowrank_work);
+    be->free(be, st->head_factors);
     be->free(be, st->ones);
     stage_free_local(st);
     memset(st, 0, sizeof *st);
@@ -99,7 +100,8 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
                          const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
-    if (!tangents) be->forward(be, L, p, x, y, rows);
+    if (L->head_block) stage_head_forward(st, l, p, tangents, x, xdot, y, rows);
+    else if (!tangents) be->forward(be, L, p, x, y, rows);
     else if (!L->param_count || L->frozen) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);
 }
@@ -155,13 +157,14 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
 }
 
 // The weight half: the same dW GEMMs and bias sums as stage_backward, on the same inputs.
-void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
-                           int rows) {
+void stage_backward_weight(Stage *st, const float *params, const float *stash,
+                           const float *adjoints, float *grad, int rows) {
     const Model *m = st->model;
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
-        st->be->backward(st->be, L, NULL, stash + stage_stash_offset(st, l, rows),
+        const float *p = L->head_block ? layer_params(st, params, L) : NULL;  // its logits
+        st->be->backward(st->be, L, p, stash + stage_stash_offset(st, l, rows),
                          adjoints + stage_adjoint_offset(st, l, rows), NULL,
                          grad + (L->param_offset - st->param_base), rows);
     }

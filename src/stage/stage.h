@@ -13,6 +13,17 @@
 #include "model.h"
 #include "tangent.h"
 
+// What a head fused with the loss (head_loss.h) scores in op F: the caller sets the inputs
+// before the head's layer runs and reads the outputs after.
+typedef struct {
+    const Label *labels;  // in: the rows' labels [rows * tokens] (backend memory)
+    float weight;         // in: the scale of the rows' adjoints in op B (their records)
+    float *d;             // in: host [K], the directional derivatives of the mean loss
+                          // (activity perturbation: [K, rows * tokens], each row's own)
+    float loss;           // out: the mean loss over the rows
+    int correct;          // out: rows whose largest logit is the label's (no tangents only)
+} HeadScore;
+
 // All buffers (parameters, activations, stashes, gradients) are the backend's memory.
 typedef struct {
     const Backend *be;
@@ -25,6 +36,7 @@ typedef struct {
     Perturbation perturb;  // where F's tangents enter (weight after stage_init; tangent.h)
     int tangent_rank;      // weight tangents of rank r (0: full; stage_set_tangent_rank)
     float *lowrank_work;   // one low-rank tangent's factors and products
+    float *head_factors;   // a fused head's low-rank At [K, r, vocab] and x Btᵀ [K, rows, r]
     float *ones;           // [max_rows * tokens] of 1: adds a bias tangent to every token row
     int local_groups;      // local losses: G groups per hidden layer (0: none; perturb_local.c)
     float **local_head;    // [n_layers]: the fixed heads of a layer ending a local loss, or NULL
@@ -38,6 +50,7 @@ typedef struct {
     // over the stage's layers [K].
     const float *guide, *ref;
     double *ref_dots;
+    HeadScore *head;       // the fused head's labels and results (the caller's; NULL: none)
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -71,6 +84,11 @@ typedef struct {
 // stage's) into y; with tangents (NULL: none), also xdot [K, rows, in] (NULL: zero) into ydot.
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows);
+// Op F of a head fused with the loss (layer l, L->head_block > 0): scores st->head's labels
+// (and with tangents, full weight or activity tangents or none, its d) and writes each row's
+// record into rec [rows * tokens, HEAD_RECORD] (stage_head.c).
+void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
+                        const float *x, const float *xdot, float *rec, int rows);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 
@@ -91,9 +109,9 @@ size_t stage_adjoint_offset(const Stage *st, int layer, int rows);
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows);
 // Op Bw: adds the parameter gradient into grad (+=) from the stash's layer inputs and the
-// adjoints kept by Bi; reads no parameters.
-void stage_backward_weight(Stage *st, const float *stash, const float *adjoints, float *grad,
-                           int rows);
+// adjoints kept by Bi; reads no parameters but a fused head's (params may be NULL without one).
+void stage_backward_weight(Stage *st, const float *params, const float *stash,
+                           const float *adjoints, float *grad, int rows);
 
 // Activity perturbation (perturb == PERTURB_ACTIVITY; perturb_activity.c): op F adds tangent
 // u_{b,k} [rows, out] of activity_key to every linear layer's output tangent instead of making
@@ -145,6 +163,10 @@ int stage_layer_lowrank(const Stage *st, const Layer *L);
 // reference), *ref_dot += ref . v.
 void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
                             float *ydot, const float *ref, double *ref_dot);
+// Op F's low-rank tangents of a fused head (key's layer set): At_k and P_k = x Bt_kᵀ for every
+// k into st->head_factors (head_loss.h's HeadTangents); with ref, ref_dots[k] += ref . v_k.
+HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey key, const float *x,
+                                         int rows, const float *ref, double *ref_dots);
 // stage_layer_add_tangents and stage_layer_tangent_dots of a low-rank layer (key's layer set).
 void stage_lowrank_add_tangents(const Stage *st, const Layer *L, TangentKey key, int n_mb,
                                 const float *coeff, float *grad_l);

@@ -1,0 +1,230 @@
+// The fused head and loss on the CPU (head_loss.h): one GEMM per block of vocabulary columns
+// over all of the call's rows, then the row formulas of loss_math.h on the block. Rows run in
+// parallel inside a block, each into its own slots; sums over rows run in order afterwards, so
+// the result does not depend on the thread count.
+#include "head_loss.h"
+
+#include <cblas.h>
+#include <math.h>
+
+#include "head_math.h"
+
+// A call's shape: rows of C features, `classes` scored columns of a table with C columns,
+// `block` columns at a time.
+typedef struct {
+    int rows, C, classes, block, n_blocks;
+} HeadShape;
+
+static HeadShape head_shape(const Layer *L, int B) {
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0};
+    h.n_blocks = (h.classes + h.block - 1) / h.block;
+    return h;
+}
+
+static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->classes - b * h->block); }
+
+// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ.
+static void block_logits(const HeadShape *h, const float *x, const float *W, int j0, int nb,
+                         int rows, float beta, float *z) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, h->C, 1.0f, x, h->C,
+                W + (size_t)j0 * h->C, h->C, beta, z, nb);
+}
+
+// Every row's record (head_loss.h) from its running softmax; returns the mean loss.
+static float finish_rows(const HeadShape *h, const RunningRow *run, const Label *labels,
+                         float weight, float *rec, int *correct) {
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < h->rows; r++) {
+        int hit;
+        loss += fg_head_record(&run[r], labels[r], weight, rec + (size_t)r * HEAD_RECORD, &hit);
+        hits += hit;
+    }
+    if (correct) *correct = hits;
+    return (float)(loss / h->rows);
+}
+
+// Pass one: every row's record and loss; the last block's logits stay in z [rows, block].
+static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
+                             const Label *labels, float weight, float *rec, float *z,
+                             int *correct) {
+    RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+        for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+    }
+    float loss = finish_rows(h, run, labels, weight, rec, correct);
+    fg_free(run);
+    return loss;
+}
+
+size_t head_loss_work_floats(const Layer *L, int B, int K, int n_mb) {
+    HeadShape h = head_shape(L, B);
+    size_t block = (size_t)h.rows * FG_MIN(h.block, h.classes);
+    size_t rows = (size_t)h.rows * (sizeof(RunningRow) + (size_t)K * sizeof(double)) / sizeof(float);
+    return block * (1 + (size_t)K) + rows + block * (size_t)n_mb;
+}
+
+float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
+                        int B, float weight, float *rec, int *correct) {
+    HeadShape h = head_shape(L, B);
+    float *z = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    float loss = head_pass_stats(&h, W, x, labels, weight, rec, z, correct);
+    fg_free(z);
+    return loss;
+}
+
+// y [rows, nb] += diag(coeff) u [rows, j0 .. j0 + nb) (coeff NULL: 1), u of key with a row of
+// `vocab` values per token: the activity tangent's block, element for element as the unfused
+// layer's whole rows.
+static void block_activity(TangentKey key, int vocab, int rows, const float *coeff, int T,
+                           int j0, int nb, float *y) {
+    for (int r = 0; r < rows; r++)
+        tangent_axpy(key, (size_t)r * vocab + j0, (size_t)nb, coeff ? coeff[r / T] : 1.0f, y + (size_t)r * nb);
+}
+
+// zd [K, rows, nb] = xdot_k W_blockᵀ + t's terms, in the unfused layers' order: the linear's
+// GEMMs (perturb_weight), then its low-rank terms (perturb_lowrank) or activity tangents.
+static void block_tangents(const Layer *L, const HeadShape *h, const float *W, const HeadTangents *t,
+                           const float *x, const float *xdot, int K, int j0, int nb, float *zd) {
+    size_t plane = (size_t)h->rows * nb;
+    if (xdot) block_logits(h, xdot, W, j0, nb, K * h->rows, 0.0f, zd);
+    else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
+    for (int k = 0; t && k < K; k++) {
+        float *zk = zd + k * plane;
+        if (t->Wdot) block_logits(h, x, t->Wdot + k * L->param_count, j0, nb, h->rows, 1.0f, zk);
+        if (t->At)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->rows, nb, t->rank,
+                        1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
+                        t->At + (size_t)k * t->rank * L->vocab + j0, L->vocab, 1.0f, zk, nb);
+        if (t->activity) {
+            TangentKey kk = *t->activity;
+            kk.k = (uint32_t)k;
+            block_activity(kk, L->vocab, h->rows, NULL, 1, j0, nb, zk);
+        }
+    }
+}
+
+// d from the rows' derivatives row_d [K, rows]: their means, or with per_row the rows' own.
+static void derivatives_out(const HeadShape *h, const double *row_d, int K, int per_row, float *d) {
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < h->rows; r++) {
+            sum += row_d[(size_t)k * h->rows + r];
+            if (per_row) d[(size_t)k * h->rows + r] = (float)row_d[(size_t)k * h->rows + r];
+        }
+        if (!per_row) d[k] = (float)(sum / h->rows);
+    }
+}
+
+// One block: the records first, then d with p_j = exp(z_j - zmax) * inv from them, the logits
+// still in z: loss.c's formulas, bit for bit.
+static float jvp_one_block(const Layer *L, const HeadShape *h, const float *W, const float *x,
+                           const float *xdot, const Label *labels, int K, float weight,
+                           const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
+    float loss = head_pass_stats(h, W, x, labels, weight, rec, z, NULL);
+    int nb = block_width(h, 0);
+    block_tangents(L, h, W, t, x, xdot, K, 0, nb, zd);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+    for (int r = 0; r < h->rows; r++)
+        for (int k = 0; k < K; k++)
+            row_d[(size_t)k * h->rows + r] = fg_head_jvp_block(rec + (size_t)r * HEAD_RECORD, z + (size_t)r * nb,
+                                                               zd + ((size_t)k * h->rows + r) * nb, 0, nb, 0.0);
+    return loss;
+}
+
+// More blocks: one pass, each block's logits and tangents formed once, d accumulated with the
+// running rescaling (fg_head_running_jvp).
+static float jvp_online(const Layer *L, const HeadShape *h, const float *W, const float *x,
+                        const float *xdot, const Label *labels, int K, float weight,
+                        const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
+    RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
+    double *S = fg_alloc_bytes((size_t)K * h->rows * sizeof(double));
+    float *zl = fg_alloc_floats((size_t)K * h->rows);
+    for (int b = 0; b < h->n_blocks; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
+        block_tangents(L, h, W, t, x, xdot, K, j0, nb, zd);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+        for (int r = 0; r < h->rows; r++) {
+            const float *zr = z + (size_t)r * nb;
+            float old = run[r].zmax;
+            fg_head_running(&run[r], zr, j0, nb, labels[r]);
+            fg_head_running_jvp(&run[r], old, S + r, zl + r, (size_t)h->rows, K, zr, zd + (size_t)r * nb,
+                                (size_t)h->rows * nb, j0, nb, labels[r]);
+        }
+    }
+    float loss = finish_rows(h, run, labels, weight, rec, NULL);
+    for (size_t i = 0; i < (size_t)K * h->rows; i++) row_d[i] = fg_head_online_d(&run[i % h->rows], S[i], zl[i]);
+    fg_free(run), fg_free(S), fg_free(zl);
+    return loss;
+}
+
+float head_loss_jvp(const Layer *L, const float *W, const float *x, const float *xdot,
+                    const Label *labels, int B, int K, float weight, const HeadTangents *t,
+                    float *rec, float *d) {
+    HeadShape h = head_shape(L, B);
+    int width = FG_MIN(h.block, h.classes);
+    float *z = fg_alloc_floats((size_t)h.rows * width);
+    float *zd = fg_alloc_floats((size_t)K * h.rows * width);
+    double *row_d = fg_alloc_bytes((size_t)K * h.rows * sizeof(double));
+    float loss = (h.n_blocks == 1 ? jvp_one_block : jvp_online)(L, &h, W, x, xdot, labels, K, weight, t,
+                                                                rec, z, zd, row_d);
+    derivatives_out(&h, row_d, K, t && t->activity, d);
+    fg_free(z);
+    fg_free(zd);
+    fg_free(row_d);
+    return loss;
+}
+
+// dz [rows, nb] in place of the block's logits z: (p_j - [j == label]) / rows * weight.
+static void block_adjoint(const HeadShape *h, const float *rec, int j0, int nb, float *z) {
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+    for (int r = 0; r < h->rows; r++) {
+        const float *q = rec + (size_t)r * HEAD_RECORD;
+        float *zr = z + (size_t)r * nb;
+        for (int j = 0; j < nb; j++) zr[j] = fg_head_adjoint(q, zr[j], j0, j, h->rows);
+    }
+}
+
+void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
+                        float *dx, float *dW, int B) {
+    HeadShape h = head_shape(L, B);
+    float *dz = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        block_logits(&h, x, W, j0, nb, h.rows, 0.0f, dz);
+        block_adjoint(&h, rec, j0, nb, dz);
+        if (dx)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h.rows, h.C, nb, 1.0f, dz, nb,
+                        W + (size_t)j0 * h.C, h.C, b ? 1.0f : 0.0f, dx, h.C);
+        if (dW)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, dz, nb, x,
+                        h.C, 1.0f, dW + (size_t)j0 * h.C, h.C);
+    }
+    fg_free(dz);
+}
+
+void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, int B,
+                             const float *coeff, const float *x, float *dW) {
+    HeadShape h = head_shape(L, n_mb * B);
+    int T = layer_tokens(L), mb_rows = B * T;
+    float *G = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    uint32_t mb0 = key.microbatch;
+    for (int b = 0; b < h.n_blocks; b++) {
+        int j0 = b * h.block, nb = block_width(&h, b);
+        for (size_t i = 0; i < (size_t)h.rows * nb; i++) G[i] = 0.0f;
+        for (int m = 0; m < n_mb; m++)
+            for (int k = 0; k < K; k++) {
+                TangentKey kk = key;
+                kk.microbatch = mb0 + (uint32_t)m, kk.k = (uint32_t)k;
+                block_activity(kk, L->vocab, mb_rows, coeff + ((size_t)m * K + k) * B, T, j0, nb,
+                               G + (size_t)m * mb_rows * nb);
+            }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
+                    1.0f, dW + (size_t)j0 * h.C, h.C);
+    }
+    fg_free(G);
+}
