@@ -33,6 +33,7 @@ shape() { sed -n "s/^$1 = \([0-9]*\).*/\1/p" "$config"; }
 # loss must fall step by step (one sequence of other windows a step would be noise), and the
 # end-of-run evaluation scores that window (a longer one would read the store once per window).
 head -c $(( 2 * (ctx + 1) )) "$val" >"$dir/window.bin"
+head -c $(( 2 * (2 * ctx + 1) )) "$val" >"$dir/windows2.bin"  # one window per replica
 common=(--config "$config" --set ctx="$ctx" --set steps="$steps" --set micro_batches=1
         --set micro_batch=1 --set lr=0.0001 --set warmup_steps=0 --set lr_schedule=constant
         --set train_tokens="$dir/window.bin" --set val_tokens="$dir/window.bin" --set print_every=1
@@ -60,7 +61,8 @@ fi
 run imported --init-from "$checkpoint"
 rm -f "$checkpoint"  # 6.5 GB; the shared store needs the room
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-run replicas mpirun -np 2 --bind-to none -x OMP_NUM_THREADS -- --set replicas=2
+run replicas mpirun -np 2 --bind-to none -x OMP_NUM_THREADS -- --set replicas=2 \
+  --set train_tokens="$dir/windows2.bin" --set val_tokens="$dir/windows2.bin"
 
 /usr/bin/python3 - "$dir" "$size" "$budget" "$ctx" random imported replicas <<'PY'
 import json, re, sys

@@ -2,6 +2,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "direct_io.h"
 #include "layer_store.h"
@@ -43,6 +44,22 @@ static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreL
                    layer_store_n_layers(s), layer_store_n_bufs(s), n, spec->n_bufs);
 }
 
+// A new store (and the stores made after it) must fit the flash: refused before anything is
+// written, naming the bytes (each layer takes two slots of its buffers).
+static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int n, FgError *err) {
+    double need = 0.0;
+    for (int i = 0; i < n; i++)
+        need += 2.0 * (spec->n_bufs + spec->later_bufs) * (double)dio_round_up(layers[i].count * sizeof(float));
+    struct statvfs fs;
+    if (statvfs(spec->dir, &fs) != 0) return FG_OK;  // create reports an unusable dir by name
+    double room = (double)fs.f_bavail * (double)fs.f_frsize;
+    if (need <= room) return FG_OK;
+    return fg_fail(err, FG_ERR_INPUT, "weights dir %s has %.3f GB free; stage layers %d..%d need "
+                   "%.3f GB there (two slots of every layer's weights, optimizer state and step "
+                   "buffers): nothing was written; free space or name another --weights-dir",
+                   spec->dir, room / 1e9, spec->first, spec->last - 1, need / 1e9);
+}
+
 int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err) {
     (void)arg;
     StoreLayer layers[MODEL_MAX_LAYERS];
@@ -55,7 +72,8 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
         if (!rc) rc = check_layout(s, spec, layers, n, err);
     } else {
         mkdir(spec->dir, 0755);  // a new weights dir (any failure is reported by create)
-        rc = layer_store_create(&s, spec->dir, spec->name, n, layers, &opt, err);
+        rc = check_room(spec, layers, n, err);
+        if (!rc) rc = layer_store_create(&s, spec->dir, spec->name, n, layers, &opt, err);
         if (!rc) rc = write_version0(s, spec, err);
     }
     if (rc) {

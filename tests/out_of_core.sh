@@ -196,11 +196,13 @@ refused "--resume-weights without a store: refused" "no layer store" \
 refused "mem_budget without weights_dir: refused" "weights_dir is not" --mem-budget 14M
 refused "--resume from another model's checkpoint, out of core: refused" "is of another model: it has model = 784-16-10" \
   --mem-budget 14M --weights-dir "$dir" --resume "$dir/rss-tiny"
-# A full disk: a 24 MiB tmpfs cannot hold the 2-slot store of a 14.9 M-parameter stage.
+# A full disk: a 24 MiB tmpfs cannot hold the 2-slot store of a 14.9 M-parameter stage: refused
+# before anything is written, naming the bytes it has and needs.
 full="$dir/full"
 mkdir -p "$full"
 if mount -t tmpfs -o size=24m tmpfs "$full" 2>/dev/null; then
-  refused "disk full at store creation: refused, nothing left behind" "No space left on device" \
+  refused "disk full at store creation: refused naming the bytes, nothing left behind" \
+    "weights dir $full has 0.02[0-9]* GB free; stage layers 0..[0-9]* need 0.[0-9]* GB" \
     --set model=784-2048-2048-2048-2048-10 --mem-budget 128M --weights-dir "$full"
   left=$(ls -A "$full")
   verdict "disk full: no half-made store left" "$([ -z "$left" ] || echo "left: $left")"

@@ -371,7 +371,7 @@ static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec
     long version;
     snprintf(name, sizeof name, "step-%d-%d%s", spec->first, spec->last, suffix);
     LayerStreamSpec ss = *spec;
-    ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0;
+    ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0, ss.later_bufs = 0;
     ss.reopen = 0, ss.version = -1;
     ss.slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_STEP) : NULL;
     ss.slot_memory_bytes = st->share.slots_bytes[SHARE_STEP];
@@ -427,7 +427,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
-                            .n_small_slots = sp.n_small, .small_count = sp.small,
+                            .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
                             .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
                             .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS]};
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);

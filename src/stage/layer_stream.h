@@ -85,6 +85,8 @@ typedef struct {
     size_t aux_bytes;          // per-version record
     int fill_weights;          // a new store: buffer 0 holds the model's initial weights (seed),
     uint32_t seed;             // everything else zeros
+    int later_bufs;            // buffers per layer of the stores made after this one (the step
+                               // store): a new store checks the flash has room for all of them
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
     int n_slots;               // slots of the largest layer
