@@ -191,9 +191,12 @@ static int victim(Ctx *c, size_t bytes, int allow_ahead, int any_size) {
 }
 
 // Queues a read of layer (store index idx) into a victim slot; the slot, or -1 if none is free.
-// Read-ahead (allow_ahead 0) only into the smallest slots that fit; acquire into any.
+// Read-ahead (allow_ahead 0) only into the smallest slots that fit; acquire into those first,
+// then into any (a large slot's layer, the token table, is read again only when it must be).
 static int start_read(Ctx *c, int layer, int idx, int allow_ahead) {
-    int v = victim(c, layer_store_slot_bytes(c->store, idx), allow_ahead, allow_ahead);
+    size_t bytes = layer_store_slot_bytes(c->store, idx);
+    int v = victim(c, bytes, allow_ahead, 0);
+    if (v < 0 && allow_ahead) v = victim(c, bytes, 1, 1);
     if (v < 0) return -1;
     Slot *sl = &c->slots[v];
     sl->layer = layer, sl->idx = idx, sl->ahead = 0, sl->last_use = ++c->tick;
