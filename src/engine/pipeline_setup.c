@@ -19,6 +19,13 @@ static int stashes_in_flight(const Config *c) {
     return FG_MIN(c->training.micro_batches, c->layout.stages) * (1 + c->timetable.max_lag);
 }
 
+// Micro-batches whose input adjoints Bi keeps for Bw at once: a split backward (bp-zb, fg+bp)
+// keeps one per stash; GPipe and 1F1B run B whole.
+static int adjoints_in_flight(const Config *c) {
+    if (c->method.mode == MODE_BP) return c->timetable.schedule == SCHEDULE_ZB ? c->training.micro_batches : 0;
+    return stashes_in_flight(c);
+}
+
 // Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
 static double lane_bytes(const Pipeline *p, int group) {
     const LaneBuffers *w = &p->work;
@@ -51,13 +58,15 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     const Config *c = p->cfg;
     int N = c->training.micro_batches, B = c->training.micro_batch;
-    double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
+    // The stashes and the adjoints Bi keeps for Bw of the micro-batches in flight.
+    double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float) * stashes_in_flight(c) +
+                   (double)stage_adjoint_floats(&p->stage, B) * sizeof(float) * adjoints_in_flight(c);
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
     // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
     // estimates) until the update.
     double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
-    double in_memory = (double)p->n * sizeof(float) * buffers + stashes_in_flight(c) * stash +
+    double in_memory = (double)p->n * sizeof(float) * buffers + stash +
                        lane_bytes(p, 1) + kept + head_bytes(p);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
@@ -79,11 +88,11 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->layout.mem_budget);
-    // What stays in memory besides the slots: lanes of a whole wave, stashes, a fused head's
+    // What stays in memory besides the slots: lanes of a whole wave, stashes and kept adjoints, a fused head's
     // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
     // device these are device memory, and so is a copy of the layer being computed on; the
     // budget counts host and device bytes alike.
-    double work = lane_bytes(p, N) + stashes_in_flight(c) * stash + 2 * kept + head_bytes(p) +
+    double work = lane_bytes(p, N) + stash + 2 * kept + head_bytes(p) +
                   (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
