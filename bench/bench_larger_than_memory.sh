@@ -14,7 +14,7 @@
 # (summary.json peak_rss_bytes) against the budget, bound / step over the steps after the first.
 #
 # usage: bench/bench_larger_than_memory.sh [BUDGET [STEPS [CTX [SIZE]]]]
-#   defaults: 4800M 6 128 1.5b (bp's floor at ctx 128 is about 4.1 GB; 4800M leaves room for
+#   defaults: 4800M 6 128 1.5b (bp's floor at ctx 128 is 4.39 GB; 4800M leaves room for
 #   small slots beside the token table's two). DIR (default /var/tmp/fgpipe-ltm) needs about 2 x 19.7 GB for
 #   the store (two slots per layer) and 13 GB more while importing (the safetensors file and
 #   the checkpoint). OMP_NUM_THREADS defaults to 1 (a core left for the I/O threads).
