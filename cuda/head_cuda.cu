@@ -115,17 +115,6 @@ static void block_tangents(const Backend *be, const Layer *L, const HeadShape *h
                     zd + (size_t)k * h->rows * nb, nb);
 }
 
-// d from the rows' derivatives (host) [K, rows]: their means, or with per_row the rows' own.
-static void derivatives_out(const HeadShape *h, const double *row_d, int K, int per_row, float *d) {
-    for (int k = 0; k < K; k++) {
-        double sum = 0.0;
-        for (int r = 0; r < h->rows; r++) {
-            sum += row_d[(size_t)k * h->rows + r];
-            if (per_row) d[(size_t)k * h->rows + r] = (float)row_d[(size_t)k * h->rows + r];
-        }
-        if (!per_row) d[k] = (float)(sum / h->rows);
-    }
-}
 
 // One block (head_loss.c's jvp_one_block): the records, then d from them, the logits still in z.
 static float jvp_one_block(const Backend *be, const Layer *L, const HeadShape *h, const float *W,
@@ -143,7 +132,7 @@ static float jvp_one_block(const Backend *be, const Layer *L, const HeadShape *h
     cuda_check(be, cudaMemsetAsync(row_d, 0, (size_t)K * h->rows * sizeof(double), stream), "fused head: zero d");
     head_jvp_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(rec, z, zd, h->rows, 0, nb, K, row_d);
     launch_check(be, "fused head: derivatives");
-    derivatives_out(h, cuda_download_partials(be, (size_t)K * h->rows), K, t && t->activity, d);
+    fg_head_derivatives(cuda_download_partials(be, (size_t)K * h->rows), h->rows, K, t && t->activity, d);
     return loss;
 }
 
@@ -194,7 +183,7 @@ static float jvp_online(const Backend *be, const Layer *L, const HeadShape *h, c
     const double *host = cuda_download_partials(be, 2 * (size_t)h->rows + kr);
     double loss = 0.0;
     for (int r = 0; r < h->rows; r++) loss += (float)host[r];
-    derivatives_out(h, host + 2 * h->rows, K, t && t->activity, d);
+    fg_head_derivatives(host + 2 * h->rows, h->rows, K, t && t->activity, d);
     return (float)(loss / h->rows);
 }
 

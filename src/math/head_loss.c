@@ -107,17 +107,6 @@ static void block_tangents(const Layer *L, const HeadShape *h, const float *W, c
     }
 }
 
-// d from the rows' derivatives row_d [K, rows]: their means, or with per_row the rows' own.
-static void derivatives_out(const HeadShape *h, const double *row_d, int K, int per_row, float *d) {
-    for (int k = 0; k < K; k++) {
-        double sum = 0.0;
-        for (int r = 0; r < h->rows; r++) {
-            sum += row_d[(size_t)k * h->rows + r];
-            if (per_row) d[(size_t)k * h->rows + r] = (float)row_d[(size_t)k * h->rows + r];
-        }
-        if (!per_row) d[k] = (float)(sum / h->rows);
-    }
-}
 
 // One block: the records first, then d with p_j = exp(z_j - zmax) * inv from them, the logits
 // still in z: loss.c's formulas, bit for bit.
@@ -172,7 +161,7 @@ float head_loss_jvp(const Layer *L, const float *W, const float *x, const float 
     double *row_d = fg_alloc_bytes((size_t)K * h.rows * sizeof(double));
     float loss = (h.n_blocks == 1 ? jvp_one_block : jvp_online)(L, &h, W, x, xdot, labels, K, weight, t,
                                                                 rec, z, zd, row_d);
-    derivatives_out(&h, row_d, K, t && t->activity, d);
+    fg_head_derivatives(row_d, h.rows, K, t && t->activity, d);
     fg_free(z);
     fg_free(zd);
     fg_free(row_d);

@@ -88,4 +88,17 @@ FG_HD double fg_head_online_d(const RunningRow *s, double S, float zl) {
     return S / s->sum - (double)zl;
 }
 
+// The directional derivatives d from the rows' own, row_d [K, rows] (host memory): each
+// tangent's mean over the rows, or with per_row (activity tangents) the rows' own.
+static inline void fg_head_derivatives(const double *row_d, int rows, int K, int per_row, float *d) {
+    for (int k = 0; k < K; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < rows; r++) {
+            sum += row_d[(size_t)k * rows + r];
+            if (per_row) d[(size_t)k * rows + r] = (float)row_d[(size_t)k * rows + r];
+        }
+        if (!per_row) d[k] = (float)(sum / rows);
+    }
+}
+
 #endif
