@@ -23,15 +23,9 @@ config=launch/configs/gpt2-$size.conf
 [ -x build/fgpipe ] || { echo "build first: launch/build.sh" >&2; exit 2; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$dir"
-shape() { sed -n "s/^$1 = \([0-9]*\).*/\1/p" "$config"; }
 if [ -z "$checkpoint" ]; then
   checkpoint=$dir/gpt2-$size-ctx$ctx.h5
-  if [ ! -f "$checkpoint" ]; then
-    /usr/bin/python3 tests/gpt2_reference.py "$dir/ref" --n-layer "$(shape n_layer)" --n-embd "$(shape n_embd)" \
-      --n-head "$(shape n_head)" --ctx 1024 --windows 1 >/dev/null
-    tools/fgpipe-convert import "$dir/ref/model.safetensors" "$checkpoint" --n-head "$(shape n_head)" --ctx "$ctx"
-    rm -rf "$dir/ref"
-  fi
+  bench/gpt2-random-checkpoint.sh "$size" "$ctx" "$checkpoint"
 fi
 { read -r train; read -r val; } < <(launch/fortunes-corpus.sh)
 head -c 20000 "$val" >"$dir/val-small.bin"  # the end-of-run evaluation is not timed; keep it short

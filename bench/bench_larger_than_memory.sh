@@ -28,7 +28,6 @@ config=launch/configs/gpt2-$size.conf
 [ -x build/fgpipe ] || { echo "build first: launch/build.sh" >&2; exit 2; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$dir"
-shape() { sed -n "s/^$1 = \([0-9]*\).*/\1/p" "$config"; }
 { read -r _train; read -r val; } < <(launch/fortunes-corpus.sh)
 # One window of fortunes, trained on and scored: every step sees the same ctx + 1 tokens, so the
 # loss must fall step by step (one sequence of other windows a step would be noise), and the
@@ -53,12 +52,7 @@ run() {  # NAME [LAUNCHER ... --] [ARGS]: one streamed run into $dir/NAME.{log,j
 
 run random
 checkpoint=$dir/gpt2-$size-ctx$ctx.h5
-if [ ! -f "$checkpoint" ]; then
-  /usr/bin/python3 tests/gpt2_reference.py "$dir/ref" --weights-only --n-layer "$(shape n_layer)" \
-    --n-embd "$(shape n_embd)" --n-head "$(shape n_head)" --ctx 1024
-  tools/fgpipe-convert import "$dir/ref/model.safetensors" "$checkpoint" --n-head "$(shape n_head)" --ctx "$ctx"
-  rm -rf "$dir/ref"
-fi
+bench/gpt2-random-checkpoint.sh "$size" "$ctx" "$checkpoint"
 run imported --init-from "$checkpoint"
 rm -f "$checkpoint"  # 6.5 GB; the shared store needs the room
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
