@@ -133,6 +133,7 @@ for round in 1 2 3; do
   extra=(); [ "$round" -gt 1 ] && extra=(--resume-weights)
   sets=(); for kv in "${resume_sets[@]}"; do sets+=(--set "$kv"); done
   mkdir -p "$out.w"
+  rm -f "$out.log"  # here, not in the background run: kill_after must not read the last round's log
   timeout 300 mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
     --config "$config" "${base[@]}" --set stages=2 "${sets[@]}" --out "$out" --save-params "$out.bin" \
     --mem-budget 12.5M --weights-dir "$out.w" "${extra[@]}" >"$out.log" 2>&1 &

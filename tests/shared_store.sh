@@ -153,6 +153,7 @@ out="$dir/killed"
 resumed=() intact=""
 for round in 1 2 3 4; do
   extra=(); [ "$round" -gt 1 ] && extra=(--resume-weights)
+  rm -f "$out.log"  # here, not in the background run: kill_rank must not read the last round's log
   run "$mlp" "$out" 2 2 12.5M "${ksets[@]}" -- "${extra[@]}" &
   pid=$!
   [ "$round" -lt 4 ] && kill_rank "$out" 5 $((round == 1 ? 0 : round == 2 ? 2 : 1))
