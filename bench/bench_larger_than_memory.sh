@@ -14,14 +14,15 @@
 # (summary.json peak_rss_bytes) against the budget, bound / step over the steps after the first.
 #
 # usage: bench/bench_larger_than_memory.sh [BUDGET [STEPS [CTX [SIZE]]]]
-#   defaults: 4800M 6 128 1.5b (bp's floor at ctx 128 is 4.39 GB; 4800M leaves room for
-#   small slots beside the token table's two). DIR (default /var/tmp/fgpipe-ltm) needs about 2 x 19.7 GB for
+#   defaults: 3G 6 64 1.5b (bp's floor at ctx 64 is 2.92 GB: one slot of the token table, two
+#   small ones and the activations; 3G leaves room for four small slots; at ctx 128 it is 3.67 GB,
+#   and 4.44 GB with two slots of the table, which then stays in memory). DIR (default /var/tmp/fgpipe-ltm) needs about 2 x 19.7 GB for
 #   the store (two slots per layer) and 13 GB more while importing (the safetensors file and
 #   the checkpoint). OMP_NUM_THREADS defaults to 1 (a core left for the I/O threads).
 #   Takes about 12 minutes per run on a 2-core machine with a 1-1.5 GB/s disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-budget=${1:-4800M} steps=${2:-6} ctx=${3:-128} size=${4:-1.5b}
+budget=${1:-3G} steps=${2:-6} ctx=${3:-64} size=${4:-1.5b}
 dir=${DIR:-/var/tmp/fgpipe-ltm}
 config=launch/configs/gpt2-$size.conf
 [ -f "$config" ] || { echo "no $config (124m, 355m, 774m, 1.5b)" >&2; exit 2; }

@@ -373,10 +373,11 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
                        "%p) does not hold %d aligned slots of %zu bytes and %d of %zu", memory_bytes,
                        memory, n_slots, bytes, n_small, small);
     }
-    if (n_slots < 2) {
+    if (n_slots < 1 || n_slots + n_small < 2) {
         layer_store_close(store);
-        return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots; it needs at least 2 (one "
-                       "computing, one reading ahead)", n_slots);
+        return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots of its largest layer and %d small "
+                       "ones; it needs one of the largest and at least 2 in all (one computing, one "
+                       "reading ahead)", n_slots, n_small);
     }
     if (layer_store_version(store) < 0) {
         layer_store_close(store);

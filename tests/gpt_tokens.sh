@@ -66,34 +66,43 @@ out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vo
   verdict "generate: BPE text after the prompt" "" ||
   verdict "generate: BPE text after the prompt" "rc/output: $(tail -n 1 "$dir/gen.err") '$out'"
 
-# Tokens out of core: a stage streamed through two slots (the budget the refusal of a 1-byte
-# budget names) ends with the in-memory run's weights, bitwise. GPT-2's token table would be
-# most of this small model (two slots of it hold everything), so the ids are folded into a
-# 512-token vocabulary here.
+# Tokens out of core: a stage at the smallest budget that streams (the one the refusal of a
+# 1-byte budget names: ONE slot of the token table and two small ones for the blocks' layers,
+# the table's two copies taking turns in the one large slot) and at the budget it names for two
+# large slots ends with the in-memory run's weights, bitwise, in bp-zb, fg and fg+bp. GPT-2's token
+# table would be most of this small model, so the ids are folded into a 512-token vocabulary.
 /usr/bin/python3 -c "
 import sys, numpy as np
 for s in ('train', 'val'):
     (np.fromfile(f'{sys.argv[1]}/{s}.bin', dtype='<u2') % 512).astype('<u2').tofile(f'{sys.argv[1]}/{s}512.bin')" "$dir"
-mkdir -p "$dir/flash"
-small=(--set train_tokens="$dir/train512.bin" --set val_tokens="$dir/val512.bin" --set vocab=512 --set n_layer=3 --set n_embd=64
-       --set mode=fg+bp --set perturb=activity --set estimator=mix --set shrink=0.5 --set select=2 --set lag=0 --set steps=4)
-# Twice: the fused head's logits in one block of 512 columns, and in six (head_block = 96, the
-# last of 32 columns).
-for blocks in one six; do
-  extra=(); [ "$blocks" = six ] && extra=(--set head_block=96)
+small=(--set train_tokens="$dir/train512.bin" --set val_tokens="$dir/val512.bin" --set vocab=512 --set n_layer=3
+       --set n_embd=64 --set steps=4 --no-checkpoint)
+streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's budget (LARGE 1) or
+  # the floor plus a slot of the table (LARGE 2), bitwise
+  local label=$1 large=$2 sets=() budget why=""; shift 2
+  for kv in "$@"; do sets+=(--set "$kv"); done
   rm -rf "$dir/flash" && mkdir -p "$dir/flash"
-  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --mem-budget 1 --weights-dir "$dir/flash" --no-checkpoint >"$dir/probe.log" 2>&1
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --mem-budget 1 --weights-dir "$dir/flash" >"$dir/probe.log" 2>&1
   budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | head -n 1)
-  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --no-checkpoint --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
-  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${extra[@]}" --no-checkpoint --save-params "$dir/ooc.bin" \
+  [ "$large" -eq 2 ] && budget=$(grep -o "[0-9]* bytes with two slots" "$dir/probe.log" | grep -o "^[0-9]*")
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --save-params "$dir/ooc-mem.bin" >"$dir/ooc-mem.log" 2>&1
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --save-params "$dir/ooc.bin" \
     --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
-  why=""
   if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
-  elif ! grep -qE "through 2 slots|slots \(2 of" "$dir/ooc.log"; then why="not streamed through 2 slots: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
+  elif ! grep -qE "slots \($large of" "$dir/ooc.log"; then why="not streamed through $large large slot(s): $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
   elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
   elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
-  verdict "tokens out of core (fg+bp, two slots, budget ${budget:-?}, the head's logits in $blocks block(s)): the in-memory weights, bitwise" "$why"
-done
+  verdict "tokens out of core ($label, $large slot(s) of the token table, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
+}
+fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=0)
+streamed "fg+bp, the head's logits in one block of 512 columns" 1 "${fgbp[@]}"
+# The head's logits in six blocks (head_block = 96, the last of 32 columns).
+streamed "fg+bp, six blocks" 1 "${fgbp[@]}" head_block=96
+streamed "fg+bp, six blocks" 2 "${fgbp[@]}" head_block=96
+streamed "bp-zb" 1 mode=bp schedule=zb head_block=96
+streamed "bp-1f1b, clipped" 1 mode=bp schedule=1f1b clip_norm=0.05
+streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
+streamed "fg+bp cv lag 1" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001
 
 # Bad token files: an id outside the vocabulary, an odd size, text with a BPE vocabulary.
 expect_error() {  # expect_error LABEL NEEDLE ARGS...: exit 2 and NEEDLE in the message

@@ -68,6 +68,9 @@ struct LayerSource {
     float *tied_grad[2];
     // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
     int read_ahead;
+    // Streamed with two slot sizes only (0: one size): layers of more parameters than this take
+    // a large slot, which the next of them is read into as soon as it is free.
+    size_t large_above;
     // Starts reading a layer that will be acquired soon (no-op when resident).
     int (*prefetch)(LayerSource *s, int layer, unsigned parts, FgError *err);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.

@@ -29,6 +29,14 @@ int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, Fg
         rc = p->src.prefetch(&p->src, next, parts, err);
         next = layers_next_param(p, next, dir);
     }
+    // A large layer (the token table) read only when the wave comes within read_ahead of it
+    // would stall the wave for its whole read: it goes in as soon as a large slot is free.
+    for (int next = layers_next_param(p, l, dir); !rc && p->src.large_above && next >= 0;
+         next = layers_next_param(p, next, dir))
+        if (p->model->layers[next].param_count > p->src.large_above) {
+            rc = p->src.prefetch(&p->src, next, parts, err);
+            break;
+        }
     return rc;
 }
 

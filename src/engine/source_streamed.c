@@ -307,6 +307,14 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         if (m->layers[l].param_count <= sp->largest / 2) sp->small = FG_MAX(sp->small, m->layers[l].param_count);
 }
 
+// The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
+// it and two small ones (the token table's copies are never pinned at once: one large slot
+// serves both, read again when the other was in it).
+static double slots_floor(const SlotPlan *sp) {
+    size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
+    return sp->small ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
+}
+
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
                       int stage, double work_bytes, SlotPlan *sp, FgError *err) {
     LayerNeeds need = layer_needs(c);
@@ -319,16 +327,26 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - work_bytes;
-    sp->n_slots = room > 0 ? (int)FG_MIN(room / (double)slot, (double)param_layers) : 0;
-    if (sp->n_slots < 2)
+    if (room < slots_floor(sp)) {
+        char faster[96] = "";
+        if (sp->small)  // two large slots keep the table's copies in memory across the step
+            snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
+                     work_bytes + 2.0 * (double)slot + 2.0 * (double)small, m->layers[sp->largest_layer].name);
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
-                       "activations need %.0f bytes and two slots of its largest layer, %s, %zu "
-                       "more (at least %.0f bytes)", c->layout.mem_budget, stage, work_bytes,
-                       m->layers[sp->largest_layer].name, 2 * slot, work_bytes + 2.0 * slot);
-    double left = room - 2.0 * (double)slot;
-    int n_small = sp->small ? (int)FG_MIN(left / (double)small, (double)(param_layers - 2)) : 0;
-    if (n_small > sp->n_slots - 2) sp->n_slots = 2, sp->n_small = n_small;
-    else sp->small = 0;  // as many large slots serve as well
+                       "activations need %.0f bytes and %s of its largest layer, %s%s, %.0f more "
+                       "(at least %.0f bytes%s)", c->layout.mem_budget, stage, work_bytes,
+                       sp->small ? "one slot" : "two slots", m->layers[sp->largest_layer].name,
+                       sp->small ? ", and two of its smaller ones" : "", slots_floor(sp),
+                       work_bytes + slots_floor(sp), faster);
+    }
+    sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
+    if (!sp->small) return FG_OK;
+    // Two large slots when they fit (the table's copies stay in memory across the step), the
+    // rest small; all large when as many large slots serve as well.
+    int n_large = sp->n_slots >= 2 && room - 2.0 * (double)slot >= 2.0 * (double)small ? 2 : 1;
+    int n_small = (int)FG_MIN((room - n_large * (double)slot) / (double)small, (double)(param_layers - n_large));
+    if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
+    else sp->n_slots = n_large, sp->n_small = n_small;
     return FG_OK;
 }
 
@@ -336,8 +354,8 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
 static const char *small_note(const SlotPlan *sp, char *note, size_t size) {
     note[0] = 0;
     if (sp->n_small)
-        snprintf(note, size, " (2 of %.0f MB, %d of %.1f MB for the layers of at most %zu "
-                 "parameters)", slot_bytes(sp, sp->largest) / 1e6, sp->n_small,
+        snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
+                 "parameters)", sp->n_slots, slot_bytes(sp, sp->largest) / 1e6, sp->n_small,
                  slot_bytes(sp, sp->small) / 1e6, sp->small);
     return note;
 }
@@ -433,6 +451,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc) say_streams(st, t, &sp);
     if (!rc && n_step) rc = open_step(st, ls, &spec, n_step, suffix, err);
+    out->large_above = sp.n_small ? sp.small : 0;
     if (!rc && (need.grad || c->method.mode != MODE_BP))
         out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
     for (int i = 0; i < 2 && !rc; i++)
