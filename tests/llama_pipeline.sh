@@ -2,8 +2,8 @@
 # Llama end to end (docs/gpt.md, "Llama and Qwen3"): the tiny Llama of llama-tiny.conf (grouped-
 # query attention, head_dim != n_embd / n_head, llama3 rope scaling, q/k norms, tied head) on the
 # King James Bible's first bytes: every mode and perturbation gives byte-identical losses and
-# parameters on M = 1 and 2 stages (M = 3 for bp and fg), the tied copies stay equal, the
-# untied head trains, the loss falls, eval and generate read the checkpoint, and what the
+# parameters on M = 1 and 2 stages (M = 3 for bp and fg) and streamed out of core, the tied
+# copies stay equal, the untied head trains, the loss falls, eval and generate read the checkpoint, and what the
 # family has not got is refused by name (device = cuda, local losses).
 #
 # usage: llama_pipeline.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
@@ -50,6 +50,26 @@ for c in "${cases[@]}"; do
   read -r -a sets <<<"$sets_text"
   for M in $(seq 1 "$most"); do run "$name-M$M" "$M" "${sets[@]}"; done
   for M in $(seq 2 "$most"); do same "$name: M=$M vs M=1" "$name-M1" "$name-M$M"; done
+done
+
+# Out of core: stages that stream their layers through two slots (the budget the refusal of a
+# 1-byte budget names) train byte for byte as in memory (bp, fg with activity perturbation), on
+# a shape whose weights, not activations, do not fit (4 blocks, n_embd 128, MLP 512, ctx 16,
+# one sample).
+ooc=(n_layer=4 n_embd=128 intermediate_size=512 ctx=16 micro_batch=1 micro_batches=2)
+for c in "bp|mode=bp" "fg-activity|mode=fg perturb=activity tangents=2"; do
+  IFS='|' read -r name sets_text <<<"$c"
+  read -r -a sets <<<"$sets_text"
+  sets+=("${ooc[@]}")
+  mkdir -p "$dir/probe.w" "$dir/$name-ooc.w"
+  run probe 2 "${sets[@]}" -- --mem-budget 1 --weights-dir "$dir/probe.w"
+  budget=$(grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | sort -n | tail -n 1)
+  run "$name-mem" 2 "${sets[@]}"
+  run "$name-ooc" 2 "${sets[@]}" -- --mem-budget "${budget:-1}" --weights-dir "$dir/$name-ooc.w"
+  streams=$(grep -c "streams its layers" "$dir/$name-ooc.log")
+  [ "$streams" -eq 2 ] || echo "$streams of 2 stages streamed their layers" >>"$dir/$name-ooc.problem"
+  [ -n "$budget" ] || echo "no budget from the probe: $(grep -m1 error "$dir/probe.log")" >>"$dir/$name-ooc.problem"
+  same "$name: 2 stages streamed through two slots ($budget bytes) vs in memory" "$name-mem" "$name-ooc"
 done
 
 # The tied copies: embed_tokens is the first V x C floats of the flat parameters, lm_head the

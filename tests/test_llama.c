@@ -52,6 +52,13 @@ static void test_llama_shapes(void **state) {
     assert_string_equal(m.tensors[m.n_tensors - 2].name, "norm.weight");
     assert_string_equal(m.tensors[m.n_tensors - 1].name, "lm_head.weight");
     assert_int_equal(m.tied_last, m.n_layers - 1);
+    assert_string_equal(m.layers[m.n_layers - 2].name, "norm");
+    assert_string_equal(m.layers[11].name, "h.1.input_norm");
+    // A layer store keeps 15 characters of a layer's name: they tell every layer apart.
+    for (int a = 0; a < m.n_layers; a++)
+        for (int b = a + 1; b < m.n_layers; b++)
+            if (strncmp(m.layers[a].name, m.layers[b].name, 15) == 0)
+                fail_msg("layers %s and %s share 15 characters", m.layers[a].name, m.layers[b].name);
 
     LlamaShape g = llama_3_2_1b();
     assert_int_equal(model_build_llama(&m, g, &err), FG_OK);

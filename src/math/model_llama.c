@@ -1,9 +1,10 @@
-// The Llama / Qwen3 builder (model.h). A block is a chain of layers over [x, branch] tokens
-// (layer.h), as the GPT's:
-//   input_norm [x, rms(x)] -> self_attn.qkv [x, q, k, v] -> (self_attn.qk_norm) ->
-//   self_attn.rope -> self_attn.attn [x, att] -> self_attn.o_proj x + att Wo^T ->
-//   post_attn_norm [x, rms(x)] -> mlp.gate_up [x, g, u] -> mlp.swiglu [x, silu(g) u] ->
-//   mlp.down_proj x + (silu(g) u) Wd^T.
+// The Llama / Qwen3 builder (model.h). Block b is a chain of layers h.b.* over [x, branch]
+// tokens (layer.h), as the GPT's:
+//   input_norm [x, rms(x)] -> qkv [x, q, k, v] -> (qk_norm) -> rope -> attn [x, att] ->
+//   o_proj x + att Wo^T -> post_norm [x, rms(x)] -> gate_up [x, g, u] -> swiglu [x, silu(g) u]
+//   -> down_proj x + (silu(g) u) Wd^T.
+// Layer names are short (a layer store keeps 15 characters of each); tensor names are Hugging
+// Face's.
 // The fused projections hold Hugging Face's separate tensors as views of one weight: q_proj,
 // k_proj, v_proj are the rows of qkv's [(H + 2 Hkv) d, C], gate_proj and up_proj those of
 // gate_up's [2 I, C].
@@ -17,8 +18,8 @@
 
 static Layer llama_layer(LayerKind kind, int block, const char *suffix, const LlamaShape *g,
                          int in, int out) {
-    char name[64];  // n_layer <= 96: the names fit Layer's 32 characters
-    snprintf(name, sizeof name, "layers.%d.%s", block, suffix);
+    char name[64];  // "h.95.input_norm": unique in 15 characters (a layer store's names)
+    snprintf(name, sizeof name, "h.%d.%s", block, suffix);
     Layer L = layer_of(kind, name, g->ctx * in, g->ctx * out);
     L.tokens = g->ctx;
     L.carry = g->n_embd;
@@ -68,24 +69,24 @@ static void add_llama_block(Model *m, int b, const LlamaShape *g) {
                 "input_layernorm.weight");
     static const char *const qkv_names[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                             "self_attn.v_proj.weight"};
-    add_projection(m, b, "self_attn.qkv", g, C, qkv_names, (int[]){q, kv, kv}, 3, 0);
+    add_projection(m, b, "qkv", g, C, qkv_names, (int[]){q, kv, kv}, 3, 0);
     if (g->qk_norm) {
-        const Layer *n = add_layer(m, llama_layer(LAYER_QKNORM, b, "self_attn.qk_norm", g, C + qkv,
+        const Layer *n = add_layer(m, llama_layer(LAYER_QKNORM, b, "qk_norm", g, C + qkv,
                                                   C + qkv));
         add_named(m, n, b, "self_attn.q_norm.weight", 0, d, 1, 0, 1);
         add_named(m, n, b, "self_attn.k_norm.weight", (size_t)d, d, 1, 0, 1);
     }
-    add_layer(m, llama_layer(LAYER_ROPE, b, "self_attn.rope", g, C + qkv, C + qkv));
-    add_layer(m, llama_layer(LAYER_ATTENTION, b, "self_attn.attn", g, C + qkv, C + q));
+    add_layer(m, llama_layer(LAYER_ROPE, b, "rope", g, C + qkv, C + qkv));
+    add_layer(m, llama_layer(LAYER_ATTENTION, b, "attn", g, C + qkv, C + q));
     static const char *const o_name[] = {"self_attn.o_proj.weight"};
-    add_projection(m, b, "self_attn.o_proj", g, q, o_name, (int[]){C}, 1, 1);
-    add_rmsnorm(m, llama_layer(LAYER_RMSNORM, b, "post_attn_norm", g, C, 2 * C), b,
+    add_projection(m, b, "o_proj", g, q, o_name, (int[]){C}, 1, 1);
+    add_rmsnorm(m, llama_layer(LAYER_RMSNORM, b, "post_norm", g, C, 2 * C), b,
                 "post_attention_layernorm.weight");
     static const char *const mlp_names[] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
-    add_projection(m, b, "mlp.gate_up", g, C, mlp_names, (int[]){I, I}, 2, 0);
-    add_layer(m, llama_layer(LAYER_SWIGLU, b, "mlp.swiglu", g, C + 2 * I, C + I));
+    add_projection(m, b, "gate_up", g, C, mlp_names, (int[]){I, I}, 2, 0);
+    add_layer(m, llama_layer(LAYER_SWIGLU, b, "swiglu", g, C + 2 * I, C + I));
     static const char *const down_name[] = {"mlp.down_proj.weight"};
-    add_projection(m, b, "mlp.down_proj", g, I, down_name, (int[]){C}, 1, 1);
+    add_projection(m, b, "down_proj", g, I, down_name, (int[]){C}, 1, 1);
 }
 
 static int llama_check(const LlamaShape *g, FgError *err) {
