@@ -344,9 +344,11 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
                                        "vocab", "activation"};
     static const char *const llama_keys[] = {"n_kv_head", "head_dim", "intermediate_size",
-        "rope_theta", "rope_scaling_factor", "rms_norm_eps", "qk_norm", "tie_embeddings"};
+        "rope_theta", "rope_scaling_factor", "rope_scaling_low_freq_factor",
+        "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings",
+        "rms_norm_eps", "qk_norm", "tie_embeddings"};
     int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
-    int llama = strcmp(a->net.model, "llama") == 0 ? 8 : 0;
+    int llama = strcmp(a->net.model, "llama") == 0 ? (int)(sizeof llama_keys / sizeof *llama_keys) : 0;
     for (int i = 0; i < n + llama; i++) {
         const ConfigKey *k = find_key(i < n ? keys[i] : llama_keys[i - n]);
         key_value(a, k, value_a, size);

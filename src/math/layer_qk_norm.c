@@ -17,10 +17,8 @@ void qkv_copy_rest(const QkvShape *s, size_t n, const float *from, float *to) {
     }
 }
 
-// Head j's weight: q_norm for query heads, k_norm for kv heads.
-static const float *head_weight(const QkvShape *s, const float *p, int j) {
-    return j < s->H ? p : p + s->d;
-}
+// Where head j's weight starts in the parameters: q_norm for query heads, k_norm for kv heads.
+static size_t weight_at(const QkvShape *s, int j) { return j < s->H ? 0 : (size_t)s->d; }
 
 static void qknorm_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
     QkvShape s = qkv_shape(L, B);
@@ -29,7 +27,7 @@ static void qknorm_forward(const Layer *L, const float *p, const float *x, float
     for (size_t r = 0; r < s.rows; r++)
         for (int j = 0; j < s.H + s.Hkv; j++) {
             size_t at = r * s.width + qkv_head_at(&s, j);
-            fg_rms_forward(x + at, head_weight(&s, p, j), s.d, L->eps, y + at);
+            fg_rms_forward(x + at, p + weight_at(&s, j), s.d, L->eps, y + at);
         }
 }
 
@@ -46,8 +44,8 @@ static void qknorm_jvp(const Layer *L, const float *p, const float *pdot, const 
             for (int j = 0; j < s.H + s.Hkv; j++) {
                 size_t at = r * s.width + qkv_head_at(&s, j);
                 const float *pd = pdot ? pdot + k * L->param_count : NULL;
-                fg_rms_jvp(x + at, xdot ? xdot + k * block + at : NULL, head_weight(&s, p, j),
-                           pd ? head_weight(&s, pd, j) : NULL, s.d, L->eps, ydot + k * block + at);
+                fg_rms_jvp(x + at, xdot ? xdot + k * block + at : NULL, p + weight_at(&s, j),
+                           pd ? pd + weight_at(&s, j) : NULL, s.d, L->eps, ydot + k * block + at);
             }
 }
 
@@ -60,13 +58,13 @@ static void qknorm_backward(const Layer *L, const float *p, const float *x, cons
         for (size_t r = 0; r < s.rows; r++)
             for (int j = 0; j < s.H + s.Hkv; j++) {
                 size_t at = r * s.width + qkv_head_at(&s, j);
-                fg_rms_backward_dx(x + at, head_weight(&s, p, j), dy + at, s.d, L->eps, dx + at, 0);
+                fg_rms_backward_dx(x + at, p + weight_at(&s, j), dy + at, s.d, L->eps, dx + at, 0);
             }
     }
     for (size_t r = 0; dp && r < s.rows; r++)  // in order: reproducible sums
         for (int j = 0; j < s.H + s.Hkv; j++) {
             size_t at = r * s.width + qkv_head_at(&s, j);
-            fg_rms_backward_dw(x + at, dy + at, s.d, L->eps, (float *)head_weight(&s, dp, j));
+            fg_rms_backward_dw(x + at, dy + at, s.d, L->eps, dp + weight_at(&s, j));
         }
 }
 
