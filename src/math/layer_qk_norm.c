@@ -64,7 +64,8 @@ static void qknorm_backward(const Layer *L, const float *p, const float *x, cons
     for (size_t r = 0; dp && r < s.rows; r++)  // in order: reproducible sums
         for (int j = 0; j < s.H + s.Hkv; j++) {
             size_t at = r * s.width + qkv_head_at(&s, j);
-            fg_rms_backward_dw(x + at, dy + at, s.d, L->eps, dp + weight_at(&s, j));
+            fg_rms_backward_dw(x + at, dy + at, s.d, fg_rms_rstd(x + at, s.d, L->eps),
+                               dp + weight_at(&s, j));
         }
 }
 

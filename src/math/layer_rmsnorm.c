@@ -63,7 +63,8 @@ static void rmsnorm_backward(const Layer *L, const float *p, const float *x, con
         }
     }
     for (size_t r = 0; dp && r < s.rows; r++)
-        fg_rms_backward_dw(x + r * s.C, dy + r * s.out + s.offset, s.C, L->eps, dp);
+        fg_rms_backward_dw(x + r * s.C, dy + r * s.out + s.offset, s.C,
+                           fg_rms_rstd(x + r * s.C, s.C, L->eps), dp);
 }
 
 const LayerOps rmsnorm_ops = {"rmsnorm", rmsnorm_param_count, rmsnorm_forward, rmsnorm_jvp,

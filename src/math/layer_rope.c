@@ -29,8 +29,7 @@ static double rope_frequency(const RopeParams *rp, int i, int d) {
     return (1.0 - smooth) * f / rp->factor + smooth * f;
 }
 
-// cs [T, d/2, 2]: (cos, sin) of every position's and pair's angle.
-static float *rope_table(const Layer *L, int T, int d) {
+float *rope_table(const Layer *L, int T, int d) {
     int half = d / 2;
     float *cs = malloc((size_t)T * half * 2 * sizeof(float));
     for (int i = 0; i < half; i++) {
@@ -56,10 +55,7 @@ static void rotate(const QkvShape *s, const float *cs, const float *x, float *y,
             const float *a = x + at;
             float *b = y + at;
             for (int i = 0; i < half; i++) {
-                float co = c[2 * i], si = sign * c[2 * i + 1];
-                float lo = a[i], hi = a[i + half];
-                b[i] = lo * co - hi * si;
-                b[i + half] = hi * co + lo * si;
+                rope_turn(a[i], a[i + half], c[2 * i], sign * c[2 * i + 1], &b[i], &b[i + half]);
             }
         }
     }

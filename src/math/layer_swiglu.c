@@ -1,10 +1,11 @@
 // SwiGLU, the Llama MLP's gate: a token [x (C), g (I), u (I)] (gate_proj and up_proj's outputs
-// with the carried x) becomes [x, silu(g) * u], silu(g) = g sigmoid(g). No parameters.
+// with the carried x) becomes [x, silu(g) * u], silu(g) = g sigmoid(g) (activation_math.h).
+// No parameters.
 //   jvp:      ydot = silu'(g) gdot u + silu(g) udot,  silu'(g) = s (1 + g (1 - s))
 //   backward: dg = dy u silu'(g),  du = dy silu(g)
-#include <math.h>
 #include <string.h>
 
+#include "activation_math.h"
 #include "layer.h"
 
 static size_t swiglu_param_count(const Layer *L) {
@@ -23,13 +24,6 @@ static GluShape glu_shape(const Layer *L, int B) {
     return s;
 }
 
-static float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
-static float silu(float g) { return g * sigmoid(g); }
-static float silu_grad(float g) {
-    float s = sigmoid(g);
-    return s * (1.0f + g * (1.0f - s));
-}
-
 static void pass_carry(const GluShape *s, size_t n, const float *from, int from_width, float *to,
                        int to_width) {
     for (size_t r = 0; s->C && r < n; r++)
@@ -44,7 +38,7 @@ static void swiglu_forward(const Layer *L, const float *p, const float *x, float
     for (size_t r = 0; r < s.rows; r++) {
         const float *g = x + r * s.in + s.C, *u = g + s.I;
         float *yr = y + r * s.out + s.C;
-        for (int i = 0; i < s.I; i++) yr[i] = silu(g[i]) * u[i];
+        for (int i = 0; i < s.I; i++) yr[i] = fg_silu(g[i]) * u[i];
     }
 }
 
@@ -65,7 +59,7 @@ static void swiglu_jvp(const Layer *L, const float *p, const float *pdot, const 
             const float *g = x + r * s.in + s.C, *u = g + s.I;
             const float *gd = xdot + k * in_block + r * s.in + s.C, *ud = gd + s.I;
             float *yd = ydot + k * block + r * s.out + s.C;
-            for (int i = 0; i < s.I; i++) yd[i] = silu_grad(g[i]) * gd[i] * u[i] + silu(g[i]) * ud[i];
+            for (int i = 0; i < s.I; i++) yd[i] = fg_silu_grad(g[i]) * gd[i] * u[i] + fg_silu(g[i]) * ud[i];
         }
 }
 
@@ -80,8 +74,8 @@ static void swiglu_backward(const Layer *L, const float *p, const float *x, cons
         const float *g = x + r * s.in + s.C, *u = g + s.I, *d = dy + r * s.out + s.C;
         float *dg = dx + r * s.in + s.C, *du = dg + s.I;
         for (int i = 0; i < s.I; i++) {
-            dg[i] = d[i] * u[i] * silu_grad(g[i]);
-            du[i] = d[i] * silu(g[i]);
+            dg[i] = d[i] * u[i] * fg_silu_grad(g[i]);
+            du[i] = d[i] * fg_silu(g[i]);
         }
     }
 }
