@@ -3,8 +3,8 @@
 # query attention, head_dim != n_embd / n_head, llama3 rope scaling, q/k norms, tied head) on the
 # King James Bible's first bytes: every mode and perturbation gives byte-identical losses and
 # parameters on M = 1 and 2 stages (M = 3 for bp and fg) and streamed out of core, the tied
-# copies stay equal, the untied head trains, the loss falls, eval and generate read the checkpoint, and what the
-# family has not got is refused by name (device = cuda, local losses).
+# copies stay equal, the untied head trains, the loss falls, eval and generate read the
+# checkpoint, and bad shapes and what the family has not got (local losses) are refused by name.
 #
 # usage: llama_pipeline.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -118,7 +118,6 @@ refused() {  # refused LABEL WANT KEY=VALUE...
   [ $rc -eq 2 ] && grep -q "$want" "$dir/bad.err" && verdict "$label: refused by name, exit 2" "" ||
     verdict "$label: refused by name, exit 2" "exit $rc: $(cat "$dir/bad.err")"
 }
-refused "device = cuda" "model = llama runs on device = cpu only" device=cuda
 refused "n_kv_head 3 of 4 heads" "n_kv_head 3 does not divide n_head 4" n_kv_head=3
 refused "odd head_dim" "head_dim 11 is odd" head_dim=11
 refused "local losses" "local_groups needs" mode=fg perturb=activity local_groups=2

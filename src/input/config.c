@@ -251,13 +251,9 @@ int config_load_text(Config *c, const char *text, const char *name, FgError *err
 }
 
 // model = gpt or llama reads text (bytes) or tokens; each names its files, and bytes need vocab
-// 256. Llama has no CUDA kernels yet: refused by name on device = cuda.
+// 256.
 static int validate_language(const Config *c, FgError *err) {
-    int llama = strcmp(c->net.model, "llama") == 0;
-    int gpt = llama || strcmp(c->net.model, "gpt") == 0;
-    if (llama && c->layout.device == DEVICE_CUDA)
-        return fg_fail(err, FG_ERR_INPUT, "model = llama runs on device = cpu only: its RMSNorm, "
-                       "rotary embedding, SwiGLU and grouped-query attention have no CUDA kernels yet");
+    int gpt = strcmp(c->net.model, "gpt") == 0 || strcmp(c->net.model, "llama") == 0;
     if (gpt != config_is_language(c))
         return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text or tokens: set data = text "
                        "and text_file, or data = tokens, train_tokens and val_tokens" :
