@@ -38,7 +38,8 @@ def config_value(cfg, key, kind, default=None):
 def refuse_unsupported(cfg):
     arch = cfg.get("architectures")
     if not (isinstance(arch, list) and len(arch) == 1 and arch[0] in ARCHITECTURES):
-        raise BadInput(f"config.json: architectures {arch!r}: fgpipe reads {' or '.join(ARCHITECTURES)}")
+        raise BadInput(f"config.json: architectures {arch!r}: fgpipe reads {' or '.join(ARCHITECTURES)} "
+                       "directories (GPT-2: import its model.safetensors file, with --n-head)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise BadInput(f"config.json: hidden_act {cfg['hidden_act']!r}: the family's MLP is SwiGLU (silu)")
     for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
