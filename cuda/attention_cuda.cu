@@ -6,8 +6,9 @@
 // few features and walk the tokens in the CPU's order. Only the softmax's sum and the JVP's
 // and backward's row means are added in another (fixed) order.
 // The backward has two kernels, neither with atomics: one warp per query row t (dq_t, and the
-// row's max, sum and mean kept for the next), one warp per key row u (dk_u, dv_u = sums over
-// t >= u, with P[t, u] recomputed from the kept max and sum: the same bits as the first's).
+// row's max, sum and mean kept for the next), one warp per key row u of a kv head (dk_u,
+// dv_u = sums over t >= u and over the query heads sharing it, with P[t, u] recomputed from
+// the kept max and sum: the same bits as the first's).
 // No tensor cores: a tiled (flash-attention style) kernel would be the next step for speed.
 #include "attention_math.h"
 #include "cuda_internal.h"
@@ -163,30 +164,36 @@ __global__ void attn_dq_kernel(AttnShape s, const float *x, const float *dy, flo
     if (lane == 0) stats[item] = make_float4(ms.x, ms.y, mean, 0.0f);
 }
 
-// One warp per key row u: P[t, u] and ds[t, u] for t >= u (a lane per t), then dk_u and dv_u.
+// One warp per key row u of kv head g: for each query head h sharing it (Llama's grouped
+// heads; the GPT's: h = g), P[t, u] and ds[t, u] for t >= u (a lane per t), then h's terms of
+// dk_u and dv_u, added head after head as the CPU does.
 __global__ void attn_dkv_kernel(AttnShape s, const float *x, const float *dy, float *dx,
                                 const float4 *stats) {
     extern __shared__ float smem[];
     int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t item = (size_t)blockIdx.x * warps + warp;
-    if (item >= (size_t)s.B * s.H * s.T) return;
-    RowIdx c = row_of(s, item);  // c.t is the key row u
-    int u = c.t;
+    if (item >= (size_t)s.B * s.Hkv * s.T) return;
+    int b = (int)(item / ((size_t)s.Hkv * s.T)), g = (int)(item / s.T % s.Hkv), u = (int)(item % s.T);
     float *prob = smem + (size_t)warp * 2 * s.T, *ds = prob + s.T;
-    const float *k = x + attn_at_in(&s, c.b, u, 2, c.h), *v = x + attn_at_in(&s, c.b, u, 3, c.h);
-    for (int t = u + lane; t < s.T; t += 32) {
-        float4 st = stats[item - u + t];
-        float p = expf(fg_dot_hs(x + attn_at_in(&s, c.b, t, 1, c.h), k, s.hs) * s.scale - st.x);
-        p /= st.y;
-        float dp = fg_dot_hs(dy + attn_at_out(&s, c.b, t, c.h), v, s.hs);
-        prob[t - u] = p;
-        ds[t - u] = p * (dp - st.z) * s.scale;
+    for (int h = g * s.group; h < (g + 1) * s.group; h++) {
+        const float *k = x + attn_at_in(&s, b, u, 2, h), *v = x + attn_at_in(&s, b, u, 3, h);
+        const float4 *row_stats = stats + ((size_t)b * s.H + h) * s.T;
+        for (int t = u + lane; t < s.T; t += 32) {
+            float4 st = row_stats[t];
+            float p = expf(fg_dot_hs(x + attn_at_in(&s, b, t, 1, h), k, s.hs) * s.scale - st.x);
+            p /= st.y;
+            float dp = fg_dot_hs(dy + attn_at_out(&s, b, t, h), v, s.hs);
+            prob[t - u] = p;
+            ds[t - u] = p * (dp - st.z) * s.scale;
+        }
+        __syncwarp();
+        bool more = h > g * s.group;  // the group's later heads add to the first's
+        weighted_sum(dy + attn_at_out(&s, b, 0, h), s.out, u, s.T - 1, prob, s.hs,
+                     dx + attn_at_in(&s, b, u, 3, h), more);
+        weighted_sum(x + attn_at_in(&s, b, 0, 1, h), s.in, u, s.T - 1, ds, s.hs,
+                     dx + attn_at_in(&s, b, u, 2, h), more);
+        __syncwarp();
     }
-    __syncwarp();
-    weighted_sum(dy + attn_at_out(&s, c.b, 0, c.h), s.out, u, s.T - 1, prob, s.hs,
-                 dx + attn_at_in(&s, c.b, u, 3, c.h), false);
-    weighted_sum(x + attn_at_in(&s, c.b, 0, 1, c.h), s.in, u, s.T - 1, ds, s.hs,
-                 dx + attn_at_in(&s, c.b, u, 2, c.h), false);
 }
 
 void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
@@ -200,6 +207,8 @@ void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, 
     if (!attn_grid(be, &s, 2, rows, "attention backward", &g)) return;
     attn_dq_kernel<<<g.blocks, g.threads, g.smem, st>>>(s, x, dy, dx, stats);
     launch_check(be, "attention backward: dq");
-    attn_dkv_kernel<<<g.blocks, g.threads, g.smem, st>>>(s, x, dy, dx, stats);
+    AttnGrid gk;  // one warp per kv head's key row
+    if (!attn_grid(be, &s, 2, (size_t)B * s.Hkv * s.T, "attention backward", &gk)) return;
+    attn_dkv_kernel<<<gk.blocks, gk.threads, gk.smem, st>>>(s, x, dy, dx, stats);
     launch_check(be, "attention backward: dk, dv");
 }

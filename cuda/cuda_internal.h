@@ -147,6 +147,27 @@ void cuda_norm_jvp(const Backend *be, const Layer *L, const float *p, const floa
                    const float *x, const float *xdot, float *ydot, int B, int K);
 void cuda_norm_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                         const float *dy, float *dx, float *dp, int B);
+// llama_cuda.cu: Llama's RMSNorm, q/k norms, rotary embedding and SwiGLU.
+void cuda_rmsnorm_forward(const Backend *be, const Layer *L, const float *p, const float *x,
+                          float *y, int B);
+void cuda_rmsnorm_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                      const float *x, const float *xdot, float *ydot, int B, int K);
+void cuda_rmsnorm_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                           const float *dy, float *dx, float *dp, int B);
+void cuda_qknorm_forward(const Backend *be, const Layer *L, const float *p, const float *x,
+                         float *y, int B);
+void cuda_qknorm_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                     const float *x, const float *xdot, float *ydot, int B, int K);
+void cuda_qknorm_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                          const float *dy, float *dx, float *dp, int B);
+void cuda_rope_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);
+void cuda_rope_jvp(const Backend *be, const Layer *L, const float *xdot, float *ydot, int B, int K);
+void cuda_rope_backward(const Backend *be, const Layer *L, const float *dy, float *dx, int B);
+void cuda_swiglu_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);
+void cuda_swiglu_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
+                     float *ydot, int B, int K);
+void cuda_swiglu_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
+                          float *dx, int B);
 void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);
 void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
                         float *ydot, int B, int K);

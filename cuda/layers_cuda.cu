@@ -185,6 +185,10 @@ void cuda_forward(const Backend *be, const Layer *L, const float *p, const float
     case LAYER_EMBEDDING: cuda_embedding_forward(be, L, p, x, y, B); return;
     case LAYER_LAYERNORM: cuda_norm_forward(be, L, p, x, y, B); return;
     case LAYER_ATTENTION: cuda_attention_forward(be, L, x, y, B); return;
+    case LAYER_RMSNORM: cuda_rmsnorm_forward(be, L, p, x, y, B); return;
+    case LAYER_QKNORM: cuda_qknorm_forward(be, L, p, x, y, B); return;
+    case LAYER_ROPE: cuda_rope_forward(be, L, x, y, B); return;
+    case LAYER_SWIGLU: cuda_swiglu_forward(be, L, x, y, B); return;
     default: cuda_note(be, "forward", "unknown layer kind");
     }
 }
@@ -212,6 +216,22 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
         cuda_attention_forward(be, L, x, y, B);
         cuda_attention_jvp(be, L, x, xdot, ydot, B, K);
         return;
+    case LAYER_RMSNORM:
+        cuda_rmsnorm_forward(be, L, p, x, y, B);
+        cuda_rmsnorm_jvp(be, L, p, pdot, x, xdot, ydot, B, K);
+        return;
+    case LAYER_QKNORM:
+        cuda_qknorm_forward(be, L, p, x, y, B);
+        cuda_qknorm_jvp(be, L, p, pdot, x, xdot, ydot, B, K);
+        return;
+    case LAYER_ROPE:
+        cuda_rope_forward(be, L, x, y, B);
+        cuda_rope_jvp(be, L, xdot, ydot, B, K);
+        return;
+    case LAYER_SWIGLU:
+        cuda_swiglu_forward(be, L, x, y, B);
+        cuda_swiglu_jvp(be, L, x, xdot, ydot, B, K);
+        return;
     default: cuda_note(be, "jvp", "unknown layer kind");
     }
 }
@@ -228,6 +248,10 @@ void cuda_backward(const Backend *be, const Layer *L, const float *p, const floa
     case LAYER_EMBEDDING: cuda_embedding_backward(be, L, x, dy, dx, dp, B); return;
     case LAYER_LAYERNORM: cuda_norm_backward(be, L, p, x, dy, dx, dp, B); return;
     case LAYER_ATTENTION: if (dx) cuda_attention_backward(be, L, x, dy, dx, B); return;
+    case LAYER_RMSNORM: cuda_rmsnorm_backward(be, L, p, x, dy, dx, dp, B); return;
+    case LAYER_QKNORM: cuda_qknorm_backward(be, L, p, x, dy, dx, dp, B); return;
+    case LAYER_ROPE: if (dx) cuda_rope_backward(be, L, dy, dx, B); return;
+    case LAYER_SWIGLU: if (dx) cuda_swiglu_backward(be, L, x, dy, dx, B); return;
     default: cuda_note(be, "backward", "unknown layer kind");
     }
 }

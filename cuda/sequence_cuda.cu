@@ -14,17 +14,18 @@ enum { ROW_THREADS = 256, ROW_WARPS = ROW_THREADS / 32 };
 static unsigned warp_grid(size_t items) { return (unsigned)((items + ROW_WARPS - 1) / ROW_WARPS); }
 
 // ---------------------------------------------------------------------------------------------
-// Embedding: y[r] = wte[id_r] + wpe[r % T], tables of block k at table + k * stride (wpe after
-// the vocab x C floats of wte).
+// Embedding: y[r] = wte[id_r] + wpe[r % T] (no wpe with no_positions), tables of block k at
+// table + k * stride (wpe after the vocab x C floats of wte).
 
+// positions 0 (Llama): y[r] = wte[id_r] alone.
 __global__ void lookup_kernel(const float *table, size_t stride, int vocab, const float *ids,
-                              float *y, int rows, int T, int C, int K) {
+                              float *y, int rows, int T, int C, int K, int positions) {
     size_t block = (size_t)rows * C;
     GRID_LOOP(i, (size_t)K * block) {
         size_t k = i / block, r = i % block / C;
         int c = (int)(i % C), id = (int)ids[r];  // bytes as floats: 0 .. vocab-1 (text_data.c)
         const float *wte = table + k * stride, *wpe = wte + (size_t)vocab * C;
-        y[i] = wte[(size_t)id * C + c] + wpe[(r % T) * C + c];
+        y[i] = positions ? wte[(size_t)id * C + c] + wpe[(r % T) * C + c] : wte[(size_t)id * C + c];
     }
 }
 
@@ -33,7 +34,8 @@ static void lookup(const Backend *be, const Layer *L, const float *table, size_t
     int T = layer_tokens(L), C = layer_out_token(L);
     size_t n = (size_t)K * B * T * C;
     lookup_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(table, stride, L->vocab,
-                                                                             ids, y, B * T, T, C, K);
+                                                                             ids, y, B * T, T, C, K,
+                                                                             !L->no_positions);
     launch_check(be, "embedding");
 }
 
@@ -77,6 +79,7 @@ void cuda_embedding_backward(const Backend *be, const Layer *L, const float *x, 
     int T = layer_tokens(L), C = layer_out_token(L);
     token_grad_kernel<<<dim3((C + 31) / 32, L->vocab), 32, 0, st>>>(x, dy, dp, B * T, C);
     launch_check(be, "embedding backward: wte");
+    if (L->no_positions) return;
     position_grad_kernel<<<grid_for((size_t)T * C, 256, 65535), 256, 0, st>>>(dy, dp + (size_t)L->vocab * C, B, T, C);
     launch_check(be, "embedding backward: wpe");
 }

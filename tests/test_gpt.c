@@ -1,7 +1,7 @@
 // The GPT (docs/gpt.md) through the Stage API: the model's names, sizes and init; backprop of
 // the whole chain against central differences and forward mode; causal masking; and activity
-// perturbation's per-sample derivatives against backprop's adjoints. Each layer alone is
-// checked in test_layers.c.
+// perturbation's per-sample derivatives against backprop's adjoints (lm_checks.h). Each layer
+// alone is checked in test_layers.c.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +17,7 @@
 #include "model.h"
 #include "stage.h"
 #include "tangent.h"
+#include "lm_checks.h"
 #include "test_util.h"
 
 enum { SEED = 2024, DATA_SEED = 2 };
@@ -43,7 +44,7 @@ static void test_gpt_model(void **state) {
     assert_int_equal(model_build_gpt(&m, bad, &err), FG_ERR_INPUT);
     assert_non_null(strstr(err.msg, "multiple of n_head"));
 
-    enum { B = 2, T = 4, V = 256 };
+    enum { T = 4, V = 256 };
     GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = T, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, g, &err), FG_OK);
     float *p = fg_alloc_floats(m.n_params);
@@ -51,132 +52,22 @@ static void test_gpt_model(void **state) {
     size_t wte = (size_t)V * 8;
     assert_memory_equal(p, p + m.n_params - wte, wte * sizeof(float));  // the copies start equal
     assert_true(m.tensors[2].init_value == 1.0f && p[m.tensors[2].offset] == 1.0f);  // ln_1.weight
-    Rng r = {DATA_SEED};
-    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.3f * rng_uniform(&r);  // away from init
-    float x[B * T];
-    Label labels[B * T];
-    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 20), labels[i] = (Label)rng_int(&r, 0, 20);
-
-    Stage st;
-    assert_int_equal(stage_init(&st, &backend_cpu, &m, 0, m.n_layers, B, 1, &err), FG_OK);
-    float *stash = fg_alloc_floats(stage_stash_floats(&st, B)), *dz = fg_alloc_floats((size_t)B * T * V);
-    float *grad = fg_alloc_floats(m.n_params), *v = fg_alloc_floats(m.n_params);
-    const float *y, *ydot;
-    stage_forward(&st, p, NULL, x, NULL, B, stash, &y, NULL);
-    loss_backward(y, labels, B * T, logit_rows(V), dz);
-    stage_backward(&st, p, stash, dz, NULL, grad, B);
-    // Central differences along coordinates of every tensor (first, middle, last element).
-    for (int t = 0; t < m.n_tensors; t++) {
-        const TensorView *tv = &m.tensors[t];
-        size_t n = (size_t)tv->rows * tv->cols, picks[3] = {0, n / 2, n - 1};
-        for (int j = 0; j < 3; j++) {
-            size_t i = tv->offset + picks[j];
-            float keep = p[i];
-            const float eps = 1e-2f;
-            p[i] = keep + eps;
-            stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double up = loss_forward(y, labels, B * T, logit_rows(V), NULL);
-            p[i] = keep - eps;
-            stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-            double down = loss_forward(y, labels, B * T, logit_rows(V), NULL);
-            p[i] = keep;
-            double fd = (up - down) / (2 * eps);
-            if (!(fabs(fd - grad[i]) <= 2e-3 * fabs(grad[i]) + 2e-4))
-                fail_msg("%s[%zu]: fd %.6g vs backprop %.6g", tv->name, picks[j], fd, grad[i]);
-        }
-    }
-    // Causal: a change to the last token of each sample changes no earlier position's logits.
-    float *before = fg_alloc_floats((size_t)B * T * V);
-    stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
-    memcpy(before, y, (size_t)B * T * V * sizeof(float));
-    float x2[B * T];
-    memcpy(x2, x, sizeof x2);
-    for (int b = 0; b < B; b++) x2[b * T + T - 1] = (float)(((int)x[b * T + T - 1] + 7) % V);
-    stage_forward(&st, p, NULL, x2, NULL, B, NULL, &y, NULL);
-    for (int b = 0; b < B; b++) {
-        size_t first = (size_t)b * T * V, earlier = (size_t)(T - 1) * V;
-        assert_memory_equal(y + first, before + first, earlier * sizeof(float));
-        assert_true(memcmp(y + first + earlier, before + first + earlier, V * sizeof(float)) != 0);
-    }
-    fg_free(before);
-    // Forward mode along the regenerated tangent: d = grad . v.
-    TangentKey key = tangent_key(SEED, 3, 0, 0);
-    float d;
-    stage_forward(&st, p, &key, x, NULL, B, NULL, &y, &ydot);
-    loss_jvp(y, ydot, labels, B * T, logit_rows(V), 1, &d);
-    memset(v, 0, m.n_params * sizeof(float));
-    float one = 1.0f;
-    stage_add_tangents(&st, key, 1, &one, v);
-    double want = dot(grad, v, m.n_params);
-    if (!(fabs(d - want) <= 1e-4 * (norm(grad, m.n_params) * norm(v, m.n_params))))
-        fail_msg("jvp d = %.7g but grad . v = %.7g", d, want);
-    fg_free(stash), fg_free(dz), fg_free(grad), fg_free(v), fg_free(p);
-    stage_free(&st);
+    fg_free(p);
+    p = lm_params(&m, SEED, DATA_SEED);
+    lm_check_gradients(&m, p, SEED, DATA_SEED);
+    fg_free(p);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Activity perturbation on the GPT (docs/gpt.md): a tangent row per token on each parameter
-//    layer's branch columns; a sample's d (the mean over its tokens' row derivatives) equals
-//    sum over layers and tokens of backprop's adjoint of the sample's loss . u.
-
+// Activity perturbation on the GPT (lm_checks.h).
 static void test_gpt_activity_d(void **state) {
     (void)state;
-    enum { GB = 2, GT = 3, GV = 256, GK = 2 };
     Model m;
     FgError err = {0};
-    GptShape shape = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = GT, .vocab = 256, .pad_vocab = 1};
+    GptShape shape = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = 3, .vocab = 256, .pad_vocab = 1};
     assert_int_equal(model_build_gpt(&m, shape, &err), FG_OK);
-    float *params = fg_alloc_floats(m.n_params);
-    model_init_params(&m, params, SEED);
-    Rng r = {5};
-    for (size_t i = 0; i < m.n_params; i++) params[i] += 0.3f * rng_uniform(&r);
-    float x[GB * GT];
-    Label labels[GB * GT];
-    for (int i = 0; i < GB * GT; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (Label)rng_int(&r, 0, 255);
-
-    // Forward mode: per-row derivatives, then each sample's mean over its tokens.
-    Stage fw, bw;
-    assert_int_equal(stage_init(&fw, &backend_cpu, &m, 0, m.n_layers, GB, GK, &err), FG_OK);
-    fw.perturb = PERTURB_ACTIVITY;
-    TangentKey key = tangent_key(SEED, 4, 1, 0);
-    const float *y, *ydot;
-    float drows[GK * GB * GT], d[GK][GB] = {{0}};
-    stage_forward(&fw, params, &key, x, NULL, GB, NULL, &y, &ydot);
-    loss_jvp_rows(y, ydot, labels, GB * GT, logit_rows(GV), GK, drows);
-    for (int k = 0; k < GK; k++)
-        for (int b = 0; b < GB; b++)
-            for (int t = 0; t < GT; t++) d[k][b] += drows[(k * GB + b) * GT + t] / GT;
-
-    // Backprop: adjoints of sum_b l_b (l_b the mean over b's tokens = GB x the mean loss).
-    assert_int_equal(stage_init(&bw, &backend_cpu, &m, 0, m.n_layers, GB, 0, &err), FG_OK);
-    float *stash = fg_alloc_floats(stage_stash_floats(&bw, GB)), *dz = fg_alloc_floats(GB * GT * GV);
-    float *delta = fg_alloc_floats(stage_adjoint_floats(&bw, GB)), *u = fg_alloc_floats(GB * GT * 1024);
-    stage_forward(&bw, params, NULL, x, NULL, GB, stash, &y, NULL);
-    loss_backward(y, labels, GB * GT, logit_rows(GV), dz);
-    for (int i = 0; i < GB * GT * GV; i++) dz[i] *= GB;
-    stage_backward_input(&bw, params, stash, dz, NULL, delta, GB);
-    for (int k = 0; k < GK; k++)
-        for (int b = 0; b < GB; b++) {
-            double want = 0;
-            for (int l = 0; l < m.n_layers; l++) {
-                const Layer *L = &m.layers[l];
-                if (!L->param_count) continue;
-                int offset, width, out = layer_out_token(L);
-                layer_branch(L, &offset, &width);
-                TangentKey lk = key;
-                lk.layer = (uint32_t)l, lk.k = (uint32_t)k, lk.stream = STREAM_ACTIVITY;
-                tangent_fill(lk, 0, (size_t)GB * GT * width, u);
-                const float *dl = delta + stage_adjoint_offset(&bw, l, GB);
-                for (int t = 0; t < GT; t++) {
-                    size_t row = (size_t)b * GT + t;
-                    want += dot(dl + row * out + offset, u + row * width, (size_t)width);
-                }
-            }
-            if (!(fabs(d[k][b] - want) <= 1e-4 * (1.0 + fabs(want))))
-                fail_msg("GPT sample %d, tangent %d: d %.7g, adjoints . u = %.7g", b, k, d[k][b], want);
-        }
-    fg_free(stash), fg_free(dz), fg_free(delta), fg_free(u), fg_free(params);
-    stage_free(&fw), stage_free(&bw);
+    float *params = lm_params(&m, SEED, 5);
+    lm_check_activity_d(&m, params, SEED, 5);
+    fg_free(params);
 }
 
 // A padded vocabulary (pad_vocab) changes nothing but the table's size: with the same seed the

@@ -49,8 +49,9 @@ typedef struct {
     float *x, *xdot, *p, *pdot, *u;  // u [B, out]: an output weighting / adjoint
 } Case;
 
-static const char *KIND_NAMES[LAYER_KIND_COUNT] = {"linear", "relu", "gelu", "embedding",
-                                                  "layernorm", "attention"};
+static const char *KIND_NAMES[LAYER_KIND_COUNT] = {
+    "linear", "relu", "gelu", "embedding", "layernorm", "attention", "rmsnorm", "qknorm", "rope",
+    "swiglu"};
 
 static Case case_make(Layer L, int B, int K, uint64_t seed) {
     Case c;
@@ -126,6 +127,24 @@ static const SeqCase SEQ_CASES[] = {
     {{.kind = LAYER_ATTENTION, .in = 24, .out = 12, .tokens = 1, .carry = 6, .heads = 3}, 2, 1},
     {{.kind = LAYER_ATTENTION, .in = 24, .out = 12, .tokens = 5, .carry = 6, .heads = 1}, 1, 3},
     {{.kind = LAYER_EMBEDDING, .in = 1, .out = 4, .tokens = 3, .vocab = 5}, 2, 2},
+    // Llama's and Qwen3's (model_llama.c): a token of [x (2), q (H 4), k (Hkv 4), v (Hkv 4)].
+    {{.kind = LAYER_EMBEDDING, .in = 1, .out = 4, .tokens = 3, .vocab = 5, .no_positions = 1}, 2, 2},
+    {{.kind = LAYER_RMSNORM, .in = 5, .out = 5, .tokens = 3, .eps = 1e-6f}, 2, 2},
+    {{.kind = LAYER_RMSNORM, .in = 5, .out = 10, .tokens = 3, .carry = 5, .eps = 1e-5f}, 2, 2},
+    {{.kind = LAYER_RMSNORM, .in = 1, .out = 1, .tokens = 1, .eps = 1e-6f}, 1, 1},
+    {{.kind = LAYER_QKNORM, .in = 18, .out = 18, .tokens = 3, .carry = 2, .heads = 2, .kv_heads = 1,
+      .head_dim = 4, .eps = 1e-6f}, 2, 2},
+    {{.kind = LAYER_ROPE, .in = 18, .out = 18, .tokens = 5, .carry = 2, .heads = 2, .kv_heads = 1,
+      .head_dim = 4, .rope = {.theta = 10000}}, 2, 2},
+    // Llama 3's scaling with d = 6 at theta 100: wavelengths 6.3 (blended), 29 and 135 (divided).
+    {{.kind = LAYER_ROPE, .in = 28, .out = 28, .tokens = 7, .carry = 4, .heads = 2, .kv_heads = 2,
+      .head_dim = 6, .rope = {.theta = 100, .factor = 8, .low = 1, .high = 4, .original = 16}}, 1, 2},
+    {{.kind = LAYER_ATTENTION, .in = 26, .out = 14, .tokens = 4, .carry = 2, .heads = 4,
+      .kv_heads = 2, .head_dim = 3}, 2, 2},  // grouped-query, head_dim != C / heads
+    {{.kind = LAYER_ATTENTION, .in = 13, .out = 9, .tokens = 3, .carry = 1, .heads = 4,
+      .kv_heads = 1, .head_dim = 2}, 1, 2},  // one kv head
+    {{.kind = LAYER_SWIGLU, .in = 11, .out = 7, .tokens = 2, .carry = 3}, 2, 2},
+    {{.kind = LAYER_SWIGLU, .in = 4, .out = 2, .tokens = 3}, 1, 1},
 };
 #define N_SEQ_CASES ((int)(sizeof SEQ_CASES / sizeof SEQ_CASES[0]))
 #define N_CASES (3 * N_SHAPES + N_SEQ_CASES)

@@ -381,22 +381,19 @@ static void test_lowrank_unbiased_with_formula_variance(void **state) {
 // tied head without bias) reads its branch inside the token row and adds x V^T + vb on every
 // token, as the layer's JVP along the explicit tangent does; LayerNorm and the embedding keep
 // full tangents. Dots and the estimate agree with the same tangent.
-static void test_lowrank_gpt_layers(void **state) {
-    (void)state;
-    enum { B = 2, TOKENS = 4, R = 2 };
-    Model m;
-    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = TOKENS, .vocab = 256, .pad_vocab = 1};
-    assert_int_equal(model_build_gpt(&m, g, NULL), FG_OK);
-    float *p = fg_alloc_floats(m.n_params);
-    model_init_params(&m, p, SEED);
+// Returns the number of linear layers.
+static int check_lowrank_layers(const Model *m) {
+    enum { B = 2, R = 2 };
+    float *p = fg_alloc_floats(m->n_params);
+    model_init_params(m, p, SEED);
     Rng rng = {SEED};
-    for (size_t i = 0; i < m.n_params; i++) p[i] += 0.1f * rng_uniform(&rng);
+    for (size_t i = 0; i < m->n_params; i++) p[i] += 0.1f * rng_uniform(&rng);
     int linears = 0;
-    for (int l = 0; l < m.n_layers; l++) {
-        const Layer *L = &m.layers[l];
+    for (int l = 0; l < m->n_layers; l++) {
+        const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
         Stage st;
-        assert_int_equal(stage_init(&st, &backend_cpu, &m, l, l + 1, B, 1, NULL), FG_OK);
+        assert_int_equal(stage_init(&st, &backend_cpu, m, l, l + 1, B, 1, NULL), FG_OK);
         stage_set_tangent_rank(&st, R);
         const float *pl = p + L->param_offset;
         float *x = fg_alloc_floats((size_t)B * L->in), *v = fg_alloc_floats(L->param_count);
@@ -428,8 +425,28 @@ static void test_lowrank_gpt_layers(void **state) {
         fg_free(x), fg_free(v), fg_free(yy), fg_free(want), fg_free(est);
         stage_free(&st);
     }
-    assert_int_equal(linears, 5);  // c_attn, attn.c_proj, c_fc, mlp.c_proj, lm_head
     fg_free(p);
+    return linears;
+}
+
+static void test_lowrank_gpt_layers(void **state) {
+    (void)state;
+    static Model m;
+    GptShape g = {.n_layer = 1, .n_embd = 8, .n_head = 2, .ctx = 4, .vocab = 256, .pad_vocab = 1};
+    assert_int_equal(model_build_gpt(&m, g, NULL), FG_OK);
+    assert_int_equal(check_lowrank_layers(&m), 5);  // c_attn, attn.c_proj, c_fc, mlp.c_proj, lm_head
+}
+
+// The same on Llama's layers (RMSNorm, q/k norm: full tangents; the bias-free projections:
+// low-rank).
+static void test_lowrank_llama_layers(void **state) {
+    (void)state;
+    static Model m;
+    LlamaShape g = {.n_layer = 1, .n_embd = 8, .n_head = 4, .n_kv_head = 2, .head_dim = 4,
+                    .intermediate = 12, .ctx = 4, .vocab = 256, .pad_vocab = 1, .rms_eps = 1e-6f,
+                    .rope = {.theta = 10000}, .qk_norm = 1};
+    assert_int_equal(model_build_llama(&m, g, NULL), FG_OK);
+    assert_int_equal(check_lowrank_layers(&m), 5);  // qkv, o_proj, gate_up, down_proj, lm_head
 }
 
 int main(void) {
@@ -439,6 +456,7 @@ int main(void) {
         cmocka_unit_test(test_lowrank_jvp_and_dots),
         cmocka_unit_test(test_lowrank_unbiased_with_formula_variance),
         cmocka_unit_test(test_lowrank_gpt_layers),
+        cmocka_unit_test(test_lowrank_llama_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,7 +37,7 @@ static const ConfigKey KEYS[] = {
     STR_OR_NONE(input, text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
     STR_OR_NONE(input, train_tokens, "data = tokens: the training tokens, little-endian uint16 (nanoGPT's and llm.c's format), memory-mapped: any size"),
     STR_OR_NONE(input, val_tokens, "data = tokens: the validation tokens, same format; every non-overlapping window of ctx + 1 tokens is evaluated"),
-    STR(net, model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx)"),
+    STR(net, model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx); or llama (Llama 3 / Qwen3: also n_kv_head, head_dim, intermediate_size, rope_*, rms_norm_eps, qk_norm, tie_embeddings; docs/gpt.md)"),
     STR(net, activation, "activation after each hidden linear layer: relu | gelu"),
     NUM(KEY_INT, net, n_layer, 1, 96, "model = gpt: transformer blocks"),
     NUM(KEY_INT, net, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
@@ -46,6 +46,17 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, net, vocab, 2, 65536, "model = gpt: token ids 0..vocab-1: 256 for bytes (data = text), 50257 for GPT-2's BPE"),
     NUM(KEY_INT, net, head_block, 1, 1 << 20, "model = gpt, training: the head fused with the loss forms its logits this many vocabulary columns at a time (docs/gpt.md, \"The fused head and loss\"); a row's block of logits is all it holds at once"),
     NUM(KEY_INT, net, pad_vocab, 1, 1024, "model = gpt: the token table (and the head) has vocab rounded up to a multiple of this many rows (GPT-2: 64, for aligned GEMMs); the pad rows are left out of the loss and never sampled"),
+    NUM(KEY_INT, net, n_kv_head, 1, 256, "model = llama: key and value heads (grouped-query attention; divides n_head)"),
+    NUM(KEY_INT, net, head_dim, 2, 4096, "model = llama: features per attention head (even; not necessarily n_embd / n_head)"),
+    NUM(KEY_INT, net, intermediate_size, 1, 1 << 20, "model = llama: width of the SwiGLU MLP"),
+    NUM(KEY_REAL, net, rope_theta, 1, 1e12, "model = llama: rotary embedding base (Llama 3: 500000, Qwen3: 1000000)"),
+    NUM(KEY_REAL, net, rope_scaling_factor, 0, 1e6, "model = llama: Llama 3's rope_scaling factor (rope_type llama3; Llama 3.2: 32); 0: no scaling"),
+    NUM(KEY_REAL, net, rope_scaling_low_freq_factor, 0, 1e6, "model = llama, rope_scaling_factor > 0: low_freq_factor"),
+    NUM(KEY_REAL, net, rope_scaling_high_freq_factor, 0, 1e6, "model = llama, rope_scaling_factor > 0: high_freq_factor (above the low one)"),
+    NUM(KEY_INT, net, rope_scaling_original_max_position_embeddings, 0, 1 << 24, "model = llama, rope_scaling_factor > 0: original_max_position_embeddings"),
+    NUM(KEY_REAL, net, rms_norm_eps, 1e-30, 1, "model = llama: RMSNorm's epsilon"),
+    NUM(KEY_INT, net, qk_norm, 0, 1, "model = llama: 1: RMSNorm over head_dim on each q and k head before the rotation (Qwen3)"),
+    NUM(KEY_INT, net, tie_embeddings, 0, 1, "model = llama: 1: the head is the token table (tie_word_embeddings)"),
     STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop; fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles"),
     CHOICE(timetable, schedule, "gpipe|1f1b|zb", "pipeline schedule of bp"),
@@ -97,7 +108,11 @@ void config_defaults(Config *c) {
         .input = {.data_dir = "/usr/share/datasets/fashion-mnist"},
         .net = {.model = "784-1024-1024-1024-10", .activation = "relu",
                 .n_layer = 4, .n_embd = 128, .n_head = 4, .ctx = 128,
-                .vocab = 256, .pad_vocab = 1, .head_block = HEAD_BLOCK_COLUMNS},
+                .vocab = 256, .pad_vocab = 1, .head_block = HEAD_BLOCK_COLUMNS,
+                .n_kv_head = 4, .head_dim = 32, .intermediate_size = 344, .rope_theta = 10000,
+                .rope_scaling_low_freq_factor = 1, .rope_scaling_high_freq_factor = 4,
+                .rope_scaling_original_max_position_embeddings = 8192, .rms_norm_eps = 1e-6,
+                .tie_embeddings = 1},
         .method = {.mode = MODE_BP, .shrink = 1.0, .tangents = 1},
         .timetable = {.select = -1, .max_lag = 2, .calibrate_steps = 3, .lag_cost = 0.25},
         .layout = {.stages = 1, .replicas = 1, .boundaries = "auto"},
@@ -235,9 +250,10 @@ int config_load_text(Config *c, const char *text, const char *name, FgError *err
     return rc;
 }
 
-// model = gpt reads text (bytes) or tokens; each names its files, and bytes need vocab 256.
+// model = gpt or llama reads text (bytes) or tokens; each names its files, and bytes need vocab
+// 256.
 static int validate_language(const Config *c, FgError *err) {
-    int gpt = strcmp(c->net.model, "gpt") == 0;
+    int gpt = strcmp(c->net.model, "gpt") == 0 || strcmp(c->net.model, "llama") == 0;
     if (gpt != config_is_language(c))
         return fg_fail(err, FG_ERR_INPUT, gpt ? "model = gpt reads text or tokens: set data = text "
                        "and text_file, or data = tokens, train_tokens and val_tokens" :
@@ -323,12 +339,17 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
     // Not pad_vocab: the table's rows are checked as the tensors load (256 rows pad to 256).
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
                                        "vocab", "activation"};
+    static const char *const llama_keys[] = {"n_kv_head", "head_dim", "intermediate_size",
+        "rope_theta", "rope_scaling_factor", "rope_scaling_low_freq_factor",
+        "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings",
+        "rms_norm_eps", "qk_norm", "tie_embeddings"};
     int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
-    for (int i = 0; i < n; i++) {
-        const ConfigKey *k = find_key(keys[i]);
+    int llama = strcmp(a->net.model, "llama") == 0 ? (int)(sizeof llama_keys / sizeof *llama_keys) : 0;
+    for (int i = 0; i < n + llama; i++) {
+        const ConfigKey *k = find_key(i < n ? keys[i] : llama_keys[i - n]);
         key_value(a, k, value_a, size);
         key_value(b, k, value_b, size);
-        if (strcmp(value_a, value_b)) return keys[i];
+        if (strcmp(value_a, value_b)) return k->name;
     }
     return NULL;
 }

@@ -30,13 +30,21 @@ typedef struct {
 } InputConfig;
 
 typedef struct {
-    char model[256];       // MLP widths "784-1024-10", or "gpt" (the next four keys)
+    char model[256];       // MLP widths "784-1024-10", "gpt" (the next four keys) or "llama"
     char activation[16];   // relu | gelu
     int n_layer, n_embd, n_head, ctx;  // model = gpt: blocks, width, heads, tokens per sample
     int vocab;             // model = gpt: token ids 0..vocab-1 (256: bytes; GPT-2: 50257)
     int pad_vocab;         // the token table's rows are vocab rounded up to a multiple of this
     int head_block;        // training: the fused head's vocabulary columns per block
     char freeze[256];      // layers held fixed: names or dotted prefixes, "embedding,h.0"
+    // model = llama (Llama 3, Qwen3: Hugging Face config.json's names)
+    int n_kv_head, head_dim, intermediate_size;  // kv heads, features per head, MLP width
+    double rope_theta, rms_norm_eps;
+    double rope_scaling_factor;  // > 0: Llama 3's rope_scaling (rope_type llama3); 0: none
+    double rope_scaling_low_freq_factor, rope_scaling_high_freq_factor;
+    int rope_scaling_original_max_position_embeddings;
+    int qk_norm;           // Qwen3: RMSNorm of each q and k head
+    int tie_embeddings;    // the head is the token table (two copies kept equal)
 } NetConfig;
 
 // How gradients are made: the mode, fg's tangents and fg+bp's estimator.

@@ -1,4 +1,4 @@
-// Elementwise activations, f and f', for the CPU (layer_activation.c) and the GPU
+// Elementwise activations, f and f', for the CPU (layer_activation.c, layer_swiglu.c) and the GPU
 // (cuda/layers_cuda.cu). Both backends call these, so they evaluate the same float
 // operations in the same order (no FMA contraction: -ffp-contract=off / nvcc --fmad=false);
 // only tanhf comes from each side's own libm.
@@ -23,6 +23,15 @@ FG_HD float fg_gelu(float x) {
 FG_HD float fg_gelu_grad(float x) {
     float t = tanhf(FG_GELU_C * (x + FG_GELU_A * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * FG_GELU_C * (1.0f + 3.0f * FG_GELU_A * x * x);
+}
+
+// silu(g) = g sigmoid(g) (Llama's SwiGLU gate, layer_swiglu.c) and its derivative
+// s (1 + g (1 - s)), s = sigmoid(g).
+FG_HD float fg_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+FG_HD float fg_silu(float g) { return g * fg_sigmoid(g); }
+FG_HD float fg_silu_grad(float g) {
+    float s = fg_sigmoid(g);
+    return s * (1.0f + g * (1.0f - s));
 }
 
 #endif

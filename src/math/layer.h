@@ -32,8 +32,21 @@ typedef enum {
     LAYER_EMBEDDING,  // token ids -> wte[id] + wpe[position] (layer_embedding.c)
     LAYER_LAYERNORM,  // (layer_norm.c)
     LAYER_ATTENTION,  // causal multi-head self-attention on [q, k, v] (layer_attention.c)
+    LAYER_RMSNORM,    // Llama's RMSNorm over a token (layer_rmsnorm.c)
+    LAYER_QKNORM,     // Qwen3's RMSNorm over each head of q and k (layer_qk_norm.c)
+    LAYER_ROPE,       // rotary position embedding of q and k (layer_rope.c)
+    LAYER_SWIGLU,     // silu(gate) * up (layer_swiglu.c)
     LAYER_KIND_COUNT
 } LayerKind;
+
+// Rotary embedding's frequencies: theta^(-2i/d), rescaled by Llama 3's rope_scaling when
+// factor > 0 (low, high: low_freq_factor, high_freq_factor; original:
+// original_max_position_embeddings).
+typedef struct {
+    float theta;
+    float factor, low, high;
+    int original;
+} RopeParams;
 
 typedef struct {
     LayerKind kind;
@@ -45,6 +58,12 @@ typedef struct {
     int residual;         // the output is carry + f(branch) instead of [carry, f(branch)]
     int no_bias;          // linear: no bias vector (the GPT's tied head)
     int heads;            // attention
+    int kv_heads;         // attention, rope, qk norm: heads of k and v (0: heads; grouped-query
+                          // attention when fewer: head h reads kv head h / (heads / kv_heads))
+    int head_dim;         // attention, rope, qk norm: features per head (0: carry / heads)
+    int no_positions;     // embedding: no position table (wpe), the token rows only (Llama)
+    float eps;            // rmsnorm, qk norm: added to the mean square (rms_norm_eps)
+    RopeParams rope;      // rope: frequencies and Llama 3's scaling (rope_math.h)
     int vocab;            // embedding, fused head: rows of its token table
     int classes;          // fused head: the table's scored rows (the rest are padding)
     int head_block;       // > 0: the model's head fused with its loss (head_loss.h), that many
@@ -57,15 +76,22 @@ typedef struct {
 static inline int layer_tokens(const Layer *L) { return L->tokens > 0 ? L->tokens : 1; }
 static inline int layer_in_token(const Layer *L) { return L->in / layer_tokens(L); }
 static inline int layer_out_token(const Layer *L) { return L->out / layer_tokens(L); }
+static inline int layer_kv_heads(const Layer *L) { return L->kv_heads > 0 ? L->kv_heads : L->heads; }
+static inline int layer_head_dim(const Layer *L) {
+    return L->head_dim > 0 ? L->head_dim : L->carry / L->heads;
+}
 
 // The columns of an output token that a layer's parameters produce (activity perturbation
 // perturbs these, and only these): a linear's h W^T + b (all of a residual one's output), a
-// LayerNorm's normalised copy, an embedding's whole output.
+// LayerNorm's or RMSNorm's normalised copy, an embedding's whole output, a q/k norm's q and k.
 static inline void layer_branch(const Layer *L, int *offset, int *width) {
     int out = layer_out_token(L);
-    if (L->kind == LAYER_LAYERNORM) {
+    if (L->kind == LAYER_LAYERNORM || L->kind == LAYER_RMSNORM) {
         *offset = L->carry ? layer_in_token(L) : 0;
         *width = layer_in_token(L);
+    } else if (L->kind == LAYER_QKNORM) {  // the normalised q and k heads
+        *offset = L->carry;
+        *width = (L->heads + layer_kv_heads(L)) * layer_head_dim(L);
     } else if (L->residual || !L->carry) {
         *offset = 0;
         *width = out;
@@ -86,11 +112,12 @@ typedef struct {
 } LayerOps;
 
 extern const LayerOps linear_ops, relu_ops, gelu_ops, embedding_ops, layernorm_ops,
-    attention_ops;
+    attention_ops, rmsnorm_ops, qknorm_ops, rope_ops, swiglu_ops;
 
 static inline const LayerOps *layer_ops(const Layer *L) {
     static const LayerOps *const table[LAYER_KIND_COUNT] = {
-        &linear_ops, &relu_ops, &gelu_ops, &embedding_ops, &layernorm_ops, &attention_ops};
+        &linear_ops, &relu_ops,    &gelu_ops,   &embedding_ops, &layernorm_ops,
+        &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops};
     return table[L->kind];
 }
 

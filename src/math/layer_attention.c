@@ -1,7 +1,8 @@
 // Causal multi-head self-attention on the projected tokens of a block: a token is
-// [x (C), q (C), k (C), v (C)] (c_attn's output with the carried x) and the output
-// [x, att (C)], where head h of att_t = sum over s <= t of P[t, s] v_s, P[t, .] =
-// softmax(q_t . k_s / sqrt(hs)) over s <= t, hs = C / heads. No parameters. Nothing is kept
+// [x (C), q, k, v] (c_attn's output with the carried x) and the output [x, att], where head h
+// of att_t = sum over s <= t of P[t, s] v_s, P[t, .] = softmax(q_t . k_s / sqrt(hs)) over
+// s <= t; k and v are those of h's kv head (attention_math.h: GPT's hs = C / heads and one kv
+// head per head, Llama's grouped-query heads and head_dim). No parameters. Nothing is kept
 // between calls: jvp and backward recompute P row by row from q and k (as a fused attention
 // kernel would), so a stage stashes only the layer's input.
 #include <math.h>
@@ -140,11 +141,13 @@ static void attention_backward(const Layer *L, const float *p, const float *x, c
     memset(dx, 0, (size_t)B * L->in * sizeof(float));
     for (size_t r = 0; r < (size_t)B * s.T; r++)  // the carried x's adjoint passes through
         memcpy(dx + r * s.in, dy + r * s.out, (size_t)s.C * sizeof(float));
+    // One thread per kv head: the query heads sharing it add into its dk, dv in order.
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < s.H; h++) {
+        for (int g = 0; g < s.Hkv; g++) {
             float *work = malloc(2 * (size_t)s.T * sizeof(float));
-            head_backward(&s, x, dy, dx, b, h, work, work + s.T);
+            for (int h = g * s.group; h < (g + 1) * s.group; h++)
+                head_backward(&s, x, dy, dx, b, h, work, work + s.T);
             free(work);
         }
     }

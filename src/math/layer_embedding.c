@@ -1,17 +1,18 @@
 // Token and position embedding, the GPT's first layer: a sample is `tokens` token ids (bytes,
 // as floats) and its output y[t] = wte[id_t] + wpe[t], with wte [vocab, C] then wpe [tokens, C]
-// in the flat buffer. Token ids are not differentiable: tangents come from the parameters
+// in the flat buffer; with no_positions (Llama: positions enter by rotary embedding) wte only,
+// y[t] = wte[id_t]. Token ids are not differentiable: tangents come from the parameters
 // only, and the input adjoint is zero.
 #include <string.h>
 
 #include "layer.h"
 
 static size_t embedding_param_count(const Layer *L) {
-    return ((size_t)L->vocab + layer_tokens(L)) * layer_out_token(L);
+    return ((size_t)L->vocab + (L->no_positions ? 0 : layer_tokens(L))) * layer_out_token(L);
 }
 
 // y [rows, C] = table rows of the ids, plus the position rows (of wte and wpe, or of their
-// tangents).
+// tangents; wpe NULL: none).
 static void lookup(const Layer *L, const float *wte, const float *wpe, const float *ids, float *y,
                    int B) {
     const int T = layer_tokens(L), C = layer_out_token(L);
@@ -19,15 +20,25 @@ static void lookup(const Layer *L, const float *wte, const float *wpe, const flo
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             int id = (int)ids[(size_t)b * T + t];  // bytes: 0 .. vocab-1 (text_data.c)
-            const float *e = wte + (size_t)id * C, *pos = wpe + (size_t)t * C;
+            const float *e = wte + (size_t)id * C;
             float *yr = y + ((size_t)b * T + t) * C;
+            if (!wpe) {
+                memcpy(yr, e, (size_t)C * sizeof(float));
+                continue;
+            }
+            const float *pos = wpe + (size_t)t * C;
             for (int i = 0; i < C; i++) yr[i] = e[i] + pos[i];
         }
     }
 }
 
+// The position table of a table (of the parameters or of a tangent), or NULL.
+static const float *positions(const Layer *L, const float *table) {
+    return L->no_positions ? NULL : table + (size_t)L->vocab * layer_out_token(L);
+}
+
 static void embedding_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
-    lookup(L, p, p + (size_t)L->vocab * layer_out_token(L), x, y, B);
+    lookup(L, p, positions(L, p), x, y, B);
 }
 
 static void embedding_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
@@ -41,7 +52,7 @@ static void embedding_jvp(const Layer *L, const float *p, const float *pdot, con
             continue;
         }
         const float *wte_dot = pdot + k * L->param_count;
-        lookup(L, wte_dot, wte_dot + (size_t)L->vocab * layer_out_token(L), x, ydot + k * block, B);
+        lookup(L, wte_dot, positions(L, wte_dot), x, ydot + k * block, B);
     }
 }
 
@@ -58,8 +69,9 @@ static void embedding_backward(const Layer *L, const float *p, const float *x, c
         for (int t = 0; t < T; t++) {
             int id = (int)x[(size_t)b * T + t];
             const float *g = dy + ((size_t)b * T + t) * C;
-            float *de = dwte + (size_t)id * C, *dpos = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) de[i] += g[i], dpos[i] += g[i];
+            float *de = dwte + (size_t)id * C;
+            for (int i = 0; i < C; i++) de[i] += g[i];
+            for (int i = 0; !L->no_positions && i < C; i++) dwpe[(size_t)t * C + i] += g[i];
         }
     }
 }

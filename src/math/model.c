@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "head_loss.h"
+#include "model_build.h"
 #include "tangent.h"
 
 // Appends layer L (kind, name, widths and shape fields set) and gives it its parameters.
-static Layer *add_layer(Model *m, Layer L) {
+Layer *add_layer(Model *m, Layer L) {
     L.index = m->n_layers;
     L.param_offset = m->n_params;
     L.param_count = layer_ops(&L)->param_count(&L);
@@ -21,8 +22,8 @@ static Layer *add_layer(Model *m, Layer L) {
 
 // A view of `rows x cols` floats of layer L's parameters from `offset` on (relative to the
 // layer), named "<L's name>.<tensor>" or, when tensor has a dot, `tensor` itself.
-static TensorView *add_tensor(Model *m, const Layer *L, const char *tensor, size_t offset,
-                              int rows, int cols, float init_std, float init_value) {
+TensorView *add_tensor(Model *m, const Layer *L, const char *tensor, size_t offset, int rows,
+                       int cols, float init_std, float init_value) {
     TensorView *t = &m->tensors[m->n_tensors];
     char layer_name[sizeof L->name];  // a copy: L lives in m too (no overlapping snprintf)
     memcpy(layer_name, L->name, sizeof layer_name);
@@ -39,7 +40,7 @@ static TensorView *add_tensor(Model *m, const Layer *L, const char *tensor, size
     return t;
 }
 
-static Layer layer_of(LayerKind kind, const char *name, int in, int out) {
+Layer layer_of(LayerKind kind, const char *name, int in, int out) {
     Layer L = {.kind = kind, .in = in, .out = out, .tokens = 1};
     snprintf(L.name, sizeof L.name, "%s", name);
     return L;

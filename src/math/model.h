@@ -57,6 +57,22 @@ typedef struct {
 } GptShape;
 int model_build_gpt(Model *m, GptShape shape, FgError *err);
 
+// Llama and Qwen3 (transformers' LlamaForCausalLM, Qwen3ForCausalLM; docs/gpt.md, "Llama and
+// Qwen3"): n_layer pre-RMSNorm blocks of width n_embd, n_head query heads and n_kv_head kv
+// heads of head_dim features with rotary positions, a SwiGLU MLP of `intermediate` features,
+// no biases, a final RMSNorm and a head tied to the token table or not. qk_norm: Qwen3's
+// RMSNorm of every q and k head before the rotation. Tensors are named as Hugging Face names
+// them, less the "model." prefix ("layers.0.self_attn.q_proj.weight", "norm.weight",
+// "lm_head.weight").
+typedef struct {
+    int n_layer, n_embd, n_head, n_kv_head, head_dim, intermediate, ctx, vocab, pad_vocab;
+    float rms_eps;
+    RopeParams rope;
+    int qk_norm, tie_embeddings;
+    int fused_head, head_block;  // as GptShape's
+} LlamaShape;
+int model_build_llama(Model *m, LlamaShape shape, FgError *err);
+
 // How the loss reads the model's output rows.
 static inline LogitRows model_logit_rows(const Model *m) {
     return (LogitRows){m->classes, m->logit_stride};

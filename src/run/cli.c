@@ -344,11 +344,13 @@ static void print_run(const Config *c) {
                  "layer)", c->method.tangents, c->method.local_groups);
     else if (c->method.mode != MODE_BP)
         snprintf(tangents, sizeof tangents, " (K=%d tangents)", c->method.tangents);
-    char model[128];
+    char model[160], kv[48] = "";
+    if (strcmp(c->net.model, "llama") == 0)
+        snprintf(kv, sizeof kv, ", n_kv_head %d, head_dim %d", c->net.n_kv_head, c->net.head_dim);
     if (config_is_language(c))
-        snprintf(model, sizeof model, "gpt (n_layer %d, n_embd %d, n_head %d, ctx %d, vocab %d, "
-                 "head fused with the loss)", c->net.n_layer, c->net.n_embd, c->net.n_head,
-                 c->net.ctx, c->net.vocab);
+        snprintf(model, sizeof model, "%.8s (n_layer %d, n_embd %d, n_head %d%s, ctx %d, vocab %d, "
+                 "head fused with the loss)", c->net.model, c->net.n_layer, c->net.n_embd,
+                 c->net.n_head, kv, c->net.ctx, c->net.vocab);
     else
         snprintf(model, sizeof model, "%.64s (%s)", c->net.model, c->net.activation);
     fprintf(stderr, "fgpipe: mode %s%s, model %s, %d micro-batches x %d samples, %s lr %g, seed %u\n",

@@ -19,7 +19,7 @@ enum { CHECKPOINT_MAX_BUFFERS = 4, CHECKPOINT_FORMAT_VERSION = 1 };
 // (docs/checkpoints.md): numbers by name, and two texts.
 enum { CHECKPOINT_MAX_NUMBERS = 8 };
 typedef struct {
-    const char *model_kind;   // "mlp" or "gpt"
+    const char *model_kind;   // "mlp", "gpt" or "llama"
     const char *orientation;  // how a linear weight is laid out
     int n_numbers;
     const char *number_names[CHECKPOINT_MAX_NUMBERS];  // "input_mean", "vocab", "ctx", ...

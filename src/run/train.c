@@ -95,6 +95,19 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
+LlamaShape train_llama_shape(const NetConfig *n, int training) {
+    RopeParams rope = {.theta = (float)n->rope_theta, .factor = (float)n->rope_scaling_factor,
+                       .low = (float)n->rope_scaling_low_freq_factor,
+                       .high = (float)n->rope_scaling_high_freq_factor,
+                       .original = n->rope_scaling_original_max_position_embeddings};
+    return (LlamaShape){.n_layer = n->n_layer, .n_embd = n->n_embd, .n_head = n->n_head,
+                        .n_kv_head = n->n_kv_head, .head_dim = n->head_dim,
+                        .intermediate = n->intermediate_size, .ctx = n->ctx, .vocab = n->vocab,
+                        .pad_vocab = n->pad_vocab, .rms_eps = (float)n->rms_norm_eps, .rope = rope,
+                        .qk_norm = n->qk_norm, .tie_embeddings = n->tie_embeddings,
+                        .fused_head = training, .head_block = n->head_block};
+}
+
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {
     int rc;
     if (strcmp(c->net.model, "gpt") == 0) {
@@ -102,6 +115,8 @@ int train_build_model(const Config *c, int training, Model *m, FgError *err) {
                       .ctx = c->net.ctx, .vocab = c->net.vocab, .pad_vocab = c->net.pad_vocab,
                       .fused_head = training, .head_block = c->net.head_block};
         rc = model_build_gpt(m, g, err);
+    } else if (strcmp(c->net.model, "llama") == 0) {
+        rc = model_build_llama(m, train_llama_shape(&c->net, training), err);
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);
     }

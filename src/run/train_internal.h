@@ -27,6 +27,8 @@ int state_save_params(Pipeline *p, const char *path, FgError *err);
 // training: the model a run trains (a GPT's head fused with its loss, head_loss.h); else the
 // one inference reads (its logits whole).
 int train_build_model(const Config *c, int training, Model *m, FgError *err);
+// model = llama's shape from the config (training: the head fused with the loss).
+LlamaShape train_llama_shape(const NetConfig *n, int training);
 
 // The first layer of each stage into res->layout (how it was cut: res->layout_by, and per stage
 // the timed work it balanced: res->work_stage); collective over the world.

@@ -42,7 +42,7 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
 static ModelCard model_card(const Config *c, const Model *m) {
     ModelCard card = {.orientation = "linear weights are [out, in]: y = x W^T + b"};
     int gpt = config_is_language(c);
-    card.model_kind = gpt ? "gpt" : "mlp";
+    card.model_kind = gpt ? c->net.model : "mlp";  // gpt or llama
     // vocab: the token ids; padded_vocab: the rows of wte and the head (the rest are padding).
     const char *names[] = {"vocab", "padded_vocab", "ctx", "n_layer", "n_embd", "n_head"};
     double gpt_values[] = {m->classes, m->logit_stride, c->net.ctx, c->net.n_layer, c->net.n_embd,

@@ -1,0 +1,248 @@
+"""Llama and Qwen3 for tools/fgpipe-convert: a Hugging Face directory (config.json and
+model.safetensors, or shards with model.safetensors.index.json) into an fgpipe checkpoint of
+model = llama, and back (docs/gpt.md, "Llama and Qwen3").
+
+import: config.json's architecture must be LlamaForCausalLM or Qwen3ForCausalLM, with silu, no
+biases, no sliding window, no experts, and rope_scaling none or of type llama3; anything else is
+refused naming the key. Every tensor the shape implies must be there with its shape (F32, BF16
+or F16, widened to float32 exactly), and no other: a missing shard, an index naming a tensor its
+shard lacks, a bias or a tensor of the wrong shape is refused by name before anything is
+written. fgpipe's tensors are Hugging Face's less the "model." prefix, [out, in] as nn.Linear
+stores them; the token table (and the head) get zero pad rows up to a multiple of --pad-vocab.
+A tied head (tie_word_embeddings) may be absent or must equal the table. --ctx T: the windows
+the model runs on (default the smaller of max_position_embeddings and 1024).
+export: config.json and model.safetensors (--dtype f32, the default, or bf16 rounded to nearest
+even) under Hugging Face's names, without the pad rows, lm_head.weight only when untied.
+"""
+import json
+import os
+
+import h5py
+import numpy as np
+
+import fgpipe_safetensors as safetensors
+from fgpipe_safetensors import BadInput
+
+ARCHITECTURES = {"LlamaForCausalLM": ("llama", 0), "Qwen3ForCausalLM": ("qwen3", 1)}
+MAX_VOCAB = 65536  # token ids are uint16 in fgpipe's token files and labels today
+DEFAULT_CTX = 1024
+
+
+def config_value(cfg, key, kind, default=None):
+    v = cfg.get(key, default)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and v != int(v)):
+        raise BadInput(f"config.json: {key} is {v!r}, not {'an integer' if kind is int else 'a number'}")
+    return kind(v)
+
+
+def refuse_unsupported(cfg):
+    arch = cfg.get("architectures")
+    if not (isinstance(arch, list) and len(arch) == 1 and arch[0] in ARCHITECTURES):
+        raise BadInput(f"config.json: architectures {arch!r}: fgpipe reads {' or '.join(ARCHITECTURES)} "
+                       "directories (GPT-2: import its model.safetensors file, with --n-head)")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise BadInput(f"config.json: hidden_act {cfg['hidden_act']!r}: the family's MLP is SwiGLU (silu)")
+    for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
+        if cfg.get(key):
+            raise BadInput(f"config.json: {key} is true: fgpipe's {arch[0]} has none")
+    for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "num_experts_per_tok"):
+        if cfg.get(key):
+            raise BadInput(f"config.json: {key} {cfg[key]}: mixtures of experts are not supported")
+    rs = cfg.get("rope_scaling")
+    if rs is not None:
+        kind = rs.get("rope_type", rs.get("type")) if isinstance(rs, dict) else rs
+        if kind != "llama3":
+            raise BadInput(f"config.json: rope_scaling of type {kind!r}: fgpipe reads none or llama3")
+
+
+def read_shape(folder):
+    path = os.path.join(folder, "config.json")
+    try:
+        cfg = json.load(open(path))
+        assert isinstance(cfg, dict)
+    except (OSError, ValueError, AssertionError) as e:
+        raise BadInput(f"{path}: not a JSON object ({e})")
+    refuse_unsupported(cfg)
+    family, qk_norm = ARCHITECTURES[cfg["architectures"][0]]
+    s = {key: config_value(cfg, key, int) for key in
+         ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")}
+    s["num_key_value_heads"] = config_value(cfg, "num_key_value_heads", int, s["num_attention_heads"])
+    s["head_dim"] = config_value(cfg, "head_dim", int, s["hidden_size"] // s["num_attention_heads"])
+    s["rms_norm_eps"] = config_value(cfg, "rms_norm_eps", float, 1e-6)
+    s["rope_theta"] = config_value(cfg, "rope_theta", float, 10000.0)
+    s["max_position_embeddings"] = config_value(cfg, "max_position_embeddings", int, DEFAULT_CTX)
+    rs = cfg.get("rope_scaling") or {}
+    s["rope"] = [config_value(rs, k, kind) for k, kind in (("factor", float), ("low_freq_factor", float),
+                 ("high_freq_factor", float), ("original_max_position_embeddings", int))] if rs else None
+    s["tie"] = bool(cfg.get("tie_word_embeddings", False))
+    s["family"], s["qk_norm"] = family, qk_norm
+    if s["num_attention_heads"] % s["num_key_value_heads"]:
+        raise BadInput(f"config.json: num_key_value_heads {s['num_key_value_heads']} does not divide "
+                       f"num_attention_heads {s['num_attention_heads']}")
+    if not 1 <= s["vocab_size"] <= MAX_VOCAB:
+        raise BadInput(f"config.json: vocab_size {s['vocab_size']}: fgpipe's token ids are uint16 "
+                       f"today (at most {MAX_VOCAB})")
+    return s
+
+
+def expected_shapes(s):  # Hugging Face's names and shapes
+    C, I, d = s["hidden_size"], s["intermediate_size"], s["head_dim"]
+    q, kv = s["num_attention_heads"] * d, s["num_key_value_heads"] * d
+    shapes = {"model.embed_tokens.weight": [s["vocab_size"], C], "model.norm.weight": [C]}
+    for i in range(s["num_hidden_layers"]):
+        block = {"input_layernorm.weight": [C], "self_attn.q_proj.weight": [q, C],
+                 "self_attn.k_proj.weight": [kv, C], "self_attn.v_proj.weight": [kv, C],
+                 "self_attn.o_proj.weight": [C, q], "post_attention_layernorm.weight": [C],
+                 "mlp.gate_proj.weight": [I, C], "mlp.up_proj.weight": [I, C], "mlp.down_proj.weight": [C, I]}
+        if s["qk_norm"]:
+            block.update({"self_attn.q_norm.weight": [d], "self_attn.k_norm.weight": [d]})
+        shapes.update({f"model.layers.{i}.{k}": v for k, v in block.items()})
+    if not s["tie"]:
+        shapes["lm_head.weight"] = [s["vocab_size"], C]
+    return shapes
+
+
+def check_tensors(folder, s, t):
+    for name in list(t):
+        if name.endswith("rotary_emb.inv_freq"):  # a buffer older files carry: recomputed
+            del t[name]
+    shapes = expected_shapes(s)
+    if s["tie"] and "lm_head.weight" in t:
+        if not np.array_equal(t.pop("lm_head.weight"), t.get("model.embed_tokens.weight")):
+            raise BadInput(f"{folder}: tie_word_embeddings, but lm_head.weight is not model.embed_tokens.weight")
+    biases = sorted(k for k in t if k.endswith(".bias"))
+    if biases:
+        raise BadInput(f"{folder}: {biases[0]}: the family has no biases ({len(biases)} bias tensors)")
+    for name, shape in shapes.items():
+        if name not in t:
+            raise BadInput(f"{folder}: no {name}")
+        if list(t[name].shape) != shape:
+            raise BadInput(f"{folder}: {name} is {list(t[name].shape)}, not {shape} (from config.json)")
+    extra = sorted(set(t) - set(shapes))
+    if extra:
+        raise BadInput(f"{folder}: tensors not of {s['family']}'s shape ({len(extra)}): {', '.join(extra[:3])}")
+
+
+def config_text(s, ctx, pad_vocab, seed):
+    V = s["vocab_size"]
+    lines = ["data = text" if V == 256 else "data = tokens", "model = llama", f"vocab = {V}",
+             f"pad_vocab = {pad_vocab}", f"n_layer = {s['num_hidden_layers']}", f"n_embd = {s['hidden_size']}",
+             f"n_head = {s['num_attention_heads']}", f"n_kv_head = {s['num_key_value_heads']}",
+             f"head_dim = {s['head_dim']}", f"intermediate_size = {s['intermediate_size']}", f"ctx = {ctx}",
+             f"rope_theta = {s['rope_theta']!r}", f"rms_norm_eps = {s['rms_norm_eps']!r}",
+             f"qk_norm = {s['qk_norm']}", f"tie_embeddings = {int(s['tie'])}", f"seed = {seed}"]
+    factor, low, high, original = s["rope"] or (0.0, 1.0, 4.0, 8192)
+    lines += [f"rope_scaling_factor = {factor!r}", f"rope_scaling_low_freq_factor = {low!r}",
+              f"rope_scaling_high_freq_factor = {high!r}",
+              f"rope_scaling_original_max_position_embeddings = {original}"]
+    return "\n".join(lines) + "\n"
+
+
+def import_hf(folder, out, seed, pad_vocab, ctx):
+    if pad_vocab < 1:
+        raise BadInput(f"--pad-vocab {pad_vocab}: must be at least 1 (1: no padding)")
+    s = read_shape(folder)
+    ctx = ctx or min(s["max_position_embeddings"], DEFAULT_CTX)
+    if not 1 <= ctx <= s["max_position_embeddings"]:
+        raise BadInput(f"--ctx {ctx}: must be 1 to max_position_embeddings {s['max_position_embeddings']}")
+    t = safetensors.read_dir(folder)
+    check_tensors(folder, s, t)
+    V, C = s["vocab_size"], s["hidden_size"]
+    Vp = -(-V // pad_vocab) * pad_vocab
+    table = np.zeros((Vp, C), dtype="<f4")  # the pad rows stay zero: no id reaches them
+    table[:V] = t.pop("model.embed_tokens.weight")
+    head = table
+    if not s["tie"]:
+        head = np.zeros((Vp, C), dtype="<f4")
+        head[:V] = t.pop("lm_head.weight")
+    t = {k[len("model."):]: v for k, v in t.items()}
+    t["embed_tokens.weight"], t["lm_head.weight"] = table, head
+    try:
+        f = h5py.File(out, "w")
+    except OSError as e:
+        raise BadInput(f"{out}: cannot create it ({e})")
+    with f:
+        for name, v in sorted(t.items()):
+            group, _, tensor = name.rpartition(".")
+            f.create_dataset(f"params/{group}/{tensor}", data=np.ascontiguousarray(v, dtype="<f4"))
+        L = s["num_hidden_layers"]
+        n_layers = 1 + (10 if s["qk_norm"] else 9) * L + 2  # embed_tokens, the blocks, norm, lm_head
+        for k, v in {"format_version": 1, "step": 0, "seed": seed, "stages": 1}.items():
+            f.attrs[k] = np.int64(v)
+        f.attrs["layout"] = np.array([0, n_layers], dtype=np.int32)
+        f.attrs["config"] = np.bytes_(config_text(s, ctx, pad_vocab, seed).encode())
+        f.attrs["model_kind"] = np.bytes_(b"llama")
+        f.attrs["weight_orientation"] = np.bytes_(b"linear weights are [out, in]: y = x W^T + b")
+        for k, v in {"vocab": V, "padded_vocab": Vp, "ctx": ctx, "n_layer": L, "n_embd": C,
+                     "n_head": s["num_attention_heads"]}.items():
+            f.attrs[k] = np.float64(v)
+
+
+def is_llama(path):
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("model_kind", b"") in (b"llama", "llama")
+    except OSError:
+        return False
+
+
+def dtype_option(argv):
+    if not argv:
+        return "F32"
+    if len(argv) == 2 and argv[0] == "--dtype" and argv[1] in ("f32", "bf16"):
+        return argv[1].upper()
+    raise BadInput(f"export of a llama checkpoint takes --dtype f32|bf16, not {' '.join(argv)}")
+
+
+def hf_config(c, dtype):
+    num = lambda k: float(c[k])
+    qwen3 = c.get("qk_norm", "0") == "1"
+    L = int(c["n_layer"])
+    cfg = {"architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
+           "model_type": "qwen3" if qwen3 else "llama", "hidden_act": "silu",
+           "hidden_size": int(c["n_embd"]), "intermediate_size": int(c["intermediate_size"]),
+           "num_hidden_layers": L, "num_attention_heads": int(c["n_head"]),
+           "num_key_value_heads": int(c["n_kv_head"]), "head_dim": int(c["head_dim"]),
+           "rms_norm_eps": num("rms_norm_eps"), "rope_theta": num("rope_theta"),
+           "max_position_embeddings": int(c["ctx"]), "vocab_size": int(c["vocab"]),
+           "tie_word_embeddings": c.get("tie_embeddings", "1") == "1", "attention_bias": False,
+           "attention_dropout": 0.0, "initializer_range": 0.02,
+           "torch_dtype": "bfloat16" if dtype == "BF16" else "float32", "rope_scaling": None}
+    if num("rope_scaling_factor") > 0:
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": num("rope_scaling_factor"),
+                               "low_freq_factor": num("rope_scaling_low_freq_factor"),
+                               "high_freq_factor": num("rope_scaling_high_freq_factor"),
+                               "original_max_position_embeddings":
+                                   int(c["rope_scaling_original_max_position_embeddings"])}
+    if qwen3:
+        cfg.update({"use_sliding_window": False, "sliding_window": None, "max_window_layers": L})
+    else:
+        cfg["mlp_bias"] = False
+    return cfg
+
+
+def export_hf(src, out, dtype):
+    with h5py.File(src, "r") as f:
+        c = dict(line.split(" = ", 1) for line in f.attrs["config"].decode().splitlines() if " = " in line)
+        V = int(f.attrs["vocab"])
+        tensors = {}
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                group, tensor = name.rsplit("/", 1)
+                v = obj[...]
+                if group in ("embed_tokens", "lm_head"):
+                    v = v[:V]  # the pad rows are fgpipe's, not the model's
+                if group != "lm_head":
+                    tensors[f"model.{group}.{tensor}"] = v
+                elif c.get("tie_embeddings", "1") != "1":
+                    tensors["lm_head.weight"] = v
+
+        f["params"].visititems(visit)
+    try:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "config.json"), "w") as g:
+            json.dump(hf_config(c, dtype), g, indent=2)
+    except OSError as e:
+        raise BadInput(f"{out}: {e.strerror}")
+    safetensors.write(os.path.join(out, "model.safetensors"), tensors, dtype)
