@@ -219,7 +219,8 @@ static int h5_regions(LayerStore *s, hid_t f, int create) {
     for (int i = 0; i < s->n; i++)
         for (int k = 0; k < 2; k++) {
             char name[64];
-            snprintf(name, sizeof name, "slot%d/%s", k, s->layers[i].name);
+            // The index makes it unique: names are cut to 15 characters.
+            snprintf(name, sizeof name, "slot%d/%d.%s", k, s->layers[i].layer, s->layers[i].name);
             hsize_t dims[2] = {(hsize_t)s->n_bufs, stride(s, i) / sizeof(float)};
             if (h5_region(f, name, H5T_NATIVE_FLOAT, 2, dims, create, &s->slot_off[i][k])) return 1;
         }

@@ -24,7 +24,7 @@
 #include "common.h"
 #include "model.h"
 
-enum { STORE_MAX_BUFS = 4, STORE_FORMAT_VERSION = 1 };  // params, 2 optimizer states, guide
+enum { STORE_MAX_BUFS = 4, STORE_FORMAT_VERSION = 2 };  // params, 2 optimizer states, guide
 
 typedef struct {
     char name[16];  // the model's layer name ("fc1")

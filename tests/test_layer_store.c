@@ -77,13 +77,15 @@ static StoreOptions opts(size_t aux) {
     return (StoreOptions){.n_bufs = 3, .aux_bytes = aux, .preallocate = 1};
 }
 
-// Creates a store of n layers of count[i] floats and writes version 0 (aux 0 = the version).
-static LayerStore *make_store(const char *dir, const char *name, int n, const size_t *count,
-                              const StoreOptions *o) {
+// Creates a store of n layers of count[i] floats and writes version 0 (aux 0 = the version);
+// the layers are named fc1, fc2, ... or all `same_name`.
+static LayerStore *make_store_named(const char *dir, const char *name, int n, const size_t *count,
+                                    const StoreOptions *o, const char *same_name) {
     StoreLayer layers[MODEL_MAX_LAYERS];
     for (int i = 0; i < n; i++) {
         memset(&layers[i], 0, sizeof layers[i]);
-        snprintf(layers[i].name, sizeof layers[i].name, "fc%d", i + 1);
+        if (same_name) snprintf(layers[i].name, sizeof layers[i].name, "%s", same_name);
+        else snprintf(layers[i].name, sizeof layers[i].name, "fc%d", i + 1);
         layers[i].layer = 2 * i;  // linear layers with activations between them
         layers[i].count = count[i];
     }
@@ -101,6 +103,11 @@ static LayerStore *make_store(const char *dir, const char *name, int n, const si
     }
     fg_free(mem);
     return s;
+}
+
+static LayerStore *make_store(const char *dir, const char *name, int n, const size_t *count,
+                              const StoreOptions *o) {
+    return make_store_named(dir, name, n, count, o, NULL);
 }
 
 // Reads every layer of an open store and checks it holds `version` bit for bit.
@@ -182,7 +189,7 @@ static void test_roundtrip(void **state) {
     int found = 0;
     for (int k = 0; k < 2; k++) {
         char name[32];
-        snprintf(name, sizeof name, "slot%d/fc2", k);
+        snprintf(name, sizeof name, "slot%d/2.fc2", k);  // the layer's index, then its name
         hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
         assert_true(d >= 0);
         assert_int_equal(H5Dget_offset(d) % (1 << 20), 0);
@@ -194,6 +201,21 @@ static void test_roundtrip(void **state) {
     }
     H5Fclose(f);
     assert_int_equal(found, 1);
+}
+
+// Layers whose names agree in the 15 characters a store keeps (Llama's
+// "layers.0.self_attn.q_proj" and "...k_proj" did) are still distinct layers.
+static void test_same_names(void **state) {
+    (void)state;
+    const size_t count[3] = {100, 7, 300};
+    StoreOptions o = opts(sizeof(long));
+    LayerStore *s = make_store_named(g_dir, "stage0", 3, count, &o, "layers.0.self_a");
+    expect_version(s, 0);
+    layer_store_close(s);
+    FgError err = {0};
+    if (layer_store_open(&s, g_dir, "stage0", &err)) fail_msg("%s", err.msg);
+    expect_version(s, 0);
+    layer_store_close(s);
 }
 
 // Reacquiring a resident layer (bp's backward pass) and releasing clean: nothing is written,
@@ -572,6 +594,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "mounts")) return run_mount_tests();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_roundtrip, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_same_names, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_reacquire, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_overlap, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_write_order, setup_dir, teardown_dir),
