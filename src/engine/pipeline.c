@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_ops.h"
 #include "pipeline_internal.h"
 #include "progress.h"
 

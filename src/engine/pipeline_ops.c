@@ -5,7 +5,7 @@
 // way: every layer sees its lanes in timetable order, and every update is elementwise.
 #include <string.h>
 
-#include "pipeline_internal.h"
+#include "engine_ops.h"
 
 int ops_keeps_stash(const Pipeline *p, long step, int mb) {
     return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->training.micro_batches + mb];

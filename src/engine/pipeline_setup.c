@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "op_cost.h"
+#include "engine_ops.h"
+#include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
 

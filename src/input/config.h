@@ -102,6 +102,8 @@ typedef struct {
     int lr_schedule;       // LrSchedule
 } OptimConfig;
 
+enum { CONFIG_MAX_KEYS = 96 };
+
 typedef struct {
     InputConfig input;
     NetConfig net;
@@ -110,11 +112,23 @@ typedef struct {
     LayoutConfig layout;
     TrainingConfig training;
     OptimConfig optim;
+    // Keys given a value by config_set (a config file, --set, a stored config), by the index
+    // of config.c's table; the others take their mode's default (config_defaults).
+    unsigned char chosen[CONFIG_MAX_KEYS];
 } Config;
 
+// Every key's default. Some depend on the mode, and follow it wherever it is set, for each
+// key not chosen: fg+bp takes perturb = activity, estimator = mix and shrink = 0 (the best
+// fg+bp measured, docs/pipeline.md), except that perturb stays weight where a chosen key
+// needs weight tangents (estimator cv or guided, tangent_rank, cv_scale = auto), and shrink is
+// 0 only where the estimator is mix. bp's schedule is zb in every mode (only bp reads it).
 void config_defaults(Config *c);
-// Applies one key=value; errors name the key and the accepted values.
+// Applies one key=value, marks the key chosen and re-derives the mode's defaults of the keys
+// not chosen; errors name the key and the accepted values.
 int config_set(Config *c, const char *key, const char *value, FgError *err);
+// A combination measured to learn (almost) nothing, as a warning with the figures, or NULL:
+// fg+bp with weight perturbation and the cv estimator at K = 1 tangents.
+const char *config_warning(const Config *c);
 // Reads `key = value` lines; '#' starts a comment. Errors name the file and line.
 int config_load(Config *c, const char *path, FgError *err);
 // The same from text in memory (a checkpoint's stored config); errors name `name`.
