@@ -29,9 +29,11 @@ printf "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id
 
 for family in llama3 qwen3; do
   tok=$hf/$family/tokenizer.json
-  for t in english code unicode nfd space special; do
-    node "$root/tests/hf_tokenizer_reference.js" "$hf" "$family" "$dir/$t.txt" "$dir/$family-$t.ref" 2>"$dir/node.err" ||
-      { verdict "$family $t: reference encoder ran" "$(tail -n 1 "$dir/node.err")"; continue; }
+  texts=(english code unicode nfd space special) pairs=()
+  for t in "${texts[@]}"; do pairs+=("$dir/$t.txt" "$dir/$family-$t.ref"); done
+  node "$root/tests/hf_tokenizer_reference.js" "$hf" "$family" "${pairs[@]}" 2>"$dir/node.err" ||
+    { verdict "$family: the reference encoder ran" "$(tail -n 1 "$dir/node.err")"; continue; }
+  for t in "${texts[@]}"; do
     "$fgpipe" tokenize --tokenizer "$tok" --in "$dir/$t.txt" --out "$dir/$family-$t.bin" 2>"$dir/$t.err"
     problem=""
     if [ ! -f "$dir/$family-$t.bin" ]; then problem="fgpipe tokenize failed: $(tail -n 1 "$dir/$t.err")"
