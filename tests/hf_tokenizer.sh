@@ -64,6 +64,30 @@ printf "\u00e9 \u00e4 \u1ed9 \uac01 \u00c5 \u00c5 \u00c5 caf\u00e9 caf\u00e9\n" 
 cmp -s "$dir/nfc.bin" "$dir/qwen3-nfd.bin"
 verdict "qwen3: decomposed accents tokenize as their NFC form" "$([ $? -eq 0 ] || echo "the tokens differ")"
 
+# NFC against Python's unicodedata (the tables' source): every code point with a canonical
+# decomposition, decomposed, and random marks in random order on random bases, Hangul jamo;
+# Qwen3's tokens decode to the NFC text, byte for byte.
+/usr/bin/python3 - "$dir/marks.txt" "$dir/marks.nfc" <<'PY'
+import random, sys, unicodedata as ud
+random.seed(1)
+cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000 and ud.decomposition(chr(c))
+       and not ud.decomposition(chr(c)).startswith("<")]
+marks = [chr(c) for c in range(0x300, 0x2000) if ud.combining(chr(c))]
+text = [ud.normalize("NFD", chr(c)) + " " for c in cps]
+for _ in range(3000):
+    text.append(random.choice("aeiouAEIOUnNcCsSzZ\u0391\u03b1\u0415\u0438\u05d0 ") +
+                "".join(random.choice(marks) for _ in range(random.randint(1, 4))) + " ")
+text += [chr(l) + chr(v) + (chr(t) if t else "") + " " for l in range(0x1100, 0x1113, 3)
+         for v in range(0x1161, 0x1176, 4) for t in (0, 0x11A8, 0x11C2)]
+text = "".join(text)
+open(sys.argv[1], "w", encoding="utf-8").write(text)
+open(sys.argv[2], "w", encoding="utf-8").write(ud.normalize("NFC", text))
+PY
+"$fgpipe" tokenize --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/marks.txt" --out "$dir/marks.bin" 2>/dev/null &&
+  "$fgpipe" tokenize --decode --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/marks.bin" --out "$dir/marks.back" 2>/dev/null
+cmp -s "$dir/marks.back" "$dir/marks.nfc"
+verdict "qwen3: NFC as Python's unicodedata composes ($(wc -c <"$dir/marks.txt") bytes of decomposed text)" "$([ $? -eq 0 ] || echo "$(cmp "$dir/marks.back" "$dir/marks.nfc" 2>&1 | head -n 1)")"
+
 # Training reads uint32 tokens: a tiny GPT with Qwen3's vocabulary, two steps, a finite loss.
 cat "$dir"/english.txt "$dir"/code.txt >"$dir/train.txt"
 "$fgpipe" tokenize --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/train.txt" --out "$dir/train.bin" 2>/dev/null
