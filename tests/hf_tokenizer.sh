@@ -93,7 +93,7 @@ cat "$dir"/english.txt "$dir"/code.txt >"$dir/train.txt"
 "$fgpipe" tokenize --tokenizer "$hf/qwen3/tokenizer.json" --in "$dir/train.txt" --out "$dir/train.bin" 2>/dev/null
 base=(--config "$config" --set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/qwen3-english.bin"
       --set vocab=151936 --set pad_vocab=64 --set n_layer=1 --set n_embd=8 --set n_head=2 --set ctx=16
-      --set micro_batch=2 --set micro_batches=1 --set steps=2 --set warmup_steps=0 --set eval_every=0 --no-checkpoint)
+      --set micro_batch=2 --set micro_batches=1 --set steps=2 --set warmup_steps=0 --set eval_every=0)
 timeout 120 "$fgpipe" train "${base[@]}" --out "$dir/run" --summary-json "$dir/run.json" >"$dir/run.log" 2>&1
 verdict "train on Qwen3's uint32 tokens (vocab 151936): a finite validation loss" "$(py_check "$dir/run.json" <<'PY'
 import json, math, sys
@@ -103,6 +103,19 @@ r = json.load(open(sys.argv[1]))
 print("" if math.isfinite(r["val_loss"]) and r["val_loss"] > 5 else f"val_loss {r['val_loss']}")
 PY
 )"
+# fgpipe eval reads them as the run did; generate writes Qwen3's tokens as text after the prompt.
+"$fgpipe" eval --checkpoint "$dir/run/checkpoint.h5" --tokens "$dir/qwen3-english.bin" --ctx 16 \
+  --summary-json "$dir/eval.json" >"$dir/eval.log" 2>&1
+verdict "eval on uint32 tokens: the run's validation loss" "$(py_check "$dir/eval.json" "$dir/run.json" <<'PY'
+import json, sys
+e, r = (json.load(open(p)) for p in sys.argv[1:3])
+print("" if abs(e["loss"] - r["val_loss"]) <= 1e-5 * r["val_loss"] else f"eval {e['loss']}, run {r['val_loss']}")
+PY
+)"
+"$fgpipe" generate --checkpoint "$dir/run/checkpoint.h5" --tokenizer "$hf/qwen3/tokenizer.json" \
+  --prompt "<|im_start|>user héllo" --tokens 20 >"$dir/gen.txt" 2>"$dir/gen.err"
+rc=$?
+verdict "generate --tokenizer: Qwen3's tokens sampled after the prompt" "$([ $rc -eq 0 ] && grep -q "^<|im_start|>user héllo" "$dir/gen.txt" || echo "exit $rc: $(tail -n 1 "$dir/gen.err")")"
 
 # Bad input, refused by name.
 expect() {  # expect LABEL PATTERN COMMAND ARGS...: fails with PATTERN in its message

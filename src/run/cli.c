@@ -49,11 +49,12 @@ static void usage(FILE *f) {
             "                       or a stop: they always hold a whole step)\n"
             "\n"
             "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
-            "                       [--temperature T] [--top-k K] [--seed S] [--vocab DIR]\n"
+            "                       [--temperature T] [--top-k K] [--seed S]\n"
+            "                       [--vocab DIR | --tokenizer JSON]\n"
             "  samples N tokens (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
             "  bytes for vocab 256, GPT-2's BPE (DIR: encoder.json, vocab.bpe; default\n"
-            "  data/gpt2) for vocab 50257; temperature 0 takes the most likely token; top-k 0\n"
-            "  samples among all\n"
+            "  data/gpt2) for vocab 50257, a Hugging Face tokenizer.json's tokens (Llama 3,\n"
+            "  Qwen3); temperature 0 takes the most likely token; top-k 0 samples among all\n"
             "\n"
             "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
             "                   [--batch B] [--summary-json F] [--logits F]\n"
@@ -229,6 +230,7 @@ static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
         if (strcmp(f, "--checkpoint") == 0) g->checkpoint = value;
         else if (strcmp(f, "--prompt") == 0) g->prompt = value;
         else if (strcmp(f, "--vocab") == 0) g->vocab_dir = value;
+        else if (strcmp(f, "--tokenizer") == 0) g->tokenizer = value;
         else if (strcmp(f, "--tokens") == 0 && !(rc = parse_number(f, value, 0, 0, 1 << 24, &v, err))) g->tokens = (int)v;
         else if (strcmp(f, "--temperature") == 0 && !(rc = parse_number(f, value, 1, 0, 100, &v, err))) g->temperature = v;
         else if (strcmp(f, "--top-k") == 0 && !(rc = parse_number(f, value, 0, 0, 65536, &v, err))) g->top_k = (int)v;

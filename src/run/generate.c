@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "hf_tokenizer.h"
 #include "checkpoint_model.h"
 #include "philox.h"
 
@@ -55,7 +56,14 @@ typedef struct {
 } Tokens;
 
 static int load_vocabulary(const GenerateArgs *a, const Model *m, Tokens *t, FgError *err) {
-    if (m->classes == 256) return FG_OK;
+    if (m->classes == 256 && !a->tokenizer) return FG_OK;
+    if (a->tokenizer) {  // the model's table may be padded past the tokenizer's ids (Qwen3)
+        int rc = hf_tokenizer_load(a->tokenizer, &t->bpe, err);
+        if (!rc && bpe_vocab_size(t->bpe) > m->classes)
+            rc = fg_fail(err, FG_ERR_INPUT, "generate: checkpoint %s has vocab %d, fewer than the "
+                         "%d tokens of %s", a->checkpoint, m->classes, bpe_vocab_size(t->bpe), a->tokenizer);
+        return rc;
+    }
     char encoder[4096], merges[4096];
     snprintf(encoder, sizeof encoder, "%s/encoder.json", a->vocab_dir);
     snprintf(merges, sizeof merges, "%s/vocab.bpe", a->vocab_dir);
@@ -80,7 +88,7 @@ static void write_token(const Tokens *t, int id, FILE *out) {
     size_t len = 1;
     unsigned char byte = (unsigned char)id;
     const char *bytes = t->bpe ? bpe_token_bytes(t->bpe, id, &len) : (const char *)&byte;
-    fwrite(bytes, 1, len, out);
+    if (len) fwrite(bytes, 1, len, out);  // ids past the tokenizer's (a padded table) write nothing
 }
 
 // Samples a->tokens tokens after the prompt, each from a window of the last T tokens; the
