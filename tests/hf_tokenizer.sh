@@ -49,6 +49,30 @@ for family in llama3 qwen3; do
   done
 done
 
+# GPT-2 in Hugging Face's layout (a ByteLevel pre-tokenizer with its own regex, "a b" merges,
+# <|endoftext|> both a vocabulary entry and an added token): the tokens of GPT-2's own files.
+if gpt2=$(cd "$root" && realpath "$(launch/gpt2-vocab.sh 2>/dev/null)"); then
+  /usr/bin/python3 - "$gpt2" "$dir/gpt2.json" <<'PY'
+import json, sys
+vocab = json.load(open(sys.argv[1] + "/encoder.json", encoding="utf-8"))
+merges = [l for l in open(sys.argv[1] + "/vocab.bpe", encoding="utf-8").read().split("\n")[1:] if l]
+json.dump({"added_tokens": [{"id": 50256, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": True, "special": True}],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                     "end_of_word_suffix": "", "fuse_unk": False, "vocab": vocab, "merges": merges}},
+          open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+  cat "$dir"/english.txt "$dir"/code.txt "$dir"/unicode.txt "$dir"/space.txt >"$dir/gpt2.txt"
+  "$fgpipe" tokenize --tokenizer "$dir/gpt2.json" --in "$dir/gpt2.txt" --out "$dir/gpt2-hf.bin" 2>"$dir/gpt2.err"
+  "$fgpipe" tokenize --vocab "$gpt2" --in "$dir/gpt2.txt" --out "$dir/gpt2-files.bin" 2>>"$dir/gpt2.err"
+  cmp -s "$dir/gpt2-hf.bin" "$dir/gpt2-files.bin"
+  verdict "GPT-2 as a tokenizer.json: GPT-2's uint16 tokens ($(($(stat -c %s "$dir/gpt2-files.bin") / 2)))" "$([ $? -eq 0 ] || echo "they differ: $(tail -n 1 "$dir/gpt2.err")")"
+else
+  echo "SKIP GPT-2 as a tokenizer.json: launch/gpt2-vocab.sh could not fetch GPT-2's files"
+fi
+
 # Special tokens are single ids (both encoders could split them alike and still agree).
 has_ids() {  # has_ids FILE ID...: each id is among the file's uint32 tokens
   local ids
