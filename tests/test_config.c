@@ -192,7 +192,8 @@ static void test_validate(void **state) {
     assert_int_equal(config_validate(&c, &err), FG_OK);
     assert_true(config_is_language(&c));
     assert_string_equal(config_data_path(&c), "t.bin");
-    assert_int_equal(config_set(&c, "vocab", "65537", &err), FG_ERR_INPUT);  // ids are uint16
+    assert_int_equal(config_set(&c, "vocab", "151936", &err), FG_OK);  // Qwen3's: uint32 ids
+    assert_int_equal(config_set(&c, "vocab", "16777217", &err), FG_ERR_INPUT);  // not exact as a float
 }
 
 // What a run computes follows from its options: where fg's weight is 0 (mix at shrink 0) op F

@@ -35,7 +35,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(input, data, "idx|text|tokens", "idx: labelled images from IDX files in data_dir; text: byte-level language modelling on text_file; tokens: language modelling on train_tokens and val_tokens (fgpipe tokenize makes them)"),
     STR(input, data_dir, "directory with the IDX files (train-*, t10k-*)"),
     STR_OR_NONE(input, text_file, "data = text: the corpus; its first 90% of bytes train, the last 10% validate (launch/text-corpus.sh makes the default, the King James Bible)"),
-    STR_OR_NONE(input, train_tokens, "data = tokens: the training tokens, little-endian uint16 (nanoGPT's and llm.c's format), memory-mapped: any size"),
+    STR_OR_NONE(input, train_tokens, "data = tokens: the training tokens (fgpipe tokenize): little-endian uint16 (nanoGPT's and llm.c's format) up to vocab 65536, uint32 after an FGTOKU32 header above; memory-mapped: any size"),
     STR_OR_NONE(input, val_tokens, "data = tokens: the validation tokens, same format; every non-overlapping window of ctx + 1 tokens is evaluated"),
     STR(net, model, "MLP layer widths, input to classes, e.g. 784-1024-1024-1024-10; or gpt (a byte-level GPT-2-style transformer: n_layer, n_embd, n_head, ctx); or llama (Llama 3 / Qwen3: also n_kv_head, head_dim, intermediate_size, rope_*, rms_norm_eps, qk_norm, tie_embeddings; docs/gpt.md)"),
     STR(net, activation, "activation after each hidden linear layer: relu | gelu"),
@@ -43,7 +43,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, net, n_embd, 1, 16384, "model = gpt: width of the residual stream (a multiple of n_head)"),
     NUM(KEY_INT, net, n_head, 1, 256, "model = gpt: attention heads"),
     NUM(KEY_INT, net, ctx, 1, 65536, "model = gpt: tokens (bytes) per sample"),
-    NUM(KEY_INT, net, vocab, 2, 65536, "model = gpt: token ids 0..vocab-1: 256 for bytes (data = text), 50257 for GPT-2's BPE"),
+    NUM(KEY_INT, net, vocab, 2, 1 << 24, "model = gpt: token ids 0..vocab-1: 256 for bytes (data = text), 50257 for GPT-2's BPE, 128256 for Llama 3, 151936 for Qwen3 (above 65536 the token files hold uint32: docs/gpt.md, \"Tokenizers\"); ids travel as floats, exact below 2^24"),
     NUM(KEY_INT, net, head_block, 1, 1 << 20, "model = gpt, training: the head fused with the loss forms its logits this many vocabulary columns at a time (docs/gpt.md, \"The fused head and loss\"); a row's block of logits is all it holds at once"),
     NUM(KEY_INT, net, pad_vocab, 1, 1024, "model = gpt: the token table (and the head) has vocab rounded up to a multiple of this many rows (GPT-2: 64, for aligned GEMMs); the pad rows are left out of the loss and never sampled"),
     NUM(KEY_INT, net, n_kv_head, 1, 256, "model = llama: key and value heads (grouped-query attention; divides n_head)"),
@@ -297,7 +297,7 @@ static int validate_language(const Config *c, FgError *err) {
                        c->net.vocab);
     if (c->input.data == DATA_TOKENS && (!c->input.train_tokens[0] || !c->input.val_tokens[0]))
         return fg_fail(err, FG_ERR_INPUT, "data = tokens needs train_tokens and val_tokens (files of "
-                       "uint16 tokens: fgpipe tokenize --in TEXT --out FILE makes them)");
+                       "token ids: fgpipe tokenize --in TEXT --out FILE makes them)");
     return FG_OK;
 }
 

@@ -23,10 +23,10 @@ typedef enum { DATA_IDX, DATA_TEXT, DATA_TOKENS } DataKind;
 // The keys in groups, by what they decide. A key's name is its field's (config.c's table).
 typedef struct {
     int data;              // DataKind: labelled images (IDX files), a text file (bytes) or
-                           // files of tokens (uint16)
+                           // files of tokens (uint16, or uint32 above vocab 65536)
     char data_dir[256];    // IDX files (train-*, t10k-*)
     char text_file[256];   // data = text: the corpus (first 90% trains, the rest validates)
-    char train_tokens[256], val_tokens[256];  // data = tokens: little-endian uint16 files
+    char train_tokens[256], val_tokens[256];  // data = tokens: token files (text_data.h)
 } InputConfig;
 
 typedef struct {
