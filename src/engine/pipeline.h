@@ -99,7 +99,8 @@ typedef struct {
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
 } LaneBuffers;
 
-// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations,
+// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations
+// (recompute: the stage's input from F to B or Bi, then the rerun's stash from Bi to Bw),
 // the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod rings)
 // and micro-batch, and the buffers free for reuse.
 typedef struct {
@@ -110,6 +111,11 @@ typedef struct {
     float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+    // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
+    // backward op), B's or Bi's rerun the stash of the layers after it (Bi's: rerun[][]).
+    float *rerun[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_input;
+    int n_free_input, n_input_alloc;
 } StashPool;
 
 // What op F keeps for op U besides the scalars (activity perturbation, local losses).

@@ -22,6 +22,7 @@ typedef struct Lane {
     const float *x, *xdot;    // F: the input, then each layer's output (evaluation: no xdot)
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
+    float *input;             // recompute: the stage's input, kept from F for B's rerun
     float *keep;              // Bi, Bw: each parameter layer's output adjoint
     const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
                               // (host)
@@ -56,6 +57,8 @@ static inline float pipeline_adjoint_scale(const Pipeline *p) {
 }
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
+// Floats of a stash: every layer's input and the stage's output (recompute: less the input).
+size_t ops_stash_floats(const Pipeline *p);
 // The timetable's phase of a step.
 static inline int pipeline_step_phase(const Pipeline *p, long step) {
     return (int)(step % p->tt.sched.n_phases);
