@@ -77,7 +77,7 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
     if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
     if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
-    if (!a->stash || (a->kind == OP_BW && !a->keep))
+    if (!a->stash || (p->run.recompute && !a->input) || (a->kind == OP_BW && !a->keep))
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
     if (a->kind == OP_BW) return FG_OK;
