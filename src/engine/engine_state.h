@@ -98,7 +98,8 @@ typedef struct {
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
 } LaneBuffers;
 
-// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations,
+// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations
+// (recompute: the stage's input from F to B or Bi, then the rerun's stash from Bi to Bw),
 // the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod rings)
 // and micro-batch, and the buffers free for reuse.
 typedef struct {
@@ -109,6 +110,11 @@ typedef struct {
     float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+    // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
+    // backward op), B's or Bi's rerun the stash of the layers after it (Bi's: rerun[][]).
+    float *rerun[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_input;
+    int n_free_input, n_input_alloc;
 } StashPool;
 
 // What op F keeps for op U besides the scalars (activity perturbation, local losses).
@@ -178,6 +184,7 @@ typedef struct Lane {
     const float *x, *xdot;    // F: the input, then each layer's output (evaluation: no xdot)
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
+    float *input;             // recompute: the stage's input, kept from F for B's rerun
     float *keep;              // Bi, Bw: each parameter layer's output adjoint
     const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
                               // (host)

@@ -67,6 +67,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, timetable, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, timetable, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
     NUM(KEY_INT, timetable, grad_delay, 0, 2, "mode = bp: apply each step's gradient this many steps late (none in the run's first grad_delay steps): bp at the staleness of fg+bp's B ops at lag `lag` (a baseline, and the exact reference of fg+bp with select = micro_batches, estimator = mix, shrink = 0); stages in memory, clip_norm = 0"),
+    CHOICE(timetable, recompute, "none|stage", "mode = bp or fg+bp: none keeps every layer's input of a micro-batch from its F to its B; stage keeps only the stage's input and reruns the stage's forward right before the micro-batch's B (zb, fg+bp: before Bi, and Bw uses what the rerun made): the same weights bitwise, one more F per B for a stage's activations of one micro-batch in flight instead of all (docs/pipeline.md, \"Recomputation\"); stages in memory"),
     NUM(KEY_INT, timetable, calibrate_steps, 0, 100, "fg+bp on M > 1 stages: steps of F ops alone, all stages at once, timed before training; the timetable is planned with their F times (select = -1: which B ops run and where; an explicit select: its planned times only); the first step is a warm-up and counts only when it is the only one; 0: the F times of the start-up timing, each stage alone"),
     NUM(KEY_INT, timetable, select, -1, 1024, "fg+bp: -1 (auto): the builder fits nested adjoint chains into the bubbles (with c alone, estimator = mix and shrink = 0, it may instead backprop every micro-batch at a lag <= max_lag, lengthening the step, where that gives more exact samples per second: see lag_cost); n: micro-batches 0..n-1 on every stage at lag `lag`"),
     NUM(KEY_REAL, timetable, lag_cost, 0, 10, "fg+bp with select = -1 and c alone: the timetable is chosen by exact micro-batches per second, each weighed 1 / (1 + lag_cost x its stage's lag); 0.25 measured on the main job, where lag 1 took 1.15-1.5x the steps of lag 0 to 0.88 and 0.85 test accuracy"),
@@ -331,6 +332,13 @@ int config_validate(const Config *c, FgError *err) {
     if (c->timetable.grad_delay > 0 && (c->method.mode != MODE_BP || c->optim.clip_norm > 0))
         return fg_fail(err, FG_ERR_INPUT, "grad_delay applies to mode = bp with clip_norm = 0 "
                        "(fg+bp's staleness is its lag; a delayed gradient is clipped by no norm)");
+    if (c->timetable.recompute != RECOMPUTE_NONE && c->method.mode == MODE_FG)
+        return fg_fail(err, FG_ERR_INPUT, "recompute = stage applies to mode = bp or fg+bp (mode "
+                       "fg runs no backward: it keeps nothing to recompute)");
+    if (c->timetable.recompute != RECOMPUTE_NONE && c->layout.mem_budget > 0)
+        return fg_fail(err, FG_ERR_INPUT, "recompute = stage needs every stage in memory: with "
+                       "mem_budget a streamed stage would read its layers a third time per step "
+                       "(set mem_budget = 0, or recompute = none)");
     if (c->layout.mem_budget > 0 && !c->layout.weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

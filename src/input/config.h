@@ -17,6 +17,7 @@
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB } ScheduleKind;
 typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_STAGE } RecomputeKind;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT, DATA_TOKENS } DataKind;
 
@@ -65,6 +66,7 @@ typedef struct {
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int grad_delay;        // bp: steps each gradient waits before its update
+    int recompute;         // RecomputeKind (bp, fg+bp): B reruns F from the kept stage input
     int calibrate_steps;   // fg+bp on M > 1 stages: timed steps of F ops before planning
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     double lag_cost;       // fg+bp, select = -1, c alone: progress a correction loses per step
