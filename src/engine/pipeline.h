@@ -15,6 +15,7 @@
 #include "exec_plan.h"
 #include "layer_source.h"
 #include "layer_stream.h"
+#include "mem_account.h"
 #include "model.h"
 #include "op_cost.h"
 #include "optimizer.h"
@@ -164,6 +165,7 @@ typedef struct {
     double *scalars;
     size_t n_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
+    MemAccount mem;           // the stage's memory by owner, counted as it is allocated
 } Pipeline;
 
 // Builds the stage for transport t's stage. A stage that does not fit cfg->mem_budget keeps

@@ -26,14 +26,6 @@ static int adjoints_in_flight(const Config *c) {
     return stashes_in_flight(c);
 }
 
-// Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
-static double lane_bytes(const Pipeline *p, int group) {
-    const LaneBuffers *w = &p->work;
-    double per_lane = 2.0 * (w->act_stride + w->tan_stride + (p->need.grad ? w->adj_stride : 0)) +
-                      (p->is_first ? w->x_stride : 0);
-    return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
-}
-
 // The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
 // their tangents, and activity's estimate of the head over the replica's micro-batches.
 static double head_bytes(const Pipeline *p) {
@@ -57,17 +49,16 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 // Resident when everything fits mem_budget (or there is none), else streamed from weights_dir.
 static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     const Config *c = p->cfg;
-    int N = c->training.micro_batches, B = c->training.micro_batch;
-    // The stashes and the adjoints Bi keeps for Bw of the micro-batches in flight.
-    double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float) * stashes_in_flight(c) +
-                   (double)stage_adjoint_floats(&p->stage, B) * sizeof(float) * adjoints_in_flight(c);
+    int N = c->training.micro_batches;
+    // The activations (mem_account.h) with the stashes and the adjoints Bi keeps for Bw of the
+    // micro-batches in flight, and what F keeps for U (activity: every micro-batch's layer
+    // inputs; local losses: also their estimates) until the update.
+    const ActivationSizes z = activation_sizes(c, &p->stage, p->is_first, p->is_last);
+    const int stashes = stashes_in_flight(c), adjoints = adjoints_in_flight(c);
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
-    // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
-    // estimates) until the update.
-    double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
-    double in_memory = (double)p->n * sizeof(float) * buffers + stash +
-                       lane_bytes(p, 1) + kept + head_bytes(p);
+    double in_memory = (double)p->n * sizeof(float) * buffers +
+                       activation_bytes(&z, stashes, adjoints, 1, 1, NULL) + head_bytes(p);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget, rc;
@@ -88,11 +79,11 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->layout.mem_budget);
-    // What stays in memory besides the slots: lanes of a whole wave, stashes and kept adjoints, a fused head's
-    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
-    // device these are device memory, and so is a copy of the layer being computed on; the
-    // budget counts host and device bytes alike.
-    double work = lane_bytes(p, N) + stash + 2 * kept + head_bytes(p) +
+    // What stays in memory besides the slots: lanes of a whole wave, stashes and kept adjoints,
+    // two steps' kept inputs, a fused head's blocks, one layer's gradient and update, the
+    // parameter tangents of one layer (K). On a device these are device memory, and so is a copy
+    // of the layer being computed on; the budget counts host and device bytes alike.
+    double work = activation_bytes(&z, stashes, adjoints, N, 2, NULL) + head_bytes(p) +
                   (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
     long next_step = 0;
     rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
@@ -101,22 +92,44 @@ static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     return rc;
 }
 
+// The layer source's buffers into the stage's account: resident, the weights (and versions kept
+// for lagged ops), gradient, reference and optimizer state of every layer, the tied table's
+// second copy apart; streamed, the slots mem_budget leaves after the work, and one layer's
+// gradient.
+static void count_source(Pipeline *p) {
+    const double f = sizeof(float);
+    MemAccount *a = &p->mem;
+    if (p->src.streamed) {
+        mem_account_add(a, MEM_IO_SLOTS, FG_MAX(p->cfg->layout.mem_budget - p->src.work_bytes, 0.0));
+        if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest);
+        return;
+    }
+    double bytes[N_MEM_OWNERS] = {0};
+    mem_resident_bytes(p->cfg, p->model, p->stage.first, p->stage.last, bytes);
+    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++) mem_account_add(a, (MemOwner)o, bytes[o]);
+}
+
+// A buffer of n floats that the stage's account counts under `owner`.
+static float *alloc_counted(Pipeline *p, MemOwner owner, size_t n) {
+    mem_account_add(&p->mem, owner, (double)n * sizeof(float));
+    return backend_alloc_floats(p->be, n);
+}
+
 static void alloc_lanes(Pipeline *p, int group) {
-    const Backend *be = p->be;
     LaneBuffers *w = &p->work;
     Messages *msg = &p->msg;
     w->lanes = calloc((size_t)group, sizeof(Lane));
     for (int i = 0; i < 2; i++) {
-        w->act[i] = backend_alloc_floats(be, (size_t)group * w->act_stride);
-        if (w->tan_stride) w->tan[i] = backend_alloc_floats(be, (size_t)group * w->tan_stride);
-        if (p->need.grad) w->adj[i] = backend_alloc_floats(be, (size_t)group * w->adj_stride);
+        w->act[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->act_stride);
+        if (w->tan_stride) w->tan[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->tan_stride);
+        if (p->need.grad) w->adj[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->adj_stride);
     }
     // One slot more than a group takes: the next group's first message is posted while the
     // group still uses all of its own.
     msg->n_inbox = group + 1;
-    msg->inbox = backend_alloc_floats(be, (size_t)msg->n_inbox * msg->stride);
-    msg->outbox = backend_alloc_floats(be, msg->stride);
-    if (p->is_first) w->x_in = backend_alloc_floats(be, (size_t)group * w->x_stride);
+    msg->inbox = alloc_counted(p, MEM_MESSAGES, (size_t)msg->n_inbox * msg->stride);
+    msg->outbox = alloc_counted(p, MEM_MESSAGES, msg->stride);
+    if (p->is_first) w->x_in = alloc_counted(p, MEM_LANES, (size_t)group * w->x_stride);
 }
 
 static void alloc_buffers(Pipeline *p) {
@@ -136,7 +149,7 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.rings = config_timetable_lag(c) + 1;
     if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i < p->pool.rings; i++)
-            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * pipeline_adjoint_width(p));
+            p->pool.dz[i] = alloc_counted(p, MEM_LOSS_ADJOINTS, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
@@ -145,16 +158,16 @@ static void alloc_buffers(Pipeline *p) {
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     if (p->run.keeps_inputs) {
         size_t kept = stage_kept_floats(&p->stage, N * B);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
-        p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = alloc_counted(p, MEM_KEPT_INPUTS, kept);
+        p->kept.work = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups || (p->is_last && p->model->fused_head))
         p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
-        p->upd.delayed[i] = backend_alloc_floats(be, p->n);
+        p->upd.delayed[i] = alloc_counted(p, MEM_GRADIENTS, p->n);
     if (p->run.forms_estimate)
-        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
-    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
+        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);  // count_source's
+    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = alloc_counted(p, MEM_GRADIENTS, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
@@ -347,6 +360,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
     if ((rc = open_source(p, streams, err))) return rc;
+    count_source(p);
     if (p->run.keeps_inputs && p->src.streamed && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
