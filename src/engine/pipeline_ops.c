@@ -19,36 +19,37 @@ static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.ring
 // Bw); Bi keeps the adjoints Bw needs until Bw. Freed buffers are reused, so memory grows with
 // the number in flight, not with N.
 
-// Their bytes go into the stage's account (mem_account.h) as they are taken and given back.
-static double stash_bytes(const Pipeline *p) {
-    return sizeof(float) * (double)stage_stash_floats(&p->stage, p->cfg->training.micro_batch);
+// Floats of one micro-batch's buffers; their bytes go into the stage's account
+// (mem_account.h) as they are taken and given back.
+static size_t stash_floats(const Pipeline *p) {
+    return stage_stash_floats(&p->stage, p->cfg->training.micro_batch);
 }
 
-static double adj_bytes(const Pipeline *p) {
-    return sizeof(float) * (double)stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch);
+static size_t adj_floats(const Pipeline *p) {
+    return stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch);
 }
 
 static float *stash_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_STASH, stash_bytes(p));
+    mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)stash_floats(p));
     if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
     p->pool.n_stash_alloc++;
-    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->training.micro_batch));
+    return backend_alloc_floats(p->be, stash_floats(p));
 }
 
 static void stash_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_STASH, -stash_bytes(p));
+    mem_account_add(&p->mem, MEM_STASH, -(double)sizeof(float) * (double)stash_floats(p));
     p->pool.free_stash[p->pool.n_free_stash++] = s;
 }
 
 static float *adj_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, adj_bytes(p));
+    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, sizeof(float) * (double)adj_floats(p));
     if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
     p->pool.n_adj_alloc++;
-    return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch));
+    return backend_alloc_floats(p->be, adj_floats(p));
 }
 
 static void adj_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, -adj_bytes(p));
+    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, -(double)sizeof(float) * (double)adj_floats(p));
     p->pool.free_adj[p->pool.n_free_adj++] = s;
 }
 
