@@ -14,6 +14,7 @@
 #include "head_loss.h"
 #include "layer_source.h"
 #include "layer_stream.h"
+#include "mem_account.h"
 #include "model.h"
 #include "op_cost.h"
 #include "optimizer.h"
@@ -169,6 +170,7 @@ typedef struct {
     double *scalars;
     size_t n_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
+    MemAccount mem;           // the stage's memory by owner, counted as it is allocated
 } Pipeline;
 
 // One micro-batch of an op group on its way through the stage's layers.

@@ -19,6 +19,8 @@ static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.ring
 // Bw); Bi keeps the adjoints Bw needs until Bw. Freed buffers are reused, so memory grows with
 // the number in flight, not with N.
 
+// Floats of one micro-batch's buffers; their bytes go into the stage's account
+// (mem_account.h) as they are taken and given back.
 static size_t input_floats(const Pipeline *p) {
     return (size_t)p->cfg->training.micro_batch * p->model->layers[p->stage.first].in;
 }
@@ -28,31 +30,47 @@ size_t ops_stash_floats(const Pipeline *p) {
     return p->run.recompute ? whole - input_floats(p) : whole;
 }
 
+static size_t adj_floats(const Pipeline *p) {
+    return stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch);
+}
+
 static float *stash_take(Pipeline *p) {
+    mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)ops_stash_floats(p));
     if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
     p->pool.n_stash_alloc++;
     return backend_alloc_floats(p->be, ops_stash_floats(p));
 }
 
-static void stash_give(Pipeline *p, float *s) { p->pool.free_stash[p->pool.n_free_stash++] = s; }
-
-static float *adj_take(Pipeline *p) {
-    if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
-    p->pool.n_adj_alloc++;
-    return backend_alloc_floats(p->be, stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch));
+static void stash_give(Pipeline *p, float *s) {
+    mem_account_add(&p->mem, MEM_STASH, -(double)sizeof(float) * (double)ops_stash_floats(p));
+    p->pool.free_stash[p->pool.n_free_stash++] = s;
 }
 
-static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_adj++] = s; }
+static float *adj_take(Pipeline *p) {
+    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, sizeof(float) * (double)adj_floats(p));
+    if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
+    p->pool.n_adj_alloc++;
+    return backend_alloc_floats(p->be, adj_floats(p));
+}
+
+static void adj_give(Pipeline *p, float *s) {
+    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, -(double)sizeof(float) * (double)adj_floats(p));
+    p->pool.free_adj[p->pool.n_free_adj++] = s;
+}
 
 // recompute = stage: F keeps the stage's input [B, in] alone, until the micro-batch's last
 // backward op; B's (or Bi's) rerun fills a stash of the layers after it.
 static float *input_take(Pipeline *p) {
+    mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)input_floats(p));
     if (p->pool.n_free_input) return p->pool.free_input[--p->pool.n_free_input];
     p->pool.n_input_alloc++;
     return backend_alloc_floats(p->be, input_floats(p));
 }
 
-static void input_give(Pipeline *p, float *s) { p->pool.free_input[p->pool.n_free_input++] = s; }
+static void input_give(Pipeline *p, float *s) {
+    mem_account_add(&p->mem, MEM_STASH, -(double)sizeof(float) * (double)input_floats(p));
+    p->pool.free_input[p->pool.n_free_input++] = s;
+}
 
 // Layer l's input in lane a's stash; with recompute, the kept input and the rerun's layers.
 static float *lane_layer_input(const Pipeline *p, const Lane *a, int l) {

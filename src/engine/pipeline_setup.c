@@ -28,14 +28,6 @@ static int adjoints_in_flight(const Config *c) {
     return stashes_in_flight(c);
 }
 
-// Bytes of the lane buffers for groups of `group` micro-batches, as alloc_lanes makes them.
-static double lane_bytes(const Pipeline *p, int group) {
-    const LaneBuffers *w = &p->work;
-    double per_lane = 2.0 * (w->act_stride + w->tan_stride + (p->need.grad ? w->adj_stride : 0)) +
-                      (p->is_first ? w->x_stride : 0);
-    return ((double)group * per_lane + (double)(group + 1) * p->msg.stride) * sizeof(float);
-}
-
 // The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
 // their tangents, and activity's estimate of the head over the replica's micro-batches.
 static double head_bytes(const Pipeline *p) {
@@ -56,74 +48,105 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
                    in_memory / 1073741824.0, available / 1073741824.0);
 }
 
-// Resident when everything fits mem_budget (or there is none), else streamed from weights_dir.
-static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
+// What the stage needs in memory: its layers' buffers and activations (mem_account.h) with the
+// stashes and the adjoints Bi keeps for Bw of the micro-batches in flight, and what F keeps for
+// U (activity: every micro-batch's layer inputs; local losses: also their estimates) until the
+// update. Streamed (kept_copies 2, lanes of a whole wave), what stays besides the slots.
+static double stage_needs_bytes(const Pipeline *p, int streamed) {
     const Config *c = p->cfg;
-    int N = c->training.micro_batches, B = c->training.micro_batch;
-    // The stashes and the adjoints Bi keeps for Bw of the micro-batches in flight; with
-    // recompute, the stage inputs instead, and the reruns' stashes, one per kept adjoint.
-    double full = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
-    double stash = full * stashes_in_flight(c) +
-                   (double)stage_adjoint_floats(&p->stage, B) * sizeof(float) * adjoints_in_flight(c);
-    if (p->run.recompute)  // the rest of the stash: the rerun's
-        stash += ((double)B * p->model->layers[p->stage.first].in * sizeof(float) - full) *
-                 (stashes_in_flight(c) - FG_MAX(adjoints_in_flight(c), 1));
-    LayerNeeds need = p->need;
-    int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
-    // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
-    // estimates) until the update.
-    double kept = (double)stage_kept_floats(&p->stage, N * B) * sizeof(float);
-    double in_memory = (double)p->n * sizeof(float) * buffers + stash +
-                       lane_bytes(p, 1) + kept + head_bytes(p);
+    const ActivationSizes z = activation_sizes(c, &p->stage, p->is_first, p->is_last);
+    const int stashes = stashes_in_flight(c), adjoints = adjoints_in_flight(c);
+    const LayerNeeds need = p->need;
+    if (!streamed) {
+        int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
+        return (double)p->n * sizeof(float) * buffers +
+               activation_bytes(&z, stashes, adjoints, 1, 1, NULL) + head_bytes(p);
+    }
+    // Lanes of a whole wave, stashes and kept adjoints, two steps' kept inputs, a fused head's
+    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
+    // device these are device memory, and so is a copy of the layer being computed on; the
+    // budget counts host and device bytes alike.
+    return activation_bytes(&z, stashes, adjoints, c->training.micro_batches, 2, NULL) + head_bytes(p) +
+           (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
+}
+
+// Resident when everything fits mem_budget (or there is none), else streamed from weights_dir:
+// decided (*streams_here) before anything is allocated, so that the start-up's timing of the
+// ops, which makes buffers of the stage's size, does not add to the stage's own.
+static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err) {
+    const Config *c = p->cfg;
+    double in_memory = stage_needs_bytes(p, 0);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
-    int streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget, rc;
-    double n_streamed = streams_here;
+    int rc;
+    *streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget;
+    double n_streamed = *streams_here;
     if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
     p->n_streamed = (int)n_streamed;
     if (streams && streams->resume && p->n_streamed < p->tr->stages)
         return fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
                        "have no layer store to resume from (resume them from a checkpoint)",
                        p->tr->stages - p->n_streamed, p->tr->stages);
-    if (!streams_here && (rc = check_fits_machine(p, in_memory, err))) return rc;
-    if (streams_here && p->run.grad_delay)
+    if (!*streams_here) return check_fits_machine(p, in_memory, err);
+    if (p->run.grad_delay)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers (mem_budget): grad_delay "
                        "needs every stage in memory", p->tr->stage);
-    if (!streams_here)
-        return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     if (!streams || !streams->open)
         return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
                        "and this build cannot stream layers from local flash", p->tr->stage,
                        in_memory, c->layout.mem_budget);
-    // What stays in memory besides the slots: lanes of a whole wave, stashes and kept adjoints, a fused head's
-    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
-    // device these are device memory, and so is a copy of the layer being computed on; the
-    // budget counts host and device bytes alike.
-    double work = lane_bytes(p, N) + stash + 2 * kept + head_bytes(p) +
-                  (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
+    return FG_OK;
+}
+
+static int open_source(Pipeline *p, const LayerStreams *streams, int streams_here, FgError *err) {
+    const Config *c = p->cfg;
+    if (!streams_here)
+        return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     long next_step = 0;
-    rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
-                                   streams, work, &p->src, &next_step, err);
+    int rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
+                                   streams, stage_needs_bytes(p, 1), &p->src, &next_step, err);
     p->first_step = next_step;
     return rc;
 }
 
+// The layer source's buffers into the stage's account: resident, the weights (and versions kept
+// for lagged ops), gradient, reference and optimizer state of every layer, the tied table's
+// second copy apart; streamed, the slots mem_budget leaves after the work, and one layer's
+// gradient.
+static void count_source(Pipeline *p) {
+    const double f = sizeof(float);
+    MemAccount *a = &p->mem;
+    if (p->src.streamed) {
+        mem_account_add(a, MEM_IO_SLOTS, FG_MAX(p->cfg->layout.mem_budget - p->src.work_bytes, 0.0));
+        if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest);
+        return;
+    }
+    double bytes[N_MEM_OWNERS] = {0};
+    mem_resident_bytes(p->cfg, p->model, p->stage.first, p->stage.last, bytes);
+    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++) mem_account_add(a, (MemOwner)o, bytes[o]);
+}
+
+// A buffer of n floats that the stage's account counts under `owner`.
+static float *alloc_counted(Pipeline *p, MemOwner owner, size_t n) {
+    mem_account_add(&p->mem, owner, (double)n * sizeof(float));
+    return backend_alloc_floats(p->be, n);
+}
+
 static void alloc_lanes(Pipeline *p, int group) {
-    const Backend *be = p->be;
     LaneBuffers *w = &p->work;
     Messages *msg = &p->msg;
     w->lanes = calloc((size_t)group, sizeof(Lane));
     for (int i = 0; i < 2; i++) {
-        w->act[i] = backend_alloc_floats(be, (size_t)group * w->act_stride);
-        if (w->tan_stride) w->tan[i] = backend_alloc_floats(be, (size_t)group * w->tan_stride);
-        if (p->need.grad) w->adj[i] = backend_alloc_floats(be, (size_t)group * w->adj_stride);
+        w->act[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->act_stride);
+        if (w->tan_stride) w->tan[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->tan_stride);
+        if (p->need.grad) w->adj[i] = alloc_counted(p, MEM_LANES, (size_t)group * w->adj_stride);
     }
     // One slot more than a group takes: the next group's first message is posted while the
     // group still uses all of its own.
     msg->n_inbox = group + 1;
-    msg->inbox = backend_alloc_floats(be, (size_t)msg->n_inbox * msg->stride);
-    msg->outbox = backend_alloc_floats(be, msg->stride);
-    if (p->is_first) w->x_in = backend_alloc_floats(be, (size_t)group * w->x_stride);
+    msg->inbox = alloc_counted(p, MEM_MESSAGES, (size_t)msg->n_inbox * msg->stride);
+    msg->outbox = alloc_counted(p, MEM_MESSAGES, msg->stride);
+    if (p->is_first) w->x_in = alloc_counted(p, MEM_LANES, (size_t)group * w->x_stride);
 }
 
 static void alloc_buffers(Pipeline *p) {
@@ -143,7 +166,7 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.rings = config_timetable_lag(c) + 1;
     if (p->is_last && c->method.mode != MODE_FG)
         for (int i = 0; i < p->pool.rings; i++)
-            p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * pipeline_adjoint_width(p));
+            p->pool.dz[i] = alloc_counted(p, MEM_LOSS_ADJOINTS, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_input = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
@@ -153,22 +176,23 @@ static void alloc_buffers(Pipeline *p) {
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     if (p->run.keeps_inputs) {
         size_t kept = stage_kept_floats(&p->stage, N * B);
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = backend_alloc_floats(be, kept);
-        p->kept.work = backend_alloc_floats(be, (size_t)N * B * p->model->max_width);
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = alloc_counted(p, MEM_KEPT_INPUTS, kept);
+        p->kept.work = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups || (p->is_last && p->model->fused_head))
         p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
-        p->upd.delayed[i] = backend_alloc_floats(be, p->n);
+        p->upd.delayed[i] = alloc_counted(p, MEM_GRADIENTS, p->n);
     if (p->run.forms_estimate)
-        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);
-    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = backend_alloc_floats(be, p->largest);
+        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);  // count_source's
+    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = alloc_counted(p, MEM_GRADIENTS, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
 typedef struct {
     Pipeline *p;
     double *cost;
+    int streamed;  // the stage will stream its layers (choose_source)
 } StageTiming;
 
 // The stage's op costs (op_cost.h). Out of core, the I/O of each wave dominates and timing
@@ -177,7 +201,7 @@ static int measure_costs(void *arg, FgError *err) {
     Pipeline *p = ((StageTiming *)arg)->p;
     double *cost = ((StageTiming *)arg)->cost;
     int B = p->cfg->training.micro_batch;
-    if (p->src.streamed) {
+    if (((StageTiming *)arg)->streamed) {
         cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
         cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
         cost[COST_U] = cost[COST_ZERO] = 0.0;
@@ -200,11 +224,11 @@ int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
 // mean over the replicas): costs[kind * M + stage].
-static int measure_all_costs(Pipeline *p, double *costs, FgError *err) {
+static int measure_all_costs(Pipeline *p, double *costs, int streamed, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages;
     double mine[N_OP_COSTS];
-    int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine}, err);
+    int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine, streamed}, err);
     for (int i = 0; i < N_OP_COSTS; i++) costs[i * M + t->stage] = mine[i];
     if (!rc) rc = t->allreduce_sum_world(t, costs, N_OP_COSTS * M, err);
     for (int i = 0; i < N_OP_COSTS * M; i++) costs[i] /= t->replicas;
@@ -354,15 +378,18 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->work.x_stride = (size_t)B * m->in_features;
     // Messages, and evaluation's inputs on every stage.
     p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
-    if ((rc = open_source(p, streams, err))) return rc;
-    if (p->run.keeps_inputs && p->src.streamed && t->replicas > 1)
+    int streams_here = 0;
+    if ((rc = choose_source(p, streams, &streams_here, err))) return rc;
+    if (p->run.keeps_inputs && streams_here && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
-    if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     const int calibrates = !pipeline_calibration_off(p);
-    if ((rc = measure_all_costs(p, p->tt.costs, err)) ||
-        (rc = build_timetable(p, p->tt.costs, calibrates, err)))
+    if ((rc = measure_all_costs(p, p->tt.costs, streams_here, err)) ||
+        (rc = open_source(p, streams, streams_here, err)))
         return rc;
+    count_source(p);
+    if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
+    if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, p->tt.costs, err))) return rc;

@@ -387,6 +387,7 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
                "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
                res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
                res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    train_print_memory(&res, stdout);
     fflush(stdout);
     if (a->summary_path && train_write_summary(&a->cfg, &res, a->summary_path, &err)) return cli_fail(&err);
     return 0;

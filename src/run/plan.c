@@ -26,7 +26,7 @@ enum { N_PLANNED = sizeof planned / sizeof planned[0] };
 // their op costs as the run's start-up times them.
 static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed, FgError *err) {
     const Config *c = &cs->cfg;
-    const int M = c->layout.stages, B = c->training.micro_batch, N = c->training.micro_batches;
+    const int M = c->layout.stages, B = c->training.micro_batch;
     const RunPlan run = run_plan(c, c->layout.replicas);
     int rc = FG_OK;
     for (int s = 0; s < M && !rc; s++) {
@@ -35,10 +35,9 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
         double cost[N_OP_COSTS];
         if (timed && !(rc = pipeline_stage_costs(&st, c, s, c->layout.replicas, cost, err)))
             for (int k = 0; k < N_OP_COSTS; k++) cs->costs[k * M + s] = cost[k];
-        cs->stash[s] = (double)stage_stash_floats(&st, B) * sizeof(float);
-        cs->adjoint[s] = (double)stage_adjoint_floats(&st, B) * sizeof(float);
-        cs->input[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
-        cs->kept_for_u[s] = run.keeps_inputs ? (double)stage_kept_floats(&st, N * B) * sizeof(float) : 0.0;
+        cs->act[s] = activation_sizes(c, &st, s == 0, s == M - 1);
+        memset(cs->resident[s], 0, sizeof cs->resident[s]);
+        mem_resident_bytes(c, m, cs->layout[s], cs->layout[s + 1], cs->resident[s]);
         const int out = m->layers[cs->layout[s + 1] - 1].out;
         cs->forward_msg[s] = (double)B * out * (1 + (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
         cs->adjoint_msg[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
@@ -87,18 +86,30 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
     return rc;
 }
 
+// The largest op group of stage s in any phase, as a resident run groups its ops.
+static int max_group(const Schedule *S, int s) {
+    int group = 1;
+    for (int ph = 0; ph < S->n_phases; ph++) {
+        ExecPlan ep;
+        exec_plan_build(S, ph, s, 0, &ep);
+        group = FG_MAX(group, ep.max_group);
+        exec_plan_free(&ep);
+    }
+    return group;
+}
+
+// A stage's activations as a resident run allocates them: the timetable's stashes and kept
+// adjoints at once (mem_account.h).
 static void figures_of(const Schedule *S, const CostSet *cs, Figures *f) {
     const int M = S->M, N = S->N;
     *f = (Figures){.step = S->makespan, .bubble = schedule_stats(S).bubble_fraction};
-    const int rerun = run_plan(&cs->cfg, cs->cfg.layout.replicas).recompute;
     for (int s = 0; s < M; s++) {
         const StageBubbles b = schedule_stage_bubbles(S, s);
         f->b_ops[s] = (double)b.corrections / S->n_phases;
-        // recompute: the inputs from F to B (Bw), the rest of a stash from B (Bi) to B (Bw).
-        const double stashes = !rerun ? b.stashes * cs->stash[s]
-                               : b.stashes * cs->input[s] +
-                                 (b.stashes ? FG_MAX(b.kept, 1) : 0) * (cs->stash[s] - cs->input[s]);
-        f->activations[s] = stashes + b.kept * cs->adjoint[s] + cs->kept_for_u[s];
+        double act[N_MEM_ACTIVATIONS];
+        f->activations[s] = activation_bytes(&cs->act[s], b.stashes, b.kept, max_group(S, s), 1, act);
+        for (int o = 0; o < N_MEM_OWNERS; o++)
+            f->memory[o][s] = o < N_MEM_ACTIVATIONS ? act[o] : cs->resident[s][o];
         f->sent[s] = s < M - 1 ? N * cs->forward_msg[s] : 0.0;
         for (int p = 0; p < S->n_phases; p++) {
             const ScheduledOp *ops;
@@ -124,6 +135,19 @@ static void print_list(FILE *out, const double *v, int M, double unit, const cha
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "..%s", one);
     }
     fprintf(out, "  %-*s", width, buf);
+}
+
+// The rest of the stage beside its activations, resident (mem_account.h's owners).
+static void print_memory(FILE *out, const Figures *fig, int M) {
+    fprintf(out, "          memory MiB by stage:");
+    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++) {
+        double sum = 0.0;
+        for (int s = 0; s < M; s++) sum += fig->memory[o][s];
+        if (sum <= 0) continue;
+        fprintf(out, " %s", mem_owner_keys[o]);
+        print_list(out, fig->memory[o], M, 1048576.0, "%.2f", 0);
+    }
+    fputc('\n', out);
 }
 
 static void print_cost_set(FILE *out, const CostSet *cs, int set) {
@@ -153,6 +177,12 @@ static void json_schedule(FILE *f, int first, const char *name, const Schedule *
             fig->step, fig->bubble, S->n_phases);
     json_list(f, "b_ops", fig->b_ops, S->M);
     json_list(f, "activation_bytes", fig->activations, S->M);
+    fputs(", \"memory_bytes\": {", f);  // by owner (mem_account.h), resident
+    for (int o = 0; o < N_MEM_OWNERS; o++) {
+        fprintf(f, "%s\"%s\": ", o ? ", " : "", mem_owner_keys[o]);
+        fg_write_json_doubles(f, fig->memory[o], S->M);
+    }
+    fputc('}', f);
     json_list(f, "sent_bytes", fig->sent, S->M);
     fputs(", \"ops\": [", f);  // kind, stage, micro-batch, lag, phase, start, end
     for (int p = 0; p < S->n_phases; p++)
@@ -192,6 +222,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, Figures *f
         FgError why = {0};
         if (pipeline_check_every_stage_learns(&c, &S, &why))
             fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);
+        print_memory(out, &fig, M);
         if (json) json_schedule(json, i == 0, name, &S, &fig);
         schedule_free(&S);
     }

@@ -91,10 +91,9 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         double store = (double)model_range_count(m, w->cs->layout[s], w->cs->layout[s + 1]) * store_bufs * sizeof(float);
         double slots = 2.0 * largest * (store_bufs + step_bufs) * sizeof(float);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
-        // The timetable's stashes and kept inputs, and the lanes every op computes in: a
-        // layer's input and output, with their tangents.
-        double lanes = 2.0 * batch * m->max_width * (1 + c->method.tangents) * sizeof(float);
-        double act = w->fig->activations[s] * scale + lanes;
+        // The timetable's activations (stashes, kept inputs, lanes, messages) grow with the
+        // micro-batch.
+        double act = w->fig->activations[s] * scale;
         r.activations = FG_MAX(r.activations, act);
         r.memory = FG_MAX(r.memory, act + slots + layer_work);
         r.read = FG_MAX(r.read, waves * store * w->stores);

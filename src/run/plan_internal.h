@@ -3,6 +3,7 @@
 #ifndef FGPIPE_PLAN_INTERNAL_H
 #define FGPIPE_PLAN_INTERNAL_H
 
+#include "mem_account.h"
 #include "op_cost.h"
 #include "plan.h"
 #include "schedule.h"
@@ -12,11 +13,11 @@ typedef struct {
     int layout[SCHED_MAX_STAGES + 1];           // first layer of each stage, then n_layers
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];// seconds, [kind * M + stage]
     char source[4200];                          // "timed here, ..." or the costs file
-    // Bytes per stage: one micro-batch's stash and kept adjoints; one forward message (with
-    // its tangents) and one adjoint message.
-    double stash[SCHED_MAX_STAGES], adjoint[SCHED_MAX_STAGES];
-    double kept_for_u[SCHED_MAX_STAGES];        // a step's layer inputs F keeps for U (activity)
-    double input[SCHED_MAX_STAGES];             // recompute: one micro-batch's stage input
+    // Per stage: the sizes its activations are made of (the run's model of them), the bytes of
+    // its resident layers by owner, one forward message (with its tangents) and one adjoint
+    // message.
+    ActivationSizes act[SCHED_MAX_STAGES];
+    double resident[SCHED_MAX_STAGES][N_MEM_OWNERS];
     double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
 } CostSet;
 
@@ -24,8 +25,9 @@ typedef struct {
 typedef struct {
     double step, bubble;
     double b_ops[SCHED_MAX_STAGES];        // B or Bw ops per step
-    double activations[SCHED_MAX_STAGES];  // bytes at most at once: stashes, kept adjoints, and
-                                           // what F keeps for U
+    double activations[SCHED_MAX_STAGES];  // bytes at most at once (mem_account.h's categories)
+    double memory[N_MEM_OWNERS][SCHED_MAX_STAGES];  // by owner: activations at their peak, the
+                                                    // resident layers' buffers
     double sent[SCHED_MAX_STAGES];         // bytes sent per step
 } Figures;
 

@@ -395,7 +395,8 @@ static int run_steps(Run *r, FgError *err) {
         StepResult sr;
         size_t sample0 = (size_t)(step % r->per_epoch) * r->batch + (size_t)t->replica * r->shard;
         if (!(rc = pipeline_step(&r->p, step, r->total, r->order, sample0, &sr, err)) &&
-            !(rc = step_outputs(r, step, &sr, err)))
+            !(rc = step_outputs(r, step, &sr, err)) &&
+            !(step == r->first_step && (rc = report_activations_after_first_step(&r->p, r->reporter, err))))
             rc = stop_and_checkpoint_policy(r, step, &stop, err);
     }
     if (r->log.ctx) {
@@ -404,6 +405,16 @@ static int run_steps(Run *r, FgError *err) {
     }
     if (r->reporter) progress_finish(&r->prog);
     return rc;
+}
+
+// Bytes of the data this rank holds: the sets' arrays and the mapped corpus files.
+static double data_bytes(const Run *r) {
+    const Dataset *sets[2] = {&r->train, &r->test};
+    double bytes = (double)r->text.map_bytes[0] + (double)r->text.map_bytes[1];
+    for (int i = 0; i < 2; i++)
+        bytes += (sets[i]->x ? (double)sets[i]->count * sets[i]->features * sizeof(float) : 0.0) +
+                 (sets[i]->labels ? (double)sets[i]->count * sets[i]->tokens * sizeof(Label) : 0.0);
+    return bytes;
 }
 
 // The run's numbers: losses, speed, layout, timetable and memory.
@@ -415,11 +426,14 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
     for (long i = 0; i < window; i++) res->final_loss += r->recent[(r->total - 1 - i) % WINDOW] / window;
     res->per_stage.peak_rss[t->stage] = (double)peak_rss_bytes();
     res->per_stage.stash_bytes[t->stage] = pipeline_stash_bytes(&r->p);
+    report_memory_of_stage(&r->p.mem, data_bytes(r), t->stage, &res->per_stage);
     double cost[N_OP_COSTS];
     pipeline_measured_costs(&r->p, cost);
     for (int k = 0; k < N_OP_COSTS; k++) res->measured_costs[k * M + t->stage] = cost[k];
     if ((rc = t->allreduce_sum(t, res->per_stage.peak_rss, M, err)) ||
         (rc = t->allreduce_sum(t, res->per_stage.stash_bytes, M, err)) ||
+        (rc = t->allreduce_sum(t, res->per_stage.activation_peak, M, err)) ||
+        (rc = t->allreduce_sum(t, &res->per_stage.memory[0][0], N_MEM_OWNERS * SCHED_MAX_STAGES, err)) ||
         (rc = t->allreduce_sum(t, res->measured_costs, N_OP_COSTS * M, err)))
         return rc;
     size_t n_times = (size_t)FG_MIN(r->total - r->first_step, (long)TIMES);

@@ -5,12 +5,14 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "storage.h"
 #include "backend.h"
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"
+#include "mem_account.h"
 #include "op_cost.h"
 #include "schedule.h"
 #include "transport.h"
@@ -19,6 +21,10 @@
 typedef struct {
     double peak_rss[SCHED_MAX_STAGES];     // bytes
     double stash_bytes[SCHED_MAX_STAGES];  // activations kept for B ops, at most at once
+    // Counted as allocated (mem_account.h): the activations' peak together, and each owner's
+    // peak bytes (the data: what the rank loaded, mapped files included).
+    double activation_peak[SCHED_MAX_STAGES];
+    double memory[N_MEM_OWNERS][SCHED_MAX_STAGES];
     // Measured work: seconds of a step's F and U (bp: F and B) ops, timed layer by layer.
     double work[SCHED_MAX_STAGES];
     // fg+bp: corrections (Bw ops) per step, the largest lag of the B ops, the share of the
@@ -91,5 +97,9 @@ int train_run(const Config *cfg, const TrainEnv *env, const TrainInputs *in,
 int train_write_summary(const Config *cfg, const TrainResult *res, const char *path, FgError *err);
 
 size_t peak_rss_bytes(void);
+
+// The end of the run's line of memory: the activation peak by stage (counted as allocated) and
+// the whole stages' peak bytes by owner, against peak RSS.
+void train_print_memory(const TrainResult *r, FILE *out);
 
 #endif

@@ -47,6 +47,10 @@ char *report_config_text(const Config *c);  // the resolved config in file synta
 FILE *report_open_in_dir(const char *dir, const char *name, FgError *err);
 FILE *report_open_loss_csv(const char *dir, long first_step, FgError *err);
 void report_print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p);
+// The stage's memory account into the run's figures (stage s's column; data: the rank's data).
+void report_memory_of_stage(const MemAccount *a, double data, int s, StageFigures *out);
+// After the first step: every stage's activation peak so far, one line from the reporter.
+int report_activations_after_first_step(Pipeline *p, int reporter, FgError *err);
 // A streamed stage's bound after `steps` steps (layer_io_bound): on stderr, one line.
 void report_io_bound(const Config *c, const Transport *t, const LayerSource *src, const IoBound *b,
                      int steps);

@@ -113,6 +113,43 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
     fputc('\n', stderr);
 }
 
+void report_memory_of_stage(const MemAccount *a, double data, int s, StageFigures *out) {
+    out->activation_peak[s] = a->activation_peak;
+    for (int o = 0; o < N_MEM_OWNERS; o++) out->memory[o][s] = a->peak[o];
+    out->memory[MEM_DATA][s] += data;
+}
+
+static void print_mib(FILE *out, const double *v, int n) {
+    for (int i = 0; i < n; i++) fprintf(out, " %.2f", v[i] / 1048576.0);
+}
+
+int report_activations_after_first_step(Pipeline *p, int reporter, FgError *err) {
+    double peak[SCHED_MAX_STAGES] = {0};
+    const int M = p->tr->stages;
+    peak[p->tr->stage] = p->mem.activation_peak;
+    int rc = p->tr->allreduce_sum(p->tr, peak, M, err);
+    if (rc || !reporter) return rc;
+    fprintf(stderr, "fgpipe: activations held after the first step (peak MiB by stage):");
+    print_mib(stderr, peak, M);
+    fputc('\n', stderr);
+    return FG_OK;
+}
+
+void train_print_memory(const TrainResult *r, FILE *out) {
+    const int M = r->stages;
+    fprintf(out, "memory: activation peak MiB by stage");
+    print_mib(out, r->per_stage.activation_peak, M);
+    fprintf(out, "; MiB by owner (the stages' sum):");
+    for (int o = 0; o < N_MEM_OWNERS; o++) {
+        double sum = 0.0;
+        for (int s = 0; s < M; s++) sum += r->per_stage.memory[o][s];
+        if (sum > 0) fprintf(out, " %s %.2f", mem_owner_keys[o], sum / 1048576.0);
+    }
+    fprintf(out, "; peak RSS MiB by stage");
+    print_mib(out, r->per_stage.peak_rss, M);
+    fputc('\n', out);
+}
+
 // The last step as it ran: every stage contributes the times of its own ops, one sum gathers
 // them, and every stage gets the timetable with measured times (free measured->ops).
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
@@ -225,6 +262,13 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     json_array(f, "work_ms_stage", work_ms, r->stages);
     json_array(f, "peak_rss_stage", r->per_stage.peak_rss, r->stages);
     json_array(f, "stash_bytes_stage", r->per_stage.stash_bytes, r->stages);
+    json_array(f, "activation_peak_bytes", r->per_stage.activation_peak, r->stages);
+    fputs(", \"memory_bytes\": {", f);  // each owner's peak bytes by stage (mem_account.h)
+    for (int o = 0; o < N_MEM_OWNERS; o++) {
+        fprintf(f, "%s\"%s\": ", o ? ", " : "", mem_owner_keys[o]);
+        fg_write_json_doubles(f, r->per_stage.memory[o], r->stages);
+    }
+    fputc('}', f);
     json_array(f, "n_corr_stage", r->per_stage.corrections, r->stages);
     json_array(f, "lag_stage", r->per_stage.lag, r->stages);
     json_array(f, "bubble_used_by_b_stage", r->per_stage.bubble_used, r->stages);

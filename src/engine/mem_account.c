@@ -1,0 +1,81 @@
+// Counting a stage's memory by owner, and the model of its activation sizes.
+#include "mem_account.h"
+
+#include "head_loss.h"
+#include "layer_source.h"
+#include "perturbation.h"
+#include "run_plan.h"
+
+const char *const mem_owner_keys[N_MEM_OWNERS] = {
+    "stash", "kept_adjoints", "kept_inputs", "loss_adjoints", "lanes", "messages",
+    "weights", "gradients", "optimizer", "tied_copies", "io_slots", "data"};
+
+void mem_account_add(MemAccount *a, MemOwner owner, double bytes) {
+    a->current[owner] += bytes;
+    if (a->current[owner] > a->peak[owner]) a->peak[owner] = a->current[owner];
+    if (owner >= N_MEM_ACTIVATIONS) return;
+    a->activations += bytes;
+    if (a->activations > a->activation_peak) a->activation_peak = a->activations;
+}
+
+// The sizes as pipeline_setup.c allocates them: a lane holds ping-pong activations, tangents
+// (K) and adjoints (not fg) of B rows at the model's widest layer, and stage 0's inputs; a
+// message slot holds the widest activations with their tangents, or a stage's inputs.
+ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first, int is_last) {
+    const Model *m = st->model;
+    const RunPlan run = run_plan(c, 1);
+    const int B = c->training.micro_batch, N = c->training.micro_batches, K = run.tangents;
+    const double f = sizeof(float), width = (double)B * m->max_width, x = (double)B * m->in_features;
+    const int grad = layer_needs(c).grad;
+    ActivationSizes z = {.stash = f * (double)stage_stash_floats(st, B),
+                         .adjoint = f * (double)stage_adjoint_floats(st, B),
+                         .rings = config_timetable_lag(c) + 1};
+    if (run.recompute) z.input = f * (double)B * m->layers[st->first].in;
+    if (run.keeps_inputs) {
+        z.kept = f * (double)stage_kept_floats(st, N * B);
+        z.kept_work = f * (double)N * B * m->max_width;
+    }
+    if (is_last && c->method.mode != MODE_FG) {
+        double width_dz = m->fused_head ? HEAD_RECORD : m->logit_stride;
+        z.loss_adjoints = f * (double)N * B * m->tokens * width_dz;
+    }
+    z.lane = f * (2.0 * (width + width * K + (grad ? width : 0.0)) + (is_first ? x : 0.0));
+    z.message = f * FG_MAX(width * (1 + K), x);
+    return z;
+}
+
+double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
+                        int kept_copies, double *out) {
+    // recompute: an input per micro-batch in flight, and the rest of a stash (a rerun) per
+    // kept adjoint (Bi's rerun lives until Bw), or one while a B runs
+    double stash = z->input > 0.0 ? stashes * z->input + (stashes ? FG_MAX(adjoints, 1) : 0) *
+                                                         (z->stash - z->input)
+                                  : stashes * z->stash;
+    double v[N_MEM_ACTIVATIONS] = {
+        [MEM_STASH] = stash, [MEM_KEPT_ADJOINTS] = adjoints * z->adjoint,
+        [MEM_KEPT_INPUTS] = kept_copies * z->kept + (kept_copies ? z->kept_work : 0.0),
+        [MEM_LOSS_ADJOINTS] = z->rings * z->loss_adjoints,
+        [MEM_LANES] = group * z->lane,
+        // one inbox slot more than a group takes, and the outbox
+        [MEM_MESSAGES] = (group + 2) * z->message};
+    double sum = 0.0;
+    for (int i = 0; i < N_MEM_ACTIVATIONS; i++) {
+        if (out) out[i] = v[i];
+        sum += v[i];
+    }
+    return sum;
+}
+
+void mem_resident_bytes(const Config *c, const Model *m, int first, int last, double *out) {
+    const LayerNeeds need = layer_needs(c);
+    const double f = sizeof(float), n = (double)model_range_count(m, first, last);
+    const int tied = m->tied_last >= first && m->tied_last < last;
+    const double n_tied = tied ? (double)m->layers[m->tied_last].param_count : 0.0;
+    const double per_param[3] = {1 + need.prev, need.grad + need.ref + run_plan(c, 1).forms_estimate,
+                                 need.opt_buffers};
+    const MemOwner owner[3] = {MEM_WEIGHTS, MEM_GRADIENTS, MEM_OPTIMIZER};
+    for (int i = 0; i < 3; i++) {
+        out[owner[i]] += f * (n - n_tied) * per_param[i];
+        out[MEM_TIED] += f * n_tied * per_param[i];
+    }
+}

@@ -1,0 +1,63 @@
+// A stage's memory by owner: counted where the engine allocates and frees it (the current bytes
+// and the peak of each owner, and the peak of the activations together), and the activations a
+// timetable implies, planned from one model of their sizes (fgpipe plan, the out-of-core
+// budget and the run use the same).
+#ifndef FGPIPE_MEM_ACCOUNT_H
+#define FGPIPE_MEM_ACCOUNT_H
+
+#include "config.h"
+#include "stage.h"
+
+// The activation categories come first: what F keeps for B (stashes), what Bi keeps for Bw
+// (kept adjoints), what F keeps for U (activity's layer inputs, local losses' estimates, and
+// U's work block), the last stage's loss adjoints dz, the op groups' lanes, the message
+// buffers. Then the rest of the stage: weights (and the weight versions kept for lagged ops),
+// gradients (also the estimate, the reference, delayed gradients), optimizer state, the tied
+// table's second copy (its weights, gradient and state, counted here and not above), the
+// slots of a streamed stage, the data set.
+typedef enum {
+    MEM_STASH, MEM_KEPT_ADJOINTS, MEM_KEPT_INPUTS, MEM_LOSS_ADJOINTS, MEM_LANES, MEM_MESSAGES,
+    N_MEM_ACTIVATIONS,
+    MEM_WEIGHTS = N_MEM_ACTIVATIONS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_TIED, MEM_IO_SLOTS, MEM_DATA,
+    N_MEM_OWNERS
+} MemOwner;
+
+// Their keys in summary.json's "memory_bytes" and fgpipe plan's JSON.
+extern const char *const mem_owner_keys[N_MEM_OWNERS];
+
+typedef struct {
+    double current[N_MEM_OWNERS], peak[N_MEM_OWNERS];
+    double activations, activation_peak;  // the activation categories together
+} MemAccount;
+
+// bytes > 0: allocated (or taken from a pool); < 0: freed (given back).
+void mem_account_add(MemAccount *a, MemOwner owner, double bytes);
+
+// What a stage's activation memory is made of, from its config and layers.
+typedef struct {
+    double stash, adjoint;   // one micro-batch's stash (stage_stash_floats), kept adjoints
+    double input;            // recompute = stage: one micro-batch's stage input, kept from F
+                             // to its last B op; the rest of a stash is a rerun's (0: none)
+    double kept, kept_work;  // one copy of a step's kept inputs; U's work block (0: none)
+    double loss_adjoints;    // the last stage's dz of one step (0: none)
+    double lane;             // one lane of an op group (activations, tangents, adjoints; inputs)
+    double message;          // one message slot: the largest message
+    int rings;               // steps whose dz live at once (the timetable's lag + 1)
+} ActivationSizes;
+
+// For the stage st (is_first, is_last) of a run of config c.
+ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first, int is_last);
+
+// Bytes by activation category (out[N_MEM_ACTIVATIONS]) of `stashes` stashes and `adjoints`
+// kept adjoints alive at once, lanes for op groups of `group`, `kept_copies` copies of the
+// kept inputs (a streamed stage applies its update a step later: 2); returns their sum.
+double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
+                        int kept_copies, double *out);
+
+// The resident layers [first, last) of a run of config c, by owner (out[N_MEM_OWNERS] += ...):
+// weights and the versions kept for lagged ops, the gradient, the reference and the estimate
+// (pipeline_setup.c makes that one), the optimizer
+// state; the tied table's second copy (all of its buffers) apart.
+void mem_resident_bytes(const Config *c, const Model *m, int first, int last, double *out);
+
+#endif
