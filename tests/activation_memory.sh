@@ -3,7 +3,8 @@
 # activations it holds as they are allocated and freed (stashes, kept adjoints, kept inputs, loss
 # adjoints, lanes, messages; summary.json's activation_peak_bytes), and fgpipe plan --costs of
 # the same run (the run's stage cuts and timetable) plans the same figure within 10% per stage:
-# the main job's MLP on 1 and 4 stages in bp-1f1b, bp-zb, fg (weight and activity) and fg+bp, and
+# the main job's MLP on 1 and 4 stages in bp-1f1b, bp-zb (each also with recompute = stage),
+# fg (weight and activity) and fg+bp, and
 # a small byte GPT on 1 and 2 stages. The peaks are ordered as the timetables imply: 1F1B's
 # stage 0 keeps more than its last stage, GPipe's stashes are all N on every stage, fg keeps no
 # stash, activity keeps inputs that weight perturbation does not.
@@ -57,7 +58,8 @@ v=d['memory_bytes'][k] if k in d['memory_bytes'] else d[k]; print(int(v[int(sys.
 
 cases=("1f1b|bp-1f1b|mode=bp schedule=1f1b" "zb|bp-zb|mode=bp schedule=zb"
        "gpipe|bp-gpipe|mode=bp schedule=gpipe" "fgw|fg|mode=fg perturb=weight"
-       "fga|fg|mode=fg perturb=activity" "fgbp|fg+bp|mode=fg+bp")
+       "fga|fg|mode=fg perturb=activity" "fgbp|fg+bp|mode=fg+bp"
+       "1f1b-rc|bp-1f1b|mode=bp schedule=1f1b recompute=stage" "zb-rc|bp-zb|mode=bp schedule=zb recompute=stage")
 for M in 1 4; do
   for c in "${cases[@]}"; do
     IFS='|' read -r name schedule sets <<<"$c"
@@ -76,6 +78,9 @@ for M in 1 2; do
     "$(planned_as_run "gpt$M-fgbp" fg+bp)"
 done
 
+keep=$(field mlp4-1f1b activation_peak_bytes 0) rc=$(field mlp4-1f1b-rc activation_peak_bytes 0)
+verdict "1F1B on 4 stages, recompute = stage: stage 0 keeps less ($rc B) than without ($keep B)" \
+  "$(awk -v a="$rc" -v b="$keep" 'BEGIN { exit !(a > 0 && a < b) }' || echo "not less")"
 first=$(field mlp4-1f1b activation_peak_bytes 0) last=$(field mlp4-1f1b activation_peak_bytes 3)
 verdict "1F1B on 4 stages: stage 0 keeps more activations ($first B) than the last ($last B)" \
   "$([ "$first" -gt "$last" ] && [ "$last" -gt 0 ] || echo "stage 0 $first B, last $last B")"
