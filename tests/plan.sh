@@ -137,6 +137,13 @@ if "bp-zb" not in slow or "flash-bound at every size that fits" not in slow: pro
 print("; ".join(problems))
 PY
 )"
+# A budget no micro-batch fits: each mode names what micro_batch 1 needs.
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+  --mem-budget 64K --weights-dir "$dir/flash" --disk-bw 1 >"$dir/tiny.txt" 2>&1
+n=$(grep -c -- "-> none fits mem_budget: micro_batch 1 needs [0-9.]* GB per stage" "$dir/tiny.txt")
+verdict "plan --batches under a budget nothing fits: each of the 3 modes names micro_batch 1's need" \
+  "$([ "$n" -eq 3 ] || echo "$n of 3 modes: $(grep -m1 -E 'none|error' "$dir/tiny.txt")")"
+
 # plan --batches with R replicas on one node sharing one store, at a fixed disk: the bytes moved
 # per step (so the I/O time) are the same for R = 1, 2 and 4; the node's tokens/s at a
 # micro-batch flash-bound for every R are R times R = 1's; the micro-batch from which the step is

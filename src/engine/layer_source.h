@@ -135,4 +135,9 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                           Transport *t, const LayerStreams *streams, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err);
 
+// The least memory a streamed stage of layers [first, last) holds besides its activations:
+// its smallest set of slots and the tied copies' gradients (layer_source_streamed refuses a
+// budget without room for them).
+double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last);
+
 #endif

@@ -315,13 +315,25 @@ static double slots_floor(const SlotPlan *sp) {
     return sp->small ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
 }
 
-static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
-                      int stage, double work_bytes, SlotPlan *sp, FgError *err) {
+static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
+                       int *param_layers) {
     LayerNeeds need = layer_needs(c);
     *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
                      .n_step = need.keep_grad + need.prev};
+    plan_layers(m, first, last, sp, param_layers);
+}
+
+double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last) {
+    SlotPlan sp;
     int param_layers;
-    plan_layers(m, first, last, sp, &param_layers);
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    return slots_floor(&sp) + (double)(sp.tied[0] + sp.tied[1]) * sizeof(float);
+}
+
+static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
+                      int stage, double work_bytes, SlotPlan *sp, FgError *err) {
+    int param_layers;
+    plan_sizes(c, m, first, last, sp, &param_layers);
     work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
     size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
     // A device also holds a copy of the layer it computes on.

@@ -78,7 +78,7 @@ static BatchRow batch_row(const Sweep *w, int batch) {
     const Model *m = w->m;
     const int M = c->layout.stages, B0 = c->training.micro_batch;
     const LayerNeeds need = layer_needs(c);
-    const int store_bufs = 1 + need.opt_buffers + need.ref, step_bufs = need.keep_grad + need.prev;
+    const int store_bufs = 1 + need.opt_buffers + need.ref;
     const int waves = c->method.mode == MODE_FG ? 1 : 2;
     const double scale = (double)batch / B0;
     // Compute grows with the batch (linear: see docs); it is one replica's, timed with the
@@ -89,7 +89,7 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         for (int l = w->cs->layout[s]; l < w->cs->layout[s + 1]; l++)
             largest = FG_MAX(largest, m->layers[l].param_count);
         double store = (double)model_range_count(m, w->cs->layout[s], w->cs->layout[s + 1]) * store_bufs * sizeof(float);
-        double slots = 2.0 * largest * (store_bufs + step_bufs) * sizeof(float);
+        double slots = layer_source_streamed_floor(c, m, w->cs->layout[s], w->cs->layout[s + 1]);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
         // The timetable's activations (stashes, kept inputs, lanes, messages) grow with the
         // micro-batch.
@@ -167,8 +167,9 @@ static void print_mode(const char *name, const Sweep *w, FILE *out) {
     else if (largest_fit)
         fprintf(out, "        -> micro_batch %d: the largest within mem_budget; flash-bound at every size "
                 "that fits\n", largest_fit);
-    else
-        fprintf(out, "        -> none fits mem_budget: use more stages or a larger budget\n");
+    else  // the smallest budget that would take micro_batch 1
+        fprintf(out, "        -> none fits mem_budget: micro_batch 1 needs %.3f GB per stage (a "
+                "budget that large, more stages, or recompute = stage)\n", batch_row(w, 1).memory / 1e9);
     print_node(w, out);
 }
 
