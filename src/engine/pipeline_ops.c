@@ -305,7 +305,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
         if (a->kind == OP_BW) {  // reads no weights, but a fused head recomputes its logits
-            if (kept) be->backward(be, L, L->head_block ? params : NULL, x, kept, NULL, s->grad, B);
+            if (kept) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, kept, NULL, s->grad, B);
             continue;
         }
         float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
