@@ -160,6 +160,11 @@ refused() {  # refused LABEL WANT KEY=VALUE...
   [ $rc -eq 2 ] && grep -q "$want" "$dir/bad.err" && verdict "$label: refused by name, exit 2" "" ||
     verdict "$label: refused by name, exit 2" "exit $rc: $(cat "$dir/bad.err")"
 }
+# Continuing a LoRA checkpoint with other adapters: refused by the key that differs.
+run other 1 steps=1 lora_rank=2 lora_alpha=8 lora_targets=q,k,v,o,gate,up,down -- --init-from "$dir/bp-M1/checkpoint.h5"
+grep -q "it has lora_alpha = 4, the config lora_alpha = 8" "$dir/other.log" &&
+  verdict "a LoRA checkpoint under another lora_alpha: refused by name" "" ||
+  verdict "a LoRA checkpoint under another lora_alpha: refused by name" "$(tail -n 3 "$dir/other.log")"
 refused "LoRA on the GPT" "for model = llama only" model=gpt lora_rank=2
 refused "a bad target" "'qkv' is not one of" lora_rank=2 lora_targets=q,qkv
 refused "dropout" "lora_dropout = 0.1: only 0" lora_rank=2 lora_dropout=0.1

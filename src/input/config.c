@@ -393,8 +393,11 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
         "rms_norm_eps", "qk_norm", "tie_embeddings"};
     int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
     int llama = strcmp(a->net.model, "llama") == 0 ? (int)(sizeof llama_keys / sizeof *llama_keys) : 0;
-    for (int i = 0; i < n + llama; i++) {
-        const ConfigKey *k = find_key(i < n ? keys[i] : llama_keys[i - n]);
+    // LoRA's keys when both have adapters: a base checkpoint (rank 0) loads under new ones.
+    static const char *const lora_keys[] = {"lora_rank", "lora_alpha", "lora_targets"};
+    int lora = a->net.lora_rank > 0 && b->net.lora_rank > 0 ? 3 : 0;
+    for (int i = 0; i < n + llama + lora; i++) {
+        const ConfigKey *k = find_key(i < n ? keys[i] : i < n + llama ? llama_keys[i - n] : lora_keys[i - n - llama]);
         key_value(a, k, value_a, size);
         key_value(b, k, value_b, size);
         if (strcmp(value_a, value_b)) return k->name;
