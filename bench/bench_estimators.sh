@@ -26,7 +26,7 @@ act=(perturb=activity local_groups=0 tangents=1 optimizer=adam lr=0.0003)
 local=(perturb=activity optimizer=adam lr=0.001)  # local losses: the launch config's fg
 weight=(perturb=weight local_groups=0 tangents=1 optimizer=sgd momentum=0.9 lr=0.00002)  # Adam amplifies its noise
 rows=(
-  "bp|1|mode=bp local_groups=0 ${adam[*]}"
+  "bp|1|mode=bp schedule=gpipe local_groups=0 ${adam[*]}"
   "fg weight K=1|1|mode=fg ${weight[*]}"
   "fg weight K=4|1|mode=fg ${weight[*]} tangents=4"
   "fg weight low-rank r=1|1|mode=fg ${weight[*]} tangent_rank=1"

@@ -20,7 +20,7 @@ corpus=$(launch/text-corpus.sh)
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 rows=(
-  "bp|1|mode=bp"
+  "bp|1|mode=bp schedule=gpipe"
   "fg weight K=1|1|mode=fg perturb=weight lr=0.0001"
   "fg weight low-rank r=1|1|mode=fg perturb=weight tangent_rank=1 lr=0.0001"
   "fg weight low-rank r=8|1|mode=fg perturb=weight tangent_rank=8 lr=0.0001"

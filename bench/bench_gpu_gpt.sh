@@ -26,7 +26,7 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 cat docs/*.md README.md >"$dir/corpus.txt"  # any text: the benchmark measures speed
 declare -A PEAK=([fp32]=${PEAK_FP32:-67} [tf32]=${PEAK_TF32:-495} [bf16]=${PEAK_BF16:-989})
 declare -A SHAPE=([default]="4 128 4 128 4 4" [gpt2]="12 768 12 1024 4 2")  # L C H T B N
-declare -A MODE=([bp]="mode=bp" [fg]="mode=fg perturb=weight"
+declare -A MODE=([bp]="mode=bp schedule=gpipe" [fg]="mode=fg perturb=weight"
                  [fg+bp]="mode=fg+bp perturb=weight estimator=cv select=1")
 
 train() {  # train OUT STEPS SETS...: one run; its summary in OUT.json, peak GPU MiB in OUT.mem

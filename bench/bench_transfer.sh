@@ -131,10 +131,10 @@ done
 [ -n "$best_lr" ] || { echo "fg lr sweep: every lr failed" >&2; best_lr=1e-4; }
 
 rows=(
-  "bp|pretrained|mode=bp lr=0.001"
+  "bp|pretrained|mode=bp schedule=gpipe lr=0.001"
   "fg activity K=1 (lr $best_lr)|pretrained|mode=fg perturb=activity lr=$best_lr"
   "fg+bp activity mix select=1 shrink=0.1|pretrained|mode=fg+bp perturb=activity estimator=mix select=1 lag=0 shrink=0.1 lr=0.001"
-  "bp from scratch|scratch|mode=bp lr=0.001"
+  "bp from scratch|scratch|mode=bp schedule=gpipe lr=0.001"
 )
 for r in "${rows[@]}"; do
   IFS='|' read -r name init sets <<<"$r"
@@ -152,7 +152,7 @@ n=$(( ft_steps < 10 ? ft_steps : 10 ))
 head -c 2048 "$out/fortunes-val.bin" >"$out/fortunes-val-check.bin"
 chk=(train_tokens="$out/fortunes-train.bin" val_tokens="$out/fortunes-val-check.bin")
 check=""
-if train check-bp "$n" mode=bp lr=0.001 "${chk[@]}" -- --init-from "$ck" --no-checkpoint &&
+if train check-bp "$n" mode=bp schedule=gpipe lr=0.001 "${chk[@]}" -- --init-from "$ck" --no-checkpoint &&
    train check-fgbp "$n" mode=fg+bp perturb=activity estimator=mix shrink=0 select=-1 lr=0.001 \
      "${chk[@]}" -- --init-from "$ck" --no-checkpoint; then
   choice=$(grep -m1 "timetable chosen" "$out/check-fgbp.log" | sed 's/.*: //')

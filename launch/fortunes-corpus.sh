@@ -7,11 +7,13 @@
 # with GPT-2's BPE (fgpipe tokenize) into data/fortunes-train.bin and data/fortunes-val.bin
 # (data/ is in .gitignore).
 #   build/fgpipe train ... --set train_tokens=$(launch/fortunes-corpus.sh | head -n 1)
+# With --text it prints the text files instead (data/fortunes-train.txt, fortunes-val.txt), for
+# another tokenizer (launch/finetune.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 train=data/fortunes-train.bin val=data/fortunes-val.bin
 fail() { echo "fortunes-corpus: $*" >&2; exit 1; }
-if [ ! -s "$train" ] || [ ! -s "$val" ]; then
+if [ ! -s "$train" ] || [ ! -s "$val" ] || [ ! -s data/fortunes-val.txt ]; then
   dpkg -L fortunes >/dev/null 2>&1 || fail "needs Debian's fortunes: sudo apt-get install fortunes (launch/install-deps.sh does)"
   [ -x build/fgpipe ] || fail "build/fgpipe is missing: run launch/build.sh"
   vocab=$(launch/gpt2-vocab.sh)
@@ -40,8 +42,11 @@ PY
   for s in train val; do
     build/fgpipe tokenize --vocab "$vocab" --in "$tmp/$s.txt" --out "$tmp/$s.bin" >&2
   done
+  mv "$tmp/train.txt" data/fortunes-train.txt
+  mv "$tmp/val.txt" data/fortunes-val.txt
   mv "$tmp/train.bin" "$train"
   mv "$tmp/val.bin" "$val"
 fi
+[ "${1:-}" = --text ] && train=data/fortunes-train.txt val=data/fortunes-val.txt
 echo "$train"
 echo "$val"

@@ -2,9 +2,10 @@
 # The GPT job: build, make the default corpus (the King James Bible, launch/text-corpus.sh),
 # then train the default byte-level GPT (docs/gpt.md: 4 blocks, 128 wide, ctx 128) as a
 # 4-stage pipeline (one MPI rank per stage) with forward gradients corrected by backprop in
-# the bubbles (fg+bp with activity perturbation and the mix estimator at shrink 0, the best
-# fg+bp measured: docs/gpt.md), print progress and the validation loss per byte, and end with a sample
-# generated from the checkpoint. out/gpt/ gets config.txt, loss.csv, summary.json and
+# the bubbles (fg+bp with its defaults: activity perturbation and the mix estimator at
+# shrink 0, the best fg+bp measured: docs/gpt.md, docs/pipeline.md "Defaults"), print
+# progress and the validation loss per byte, and end with a sample generated from the
+# checkpoint. out/gpt/ gets config.txt, loss.csv, summary.json and
 # checkpoint.h5. Extra arguments go to `fgpipe train`, e.g. --set steps=200 or --set mode=bp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,6 @@ mkdir -p out/gpt
 mpi_flags 4
 mpirun "${MPI_FLAGS[@]}" build/fgpipe train --config launch/configs/gpt-kjv.conf \
   --set text_file="$corpus" --set stages=4 --set mode=fg+bp \
-  --set perturb=activity --set estimator=mix --set shrink=0 \
   --out out/gpt --summary-json out/gpt/summary.json "$@"
 echo "sample (fgpipe generate --checkpoint out/gpt/checkpoint.h5 --prompt 'And God said'):"
 build/fgpipe generate --checkpoint out/gpt/checkpoint.h5 --prompt "And God said" --tokens 200 \

@@ -55,6 +55,32 @@ verdict "the resumed checkpoint is untouched by a refused --log" \
 expect 2 "this machine has" train --config "$config" --set model=784-200000-200000-10 --set steps=1 \
   --no-checkpoint
 expect 2 "usage" bogus-command
+
+# Each mode's defaults follow it, a key that is set wins (docs/pipeline.md, "Defaults"), and
+# a combination measured to learn nothing warns at start-up with its figure.
+resolved() {  # resolved NAME SETTINGS...: a 1-step run; its resolved config's keys on one line
+  local name=$1; shift
+  local sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+  "$fgpipe" train --config "$config" --set model=784-16-10 --set steps=1 "${sets[@]}" \
+    --out "$dir/$name" --no-checkpoint >"$dir/$name.log" 2>&1 || { echo "exit $?: $(tail -n 1 "$dir/$name.log")"; return; }
+  grep -E '^(schedule|perturb|estimator|shrink) = ' "$dir/$name/config.txt" | tr '\n' ' '
+}
+has() {  # has LABEL GOT WANT...: GOT holds every WANT
+  local label=$1 got=$2 why=""; shift 2
+  for want in "$@"; do [[ "$got" == *"$want "* ]] || why="$why lacks '$want'"; done
+  verdict "$label" "${why:+$got:$why}"
+}
+has "bp's default schedule is zb" "$(resolved bp-default)" "schedule = zb"
+has "a set schedule wins" "$(resolved bp-gpipe schedule=gpipe)" "schedule = gpipe"
+has "--set mode=fg+bp gets fg+bp's defaults" "$(resolved fgbp-default mode=fg+bp)" \
+  "perturb = activity" "estimator = mix" "shrink = 0"
+has "a set shrink wins over fg+bp's default" "$(resolved fgbp-shrink mode=fg+bp shrink=0.5)" \
+  "perturb = activity" "estimator = mix" "shrink = 0.5"
+has "a chosen cv keeps perturb = weight" "$(resolved fgbp-cv estimator=cv mode=fg+bp)" \
+  "perturb = weight" "estimator = cv" "shrink = 1"
+verdict "fg+bp's defaults: no warning" "$(grep warning "$dir/fgbp-default.log")"
+expect 0 "3.16 nats/byte" train --config "$config" --set model=784-16-10 --set steps=1 \
+  --set mode=fg+bp --set perturb=weight --no-checkpoint
 expect 0 "config keys" --help
 
 finish

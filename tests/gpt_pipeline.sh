@@ -13,27 +13,8 @@ steps=12 C=32 V=256
 base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=$C --set n_head=2 --set ctx=16
       --set steps=$steps --set warmup_steps=0 --set eval_every=0 --set print_every=1000000)
 
-# Trains on M stages into $dir/NAME/ and $dir/NAME.bin.
-run() {  # run NAME M KEY=VALUE... [-- EXTRA ARGS]
-  local name=$1 M=$2; shift 2
-  local sets=() extra=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
-  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
-  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
-    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" "${extra[@]}" \
-    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
-    echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
-}
-
-same() {  # same LABEL A B: identical step,loss,lr columns and parameters
-  local a=$2 b=$3 why=""
-  for r in "$a" "$b"; do [ -f "$dir/$r.problem" ] && why="$r: $(cat "$dir/$r.problem")"; done
-  if [ -z "$why" ]; then
-    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="losses differ"
-    cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
-  fi
-  verdict "$1" "$why"
-}
+run() { train_on "$@"; }     # lib.sh: NAME M KEY=VALUE... [-- ARGS], into $dir/NAME/, NAME.bin
+same() { same_runs "$@"; }   # lib.sh: LABEL A B
 
 cases=(
   "bp|mode=bp"

@@ -17,7 +17,7 @@ out=$(/usr/bin/python3 "$root/tools/fgpipe-import-graph" --layers $dirs 2>&1)
 rc=$?
 what="no circle, no climb among src/{${layers// /,}}, io, hdf5io, mpi"
 [ $rc -eq 0 ] && verdict "$what ($(tail -n 1 <<<"$out"))" "" ||
-  verdict "$what" "$(grep -E '^(circle|climbs):' <<<"$out" | tr '\n' ' ')$( [ $rc -gt 1 ] && echo "$out")"
+  verdict "$what" "$(grep -E '^(circle|climbs):|^  ' <<<"$out" | tr '\n' ' ')$( [ $rc -gt 1 ] && echo "$out")"
 stray=$(cd "$root/src" && ls *.[ch] 2>/dev/null; for d in */; do [[ " $layers " == *" ${d%/} "* ]] || echo "$d"; done)
 verdict "every file of src/ sits in a layer folder ($layers)" "$stray"
 mine=$(cd "$root" && ls mpi/*.h io/*.h hdf5io/*.h cuda/*.h 2>/dev/null | xargs -n1 basename | sed "s/\.h$//" | tr '\n' '|')

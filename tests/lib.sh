@@ -31,6 +31,30 @@ loss_diff() {  # loss_diff CSV_A CSV_B: the largest relative difference of two r
              END { printf "%.3g", w }'
 }
 
+train_on() {  # train_on NAME M KEY=VALUE... [-- ARGS]: `fgpipe train --config $config ${base[@]}`
+  # on M stages into $dir/NAME/ and $dir/NAME.bin; a failed run leaves its error in NAME.problem
+  local name=$1 M=$2; shift 2
+  local sets=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
+  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
+    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" "${extra[@]}" \
+    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
+    echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
+}
+
+same_runs() {  # same_runs LABEL A B: a verdict that runs A and B have identical step,loss,lr
+  # columns and parameters
+  local a=$2 b=$3 why=""
+  for r in "$a" "$b"; do [ -f "$dir/$r.problem" ] && why="$r: $(cat "$dir/$r.problem")"; done
+  if [ -z "$why" ]; then
+    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="losses differ"
+    cmp -s "$dir/$a.bin" "$dir/$b.bin" ||
+      why="$why params differ ($(cmp -l "$dir/$a.bin" "$dir/$b.bin" 2>/dev/null | wc -l) bytes)"
+  fi
+  verdict "$1" "$why"
+}
+
 finish() {  # the count, and the script's exit status
   echo "# $SECONDS s"
   echo "$passed passed, $failed failed"

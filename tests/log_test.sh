@@ -4,7 +4,7 @@
 # usage: log_test.sh FGPIPE CONFIG
 . "$(dirname "$0")/lib.sh" "$@"
 run=(mpirun -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train --config "$config"
-     --set model=784-64-32-16-10 --set warmup_steps=0 --set stages=2 --set mode=fg+bp --set select=2
+     --set model=784-64-32-16-10 --set warmup_steps=0 --set stages=2 --set mode=fg+bp --set perturb=weight --set select=2
      --set optimizer=sgd --set lr=0.0001 --set print_every=1000000)
 
 "${run[@]}" --set steps=37 --out "$dir/a" --log "$dir/a.h5" >"$dir/a.log" 2>&1

@@ -69,7 +69,7 @@ cases=(
   "fgbp-cv-auto-lag1-sel2|mode=fg+bp estimator=cv cv_scale=auto lag=1 select=2 ${sgd[*]}"
   "fgbp-cv-auto-lag0-sel1-K2|mode=fg+bp estimator=cv cv_scale=auto lag=0 select=1 tangents=2 ${sgd[*]}"
   "fgbp-cv-lag2-sel2|mode=fg+bp estimator=cv lag=2 select=2 ${sgd[*]}"
-  "fgbp-fg-sel1|mode=fg+bp estimator=fg select=1 ${sgd[*]}"
+  "fgbp-fg-sel1|mode=fg+bp perturb=weight estimator=fg select=1 ${sgd[*]}"
   "fgbp-cv-lag1-N40-sel16|mode=fg+bp estimator=cv lag=1 select=16 micro_batches=40 ${sgd[*]}"
   "fgbp-guided-lag1-K2|mode=fg+bp estimator=guided lag=1 select=2 tangents=2 ${sgd[*]}"
 )

@@ -49,7 +49,7 @@ print("; ".join(problems))
 PY
 }
 
-run_and_plan fgbp mode=fg+bp shrink=0.5
+run_and_plan fgbp mode=fg+bp perturb=weight shrink=0.5
 verdict "fg+bp (auto) on 2 stages: plan --costs rebuilds the run's timetable" "$(same_timetable fgbp fg+bp)"
 run_and_plan fgbp0 mode=fg+bp perturb=activity estimator=mix shrink=0
 verdict "fg+bp with c alone: plan --costs rebuilds the timetable the run chose" "$(same_timetable fgbp0 fg+bp)"

@@ -18,7 +18,7 @@ if "$fgpipe" train --help 2>&1 | grep -q -- --log; then
       --set model=784-64-32-16-10 --set steps=30 --set stages=2 --set mode="$mode" --set select=2 \
       --set optimizer=sgd --set lr=0.0001 --log "$dir/$name.h5" "$@" >"$dir/$name.log" 2>&1
   }
-  train run fg+bp --trace "$dir/trace.json"; rc=$?
+  train run fg+bp --set perturb=weight --trace "$dir/trace.json"; rc=$?  # cv: variance_reduction
   verdict "fg+bp training with --log and --trace" "$([ "$rc" -eq 0 ] || tail -n 3 "$dir/run.log")"
   train fg fg; rc=$?
   verdict "fg training with --log" "$([ "$rc" -eq 0 ] || tail -n 3 "$dir/fg.log")"

@@ -81,8 +81,59 @@ static void test_load_file(void **state) {
     Config d;
     config_defaults(&d);
     assert_int_equal(config_load(&d, dump, &err), FG_OK);
-    assert_memory_equal(&c, &d, sizeof c);
+    assert_memory_equal(&c, &d, offsetof(Config, chosen));  // d has every key chosen
     unlink(dump);
+}
+
+// fg+bp's defaults follow the mode wherever it is set; a key set in a file or by --set wins,
+// in either order; bp's schedule is zb.
+static void test_mode_defaults(void **state) {
+    (void)state;
+    Config c;
+    FgError err = {0};
+    config_defaults(&c);
+    assert_int_equal(c.timetable.schedule, SCHEDULE_ZB);
+    assert_int_equal(c.method.perturb, PERTURB_WEIGHT);
+    assert_int_equal(config_set(&c, "mode", "fg+bp", &err), FG_OK);
+    assert_int_equal(c.method.perturb, PERTURB_ACTIVITY);
+    assert_int_equal(c.method.estimator, EST_MIX);
+    assert_true(c.method.shrink == 0.0);
+    assert_null(config_warning(&c));
+    assert_int_equal(config_set(&c, "mode", "bp", &err), FG_OK);  // back to the global ones
+    assert_int_equal(c.method.perturb, PERTURB_WEIGHT);
+    assert_int_equal(c.method.estimator, EST_AUTO);
+    assert_true(c.method.shrink == 1.0);
+
+    config_defaults(&c);  // a chosen key wins, set before or after the mode
+    assert_int_equal(config_set(&c, "shrink", "0.5", &err), FG_OK);
+    assert_int_equal(config_set(&c, "mode", "fg+bp", &err), FG_OK);
+    assert_true(c.method.shrink == 0.5);
+    assert_int_equal(c.method.perturb, PERTURB_ACTIVITY);
+    assert_int_equal(config_set(&c, "schedule", "gpipe", &err), FG_OK);
+    assert_int_equal(c.timetable.schedule, SCHEDULE_GPIPE);
+
+    // A chosen key that needs weight tangents keeps perturb at weight (and cv's shrink at 1).
+    static const char *const needs_weight[][2] = {{"estimator", "cv"}, {"estimator", "guided"},
+                                                  {"tangent_rank", "2"}, {"cv_scale", "auto"}};
+    for (int i = 0; i < 4; i++) {
+        config_defaults(&c);
+        assert_int_equal(config_set(&c, "mode", "fg+bp", &err), FG_OK);
+        assert_int_equal(config_set(&c, needs_weight[i][0], needs_weight[i][1], &err), FG_OK);
+        assert_int_equal(c.method.perturb, PERTURB_WEIGHT);
+        assert_true(c.method.shrink == 1.0);
+        assert_int_equal(config_validate(&c, &err), FG_OK);
+    }
+
+    // weight with cv at K = 1 (auto resolves to cv) warns with the figure; K = 2 does not.
+    char *path = write_temp("mode = fg+bp\nperturb = weight\n");
+    config_defaults(&c);
+    assert_int_equal(config_load(&c, path, &err), FG_OK);
+    unlink(path);
+    assert_int_equal(config_estimator(&c), EST_CV);
+    assert_non_null(config_warning(&c));
+    assert_non_null(strstr(config_warning(&c), "3.16 nats/byte"));
+    assert_int_equal(config_set(&c, "tangents", "2", &err), FG_OK);
+    assert_null(config_warning(&c));
 }
 
 static void test_load_errors(void **state) {
@@ -141,7 +192,8 @@ static void test_validate(void **state) {
     assert_int_equal(config_validate(&c, &err), FG_OK);
     assert_true(config_is_language(&c));
     assert_string_equal(config_data_path(&c), "t.bin");
-    assert_int_equal(config_set(&c, "vocab", "65537", &err), FG_ERR_INPUT);  // ids are uint16
+    assert_int_equal(config_set(&c, "vocab", "151936", &err), FG_OK);  // Qwen3's: uint32 ids
+    assert_int_equal(config_set(&c, "vocab", "16777217", &err), FG_ERR_INPUT);  // not exact as a float
 }
 
 // LoRA: targets parse to their bits; what LoRA has not got is refused by name.
@@ -213,6 +265,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_values), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_mode_defaults),
         cmocka_unit_test(test_validate),  cmocka_unit_test(test_run_plan_tangents),
         cmocka_unit_test(test_lora_keys),
     };

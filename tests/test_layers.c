@@ -558,7 +558,7 @@ static void test_loss_values_and_accuracy(void **state) {
         loss_backward(z, labels, B, logit_rows(C), dz);
         for (int b = 0; b < B; b++)
             for (int j = 0; j < C; j++) {
-                double want = (1.0 / C - (j == labels[b])) / B;
+                double want = (1.0 / C - ((Label)j == labels[b])) / B;
                 assert_true(fabs(dz[b * C + j] - want) < 1e-7);
             }
     }
@@ -585,7 +585,7 @@ static void test_loss_values_and_accuracy(void **state) {
     assert_true(fabs(loss_forward(zs, labels, B, logit_rows(C), &correct2) - loss) < 1e-4);
     assert_int_equal(correct2, 3);
     // A confident right answer costs ~0; a confident wrong one costs ~the margin.
-    for (int i = 0; i < C; i++) z[i] = i == labels[0] ? 30.0f : 0.0f;
+    for (int i = 0; i < C; i++) z[i] = (Label)i == labels[0] ? 30.0f : 0.0f;
     assert_true(loss_forward(z, labels, 1, logit_rows(C), &correct) < 1e-9 && correct == 1);
     for (int i = 0; i < C; i++) z[i] = i == 7 ? 30.0f : 0.0f;
     assert_true(fabs(loss_forward(z, labels, 1, logit_rows(C), &correct) - 30.0) < 1e-4 && correct == 0);

@@ -244,26 +244,59 @@ static void test_errors(void **state) {
     expect_error(path, 0, "ctx 0 must be at least 1", NULL);
 }
 
-// Writes n uint16 little-endian tokens: token i = (i * 7919 + seed) % modulus.
-static void write_tokens(char *path, size_t size, const char *name, size_t n, unsigned modulus,
-                         unsigned seed, int odd_byte) {
+// Writes n little-endian tokens of `width` bytes (4: after the FGTOKU32 header): token i =
+// (i * 7919 + seed) % modulus.
+static void write_ids(char *path, size_t size, const char *name, size_t n, unsigned modulus,
+                      unsigned seed, int odd_byte, int width) {
     snprintf(path, size, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
+    if (width == 4) assert_int_equal(fwrite(TOKEN_FILE_MAGIC32, 1, TOKEN_HEADER32, f), TOKEN_HEADER32);
     for (size_t i = 0; i < n; i++) {
         unsigned id = (unsigned)((i * 7919 + seed) % modulus);
-        assert_int_not_equal(fputc((int)(id & 255), f), EOF);
-        assert_int_not_equal(fputc((int)(id >> 8), f), EOF);
+        for (int k = 0; k < width; k++) assert_int_not_equal(fputc((int)((id >> 8 * k) & 255), f), EOF);
     }
     if (odd_byte) fputc(0, f);
     assert_int_equal(fclose(f), 0);
+}
+
+static void write_tokens(char *path, size_t size, const char *name, size_t n, unsigned modulus,
+                         unsigned seed, int odd_byte) {
+    write_ids(path, size, name, n, modulus, seed, odd_byte, 2);
+}
+
+// Training windows hold the ids of files written by write_ids (3000 tokens, seed 1) and labels
+// the next ones; validation window 2 of the second (seed 2) is its tokens from 2 CTX.
+enum { CTX = 8, ROWS = 4 };
+static void check_windows(const TextCorpus *tc, unsigned vocab) {
+    float x[ROWS * CTX];
+    Label labels[ROWS * CTX];
+    FgError err = {0};
+    assert_int_equal(text_train_batch(tc, 3, 0, 0, ROWS, x, labels, &err), FG_OK);
+    for (int r = 0; r < ROWS; r++) {
+        // Token i is (7919 i + 1) mod V, so the window's start follows from its first id.
+        size_t start = SIZE_MAX;
+        for (size_t i = 0; i + CTX < 3000 && start == SIZE_MAX; i++)
+            if ((float)token_at(tc, &tc->train, i) == x[r * CTX]) start = i;
+        assert_int_not_equal(start, SIZE_MAX);
+        for (int t = 0; t < CTX; t++) {
+            assert_true(x[r * CTX + t] == (float)(((start + t) * 7919 + 1) % vocab));
+            assert_int_equal(labels[r * CTX + t], ((start + t + 1) * 7919 + 1) % vocab);
+        }
+    }
+    assert_int_equal(text_val_windows(tc), (100 - 1) / CTX);
+    assert_int_equal(text_val_batch(tc, 2, 1, x, labels, &err), FG_OK);
+    for (int t = 0; t < CTX; t++) {
+        assert_true(x[t] == (float)(((2 * CTX + t) * 7919 + 2) % vocab));
+        assert_int_equal(labels[t], ((2 * CTX + t + 1) * 7919 + 2) % vocab);
+    }
 }
 
 // data = tokens: windows hold the files' uint16 ids (above 255), labels the next; validation
 // windows tile the second file; an id >= vocab, an odd size and a short file are named errors.
 static void test_tokens(void **state) {
     (void)state;
-    enum { CTX = 8, ROWS = 4, VOCAB = 50257 };
+    enum { VOCAB = 50257 };
     char train[512], val[512];
     write_tokens(train, sizeof train, "train.bin", 3000, VOCAB, 1, 0);
     write_tokens(val, sizeof val, "val.bin", 100, VOCAB, 2, 0);
@@ -272,27 +305,10 @@ static void test_tokens(void **state) {
     assert_int_equal(token_corpus_load(&tc, train, val, CTX, VOCAB, &err), FG_OK);
     assert_int_equal(tc.train.n, 3000);
     assert_int_equal(tc.val.n, 100);
+    check_windows(&tc, VOCAB);
+    text_corpus_free(&tc);
     float x[ROWS * CTX];
     Label labels[ROWS * CTX];
-    assert_int_equal(text_train_batch(&tc, 3, 0, 0, ROWS, x, labels, &err), FG_OK);
-    for (int r = 0; r < ROWS; r++) {
-        // Token i is (7919 i + 1) mod V, so the window's start follows from its first id.
-        size_t start = SIZE_MAX;
-        for (size_t i = 0; i + CTX < 3000 && start == SIZE_MAX; i++)
-            if ((float)token_at(&tc, &tc.train, i) == x[r * CTX]) start = i;
-        assert_int_not_equal(start, SIZE_MAX);
-        for (int t = 0; t < CTX; t++) {
-            assert_true(x[r * CTX + t] == (float)(((start + t) * 7919 + 1) % VOCAB));
-            assert_int_equal(labels[r * CTX + t], ((start + t + 1) * 7919 + 1) % VOCAB);
-        }
-    }
-    assert_int_equal(text_val_windows(&tc), (100 - 1) / CTX);
-    assert_int_equal(text_val_batch(&tc, 2, 1, x, labels, &err), FG_OK);
-    for (int t = 0; t < CTX; t++) {
-        assert_true(x[t] == (float)(((2 * CTX + t) * 7919 + 2) % VOCAB));
-        assert_int_equal(labels[t], ((2 * CTX + t + 1) * 7919 + 2) % VOCAB);
-    }
-    text_corpus_free(&tc);
     // The same files read by a model of a smaller vocabulary: the first window names the id.
     assert_int_equal(token_corpus_load(&tc, train, val, CTX, 300, &err), FG_OK);
     assert_int_equal(text_val_batch(&tc, 0, 1, x, labels, &err), FG_ERR_INPUT);
@@ -316,12 +332,44 @@ static void test_tokens(void **state) {
         fail_msg("message \"%s\"", err.msg);
 }
 
+// Above vocab 65536 (Qwen3's 151936) the files hold uint32 after the FGTOKU32 header: ids above
+// 65535 reach the inputs and the labels whole; a file of the other width is refused by name,
+// either way, and so is a uint32 file that is not a whole number of ids.
+static void test_tokens32(void **state) {
+    (void)state;
+    enum { VOCAB = 151936 };
+    char train[512], val[512], narrow[512];
+    write_ids(train, sizeof train, "train32.bin", 3000, VOCAB, 1, 0, 4);
+    write_ids(val, sizeof val, "val32.bin", 100, VOCAB, 2, 0, 4);
+    TextCorpus tc;
+    FgError err = {0};
+    assert_int_equal(token_corpus_load(&tc, train, val, CTX, VOCAB, &err), FG_OK);
+    assert_int_equal(tc.token_bytes, 4);
+    assert_int_equal(tc.train.n, 3000);
+    int above = 0;  // the files do hold ids a uint16 would cut
+    for (size_t i = 0; i < tc.train.n; i++) above |= token_at(&tc, &tc.train, i) > 65535;
+    assert_true(above);
+    check_windows(&tc, VOCAB);
+    text_corpus_free(&tc);
+    write_tokens(narrow, sizeof narrow, "narrow.bin", 3000, 50257, 1, 0);
+    assert_int_equal(token_corpus_load(&tc, narrow, val, CTX, VOCAB, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, narrow) || !strstr(err.msg, "a file of uint16 tokens"))
+        fail_msg("message \"%s\"", err.msg);
+    assert_int_equal(token_corpus_load(&tc, narrow, val, CTX, 50257, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, val) || !strstr(err.msg, "a file of uint32 tokens"))
+        fail_msg("message \"%s\"", err.msg);
+    write_ids(narrow, sizeof narrow, "odd32.bin", 100, VOCAB, 0, 1, 4);
+    assert_int_equal(token_corpus_load(&tc, train, narrow, CTX, VOCAB, &err), FG_ERR_INPUT);
+    if (!strstr(err.msg, "odd32.bin") || !strstr(err.msg, "not a whole number of uint32 tokens"))
+        fail_msg("message \"%s\"", err.msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),      cmocka_unit_test(test_train_windows),
         cmocka_unit_test(test_reproducible), cmocka_unit_test(test_uniform),
         cmocka_unit_test(test_validation), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_tokens),     cmocka_unit_test(test_tokens32),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

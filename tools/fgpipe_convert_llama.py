@@ -27,7 +27,7 @@ import fgpipe_safetensors as safetensors
 from fgpipe_safetensors import BadInput
 
 ARCHITECTURES = {"LlamaForCausalLM": ("llama", 0), "Qwen3ForCausalLM": ("qwen3", 1)}
-MAX_VOCAB = 65536  # token ids are uint16 in fgpipe's token files and labels today
+MAX_VOCAB = 1 << 24  # the config's largest vocab (token files hold uint32 above 65536)
 DEFAULT_CTX = 1024
 
 
@@ -83,8 +83,7 @@ def read_shape(folder):
         raise BadInput(f"config.json: num_key_value_heads {s['num_key_value_heads']} does not divide "
                        f"num_attention_heads {s['num_attention_heads']}")
     if not 1 <= s["vocab_size"] <= MAX_VOCAB:
-        raise BadInput(f"config.json: vocab_size {s['vocab_size']}: fgpipe's token ids are uint16 "
-                       f"today (at most {MAX_VOCAB})")
+        raise BadInput(f"config.json: vocab_size {s['vocab_size']}: fgpipe takes at most {MAX_VOCAB}")
     return s
 
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_ops.h"
 #include "pipeline_internal.h"
 #include "progress.h"
 
@@ -293,6 +294,7 @@ double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->training.micro_batch;
     double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
                   (double)stage_kept_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
-    return ((double)p->pool.n_stash_alloc * stage_stash_floats(&p->stage, B) +
+    double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
+    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs +
             (double)p->pool.n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
 }

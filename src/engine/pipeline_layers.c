@@ -2,7 +2,7 @@
 // releasing them through the layer source (with the read-ahead of a streamed stage), and the
 // per-layer blocks that op F keeps for op U (what the layer's perturbation keeps:
 // perturbation.h). Both the ops and the update use these; they use neither.
-#include "pipeline_internal.h"
+#include "engine_ops.h"
 
 int layers_next_param(const Pipeline *p, int l, int dir) {
     for (l += dir; l >= p->stage.first && l < p->stage.last; l += dir)

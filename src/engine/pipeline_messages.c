@@ -1,7 +1,7 @@
 // The messages of a stage's step: received in the order of the step's message plan
 // (exec_plan.h), each posted while the one before is in use, into inbox slots used round-robin.
 // The ops send theirs as they finish (pipeline_ops.c).
-#include "pipeline_internal.h"
+#include "engine_ops.h"
 
 size_t messages_forward_floats(const Pipeline *p, int layer, int rows) {
     return (size_t)rows * p->model->layers[layer].in * (1 + (p->run.sends_tangents ? p->K : 0));

@@ -5,7 +5,7 @@
 // way: every layer sees its lanes in timetable order, and every update is elementwise.
 #include <string.h>
 
-#include "pipeline_internal.h"
+#include "engine_ops.h"
 
 int ops_keeps_stash(const Pipeline *p, long step, int mb) {
     return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->training.micro_batches + mb];
@@ -19,10 +19,19 @@ static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.ring
 // Bw); Bi keeps the adjoints Bw needs until Bw. Freed buffers are reused, so memory grows with
 // the number in flight, not with N.
 
+static size_t input_floats(const Pipeline *p) {
+    return (size_t)p->cfg->training.micro_batch * p->model->layers[p->stage.first].in;
+}
+
+size_t ops_stash_floats(const Pipeline *p) {
+    size_t whole = stage_stash_floats(&p->stage, p->cfg->training.micro_batch);
+    return p->run.recompute ? whole - input_floats(p) : whole;
+}
+
 static float *stash_take(Pipeline *p) {
     if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
     p->pool.n_stash_alloc++;
-    return backend_alloc_floats(p->be, stage_stash_floats(&p->stage, p->cfg->training.micro_batch));
+    return backend_alloc_floats(p->be, ops_stash_floats(p));
 }
 
 static void stash_give(Pipeline *p, float *s) { p->pool.free_stash[p->pool.n_free_stash++] = s; }
@@ -35,16 +44,40 @@ static float *adj_take(Pipeline *p) {
 
 static void adj_give(Pipeline *p, float *s) { p->pool.free_adj[p->pool.n_free_adj++] = s; }
 
+// recompute = stage: F keeps the stage's input [B, in] alone, until the micro-batch's last
+// backward op; B's (or Bi's) rerun fills a stash of the layers after it.
+static float *input_take(Pipeline *p) {
+    if (p->pool.n_free_input) return p->pool.free_input[--p->pool.n_free_input];
+    p->pool.n_input_alloc++;
+    return backend_alloc_floats(p->be, input_floats(p));
+}
+
+static void input_give(Pipeline *p, float *s) { p->pool.free_input[p->pool.n_free_input++] = s; }
+
+// Layer l's input in lane a's stash; with recompute, the kept input and the rerun's layers.
+static float *lane_layer_input(const Pipeline *p, const Lane *a, int l) {
+    const Stage *st = &p->stage;
+    const int B = p->cfg->training.micro_batch;
+    if (!p->run.recompute) return a->stash + stage_stash_offset(st, l, B);
+    return l == st->first ? a->input : a->stash + stage_stash_offset(st, l, B) - input_floats(p);
+}
+
 // A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
 // loss's on the last stage, else a message).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     const int B = p->cfg->training.micro_batch, C = pipeline_adjoint_width(p);
     const int r = ring(p, step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
+    if (p->run.recompute) {  // F kept the input; B's or Bi's rerun makes the rest, Bw reuses Bi's
+        a->input = a->stash;
+        if (a->kind == OP_BW) a->stash = p->pool.rerun[r][mb], p->pool.rerun[r][mb] = NULL;
+        else a->stash = a->input ? stash_take(p) : NULL;
+        if (a->kind == OP_BI) p->pool.rerun[r][mb] = a->stash;
+    }
     if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
     if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
     if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
-    if (!a->stash || (a->kind == OP_BW && !a->keep))
+    if (!a->stash || (p->run.recompute && !a->input) || (a->kind == OP_BW && !a->keep))
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
     if (a->kind == OP_BW) return FG_OK;
@@ -103,8 +136,11 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
-            if (ops_keeps_stash(p, step, a->microbatch))
-                p->pool.stash[ring(p, step)][a->microbatch] = a->stash = stash_take(p);
+            if (ops_keeps_stash(p, step, a->microbatch)) {
+                float **kept = &p->pool.stash[ring(p, step)][a->microbatch];
+                if (p->run.recompute) *kept = a->input = input_take(p);
+                else *kept = a->stash = stash_take(p);
+            }
         } else {
             rc = backward_lane(p, step, a, err);
         }
@@ -156,7 +192,7 @@ static void head_begin(Pipeline *p, long step, const Lane *a, HeadScore *h) {
     size_t n = (size_t)a->rows * p->model->tokens;
     p->be->upload(p->be, p->work.labels, a->labels, n * sizeof(Label));
     *h = (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
-                     .weight = step >= 0 && a->stash ? pipeline_adjoint_scale(p) : 1.0f};
+                     .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
     p->stage.head = h;
 }
 
@@ -176,12 +212,14 @@ static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
-    for (int i = 0; i < n; i++)
-        if (lanes[i].stash) {  // every layer's input is kept: layers write straight into it
-            p->be->copy(p->be, lanes[i].stash, lanes[i].x,
-                        (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
-            lanes[i].x = lanes[i].stash;
-        }
+    for (int i = 0; i < n; i++) {
+        // Every layer's input is kept (layers write straight into the stash), or the first's.
+        float *kept = lanes[i].stash ? lanes[i].stash : lanes[i].input;
+        if (!kept) continue;
+        p->be->copy(p->be, kept, lanes[i].x,
+                    (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
+        lanes[i].x = kept;
+    }
     for (int l = st->first; l < st->last && !rc; l++) {
         const Layer *L = &p->model->layers[l];
         LayerSlot s = {0};
@@ -300,7 +338,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
-        const float *x = a->stash + stage_stash_offset(st, l, B);
+        const float *x = lane_layer_input(p, a, l);
         // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
         float *kept = L->param_count && !L->frozen && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
         // An op with a lag differentiates at the weights its activations were computed with.
@@ -316,6 +354,30 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     }
 }
 
+// recompute = stage: the stash of each B and Bi lane, rerun from the input its F kept with the
+// weights F ran with (those B differentiates at), as F computed it: F's primal is the plain
+// forward with or without tangents (every layer's jvp calls its forward). The stage's last
+// layer is not rerun: B reads layer inputs only, and its output went to the loss or the next
+// stage.
+static int rerun_forward(Pipeline *p, int n, FgError *err) {
+    Stage *st = &p->stage;
+    int rc = FG_OK;
+    for (int l = st->first; l < st->last - 1 && !rc; l++) {
+        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0;
+        LayerSlot s = {0};
+        if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
+        for (int i = 0; i < n; i++) {
+            const Lane *a = &p->work.lanes[i];
+            if (a->kind == OP_BW) continue;
+            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL,
+                                lane_layer_input(p, a, l), NULL,
+                                lane_layer_input(p, a, l + 1), NULL, a->rows);
+        }
+        if (parts) rc = layers_release(p, l, parts, 0, err);
+    }
+    return rc;
+}
+
 int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, rc = FG_OK, weights = 0;
@@ -323,6 +385,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;
     if (last_w && update_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    if (!rc && p->run.recompute) rc = rerun_forward(p, n, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
@@ -339,6 +402,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &p->work.lanes[i];
         if (a->kind != OP_BI) stash_give(p, a->stash);
+        if (a->kind != OP_BI && a->input) input_give(p, a->input);
         if (a->kind == OP_BW) adj_give(p, a->keep);
         // Not to a step after the run's last: nobody would take it.
         if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)

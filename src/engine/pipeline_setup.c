@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "op_cost.h"
+#include "engine_ops.h"
+#include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
 
@@ -58,9 +60,14 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 static int open_source(Pipeline *p, const LayerStreams *streams, FgError *err) {
     const Config *c = p->cfg;
     int N = c->training.micro_batches, B = c->training.micro_batch;
-    // The stashes and the adjoints Bi keeps for Bw of the micro-batches in flight.
-    double stash = (double)stage_stash_floats(&p->stage, B) * sizeof(float) * stashes_in_flight(c) +
+    // The stashes and the adjoints Bi keeps for Bw of the micro-batches in flight; with
+    // recompute, the stage inputs instead, and the reruns' stashes, one per kept adjoint.
+    double full = (double)stage_stash_floats(&p->stage, B) * sizeof(float);
+    double stash = full * stashes_in_flight(c) +
                    (double)stage_adjoint_floats(&p->stage, B) * sizeof(float) * adjoints_in_flight(c);
+    if (p->run.recompute)  // the rest of the stash: the rerun's
+        stash += ((double)B * p->model->layers[p->stage.first].in * sizeof(float) - full) *
+                 (stashes_in_flight(c) - FG_MAX(adjoints_in_flight(c), 1));
     LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
     // What F keeps for U (activity: every micro-batch's layer inputs; local losses: also their
@@ -139,6 +146,7 @@ static void alloc_buffers(Pipeline *p) {
             p->pool.dz[i] = backend_alloc_floats(be, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
+    p->pool.free_input = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
@@ -186,7 +194,7 @@ int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
                        .with_ref = run.dots_reference,
                        .n_mb = config_update_microbatches(c, replicas),
                        .seed = c->training.seed, .optimizer = &oc,
-                       .lagged_weights = config_timetable_lag(c) > 0};
+                       .lagged_weights = config_timetable_lag(c) > 0, .recompute = run.recompute};
     return stage_measure_costs(st, &setup, cost, err);
 }
 
@@ -379,9 +387,11 @@ int pipeline_free(Pipeline *p, FgError *err) {
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) {
             be->free(be, p->pool.stash[i][b]);
             be->free(be, p->pool.kept_adj[i][b]);
+            be->free(be, p->pool.rerun[i][b]);
         }
     for (int i = 0; i < p->pool.n_free_stash; i++) be->free(be, p->pool.free_stash[i]);
     for (int i = 0; i < p->pool.n_free_adj; i++) be->free(be, p->pool.free_adj[i]);
+    for (int i = 0; i < p->pool.n_free_input; i++) be->free(be, p->pool.free_input[i]);
     const LaneBuffers *w = &p->work;
     void *on_backend[] = {w->act[0], w->act[1], w->tan[0], w->tan[1], w->adj[0], w->adj[1],
                           w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
@@ -391,6 +401,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
+                       p->pool.free_input,
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
                        p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3],

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "estimator.h"
-#include "pipeline_internal.h"
+#include "engine_ops.h"
 #include "progress.h"
 
 size_t scalars_d(const Pipeline *p) { (void)p; return 1; }

@@ -4,6 +4,7 @@ RunPlan run_plan(const Config *c, int replicas) {
     RunPlan r = {.grad_delay = c->timetable.grad_delay, .estimator = EST_FG, .shrink = 1.0f};
     r.all_microbatches = replicas * c->training.micro_batches;
     r.forms_estimate = c->method.mode != MODE_BP;
+    r.recompute = c->timetable.recompute == RECOMPUTE_STAGE && c->method.mode != MODE_FG;
     if (c->method.mode == MODE_FG_BP) r.estimator = config_estimator(c);
     const EstimatorInfo *e = estimator_info(r.estimator);
     if (e->shrinks) r.shrink = (float)c->method.shrink;

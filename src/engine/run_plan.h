@@ -24,6 +24,8 @@ typedef struct {
     int exact_in_step;       // micro-batches 0..exact_in_step-1 of each replica are exact in
                              // this step's c (an explicit select at lag 0): not estimated
     int grad_delay;          // bp: steps a gradient waits before its update
+    int recompute;           // F keeps the stage's input alone, B (or Bi) reruns F from it
+                             // (recompute = stage in a mode with B ops)
 } RunPlan;
 
 // The plan of cfg's run with `replicas` data-parallel pipelines.

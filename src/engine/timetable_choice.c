@@ -13,7 +13,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "pipeline_internal.h"
+#include "run_plan.h"
+#include "timetable_choice.h"
 
 static ScheduleMode schedule_mode(const Config *c) {
     static const ScheduleMode bp[] = {[SCHEDULE_GPIPE] = SCHED_BP_GPIPE,

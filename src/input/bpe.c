@@ -1,36 +1,16 @@
-// GPT-2's byte-level BPE (bpe.h). Tables are open-addressing hash maps over byte strings: the
-// vocabulary (token bytes -> id) and the merge ranks (left bytes, right bytes -> rank).
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include "bpe.h"
+// Byte-level BPE (bpe.h, bpe_internal.h). Tables are open-addressing hash maps over byte
+// strings: the vocabulary (token bytes -> id) and the merge ranks (left bytes, right bytes ->
+// rank). GPT-2's files are read here; Hugging Face's tokenizer.json in hf_tokenizer.c.
+#include "bpe_internal.h"
 
-#include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_scan.h"
+
 // GPT-2's pre-tokenizer (encoder.py): contractions, letters, digits, other symbols, spaces.
-static const char *const kPattern =
+const char *const bpe_gpt2_pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-typedef struct {
-    const char *a, *b;  // a token's bytes (b NULL), or a merge's left and right
-    size_t a_len, b_len;
-    int value;          // id or rank; -1: empty slot
-} Entry;
-
-typedef struct {
-    Entry *slots;
-    size_t mask;
-} Map;
-
-struct Bpe {
-    Map vocab, ranks;
-    char **token_bytes;  // [n_tokens]: each id's bytes (owned), lengths in token_len
-    size_t *token_len;
-    int n_tokens;
-    int byte_of_code[324];  // GPT-2's alphabet: code point -> byte (-1: not in it)
-    pcre2_code *pattern;
-    pcre2_match_data *match;
-};
 
 static uint64_t hash_bytes(uint64_t h, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
@@ -47,6 +27,8 @@ static int map_init(Map *m, size_t n) {
     return 0;
 }
 
+// The slot of a key, or the empty one where it goes. Maps are sized for their entries up
+// front (bpe_new), at most half full.
 static Entry *map_slot(const Map *m, const char *a, size_t a_len, const char *b, size_t b_len) {
     uint64_t h = hash_bytes(hash_bytes(14695981039346656037ull, a, a_len), b ? b : "", b_len);
     for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
@@ -58,7 +40,7 @@ static Entry *map_slot(const Map *m, const char *a, size_t a_len, const char *b,
     }
 }
 
-static int map_get(const Map *m, const char *a, size_t a_len, const char *b, size_t b_len) {
+int bpe_map_get(const Map *m, const char *a, size_t a_len, const char *b, size_t b_len) {
     return map_slot(m, a, a_len, b, b_len)->value;
 }
 
@@ -73,8 +55,7 @@ static void init_alphabet(Bpe *b) {
     for (int c = 0; c < 256; c++) b->byte_of_code[code_of_byte[c]] = c;
 }
 
-// One UTF-8 code point of s[*i..n), advancing *i; -1 when malformed.
-static int next_code_point(const char *s, size_t n, size_t *i) {
+int bpe_next_code_point(const char *s, size_t n, size_t *i) {
     unsigned char c = (unsigned char)s[*i];
     int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (!len || *i + (size_t)len > n) return -1;
@@ -89,205 +70,125 @@ static int next_code_point(const char *s, size_t n, size_t *i) {
 static long alphabet_to_bytes(const Bpe *b, const char *s, size_t n, char *out) {
     size_t i = 0, k = 0;
     while (i < n) {
-        int cp = next_code_point(s, n, &i);
+        int cp = bpe_next_code_point(s, n, &i);
         if (cp < 0 || cp >= 324 || b->byte_of_code[cp] < 0) return -1;
         out[k++] = (char)b->byte_of_code[cp];
     }
     return (long)k;
 }
 
-// The next JSON string of encoder.json at *p (unescaped in place into dst), advancing *p.
-static long json_string(char **p, char *dst) {
-    char *s = *p, *d = dst;
-    if (*s++ != '"') return -1;
-    while (*s && *s != '"') {
-        if (*s != '\\') { *d++ = *s++; continue; }
-        s++;
-        if (*s == 'u') {
-            unsigned cp = (unsigned)strtoul((char[5]){s[1], s[2], s[3], s[4], 0}, NULL, 16);
-            s += 5;
-            if (cp < 0x80) *d++ = (char)cp;
-            else if (cp < 0x800) *d++ = (char)(0xC0 | cp >> 6), *d++ = (char)(0x80 | (cp & 0x3F));
-            else *d++ = (char)(0xE0 | cp >> 12), *d++ = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                 *d++ = (char)(0x80 | (cp & 0x3F));
-        } else {
-            const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t", *at = strchr(from, *s);
-            if (!at || !*s) return -1;
-            *d++ = to[at - from], s++;
-        }
-    }
-    if (*s != '"') return -1;
-    *p = s + 1;
-    return d - dst;
+Bpe *bpe_new(size_t n_tokens, size_t n_merges) {
+    Bpe *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    init_alphabet(b);
+    if (map_init(&b->vocab, n_tokens) || map_init(&b->ranks, n_merges)) bpe_free(b), b = NULL;
+    return b;
 }
 
-static int load_vocab(Bpe *b, char *json, const char *path, FgError *err) {
-    size_t n_entries = 0;
-    for (char *s = json; *s; s++) n_entries += *s == ':';
-    b->token_bytes = calloc(n_entries, sizeof *b->token_bytes);
-    b->token_len = calloc(n_entries, sizeof *b->token_len);
-    if (!b->token_bytes || !b->token_len || map_init(&b->vocab, n_entries))
-        return fg_fail(err, FG_ERR_INTERNAL, "%s: out of memory", path);
-    char *p = strchr(json, '{'), *key = malloc(strlen(json) + 1);
-    int rc = FG_OK;
-    for (p = p ? p + 1 : NULL; p && !rc;) {
-        while (*p == ' ' || *p == ',' || *p == '\n') p++;
-        if (*p == '}') break;
-        long key_len = json_string(&p, key), bytes_len = -1;
-        char *bytes = key_len >= 0 ? malloc((size_t)key_len + 1) : NULL;
-        if (bytes) bytes_len = alphabet_to_bytes(b, key, (size_t)key_len, bytes);
-        while (*p == ' ' || *p == ':') p++;
+int bpe_set_pattern(Bpe *b, const char *pattern, FgError *err) {
+    int code;
+    PCRE2_SIZE where;
+    b->pattern = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                               &code, &where, NULL);
+    if (!b->pattern) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return fg_fail(err, FG_ERR_INPUT, "tokenize: the pre-tokenizer pattern does not compile at "
+                       "offset %zu (%s): %.200s", (size_t)where, (char *)msg, pattern);
+    }
+    if (!(b->match = pcre2_match_data_create_from_pattern(b->pattern, NULL)))
+        return fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
+    return FG_OK;
+}
+
+// Room for id in token_bytes; -1 when out of memory.
+static int reserve_id(Bpe *b, int id) {
+    if (id < b->cap_tokens) return 0;
+    int cap = FG_MAX(id + 1, 2 * b->cap_tokens);
+    char **bytes = realloc(b->token_bytes, (size_t)cap * sizeof *bytes);
+    if (bytes) b->token_bytes = bytes;
+    size_t *len = bytes ? realloc(b->token_len, (size_t)cap * sizeof *len) : NULL;
+    if (!len) return -1;
+    b->token_len = len;
+    for (int i = b->cap_tokens; i < cap; i++) b->token_bytes[i] = NULL, b->token_len[i] = 0;
+    b->cap_tokens = cap;
+    return 0;
+}
+
+int bpe_add_token(Bpe *b, const char *alphabet_text, size_t len, int id) {
+    if (id < 0 || reserve_id(b, id) || b->token_bytes[id]) return -2;
+    char *bytes = malloc(len + 1);
+    long n = bytes ? alphabet_to_bytes(b, alphabet_text, len, bytes) : -1;
+    Entry *e = n > 0 ? map_slot(&b->vocab, bytes, (size_t)n, NULL, 0) : NULL;
+    if (!e) return free(bytes), -1;
+    b->token_bytes[id] = bytes, b->token_len[id] = (size_t)n;
+    if (e->value < 0) *e = (Entry){bytes, NULL, (size_t)n, 0, id};  // the first id of its bytes
+    b->n_tokens = FG_MAX(b->n_tokens, id + 1);
+    return 0;
+}
+
+int bpe_add_merge(Bpe *b, const char *left, size_t left_len, const char *right, size_t right_len) {
+    char *l = malloc(left_len + right_len + 1);
+    long nl = l ? alphabet_to_bytes(b, left, left_len, l) : -1;
+    long nr = nl > 0 ? alphabet_to_bytes(b, right, right_len, l + nl) : -1;
+    if (nr <= 0) return free(l), -1;
+    Entry *e = map_slot(&b->ranks, l, (size_t)nl, l + nl, (size_t)nr);
+    if (e->value < 0) *e = (Entry){l, l + nl, (size_t)nl, (size_t)nr, b->n_merges};
+    else free(l);  // a repeated merge keeps its first (lowest) rank
+    b->n_merges++;
+    return 0;
+}
+
+int bpe_add_special(Bpe *b, const char *bytes, size_t len, int id) {
+    if (id < 0 || !len || reserve_id(b, id)) return -2;
+    if (b->token_bytes[id] && (b->token_len[id] != len || memcmp(b->token_bytes[id], bytes, len)))
+        return -2;
+    if (!b->token_bytes[id]) {
+        if (!(b->token_bytes[id] = malloc(len))) return -2;
+        memcpy(b->token_bytes[id], bytes, len), b->token_len[id] = len;
+    }
+    AddedToken *grown = realloc(b->added, (size_t)(b->n_added + 1) * sizeof *grown);
+    if (!grown) return -2;
+    b->added = grown;
+    int at = b->n_added++;  // insertion keeps them longest first: the longest match wins
+    for (; at > 0 && b->added[at - 1].len < len; at--) b->added[at] = b->added[at - 1];
+    b->added[at] = (AddedToken){b->token_bytes[id], len, id};
+    b->added_first[(unsigned char)bytes[0]] = 1;
+    b->n_tokens = FG_MAX(b->n_tokens, id + 1);
+    return 0;
+}
+
+// encoder.json: {"token": id, ...} with tokens in GPT-2's alphabet.
+static int load_vocab(Bpe *b, const char *json, const char *path, FgError *err) {
+    char *key = malloc(strlen(json) + 1);
+    const char *it = json_ws(json), *k;
+    int more = key && *it == '{' ? 1 : -1, rc = FG_OK;
+    while (!rc && (more = json_next(&it, &k)) == 1) {
+        long key_len = k ? json_string(k, key, NULL) : -1;
         char *end;
-        long id = strtol(p, &end, 10);
-        if (bytes_len < 0 || end == p || id < 0 || (size_t)id >= n_entries || b->token_bytes[id]) {
-            free(bytes);
+        long id = strtol(it, &end, 10);
+        if (key_len < 0 || end == it || id > 1 << 30 || bpe_add_token(b, key, (size_t)key_len, (int)id))
             rc = fg_fail(err, FG_ERR_INPUT, "%s: malformed entry near byte %ld (expected \"token\": "
-                         "id, ids below %zu, each once)", path, (long)(p - json), n_entries);
-            break;
-        }
-        p = end;
-        b->token_bytes[id] = bytes, b->token_len[id] = (size_t)bytes_len;
-        *map_slot(&b->vocab, bytes, (size_t)bytes_len, NULL, 0) =
-            (Entry){bytes, NULL, (size_t)bytes_len, 0, (int)id};
-        b->n_tokens = FG_MAX(b->n_tokens, (int)id + 1);
+                         "id, tokens in GPT-2's byte alphabet, each id once)", path, (long)(it - json));
+        it = end;
     }
     free(key);
-    if (!rc && !p) rc = fg_fail(err, FG_ERR_INPUT, "%s: not a JSON object", path);
+    if (!rc && more < 0) rc = fg_fail(err, FG_ERR_INPUT, "%s: not a JSON object", path);
     return rc;
 }
 
 // vocab.bpe: a "#version" line, then one merge "left right" per line, by rank.
 static int load_merges(Bpe *b, char *text, const char *path, FgError *err) {
-    size_t lines = 0;
-    for (char *s = text; *s; s++) lines += *s == '\n';
-    if (map_init(&b->ranks, lines + 1)) return fg_fail(err, FG_ERR_INTERNAL, "%s: out of memory", path);
-    int rank = 0;
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
         if (!line[0] || (line == text && !strncmp(line, "#version", 8))) continue;
         char *space = strchr(line, ' ');
-        long left = -1, right = -1;
-        char *l = NULL, *r = NULL;
-        if (space) {
-            l = malloc(strlen(line) + 1), r = l + (space - line);
-            left = alphabet_to_bytes(b, line, (size_t)(space - line), l);
-            right = alphabet_to_bytes(b, space + 1, strlen(space + 1), r);
-        }
-        if (left <= 0 || right <= 0) {
-            free(l);
+        if (!space || bpe_add_merge(b, line, (size_t)(space - line), space + 1, strlen(space + 1)))
             return fg_fail(err, FG_ERR_INPUT, "%s: merge %d is not two tokens of GPT-2's alphabet: '%.40s'",
-                           path, rank + 1, line);
-        }
-        Entry *e = map_slot(&b->ranks, l, (size_t)left, r, (size_t)right);
-        if (e->value < 0) *e = (Entry){l, r, (size_t)left, (size_t)right, rank};
-        else free(l);
-        rank++;
+                           path, b->n_merges + 1, line);
     }
     return FG_OK;
-}
-
-// One piece of the pre-tokenizer's split: its bytes merged by rank, lowest first, each pass
-// merging every occurrence of the pair left to right (encoder.py's bpe), then looked up.
-typedef struct {
-    const char *s;
-    size_t len;
-} Symbol;
-
-static int encode_piece(const Bpe *b, const char *s, size_t n, Symbol *sym, uint16_t *out) {
-    size_t count = n;
-    for (size_t i = 0; i < n; i++) sym[i] = (Symbol){s + i, 1};
-    while (count > 1) {
-        int best = -1;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < count; i++) {
-            int r = map_get(&b->ranks, sym[i].s, sym[i].len, sym[i + 1].s, sym[i + 1].len);
-            if (r >= 0 && (best < 0 || r < best)) best = r, at = i;
-        }
-        if (best < 0) break;
-        Symbol first = sym[at], second = sym[at + 1];
-        size_t kept = 0;
-        for (size_t i = 0; i < count; i++) {
-            int pair = i + 1 < count && sym[i].len == first.len && sym[i + 1].len == second.len &&
-                       !memcmp(sym[i].s, first.s, first.len) && !memcmp(sym[i + 1].s, second.s, second.len);
-            // Symbols are adjacent slices of s: a merged pair is the slice over both.
-            sym[kept++] = pair ? (Symbol){sym[i].s, sym[i].len + sym[i + 1].len} : sym[i];
-            i += (size_t)pair;
-        }
-        count = kept;
-    }
-    for (size_t i = 0; i < count; i++) {
-        int id = map_get(&b->vocab, sym[i].s, sym[i].len, NULL, 0);
-        if (id < 0) return -1;
-        out[i] = (uint16_t)id;
-    }
-    return (int)count;
-}
-
-// The offset of the first malformed UTF-8 sequence of s[0..n) (n if none).
-static size_t first_bad_utf8(const char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        size_t at = i;
-        int cp = next_code_point(s, n, &i);
-        for (size_t k = at + 1; cp >= 0 && k < i; k++)
-            if (((unsigned char)s[k] & 0xC0) != 0x80) cp = -1;
-        if (cp < 0) return at;
-    }
-    return n;
-}
-
-int bpe_encode(const Bpe *b, const char *text, size_t n, uint16_t **tokens, size_t *count,
-               FgError *err) {
-    // Scratch for one piece (a word, a number, a run of spaces), grown to the longest.
-    size_t piece_cap = 64;
-    Symbol *sym = malloc(piece_cap * sizeof *sym);
-    uint16_t *piece = malloc(piece_cap * sizeof *piece);
-    int rc = sym && piece ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
-    size_t cap = *count + n / 2 + 16, at = 0;
-    uint16_t *out = rc ? NULL : realloc(*tokens, cap * sizeof *out);
-    if (!rc && !out) rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
-    while (!rc && at < n) {
-        // The first match checks that all of the text is UTF-8; the others need not again.
-        int m = pcre2_match(b->pattern, (PCRE2_SPTR)text, n, at, at ? PCRE2_NO_UTF_CHECK : 0,
-                            b->match, NULL);
-        if (m == PCRE2_ERROR_NOMATCH) break;
-        if (m < 0) {
-            rc = m <= PCRE2_ERROR_UTF8_ERR1 && m >= PCRE2_ERROR_UTF8_ERR21
-                     ? fg_fail(err, FG_ERR_INPUT, "tokenize: the text is not UTF-8 at byte %zu",
-                               first_bad_utf8(text, n))
-                     : fg_fail(err, FG_ERR_INTERNAL, "tokenize: pattern match failed (%d)", m);
-            break;
-        }
-        PCRE2_SIZE *span = pcre2_get_ovector_pointer(b->match);
-        size_t len = span[1] - span[0];
-        if (len > piece_cap) {
-            Symbol *s2 = realloc(sym, len * sizeof *sym);
-            uint16_t *p2 = s2 ? realloc(piece, len * sizeof *piece) : NULL;
-            if (s2) sym = s2;
-            if (p2) piece = p2;
-            if (!s2 || !p2) { rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory"); break; }
-            piece_cap = len;
-        }
-        int k = encode_piece(b, text + span[0], len, sym, piece);
-        if (k < 0) {
-            rc = fg_fail(err, FG_ERR_INPUT, "tokenize: a piece at byte %zu has no token (not GPT-2's "
-                         "vocabulary?)", (size_t)span[0]);
-            break;
-        }
-        if (*count + (size_t)k > cap) {
-            uint16_t *grown = realloc(out, (cap = 2 * cap + (size_t)k) * sizeof *out);
-            if (!grown) { rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory"); break; }
-            out = grown;
-        }
-        memcpy(out + *count, piece, (size_t)k * sizeof *out);
-        *count += (size_t)k;
-        at = span[1] > span[0] ? span[1] : span[1] + 1;
-    }
-    if (out) *tokens = out;
-    free(sym);
-    free(piece);
-    return rc;
 }
 
 const char *bpe_token_bytes(const Bpe *b, int token, size_t *len) {
@@ -300,36 +201,37 @@ int bpe_vocab_size(const Bpe *b) { return b->n_tokens; }
 
 void bpe_free(Bpe *b) {
     if (!b) return;
-    for (int i = 0; i < b->n_tokens; i++) free(b->token_bytes[i]);
+    for (int i = 0; i < b->cap_tokens; i++) free(b->token_bytes[i]);
     for (size_t i = 0; b->ranks.slots && i <= b->ranks.mask; i++)
         if (b->ranks.slots[i].value >= 0) free((char *)b->ranks.slots[i].a);
     free(b->token_bytes);
     free(b->token_len);
     free(b->vocab.slots);
     free(b->ranks.slots);
+    free(b->added);
     pcre2_match_data_free(b->match);
     pcre2_code_free(b->pattern);
     free(b);
 }
 
+static size_t count_char(const char *s, char c) {
+    size_t n = 0;
+    for (; *s; s++) n += *s == c;
+    return n;
+}
+
 int bpe_load(const char *encoder_json, const char *vocab_bpe, Bpe **out, FgError *err) {
     const char *hint = "(launch/gpt2-vocab.sh fetches GPT-2's encoder.json and vocab.bpe)";
-    Bpe *b = calloc(1, sizeof *b);
     size_t n;
-    char *json = NULL, *merges = NULL;
-    int rc = b ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
-    if (!rc) init_alphabet(b);
-    if (!rc && !(json = fg_read_file("the BPE vocabulary", encoder_json, hint, &n, err))) rc = FG_ERR_INPUT;
+    Bpe *b = NULL;
+    char *json = fg_read_file("the BPE vocabulary", encoder_json, hint, &n, err), *merges = NULL;
+    int rc = json ? FG_OK : FG_ERR_INPUT;
     if (!rc && !(merges = fg_read_file("the BPE merges", vocab_bpe, hint, &n, err))) rc = FG_ERR_INPUT;
+    if (!rc && !(b = bpe_new(count_char(json, ':'), count_char(merges, '\n') + 1)))
+        rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
     if (!rc) rc = load_vocab(b, json, encoder_json, err);
     if (!rc) rc = load_merges(b, merges, vocab_bpe, err);
-    int code;
-    PCRE2_SIZE where;
-    if (!rc && !(b->pattern = pcre2_compile((PCRE2_SPTR)kPattern, PCRE2_ZERO_TERMINATED,
-                                            PCRE2_UTF | PCRE2_UCP, &code, &where, NULL)))
-        rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: the pre-tokenizer pattern does not compile (%d)", code);
-    if (!rc && !(b->match = pcre2_match_data_create_from_pattern(b->pattern, NULL)))
-        rc = fg_fail(err, FG_ERR_INTERNAL, "tokenize: out of memory");
+    if (!rc) rc = bpe_set_pattern(b, bpe_gpt2_pattern, err);
     fg_free(json);
     fg_free(merges);
     if (rc) bpe_free(b), b = NULL;

@@ -17,16 +17,17 @@
 typedef enum { MODE_BP, MODE_FG, MODE_FG_BP } Mode;
 typedef enum { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB } ScheduleKind;
 typedef enum { CV_SCALE_ONE, CV_SCALE_AUTO } CvScaleChoice;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_STAGE } RecomputeKind;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { DATA_IDX, DATA_TEXT, DATA_TOKENS } DataKind;
 
 // The keys in groups, by what they decide. A key's name is its field's (config.c's table).
 typedef struct {
     int data;              // DataKind: labelled images (IDX files), a text file (bytes) or
-                           // files of tokens (uint16)
+                           // files of tokens (uint16, or uint32 above vocab 65536)
     char data_dir[256];    // IDX files (train-*, t10k-*)
     char text_file[256];   // data = text: the corpus (first 90% trains, the rest validates)
-    char train_tokens[256], val_tokens[256];  // data = tokens: little-endian uint16 files
+    char train_tokens[256], val_tokens[256];  // data = tokens: token files (text_data.h)
 } InputConfig;
 
 typedef struct {
@@ -69,6 +70,7 @@ typedef struct {
     int lag;               // fg+bp, select >= 0: every B op's lag (steps behind its F)
     int max_lag;           // fg+bp, select = -1: the most any B op may lag
     int grad_delay;        // bp: steps each gradient waits before its update
+    int recompute;         // RecomputeKind (bp, fg+bp): B reruns F from the kept stage input
     int calibrate_steps;   // fg+bp on M > 1 stages: timed steps of F ops before planning
     int select;            // fg+bp: micro-batches to backprop per step; -1: as many as fit
     double lag_cost;       // fg+bp, select = -1, c alone: progress a correction loses per step
@@ -106,6 +108,8 @@ typedef struct {
     int lr_schedule;       // LrSchedule
 } OptimConfig;
 
+enum { CONFIG_MAX_KEYS = 96 };
+
 typedef struct {
     InputConfig input;
     NetConfig net;
@@ -114,11 +118,23 @@ typedef struct {
     LayoutConfig layout;
     TrainingConfig training;
     OptimConfig optim;
+    // Keys given a value by config_set (a config file, --set, a stored config), by the index
+    // of config.c's table; the others take their mode's default (config_defaults).
+    unsigned char chosen[CONFIG_MAX_KEYS];
 } Config;
 
+// Every key's default. Some depend on the mode, and follow it wherever it is set, for each
+// key not chosen: fg+bp takes perturb = activity, estimator = mix and shrink = 0 (the best
+// fg+bp measured, docs/pipeline.md), except that perturb stays weight where a chosen key
+// needs weight tangents (estimator cv or guided, tangent_rank, cv_scale = auto), and shrink is
+// 0 only where the estimator is mix. bp's schedule is zb in every mode (only bp reads it).
 void config_defaults(Config *c);
-// Applies one key=value; errors name the key and the accepted values.
+// Applies one key=value, marks the key chosen and re-derives the mode's defaults of the keys
+// not chosen; errors name the key and the accepted values.
 int config_set(Config *c, const char *key, const char *value, FgError *err);
+// A combination measured to learn (almost) nothing, as a warning with the figures, or NULL:
+// fg+bp with weight perturbation and the cv estimator at K = 1 tangents.
+const char *config_warning(const Config *c);
 // Reads `key = value` lines; '#' starts a comment. Errors name the file and line.
 int config_load(Config *c, const char *path, FgError *err);
 // The same from text in memory (a checkpoint's stored config); errors name `name`.

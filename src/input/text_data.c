@@ -67,20 +67,41 @@ int text_corpus_load(TextCorpus *tc, const char *path, int ctx, FgError *err) {
     return rc;
 }
 
+int token_file_ids(const uint8_t *data, size_t bytes, int width, const char *what,
+                   const char *path, size_t *offset, FgError *err) {
+    int wide = bytes >= TOKEN_HEADER32 && !memcmp(data, TOKEN_FILE_MAGIC32, TOKEN_HEADER32);
+    if (wide && width == 2)
+        return fg_fail(err, FG_ERR_INPUT, "%s %s: a file of uint32 tokens (header %s), but this "
+                       "vocabulary reads uint16 tokens (at most 65536 ids): tokenized for another "
+                       "model", what, path, TOKEN_FILE_MAGIC32);
+    if (!wide && width == 4)
+        return fg_fail(err, FG_ERR_INPUT, "%s %s: a file of uint16 tokens (no %s header), but a "
+                       "vocabulary above 65536 ids reads uint32 tokens: tokenize with this model's "
+                       "tokenizer (fgpipe tokenize --tokenizer tokenizer.json)", what, path,
+                       TOKEN_FILE_MAGIC32);
+    *offset = wide ? TOKEN_HEADER32 : 0;
+    if ((bytes - *offset) % (size_t)width)
+        return fg_fail(err, FG_ERR_INPUT, "%s %s: %zu bytes is %s: not a whole number of uint%d tokens",
+                       what, path, bytes - *offset, width == 2 ? "an odd size" : "not a multiple of 4",
+                       8 * width);
+    return FG_OK;
+}
+
 // One file of tokens as a split: a whole number of tokens, at least one window.
 static int map_tokens(TextCorpus *tc, int slot, TokenSplit *s, const char *what, const char *path,
                       FgError *err) {
-    int rc = map_file(tc, slot, what, path, tc->token_bytes == 2 ?
+    int rc = map_file(tc, slot, what, path, tc->token_bytes > 1 ?
                       " (fgpipe tokenize --in TEXT --out FILE makes one)" : "", err);
     if (rc) return rc;
-    size_t bytes = tc->map_bytes[slot], n = bytes / (size_t)tc->token_bytes;
-    if (bytes % (size_t)tc->token_bytes)
-        return fg_fail(err, FG_ERR_INPUT, "%s %s: %zu bytes is an odd size: not a file of uint16 "
-                       "tokens", what, path, bytes);
+    size_t bytes = tc->map_bytes[slot], offset = 0;
+    if (tc->token_bytes > 1)
+        rc = token_file_ids(tc->map[slot], bytes, tc->token_bytes, what, path, &offset, err);
+    if (rc) return rc;
+    size_t n = (bytes - offset) / (size_t)tc->token_bytes;
     if (n < (size_t)tc->ctx + 1)
         return fg_fail(err, FG_ERR_INPUT, "%s %s: %zu tokens are too few for one window of ctx + "
                        "1 = %d tokens", what, path, n, tc->ctx + 1);
-    set_split(s, tc->map[slot], n, path);
+    set_split(s, (const uint8_t *)tc->map[slot] + offset, n, path);
     return FG_OK;
 }
 
@@ -88,7 +109,7 @@ int token_file_load(TextCorpus *tc, const char *path, int token_bytes, int ctx, 
                     FgError *err) {
     *tc = (TextCorpus){.token_bytes = token_bytes, .ctx = ctx, .vocab = vocab};
     if (ctx < 1) return fg_fail(err, FG_ERR_INPUT, "%s: ctx %d must be at least 1", path, ctx);
-    int rc = map_tokens(tc, 0, &tc->val, token_bytes == 2 ? "--tokens" : "--text", path, err);
+    int rc = map_tokens(tc, 0, &tc->val, token_bytes > 1 ? "--tokens" : "--text", path, err);
     if (!rc) madvise(tc->map[0], tc->map_bytes[0], MADV_SEQUENTIAL);
     if (rc) text_corpus_free(tc);
     return rc;
@@ -96,7 +117,7 @@ int token_file_load(TextCorpus *tc, const char *path, int token_bytes, int ctx, 
 
 int token_corpus_load(TextCorpus *tc, const char *train_path, const char *val_path, int ctx,
                       int vocab, FgError *err) {
-    *tc = (TextCorpus){.token_bytes = 2, .ctx = ctx, .vocab = vocab};
+    *tc = (TextCorpus){.token_bytes = token_width(vocab), .ctx = ctx, .vocab = vocab};
     if (ctx < 1)
         return fg_fail(err, FG_ERR_INPUT, "train_tokens %s: ctx %d must be at least 1", train_path, ctx);
     int rc = map_tokens(tc, 0, &tc->train, "train_tokens", train_path, err);

@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 // A class index or a token id: the MLP's 10 classes, the byte GPT's 256 bytes, GPT-2's 50257
-// tokens.
-typedef uint16_t Label;
+// tokens, Llama 3's 128256, Qwen3's 151936.
+typedef uint32_t Label;
 
 // Errors are returned, never printed deep inside the core: a function that can fail takes a
 // FgError*, fills it with a message that names the cause, and returns a non-zero code.

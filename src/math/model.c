@@ -162,20 +162,24 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
     L = layer_of(LAYER_LAYERNORM, "ln_f", T * C, T * C);
     L.tokens = T;
     add_layernorm(m, L, C);
-    L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * (g.fused_head ? HEAD_RECORD : V));
-    L.tokens = T, L.no_bias = 1, L.vocab = V, L.classes = g.vocab;
-    if (g.fused_head) L.head_block = g.head_block > 0 ? g.head_block : HEAD_BLOCK_COLUMNS;
-    const Layer *head = add_layer(m, L);
+    const Layer *head = add_lm_head(m, T, C, V, g.vocab, g.fused_head, g.head_block);
     // The head's copy of wte starts equal to it (one init key) and stays so (docs/gpt.md).
     add_tensor(m, head, "weight", 0, V, C, 0.02f, 0)->init_key = wte->init_key;
     m->tied_first = emb->index;
     m->tied_last = head->index;
+    return FG_OK;
+}
+
+Layer *add_lm_head(Model *m, int T, int C, int V, int classes, int fused_head, int head_block) {
+    Layer L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * (fused_head ? HEAD_RECORD : V));
+    L.tokens = T, L.no_bias = 1, L.vocab = V, L.classes = classes;
+    if (fused_head) L.head_block = head_block > 0 ? head_block : HEAD_BLOCK_COLUMNS;
     m->in_features = T;
-    m->classes = g.vocab;
+    m->classes = classes;
     m->logit_stride = V;
     m->tokens = T;
-    m->fused_head = g.fused_head;
-    return FG_OK;
+    m->fused_head = fused_head;
+    return add_layer(m, L);
 }
 
 // p[i] ~ U(-bound, bound) from the init stream: Philox words keyed like a tangent, 24 bits each.

@@ -13,5 +13,10 @@ TensorView *add_tensor(Model *m, const Layer *L, const char *tensor, size_t offs
                        int cols, float init_std, float init_value);
 // A layer of one token per sample.
 Layer layer_of(LayerKind kind, const char *name, int in, int out);
+// A language model's head over T tokens of width C: V (padded) logit rows of `classes` real
+// tokens, fused with the loss unless fused_head is 0 (head_block columns at a time, <= 0: the
+// default); its weight tensor is the caller's to add. Also sets the model's input and output
+// sizes.
+Layer *add_lm_head(Model *m, int T, int C, int V, int classes, int fused_head, int head_block);
 
 #endif

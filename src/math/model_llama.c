@@ -185,21 +185,13 @@ int model_build_llama(Model *m, LlamaShape g, FgError *err) {
     L = layer_of(LAYER_RMSNORM, "norm", T * C, T * C);
     L.tokens = T, L.eps = g.rms_eps;
     add_tensor(m, add_layer(m, L), "norm.weight", 0, C, 1, 0, 1);
-    L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * (g.fused_head ? HEAD_RECORD : V));
-    L.tokens = T, L.no_bias = 1, L.vocab = V, L.classes = g.vocab;
-    if (g.fused_head) L.head_block = g.head_block > 0 ? g.head_block : HEAD_BLOCK_COLUMNS;
-    const Layer *head = add_layer(m, L);
+    const Layer *head = add_lm_head(m, T, C, V, g.vocab, g.fused_head, g.head_block);
     TensorView *w = add_tensor(m, head, "lm_head.weight", 0, V, C, LLAMA_INIT_STD, 0);
     if (g.tie_embeddings) {  // two copies kept equal, as the GPT's (docs/gpt.md)
         w->init_key = wte->init_key;
         m->tied_first = emb->index;
         m->tied_last = head->index;
     }
-    m->in_features = T;
-    m->classes = g.vocab;
-    m->logit_stride = V;
-    m->tokens = T;
-    m->fused_head = g.fused_head;
     for (int l = 0; g.lora_rank > 0 && l < m->n_layers; l++)  // LoRA trains the adapters only
         m->layers[l].frozen = m->layers[l].kind != LAYER_LORA;
     return FG_OK;

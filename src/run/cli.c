@@ -49,11 +49,12 @@ static void usage(FILE *f) {
             "                       or a stop: they always hold a whole step)\n"
             "\n"
             "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
-            "                       [--temperature T] [--top-k K] [--seed S] [--vocab DIR]\n"
+            "                       [--temperature T] [--top-k K] [--seed S]\n"
+            "                       [--vocab DIR | --tokenizer JSON]\n"
             "  samples N tokens (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
             "  bytes for vocab 256, GPT-2's BPE (DIR: encoder.json, vocab.bpe; default\n"
-            "  data/gpt2) for vocab 50257; temperature 0 takes the most likely token; top-k 0\n"
-            "  samples among all\n"
+            "  data/gpt2) for vocab 50257, a Hugging Face tokenizer.json's tokens (Llama 3,\n"
+            "  Qwen3); temperature 0 takes the most likely token; top-k 0 samples among all\n"
             "\n"
             "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
             "                   [--batch B] [--summary-json F] [--logits F]\n"
@@ -62,9 +63,12 @@ static void usage(FILE *f) {
             "  accuracy; --text reads bytes as tokens (byte-level models: also bits per byte);\n"
             "  --logits writes the first window's logits, float32 [T][vocab]\n"
             "\n"
-            "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR] [--decode]\n"
-            "  GPT-2's byte-level BPE: UTF-8 text -> little-endian uint16 tokens (--decode: back);\n"
-            "  DIR holds encoder.json and vocab.bpe (default data/gpt2: launch/gpt2-vocab.sh)\n\n"
+            "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR | --tokenizer JSON]\n"
+            "                       [--decode]\n"
+            "  byte-level BPE: UTF-8 text -> little-endian token ids (--decode: back): GPT-2's\n"
+            "  (DIR holds encoder.json and vocab.bpe; default data/gpt2: launch/gpt2-vocab.sh),\n"
+            "  or a Hugging Face tokenizer.json's (Llama 3, Qwen3: launch/hf-tokenizer.sh);\n"
+            "  uint16 up to 65536 tokens, else uint32 after an 8-byte header FGTOKU32\n\n"
             "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
             "                   [--measured]] [--json FILE] [--batches --mem-budget BYTES\n"
             "                   (--weights-dir DIR | --disk-bw GB/s)]\n"
@@ -226,6 +230,7 @@ static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
         if (strcmp(f, "--checkpoint") == 0) g->checkpoint = value;
         else if (strcmp(f, "--prompt") == 0) g->prompt = value;
         else if (strcmp(f, "--vocab") == 0) g->vocab_dir = value;
+        else if (strcmp(f, "--tokenizer") == 0) g->tokenizer = value;
         else if (strcmp(f, "--tokens") == 0 && !(rc = parse_number(f, value, 0, 0, 1 << 24, &v, err))) g->tokens = (int)v;
         else if (strcmp(f, "--temperature") == 0 && !(rc = parse_number(f, value, 1, 0, 100, &v, err))) g->temperature = v;
         else if (strcmp(f, "--top-k") == 0 && !(rc = parse_number(f, value, 0, 0, 65536, &v, err))) g->top_k = (int)v;

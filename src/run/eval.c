@@ -14,7 +14,7 @@ typedef struct {
 
 static int open_file(const EvalArgs *a, const Model *m, int T, TextCorpus *tc, FgError *err) {
     if (!a->tokens_path == !a->text_path)
-        return fg_fail(err, FG_ERR_INPUT, "eval needs one of --tokens FILE (uint16 tokens) and "
+        return fg_fail(err, FG_ERR_INPUT, "eval needs one of --tokens FILE (token ids: fgpipe tokenize) and "
                        "--text FILE (bytes)");
     if (T > m->tokens)
         return fg_fail(err, FG_ERR_INPUT, "eval: --ctx %d is more than checkpoint %s's ctx %d (it "
@@ -23,7 +23,7 @@ static int open_file(const EvalArgs *a, const Model *m, int T, TextCorpus *tc, F
         return fg_fail(err, FG_ERR_INPUT, "eval: --text %s reads bytes, but checkpoint %s has vocab "
                        "%d: tokenize the text (fgpipe tokenize) and pass --tokens", a->text_path,
                        a->checkpoint, m->classes);
-    return a->tokens_path ? token_file_load(tc, a->tokens_path, 2, T, m->classes, err)
+    return a->tokens_path ? token_file_load(tc, a->tokens_path, token_width(m->classes), T, m->classes, err)
                           : token_file_load(tc, a->text_path, 1, T, 256, err);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "hf_tokenizer.h"
 #include "checkpoint_model.h"
 #include "philox.h"
 
@@ -50,12 +51,19 @@ static float uniform_at(uint32_t seed, uint32_t position) {
 // to write a token back. bpe stays NULL for a byte-level model.
 typedef struct {
     Bpe *bpe;
-    uint16_t *ids;
+    uint32_t *ids;
     size_t n, cap;
 } Tokens;
 
 static int load_vocabulary(const GenerateArgs *a, const Model *m, Tokens *t, FgError *err) {
-    if (m->classes == 256) return FG_OK;
+    if (m->classes == 256 && !a->tokenizer) return FG_OK;
+    if (a->tokenizer) {  // the model's table may be padded past the tokenizer's ids (Qwen3)
+        int rc = hf_tokenizer_load(a->tokenizer, &t->bpe, err);
+        if (!rc && bpe_vocab_size(t->bpe) > m->classes)
+            rc = fg_fail(err, FG_ERR_INPUT, "generate: checkpoint %s has vocab %d, fewer than the "
+                         "%d tokens of %s", a->checkpoint, m->classes, bpe_vocab_size(t->bpe), a->tokenizer);
+        return rc;
+    }
     char encoder[4096], merges[4096];
     snprintf(encoder, sizeof encoder, "%s/encoder.json", a->vocab_dir);
     snprintf(merges, sizeof merges, "%s/vocab.bpe", a->vocab_dir);
@@ -80,7 +88,7 @@ static void write_token(const Tokens *t, int id, FILE *out) {
     size_t len = 1;
     unsigned char byte = (unsigned char)id;
     const char *bytes = t->bpe ? bpe_token_bytes(t->bpe, id, &len) : (const char *)&byte;
-    fwrite(bytes, 1, len, out);
+    if (len) fwrite(bytes, 1, len, out);  // ids past the tokenizer's (a padded table) write nothing
 }
 
 // Samples a->tokens tokens after the prompt, each from a window of the last T tokens; the
@@ -98,7 +106,7 @@ static void sample_text(const GenerateArgs *a, CheckpointModel *cm, Tokens *t, F
         const float *logits = checkpoint_model_forward(cm, x, 1);
         int id = sample_token(logits + (len - 1) * stride, V, a->temperature, a->top_k,
                               uniform_at(a->seed, (uint32_t)i), scratch, weight);
-        t->ids[t->n++] = (uint16_t)id;
+        t->ids[t->n++] = (uint32_t)id;
         write_token(t, id, out);
         fflush(out);
     }

@@ -1,5 +1,6 @@
 // `fgpipe generate`: text sampled from a GPT checkpoint, one token at a time, on one CPU rank:
-// bytes for a byte-level model (vocab 256), GPT-2's BPE tokens (bpe.h) for vocab 50257.
+// bytes for a byte-level model (vocab 256), GPT-2's BPE tokens (bpe.h) for vocab 50257, or the
+// tokens of a Hugging Face tokenizer.json (hf_tokenizer.h: Llama 3, Qwen3).
 #ifndef FGPIPE_GENERATE_H
 #define FGPIPE_GENERATE_H
 
@@ -13,6 +14,7 @@ typedef struct {
     const char *checkpoint;
     const char *prompt;   // text to start from ("" starts from a newline)
     const char *vocab_dir;  // encoder.json and vocab.bpe, for a BPE model
+    const char *tokenizer;  // or a Hugging Face tokenizer.json (NULL: vocab_dir)
     int tokens;           // tokens to sample
     double temperature;   // 0: always the most likely token
     int top_k;            // sample among the k most likely tokens (0: all)

@@ -37,6 +37,7 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
             for (int k = 0; k < N_OP_COSTS; k++) cs->costs[k * M + s] = cost[k];
         cs->stash[s] = (double)stage_stash_floats(&st, B) * sizeof(float);
         cs->adjoint[s] = (double)stage_adjoint_floats(&st, B) * sizeof(float);
+        cs->input[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
         cs->kept_for_u[s] = run.keeps_inputs ? (double)stage_kept_floats(&st, N * B) * sizeof(float) : 0.0;
         const int out = m->layers[cs->layout[s + 1] - 1].out;
         cs->forward_msg[s] = (double)B * out * (1 + (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
@@ -89,10 +90,15 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
 static void figures_of(const Schedule *S, const CostSet *cs, Figures *f) {
     const int M = S->M, N = S->N;
     *f = (Figures){.step = S->makespan, .bubble = schedule_stats(S).bubble_fraction};
+    const int rerun = run_plan(&cs->cfg, cs->cfg.layout.replicas).recompute;
     for (int s = 0; s < M; s++) {
         const StageBubbles b = schedule_stage_bubbles(S, s);
         f->b_ops[s] = (double)b.corrections / S->n_phases;
-        f->activations[s] = b.stashes * cs->stash[s] + b.kept * cs->adjoint[s] + cs->kept_for_u[s];
+        // recompute: the inputs from F to B (Bw), the rest of a stash from B (Bi) to B (Bw).
+        const double stashes = !rerun ? b.stashes * cs->stash[s]
+                               : b.stashes * cs->input[s] +
+                                 (b.stashes ? FG_MAX(b.kept, 1) : 0) * (cs->stash[s] - cs->input[s]);
+        f->activations[s] = stashes + b.kept * cs->adjoint[s] + cs->kept_for_u[s];
         f->sent[s] = s < M - 1 ? N * cs->forward_msg[s] : 0.0;
         for (int p = 0; p < S->n_phases; p++) {
             const ScheduledOp *ops;
@@ -224,6 +230,9 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
                 cfg->layout.stages, cfg->training.micro_batches, cfg->training.micro_batch,
                 cfg->layout.replicas, cfg->layout.replicas > 1 ? "s" : "", m.n_params,
                 threads ? threads : "unset");
+        if (cfg->timetable.recompute == RECOMPUTE_STAGE)
+            fprintf(out, "recompute = stage: bp's and fg+bp's Bi include the rerun of F, their "
+                    "activations a stage input per micro-batch in flight and the reruns' stashes\n");
         for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
         if (json) json_cost_sets(json, sets);
         Figures figs[N_PLANNED];

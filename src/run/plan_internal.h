@@ -16,6 +16,7 @@ typedef struct {
     // its tangents) and one adjoint message.
     double stash[SCHED_MAX_STAGES], adjoint[SCHED_MAX_STAGES];
     double kept_for_u[SCHED_MAX_STAGES];        // a step's layer inputs F keeps for U (activity)
+    double input[SCHED_MAX_STAGES];             // recompute: one micro-batch's stage input
     double forward_msg[SCHED_MAX_STAGES], adjoint_msg[SCHED_MAX_STAGES];
 } CostSet;
 

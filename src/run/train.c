@@ -265,6 +265,8 @@ static int open_run(Run *r, FgError *err) {
                             e->streams, want_stats, err)))
         return rc;
     plan_figures(r);
+    const char *warning = config_warning(r->cfg);
+    if (e->tr->stage == 0 && e->tr->replica == 0 && warning) fprintf(stderr, "fgpipe: warning: %s\n", warning);
     if (e->tr->stage == 0 && e->tr->replica == 0)
         report_print_layout(&r->model, r->res, e->tr->stages, &r->p);
     if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err))) return rc;

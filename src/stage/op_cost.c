@@ -108,6 +108,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         double dz_seconds = scores && !fused ? time_loss(st, y, K ? ydot : NULL, labels, dy, rows) : 0.0;
         rc = be->sync(be, err);
         t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
+        if (setup->recompute)  // B's rerun: the plain forward, in Bi's time
+            stage_forward(st, w_lagged ? w_lagged : w, NULL, x, NULL, rows, stash, &y, &ydot);
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
                              adjoints, rows);
         if (!rc) rc = be->sync(be, err);

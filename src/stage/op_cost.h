@@ -28,6 +28,7 @@ typedef struct {
     const OptimizerConfig *optimizer;  // U steps it over the parameters (NULL: U is the
                                        // tangents' part alone)
     int lagged_weights;    // Bi reads a weight version of its own (the timetable's B ops lag)
+    int recompute;         // Bi first reruns the stage's plain forward (recompute = stage)
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Fine-tunes a Hugging Face model directory (config.json, model*.safetensors and, for Llama 3 and
+# Qwen3, tokenizer.json) on a text, end to end:
+#   1. imports it (tools/fgpipe-convert: GPT-2, Llama, Qwen3; BF16/F16 widened to float32),
+#   2. tokenizes the text with the model's own tokenizer (fgpipe tokenize --tokenizer
+#      tokenizer.json; GPT-2 without one: its vocabulary, launch/gpt2-vocab.sh),
+#   3. scores the validation text (fgpipe eval),
+#   4. fine-tunes the whole model with the checkpoint's own config plus the fine-tuning settings
+#      below (fgpipe train --init-from; extra ARGS go to it: --set steps=500, --set mode=fg+bp,
+#      --set stages=2, --mem-budget 2G --weights-dir /flash/w, and LoRA's keys where built),
+#   5. scores it again and exports it in Hugging Face's layout to OUT/hf.
+# TRAIN_TEXT and VAL_TEXT name the text (default: the fortunes, launch/fortunes-corpus.sh --text);
+# OUT the folder (default out/finetune-<dir name>); CTX the window (default 256); FGPIPE a built
+# fgpipe (default: launch/build.sh, then build/fgpipe).
+#   usage: launch/finetune.sh HF_DIR [ARGS for fgpipe train...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -ge 1 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+hf=$(realpath "$1")
+shift
+fail() { echo "finetune: $*" >&2; exit 1; }
+[ -f "$hf/config.json" ] || fail "$hf has no config.json (a Hugging Face model directory?)"
+if [ -z "${FGPIPE:-}" ]; then (cd "$root" && launch/build.sh >&2); FGPIPE=$root/build/fgpipe; fi
+convert=$root/tools/fgpipe-convert
+out=${OUT:-$root/out/finetune-$(basename "$hf")} ctx=${CTX:-256}
+mkdir -p "$out"
+if [ -z "${TRAIN_TEXT:-}" ]; then
+  { read -r TRAIN_TEXT; read -r VAL_TEXT; } < <(cd "$root" && launch/fortunes-corpus.sh --text)
+  TRAIN_TEXT=$root/$TRAIN_TEXT VAL_TEXT=$root/$VAL_TEXT
+fi
+family=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("model_type", "?"))' "$hf/config.json")
+
+echo "== import ($family)"
+case $family in
+  gpt2)
+    heads=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["n_head"])' "$hf/config.json")
+    "$convert" import "$hf/model.safetensors" "$out/init.h5" --n-head "$heads" --ctx "$ctx" ;;
+  llama|qwen3) "$convert" import "$hf" "$out/init.h5" --ctx "$ctx" ;;
+  *) fail "model_type '$family' in $hf/config.json: fgpipe fine-tunes gpt2, llama and qwen3" ;;
+esac
+
+echo "== tokenize with the model's tokenizer"
+if [ -f "$hf/tokenizer.json" ]; then tok=(--tokenizer "$hf/tokenizer.json")
+elif [ "$family" = gpt2 ]; then tok=(--vocab "$(cd "$root" && realpath "$(launch/gpt2-vocab.sh)")")
+else fail "$hf has no tokenizer.json"; fi
+for s in train val; do
+  text=TRAIN_TEXT; [ $s = val ] && text=VAL_TEXT
+  "$FGPIPE" tokenize "${tok[@]}" --in "${!text}" --out "$out/$s.bin"
+done
+
+# The checkpoint's config (its shape, vocab, window) and settings for a fine-tune: AdamW at a
+# small rate, a short warm-up, 8 windows a step; ARGS override any of them.
+/usr/bin/python3 -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["config"].decode())' \
+  "$out/init.h5" >"$out/model.conf"
+cat >>"$out/model.conf" <<EOF
+data = tokens
+mode = bp
+optimizer = adam
+lr = 0.00005
+beta2 = 0.95
+weight_decay = 0
+warmup_steps = 10
+lr_schedule = cosine
+micro_batch = 2
+micro_batches = 4
+steps = 100
+eval_every = 0
+print_every = 10
+EOF
+. "$root/launch/lib.sh"
+stages=1 replicas=1
+for a in "$@"; do
+  case $a in stages=*) stages=${a#stages=} ;; replicas=*) replicas=${a#replicas=} ;; esac
+done
+mpi_flags $((stages * replicas))
+
+echo "== before fine-tuning"
+"$FGPIPE" eval --checkpoint "$out/init.h5" --tokens "$out/val.bin" --summary-json "$out/eval-before.json"
+echo "== fine-tuning"
+mpirun "${MPI_FLAGS[@]}" "$FGPIPE" train --config "$out/model.conf" --init-from "$out/init.h5" \
+  --set train_tokens="$out/train.bin" --set val_tokens="$out/val.bin" --out "$out/run" \
+  --summary-json "$out/summary.json" "$@"
+echo "== after fine-tuning"
+"$FGPIPE" eval --checkpoint "$out/run/checkpoint.h5" --tokens "$out/val.bin" --summary-json "$out/eval-after.json"
+
+echo "== export to $out/hf"
+if [ "$family" = gpt2 ]; then
+  mkdir -p "$out/hf" && "$convert" export "$out/run/checkpoint.h5" "$out/hf/model.safetensors"
+else
+  "$convert" export "$out/run/checkpoint.h5" "$out/hf"
+fi
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+b, a = (json.load(open(f"{sys.argv[1]}/eval-{w}.json")) for w in ("before", "after"))
+print(f"validation loss {b['loss']:.4f} -> {a['loss']:.4f} nats/token over {a['tokens']} tokens")
+PY

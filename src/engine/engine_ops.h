@@ -1,0 +1,89 @@
+// What the units of the step engine below pipeline.c call of one another: pipeline_ops.c (op
+// groups F and B, messages, the loss end of F), pipeline_update.c (op U: the estimate, clipping,
+// statistics, applying updates), and below both of these pipeline_messages.c (the step's
+// messages) and pipeline_layers.c (layer access, what F keeps for U). The state they share is
+// engine_state.h's; the run's options are resolved once into Pipeline.run (run_plan.h).
+#ifndef FGPIPE_ENGINE_OPS_H
+#define FGPIPE_ENGINE_OPS_H
+
+#include "engine_state.h"
+
+// Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
+int ops_keeps_stash(const Pipeline *p, long step, int mb);
+// Floats of a stash: every layer's input and the stage's output (recompute: less the input).
+size_t ops_stash_floats(const Pipeline *p);
+
+// pipeline_layers.c: the stage's layers and what F keeps of them for U.
+// The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
+int layers_next_param(const Pipeline *p, int l, int dir);
+int layers_first_param(const Pipeline *p);
+
+// Acquires layer l's parts and starts reading the next layer with parameters in direction dir
+// (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
+int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
+int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+// Whether this rank changes the layers it acquires: not a replica that reads its node's shared
+// slots (LayerSource.reads_only), whose I/O rank applies every change once.
+int layers_writes(const Pipeline *p);
+// Shared slots: every replica of the node reaches this point (LayerSource.sync); else nothing.
+int layers_sync(Pipeline *p, FgError *err);
+// What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for
+// the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
+float *layers_kept(const Pipeline *p, long step, int l);
+
+// Offsets into p->scalars.
+size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
+size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
+size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
+
+// pipeline_messages.c. Floats of a forward message into `layer` for `rows` samples:
+// activations, then K times as many tangents.
+size_t messages_forward_floats(const Pipeline *p, int layer, int rows);
+
+// Receives the next message of the step's plan into the inbox (posted one ahead); *msg points
+// at it until n_inbox - 1 later messages have been taken.
+int messages_take(Pipeline *p, long step, const float **msg, FgError *err);
+// Posts the step's first receive.
+int messages_start(Pipeline *p, long step, FgError *err);
+
+// Op groups: the ops plan.op[g->first ..) of one kind. ops_prepare_lanes fills p->work.lanes with
+// those that run this step and takes their messages (stage 0: gathers its inputs); the group
+// then passes its lanes through the stage's layers together. *loss_sum collects the last
+// stage's losses; first_of_step: the step's first F group; last_w: whether this is the step's
+// last group with B or Bw ops (the gradient is complete after it).
+int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
+                      int *n_lanes, FgError *err);
+int ops_forward_group(Pipeline *p, long step, int n_lanes, const size_t *order,
+                      size_t sample0, double *loss_sum, FgError *err);
+int ops_backward_group(Pipeline *p, long step, long total, int n_lanes, int last_w, FgError *err);
+// The lanes through every layer of the stage; step < 0: without tangents (evaluation).
+int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
+
+// A streamed bp stage without clipping updates each layer in the backward wave.
+int update_in_backward(const Pipeline *p);
+
+// Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
+// its weights are written back). Releases with layers_release (pipeline_layers.c).
+int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
+                               FgError *err);
+
+// Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
+// gradient: summed over the replicas (streamed: here; resident: the whole stage before),
+// averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
+// streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
+// squared norm into the scalars. Returns the parts written in *dirty.
+int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
+                                 unsigned *dirty, FgError *err);
+
+// Op U. *waited: seconds spent in sums waiting for other ranks (idle time, not work).
+int update_op(Pipeline *p, long step, long total, double *waited, FgError *err);
+
+// The pending update applied to layer l's slot (weights acquired, and the step part when the
+// update reads it). Returns the parts written.
+unsigned update_apply(Pipeline *p, int l, LayerSlot *s);
+
+// Applies an update still pending (pipeline_update.c). Declared here for its definer and in
+// pipeline.h for the run: pipeline.c sees both, so the compiler holds them equal.
+int pipeline_apply_pending(Pipeline *p, FgError *err);
+
+#endif

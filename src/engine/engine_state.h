@@ -1,0 +1,225 @@
+// The step engine's state, below every unit that works on it: the Pipeline of one stage and
+// its parts, a micro-batch's Lane through the layers, and the small queries on them. The
+// engine is a stack (docs/core.md): pipeline_setup.c builds a Pipeline, pipeline.c (the step
+// driver) runs op groups of pipeline_ops.c (F, B) and pipeline_update.c (U), which use
+// pipeline_messages.c and pipeline_layers.c (engine_ops.h declares what they call of each
+// other), and all of them read this state. Nothing here calls up.
+#ifndef FGPIPE_ENGINE_STATE_H
+#define FGPIPE_ENGINE_STATE_H
+
+#include "config.h"
+#include "cv_scale.h"
+#include "data.h"
+#include "exec_plan.h"
+#include "head_loss.h"
+#include "layer_source.h"
+#include "layer_stream.h"
+#include "model.h"
+#include "op_cost.h"
+#include "optimizer.h"
+#include "partition.h"
+#include "run_plan.h"
+#include "schedule.h"
+#include "stage.h"
+#include "transport.h"
+
+typedef struct {
+    double loss;        // mean loss of the step's micro-batches (valid on every stage)
+    double seconds;     // wall time of the step on this stage
+    // With UpdateState.want_stats (docs/log.md; NaN where not defined this step):
+    double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
+    double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer
+} StepResult;
+
+// An update computed by op U and not yet applied to every layer (a streamed stage applies it
+// as the next forward wave reads each layer), per layer, scaled by clip, then the optimizer
+// step: g = the kept gradient (bp), or
+// g = base_kept * kept + base_ref * ref_beta[l] * ref + sum coeff[i] v_i (fg, fg+bp), where
+// kept is this step's c, ref the reference of the step before and ref_beta its scale per layer
+// (cv_scale = auto; NULL: 1).
+typedef struct {
+    int active;
+    long step;
+    double lr;
+    float base_kept, base_ref, clip;
+    int tangents;          // the coefficients apply (fg, fg+bp)
+    int coeff_nonzero;     // some coefficient is not 0 (mix or cv at shrink 0: none is, and the
+                           // tangents' terms, a GEMM per layer under activity, are not formed)
+    int formed;            // resident: the norm pass left g in Pipeline.update
+    int aged;              // the source moved the weights to prev[0] (age_weights): the
+                           // update reads them there
+    int set_ref;           // afterwards the reference becomes ref_scale * c (fg+bp, cv, guided)
+    float ref_scale;
+    float *coeff;          // [N*K] over every replica's micro-batches
+    float fg_weight;       // the weight of the step's own forward gradient (mix: shrink; else 1):
+                           // applies to the local estimates, formed in F unweighted
+    const float *ref_beta; // [n_layers] or NULL
+} PendingUpdate;
+
+// The timetable (identical on every stage) and this stage's part of it.
+typedef struct {
+    Schedule sched;
+    ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
+    const ExecPlan *plan;     // this step's (phase step mod n_phases)
+    int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
+    int lags_kept;            // weight versions kept for this stage's ops with a lag: the
+                              // largest lag in its timetable (at most need.prev)
+    char choice[256];         // why this timetable, where the run chose one (or "")
+    double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
+    double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned
+                              // with (op_cost.h; F calibrated where the run calibrates)
+    double op_seconds[OP_U + 1];  // by OpKind: this stage's ops as they ran, summed over the
+    long op_count[OP_U + 1];      // steps after the first few (pipeline_measured_costs)
+} StageTimetable;
+
+// Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
+// the message before is in use) and the outbox.
+typedef struct {
+    MessagePlan plan;         // this step's
+    size_t stride;            // floats of an inbox slot: the largest message
+    float *inbox;             // received messages, [n_inbox][stride], used round-robin
+    int n_inbox;
+    const MessagePlan *recv_plan;     // this step's receives:
+    int recv_posted, recv_taken;      // posted so far (one ahead of those taken), taken
+    int recv_handle;
+    float *outbox;            // the message being sent
+} Messages;
+
+// The buffers an op group's micro-batches ("lanes") pass through the layers with.
+typedef struct {
+    struct Lane *lanes;       // [max_group]
+    size_t act_stride, tan_stride, adj_stride;
+    float *act[2], *tan[2], *adj[2];  // ping-pong by layer parity, [max_group][stride]
+    float *x_in;              // stage 0's inputs: [max_group][x_stride]
+    size_t x_stride;
+    Label *labels;            // last stage: one micro-batch of labels
+    float *host_x;            // host: inputs as gathered from the dataset
+    Label *host_labels;       // host: labels as gathered
+    float *loss_d;            // host: one micro-batch's directional derivatives [K]
+} LaneBuffers;
+
+// What backward ops need, kept from F (or Bi) to their last use: the stashes of activations
+// (recompute: the stage's input from F to B or Bi, then the rerun's stash from Bi to Bw),
+// the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod rings)
+// and micro-batch, and the buffers free for reuse.
+typedef struct {
+    unsigned char *keeps;     // [n_phases][N]: F of micro-batch b in phase p keeps a stash
+    float *dz[SCHED_MAX_LAG + 1];
+    int rings;             // steps whose stashes and dz live at once: the timetable's lag + 1
+    float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_stash, **free_adj;
+    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+    // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
+    // backward op), B's or Bi's rerun the stash of the layers after it (Bi's: rerun[][]).
+    float *rerun[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float **free_input;
+    int n_free_input, n_input_alloc;
+} StashPool;
+
+// What op F keeps for op U besides the scalars (activity perturbation, local losses).
+typedef struct {
+    // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
+    // two when the update is applied in the next step (streamed). work: one layer's G for U.
+    float *blocks[2], *work;
+    Label *lane_labels;       // local losses, a fused head: the labels of F's lanes
+                              // [max_group][B * tokens]
+} ForwardKept;
+
+// Op U's state between steps: the exact gradient c, the reference, the update in waiting.
+typedef struct {
+    long first_c_step;        // fg+bp: the first step with an exact gradient c
+    int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
+    float c_scale;            // c = c_scale * the kept gradient (fg+bp: 1 / its lanes)
+    int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
+    CvScale cv;               // cv_scale = auto: the reference's scale per layer (else empty)
+    float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
+    float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
+    float *scratch;           // want_stats, resident: one layer's plain fg estimate
+    PendingUpdate pending;
+    int want_stats;           // fill the StepResult statistics (costs allreduces and one more
+                              // tangent pass); the same on every stage
+    StepResult stats;         // of the last update
+} UpdateState;
+
+typedef struct {
+    const Backend *be;        // every float buffer below is its memory unless marked host
+    const Config *cfg;
+    const Model *model;
+    Transport *tr;
+    const Dataset *data;      // training set: stage 0 reads inputs, the last stage labels
+    Stage stage;
+    LayerSource src;          // the stage's layers: resident or streamed
+    RunPlan run;              // the run's options, resolved
+    LayerNeeds need;
+    StageTimetable tt;
+    int is_first, is_last;
+    int K;                    // tangents (0 in bp)
+    size_t n;                 // parameters of this stage
+    size_t largest;           // parameters of its largest layer
+    int n_streamed;           // stages of the pipeline that stream their layers
+    Messages msg;
+    LaneBuffers work;
+    StashPool pool;
+    ForwardKept kept;
+    UpdateState upd;
+    float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
+    // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
+    // [N*K*B]), then r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
+    double *scalars;
+    size_t n_scalars;
+    long first_step;          // the run's first step (a resumed run's is > 0)
+} Pipeline;
+
+// One micro-batch of an op group on its way through the stage's layers.
+typedef struct Lane {
+    int op;                   // timetable index
+    OpKind kind;
+    int microbatch;           // of this replica
+    int lag;                  // B, Bi, Bw: the micro-batch of `lag` steps before
+    int taker_lag;            // B, Bi: the lag of the op of the stage before that takes the
+                              // input adjoint (-1: none)
+    int rows;
+    TangentKey key;           // F: its tangents (layer set per layer)
+    const float *x, *xdot;    // F: the input, then each layer's output (evaluation: no xdot)
+    const float *dy;          // B: the output adjoint, then each layer's input adjoint
+    float *stash;             // what B needs: every layer's input (NULL: not selected)
+    float *input;             // recompute: the stage's input, kept from F for B's rerun
+    float *keep;              // Bi, Bw: each parameter layer's output adjoint
+    const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
+                              // (host)
+    float loss;               // F through a fused head: the mean loss, and its hits
+    int correct;
+} Lane;
+
+// Replica r's micro-batch mb is the step's global micro-batch r*N + mb. It names the tangents
+// and the place of its scalars, so R replicas of N micro-batches compute what one pipeline of
+// R*N micro-batches computes.
+static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
+    return p->tr->replica * p->cfg->training.micro_batches + mb;
+}
+// The micro-batches c is the mean of where the timetable fixes them on every stage: bp's
+// timetables all N, fg+bp's explicit select n (also where select = -1 chose one); 0 where each
+// stage averages its own corrections of the step (fg+bp's auto timetable).
+static inline int pipeline_fixed_corrections(const Pipeline *p) {
+    const Schedule *S = &p->tt.sched;
+    return S->mode != SCHED_FG_BP ? S->N : S->select >= 0 ? S->select : 0;
+}
+// The loss's adjoint per label position: a fused head's record (head_loss.h), or a row of
+// logits.
+static inline int pipeline_adjoint_width(const Pipeline *p) {
+    return p->model->fused_head ? HEAD_RECORD : p->model->logit_stride;
+}
+// What a micro-batch's loss adjoint is scaled by: bp averages over all N micro-batches and the
+// R replicas (the replica sum adds them up); fg+bp's c with select = n over the n on every
+// stage; auto's over the replicas here and over each stage's own corrections in op U.
+static inline float pipeline_adjoint_scale(const Pipeline *p) {
+    int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
+    return 1.0f / (float)(n * p->tr->replicas);
+}
+// The timetable's phase of a step.
+static inline int pipeline_step_phase(const Pipeline *p, long step) {
+    return (int)(step % p->tt.sched.n_phases);
+}
+
+#endif
