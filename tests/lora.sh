@@ -26,21 +26,10 @@ base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$d
       --set micro_batches=3)
 lora=(lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down)
 
-run() {  # run NAME M KEY=VALUE... [-- EXTRA ARGS]: trains on M stages into $dir/NAME/, NAME.bin
-  local name=$1 M=$2; shift 2
-  local sets=() extra=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
-  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
-  timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
-    "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" "${extra[@]}" \
-    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
-    echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
-}
-
 problem() { [ -f "$dir/$1.problem" ] && echo "$1: $(cat "$dir/$1.problem")"; }
 
 # The base: 20 steps of full training.
-run basemodel 1 steps=20
+train_on basemodel 1 steps=20
 verdict "the base model trains" "$(problem basemodel)"
 from=(-- --init-from "$dir/basemodel/checkpoint.h5")
 
@@ -52,13 +41,8 @@ cases=(
 for c in "${cases[@]}"; do
   IFS='|' read -r name sets_text <<<"$c"
   read -r -a sets <<<"$sets_text"
-  for M in 1 2; do run "$name-M$M" "$M" steps=10 "${lora[@]}" "${sets[@]}" "${from[@]}"; done
-  why="$(problem "$name-M1")$(problem "$name-M2")"
-  if [ -z "$why" ]; then
-    cmp -s <(cut -d, -f1-3 "$dir/$name-M1/loss.csv") <(cut -d, -f1-3 "$dir/$name-M2/loss.csv") || why="losses differ"
-    cmp -s "$dir/$name-M1.bin" "$dir/$name-M2.bin" || why="$why params differ"
-  fi
-  verdict "$name: LoRA on 2 stages = 1 stage, byte for byte" "$why"
+  for M in 1 2; do train_on "$name-M$M" "$M" steps=10 "${lora[@]}" "${sets[@]}" "${from[@]}"; done
+  same_runs "$name: LoRA on 2 stages = 1 stage, byte for byte" "$name-M1" "$name-M2"
 done
 
 # The base's tensors bit for bit in every LoRA checkpoint; every adapter's B moved from 0 (A
@@ -84,7 +68,7 @@ done
 
 # The loss falls: the adapters' validation loss below the base's (which is where LoRA starts:
 # B = 0), bp at a larger learning rate.
-run falls 1 steps=30 lr=0.01 "${lora[@]}" "${from[@]}"
+train_on falls 1 steps=30 lr=0.01 "${lora[@]}" "${from[@]}"
 start=$(grep -o "val loss [0-9.]*" "$dir/basemodel.log" | grep -o "[0-9.]*$")
 end=$(grep -o "val loss [0-9.]*" "$dir/falls.log" | grep -o "[0-9.]*$")
 awk -v s="${start:-0}" -v e="${end:-9}" 'BEGIN { exit !(e < s) }' &&
@@ -96,7 +80,7 @@ awk -v s="${start:-0}" -v e="${end:-9}" 'BEGIN { exit !(e < s) }' &&
 # float32's rounding of A1 at 1e-7 of the step, not of A (some gradients are 1e-6). The bound
 # is per tensor, relative to its largest entry: float32's gradients of the smallest (1e-6)
 # differ from float64's by ~1e-4 of that.
-run grad 1 steps=1 micro_batch=1 micro_batches=1 optimizer=sgd momentum=0 lr=1000 \
+train_on grad 1 steps=1 micro_batch=1 micro_batches=1 optimizer=sgd momentum=0 lr=1000 \
   lr_schedule=constant weight_decay=0 clip_norm=0 train_tokens="$dir/window.bin" "${lora[@]}" \
   -- --init-from "$dir/bp-M1/checkpoint.h5"
 if [ -f "$dir/grad.problem" ]; then
@@ -161,7 +145,7 @@ refused() {  # refused LABEL WANT KEY=VALUE...
     verdict "$label: refused by name, exit 2" "exit $rc: $(cat "$dir/bad.err")"
 }
 # Continuing a LoRA checkpoint with other adapters: refused by the key that differs.
-run other 1 steps=1 lora_rank=2 lora_alpha=8 lora_targets=q,k,v,o,gate,up,down -- --init-from "$dir/bp-M1/checkpoint.h5"
+train_on other 1 steps=1 lora_rank=2 lora_alpha=8 lora_targets=q,k,v,o,gate,up,down -- --init-from "$dir/bp-M1/checkpoint.h5"
 grep -q "it has lora_alpha = 4, the config lora_alpha = 8" "$dir/other.log" &&
   verdict "a LoRA checkpoint under another lora_alpha: refused by name" "" ||
   verdict "a LoRA checkpoint under another lora_alpha: refused by name" "$(tail -n 3 "$dir/other.log")"
