@@ -124,6 +124,7 @@ static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError
             const TensorView *tv = &m->tensors[t];
             if (tv->layer != L->index) continue;
             hid_t d = ts->dsets[b * m->n_tensors + t];
+            if (d < 0) continue;  // an adapter the checkpoint lacks (adapters_optional)
             float *data = bufs[b] + (tv->offset - L->param_offset);
             herr_t h = ts->load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
                                 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
@@ -295,6 +296,7 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
             char name[256];
             dataset_name(st->buffers[b], tv, name, sizeof name);
             if (H5Lexists(f, st->buffers[b], H5P_DEFAULT) <= 0 || H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {
+                if (st->adapters_optional && m->layers[tv->layer].kind == LAYER_LORA) continue;
                 rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s has no %s (this model has layer %s)",
                              path, name, m->layers[tv->layer].name);
                 break;

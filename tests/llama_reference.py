@@ -21,6 +21,14 @@ Writes into OUT_DIR:
   reference.json      {"loss": mean cross-entropy in nats per token, "windows": n}
   logits.bin          the first window's logits, float32 [ctx][vocab]
   bad_*/              hf/ with one thing wrong each (llama_convert.sh names them)
+
+usage: llama_reference.py lora-grad BEFORE.h5 AFTER.h5 WINDOW.bin LR   (tests/lora.sh)
+LoRA's gradient: BEFORE is an fgpipe LoRA checkpoint (model = llama, lora_rank > 0), AFTER the
+same after one step of plain SGD (momentum 0, no decay, no clipping) at learning rate LR on the
+one window of WINDOW.bin (uint16 ids, ctx + 1 of them). The float64 model with every adapted
+weight W + (alpha / r) B A (PEFT's LoRA) gives the gradient of the window's mean loss in each A
+and B; printed: "max_rel_err E" of (BEFORE - AFTER) / LR against it, the largest difference over
+the largest gradient entry, tensor by tensor; exit 1 when an adapter has no gradient.
 """
 import argparse
 import json
@@ -211,5 +219,49 @@ def main():
         json.dump({"loss": loss.item(), "windows": a.windows, "logits_std": logits.std().item()}, f)
 
 
+def lora_grad(before, after, window, lr):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    import numpy as np
+    import fgpipe_convert_llama as conv
+    import fgpipe_convert_lora as lora
+    c, V, t0 = conv.read_checkpoint(before)
+    _, _, t1 = conv.read_checkpoint(after)
+    rank, alpha, _ = lora.lora_settings(c)
+    cfg = conv.hf_config(c, "F32")
+    base, adapters = lora.split({k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in t0.items()})
+    params = {m: (A.clone().requires_grad_(), B.clone().requires_grad_()) for m, (A, B) in adapters.items()}
+    w = {"model." + k: v for k, v in base.items()}
+    w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"][:V]
+    if "model.lm_head.weight" in w:
+        w["lm_head.weight"] = w.pop("model.lm_head.weight")[:V]
+    for m, (A, B) in params.items():
+        w[f"model.{m}.weight"] = w[f"model.{m}.weight"] + (alpha / rank) * (B @ A)
+    ids = torch.from_numpy(np.fromfile(window, dtype="<u2").astype(np.int64))
+    ctx = int(c["ctx"])
+    if ids.numel() != ctx + 1:
+        raise SystemExit(f"{window}: {ids.numel()} tokens, not ctx + 1 = {ctx + 1}")
+    logits = forward(w, cfg, ids[None, :-1])
+    F.cross_entropy(logits.reshape(-1, V), ids[1:]).backward()
+    worst, silent = 0.0, []
+    for m, (A, B) in params.items():
+        for which, ref in (("A", A.grad), ("B", B.grad)):
+            name = f"{m}.lora_{which}.weight"
+            got = (torch.from_numpy(t0[name].astype(np.float64)) - torch.from_numpy(t1[name].astype(np.float64))) / lr
+            if ref.abs().max() == 0:
+                silent.append(name)
+                continue
+            worst = max(worst, ((got - ref).abs().max() / ref.abs().max()).item())
+    print(f"max_rel_err {worst:.3g} over {2 * len(params)} tensors")
+    if silent:
+        print("no gradient in " + ", ".join(silent))
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 6 and sys.argv[1] == "lora-grad":
+        torch.set_num_threads(2)
+        sys.exit(lora_grad(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])))
     main()

@@ -196,6 +196,41 @@ static void test_validate(void **state) {
     assert_int_equal(config_set(&c, "vocab", "16777217", &err), FG_ERR_INPUT);  // not exact as a float
 }
 
+// LoRA: targets parse to their bits; what LoRA has not got is refused by name.
+static void test_lora_keys(void **state) {
+    (void)state;
+    FgError err = {0};
+    int mask = 0;
+    assert_int_equal(config_lora_targets("q, v,down", &mask, &err), FG_OK);
+    assert_int_equal(mask, LORA_Q | LORA_V | LORA_DOWN);
+    assert_int_equal(config_lora_targets("q,proj", &mask, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "'proj' is not one of"));
+    const struct { const char *key, *value, *needle; } bad[] = {
+        {"lora_dropout", "0.05", "lora_dropout = 0.05: only 0"},
+        {"lora_targets", "q,gate,mlp", "'mlp' is not one of"},
+        {"model", "gpt", "for model = llama only"},
+        {"device", "cuda", "device = cpu"},
+        {"perturb", "activity", "perturb = weight"},
+        {"tangent_rank", "2", "tangent_rank = 0"},
+        {"lora_alpha", "0", "lora_alpha = 0"},
+    };
+    for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
+        Config c;
+        config_defaults(&c);
+        const char *sets[][2] = {{"model", "llama"}, {"data", "text"}, {"text_file", "t.txt"},
+                                 {"mode", "fg"}, {"lora_rank", "4"}, {"lora_targets", "q,k,v,o"}};
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
+            assert_int_equal(config_set(&c, sets[k][0], sets[k][1], &err), FG_OK);
+        if (i == sizeof bad / sizeof bad[0]) {  // the good one
+            assert_int_equal(config_validate(&c, &err), FG_OK);
+            continue;
+        }
+        assert_int_equal(config_set(&c, bad[i].key, bad[i].value, &err), FG_OK);
+        assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+        if (!strstr(err.msg, bad[i].needle)) fail_msg("%s = %s: \"%s\"", bad[i].key, bad[i].value, err.msg);
+    }
+}
+
 // What a run computes follows from its options: where fg's weight is 0 (mix at shrink 0) op F
 // runs without tangents, and every other fg+bp keeps them.
 static void test_run_plan_tangents(void **state) {
@@ -232,6 +267,7 @@ int main(void) {
         cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_mode_defaults),
         cmocka_unit_test(test_validate),  cmocka_unit_test(test_run_plan_tangents),
+        cmocka_unit_test(test_lora_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

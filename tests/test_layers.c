@@ -51,7 +51,7 @@ typedef struct {
 
 static const char *KIND_NAMES[LAYER_KIND_COUNT] = {
     "linear", "relu", "gelu", "embedding", "layernorm", "attention", "rmsnorm", "qknorm", "rope",
-    "swiglu"};
+    "swiglu", "lora"};
 
 static Case case_make(Layer L, int B, int K, uint64_t seed) {
     Case c;
@@ -145,6 +145,15 @@ static const SeqCase SEQ_CASES[] = {
       .kv_heads = 1, .head_dim = 2}, 1, 2},  // one kv head
     {{.kind = LAYER_SWIGLU, .in = 11, .out = 7, .tokens = 2, .carry = 3}, 2, 2},
     {{.kind = LAYER_SWIGLU, .in = 4, .out = 2, .tokens = 3}, 1, 1},
+    // LoRA: [x (2), h (3)] -> [x, h, delta (3+2+2)] with parts 0, 2 adapted; rank 1, one part;
+    // the projections that add a delta (their tail), plain and residual.
+    {{.kind = LAYER_LORA, .in = 5, .out = 12, .tokens = 3, .carry = 2, .lora_rank = 2,
+      .lora_scale = 1.5f, .lora_parts = {3, 2, 2}, .lora_mask = 5}, 2, 2},
+    {{.kind = LAYER_LORA, .in = 7, .out = 10, .tokens = 2, .carry = 3, .lora_rank = 1,
+      .lora_scale = 0.5f, .lora_parts = {3}, .lora_mask = 1}, 3, 1},
+    {{.kind = LAYER_LINEAR, .in = 9, .out = 6, .tokens = 3, .carry = 2, .tail = 4, .no_bias = 1}, 2, 2},
+    {{.kind = LAYER_LINEAR, .in = 8, .out = 3, .tokens = 2, .carry = 3, .tail = 3, .residual = 1,
+      .no_bias = 1}, 2, 2},
 };
 #define N_SEQ_CASES ((int)(sizeof SEQ_CASES / sizeof SEQ_CASES[0]))
 #define N_CASES (3 * N_SHAPES + N_SEQ_CASES)
@@ -379,7 +388,7 @@ static void test_backward_halves_match_fused(void **state) {
         for (size_t i = 0; i < c.nx; i++) dx1[i] = 1e3f;
         c.ops->backward(&c.L, c.p, c.x, c.u, dx1, NULL, c.B);  // Bi
         assert_floats_equal(dx0, dx1, c.nx);
-        c.ops->backward(&c.L, NULL, c.x, c.u, NULL, dp1, c.B);  // Bw: no weights
+        c.ops->backward(&c.L, layer_grad_reads_params(&c.L) ? c.p : NULL, c.x, c.u, NULL, dp1, c.B);
         assert_floats_equal(dp0, dp1, c.np);
         fg_free(dx0), fg_free(dx1), fg_free(dp0), fg_free(dp1);
     }

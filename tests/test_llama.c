@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "lm_checks.h"
@@ -115,11 +116,83 @@ static void test_qwen3_qk_norm_tied(void **state) {
     check_tiny(tiny(1, 1, 0));
 }
 
+// LoRA (layer_lora.c): Llama-3.2-1B with rank 8 on q and v has PEFT's count of trainable
+// parameters, 851968, under PEFT's names and shapes; every other layer is frozen; a bad setting
+// is refused by name.
+static void test_lora_shapes(void **state) {
+    (void)state;
+    static Model m;
+    FgError err = {0};
+    LlamaShape g = llama_3_2_1b();
+    assert_int_equal(model_build_llama(&m, g, &err), FG_OK);
+    size_t base = m.n_params;
+    g.lora_rank = 8, g.lora_alpha = 16, g.lora_targets = LORA_Q | LORA_V;
+    assert_int_equal(model_build_llama(&m, g, &err), FG_OK);
+    size_t trainable = 0;
+    int adapters = 0;
+    for (int l = 0; l < m.n_layers; l++) {
+        const Layer *L = &m.layers[l];
+        assert_int_equal(L->frozen, L->kind != LAYER_LORA);
+        if (!L->frozen) trainable += L->param_count, adapters++;
+    }
+    assert_int_equal(trainable, 851968);
+    assert_int_equal(m.n_params, base + trainable);
+    assert_int_equal(adapters, 16);
+    int seen = 0;
+    for (int t = 0; t < m.n_tensors; t++) {
+        const TensorView *tv = &m.tensors[t];
+        if (!strcmp(tv->name, "layers.3.self_attn.q_proj.lora_A.weight"))
+            seen++, assert_true(tv->rows == 8 && tv->cols == 2048);
+        if (!strcmp(tv->name, "layers.3.self_attn.v_proj.lora_B.weight"))
+            seen++, assert_true(tv->rows == 512 && tv->cols == 8);
+        assert_null(strstr(tv->name, "k_proj.lora"));
+    }
+    assert_int_equal(seen, 2);
+    g.lora_targets = 0;
+    assert_int_equal(model_build_llama(&m, g, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "lora_targets"));
+}
+
+// A tiny Llama with adapters on every projection: A ~ U(+-1/sqrt(in)) as PEFT draws it, B 0,
+// and (with every parameter random, B too) backprop through adapters and frozen projections
+// against central differences and forward mode.
+static void test_lora_tiny(void **state) {
+    (void)state;
+    Model m;
+    FgError err = {0};
+    LlamaShape g = tiny(1, 1, 8);
+    g.lora_rank = 2, g.lora_alpha = 3, g.lora_targets = 127;
+    assert_int_equal(model_build_llama(&m, g, &err), FG_OK);
+    float *p = fg_alloc_floats(m.n_params);
+    model_init_params(&m, p, SEED);
+    int a_tensors = 0;
+    for (int t = 0; t < m.n_tensors; t++) {
+        const TensorView *tv = &m.tensors[t];
+        size_t n = (size_t)tv->rows * tv->cols;
+        const float *v = p + tv->offset;
+        if (strstr(tv->name, "lora_B")) {
+            for (size_t i = 0; i < n; i++) assert_true(v[i] == 0.0f);
+        } else if (strstr(tv->name, "lora_A")) {
+            float bound = 1.0f / sqrtf((float)tv->cols), lo = bound, hi = -bound;
+            for (size_t i = 0; i < n; i++) lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+            assert_true(lo >= -bound && hi <= bound && hi - lo > bound / 4);
+            a_tensors++;
+        }
+    }
+    assert_int_equal(a_tensors, 2 * 7);
+    fg_free(p);
+    p = lm_params(&m, SEED, 3);
+    lm_check_gradients(&m, p, SEED, 3);
+    fg_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_shapes),
         cmocka_unit_test(test_llama_gqa_rope_scaling_untied),
         cmocka_unit_test(test_qwen3_qk_norm_tied),
+        cmocka_unit_test(test_lora_shapes),
+        cmocka_unit_test(test_lora_tiny),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

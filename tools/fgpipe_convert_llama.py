@@ -12,7 +12,9 @@ stores them; the token table (and the head) get zero pad rows up to a multiple o
 A tied head (tie_word_embeddings) may be absent or must equal the table. --ctx T: the windows
 the model runs on (default the smaller of max_position_embeddings and 1024).
 export: config.json and model.safetensors (--dtype f32, the default, or bf16 rounded to nearest
-even) under Hugging Face's names, without the pad rows, lm_head.weight only when untied.
+even) under Hugging Face's names, without the pad rows, lm_head.weight only when untied; a LoRA
+checkpoint's adapters merged into its weights, and export-lora writes them in PEFT's layout
+(fgpipe_convert_lora.py).
 """
 import json
 import os
@@ -20,6 +22,7 @@ import os
 import h5py
 import numpy as np
 
+import fgpipe_convert_lora
 import fgpipe_safetensors as safetensors
 from fgpipe_safetensors import BadInput
 
@@ -220,7 +223,8 @@ def hf_config(c, dtype):
     return cfg
 
 
-def export_hf(src, out, dtype):
+def read_checkpoint(src):
+    """(config {key: value}, vocab, {"layers.0.self_attn.q_proj.weight": array, ...})."""
     with h5py.File(src, "r") as f:
         c = dict(line.split(" = ", 1) for line in f.attrs["config"].decode().splitlines() if " = " in line)
         V = int(f.attrs["vocab"])
@@ -229,15 +233,25 @@ def export_hf(src, out, dtype):
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset):
                 group, tensor = name.rsplit("/", 1)
-                v = obj[...]
-                if group in ("embed_tokens", "lm_head"):
-                    v = v[:V]  # the pad rows are fgpipe's, not the model's
-                if group != "lm_head":
-                    tensors[f"model.{group}.{tensor}"] = v
-                elif c.get("tie_embeddings", "1") != "1":
-                    tensors["lm_head.weight"] = v
+                tensors[f"{group}.{tensor}"] = obj[...]
 
         f["params"].visititems(visit)
+    return c, V, tensors
+
+
+def export_hf(src, out, dtype):
+    """A LoRA checkpoint exports merged: W + (alpha / r) B A (fgpipe_convert_lora.py)."""
+    c, V, params = read_checkpoint(src)
+    if fgpipe_convert_lora.lora_settings(c)[0] > 0:
+        params = fgpipe_convert_lora.merge(params, c)
+    tensors = {}
+    for name, v in params.items():
+        if name.startswith(("embed_tokens.", "lm_head.")):
+            v = v[:V]  # the pad rows are fgpipe's, not the model's
+        if not name.startswith("lm_head."):
+            tensors[f"model.{name}"] = v
+        elif c.get("tie_embeddings", "1") != "1":
+            tensors["lm_head.weight"] = v
     try:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "config.json"), "w") as g:
@@ -245,3 +259,8 @@ def export_hf(src, out, dtype):
     except OSError as e:
         raise BadInput(f"{out}: {e.strerror}")
     safetensors.write(os.path.join(out, "model.safetensors"), tensors, dtype)
+
+
+def export_lora(src, out):
+    c, _, params = read_checkpoint(src)
+    fgpipe_convert_lora.export_lora(params, c, out)

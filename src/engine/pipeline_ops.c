@@ -357,16 +357,17 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
         const float *x = lane_layer_input(p, a, l);
-        float *kept = L->param_count && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
+        // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
+        float *kept = L->param_count && !L->frozen && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
         if (a->kind == OP_BW) {  // reads no weights, but a fused head recomputes its logits
-            if (kept) be->backward(be, L, L->head_block ? params : NULL, x, kept, NULL, s->grad, B);
+            if (kept) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, kept, NULL, s->grad, B);
             continue;
         }
         float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
-        be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B ? s->grad : NULL, B);
+        be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B && !L->frozen ? s->grad : NULL, B);
         a->dy = dx;
     }
 }

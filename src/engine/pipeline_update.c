@@ -79,11 +79,9 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     return tied ? tied : p->upd.pending.tangents ? update_of_layer(p, l) : s->kept;
 }
 
-// A frozen layer (config freeze) takes steps of size 0: its weights stay bit for bit, and its
-// weight versions age like every other layer's.
-static double layer_lr(const Pipeline *p, int l, double lr) {
-    return p->model->layers[l].frozen ? 0.0 : lr;
-}
+// A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
+// optimizer state stays 0), and its weight versions age like every other layer's.
+static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
 
 int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
                                FgError *err) {
@@ -123,9 +121,9 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
     float *tied = p->run.forms_estimate ? NULL : tied_buffer(p, l);
     if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
-    if (update_in_backward(p) && !tied && writes) {  // bp without clipping: nothing global to wait for
+    if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
-        be->optimizer_step(be, &oc, step, layer_lr(p, l, lr_at(&oc, step, total)), s->params, s->params, s->grad,
+        be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
         *dirty |= LAYER_WEIGHTS;
     }
@@ -234,15 +232,16 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
-    float *g = gradient_of_layer(p, l, s);
-    if (u->tangents && !estimate_formed(p, l)) form_estimate(p, l, s, g);
     unsigned dirty = LAYER_WEIGHTS;
     for (int j = p->tt.lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
+    if (layer_frozen(p, l)) return dirty;
+    float *g = gradient_of_layer(p, l, s);
+    if (u->tangents && !estimate_formed(p, l)) form_estimate(p, l, s, g);
     OptimizerConfig oc = config_optimizer(p->cfg);
-    be->optimizer_step(be, &oc, u->step, layer_lr(p, l, u->lr), s->params, u->aged ? s->prev[0] : s->params, g,
+    be->optimizer_step(be, &oc, u->step, u->lr, s->params, u->aged ? s->prev[0] : s->params, g,
                        u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
     if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->upd.c_scale, s->kept, n);

@@ -57,6 +57,10 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_REAL, net, rms_norm_eps, 1e-30, 1, "model = llama: RMSNorm's epsilon"),
     NUM(KEY_INT, net, qk_norm, 0, 1, "model = llama: 1: RMSNorm over head_dim on each q and k head before the rotation (Qwen3)"),
     NUM(KEY_INT, net, tie_embeddings, 0, 1, "model = llama: 1: the head is the token table (tie_word_embeddings)"),
+    NUM(KEY_INT, net, lora_rank, 0, 65536, "model = llama: LoRA adapters of this rank on the projections in lora_targets, on a frozen base (docs/gpt.md, \"LoRA\"); 0: none"),
+    NUM(KEY_REAL, net, lora_alpha, 0, 1e9, "lora_rank > 0: the adapters' delta is scaled by lora_alpha / lora_rank"),
+    STR(net, lora_targets, "lora_rank > 0: comma-separated projections to adapt, any of q,k,v,o,gate,up,down"),
+    NUM(KEY_REAL, net, lora_dropout, 0, 1, "lora_rank > 0: dropout on the adapters' input: 0 only (fgpipe has no dropout)"),
     STR_OR_NONE(net, freeze, "layers whose parameters stay fixed (fine-tuning): comma-separated layer names or dotted prefixes, e.g. embedding,h.0 (all of block 0) or fc1; the GPT's tied embedding and head freeze together"),
     CHOICE(method, mode, "bp|fg|fg+bp", "bp: backprop (schedule zb unless set); fg: forward gradient (JVP along random tangents); fg+bp: fg corrected by backprop in the pipeline bubbles (unless set: perturb = activity, estimator = mix, shrink = 0, the best measured). A key set in the config or by --set wins over the mode's default"),
     CHOICE(timetable, schedule, "gpipe|1f1b|zb", "pipeline schedule of bp; zb (the default: the fastest measured, 29% shorter steps than 1f1b at 4 stages) keeps each micro-batch's output adjoints for its split backward; 1f1b keeps less (the same weights bit for bit), for a stage short of memory; gpipe keeps every micro-batch's activations at once"),
@@ -131,7 +135,7 @@ void config_defaults(Config *c) {
                 .n_kv_head = 4, .head_dim = 32, .intermediate_size = 344, .rope_theta = 10000,
                 .rope_scaling_low_freq_factor = 1, .rope_scaling_high_freq_factor = 4,
                 .rope_scaling_original_max_position_embeddings = 8192, .rms_norm_eps = 1e-6,
-                .tie_embeddings = 1},
+                .tie_embeddings = 1, .lora_alpha = 16, .lora_targets = "q,v"},
         .method = {.mode = MODE_BP, .shrink = 1.0, .tangents = 1},
         .timetable = {.schedule = SCHEDULE_ZB, .select = -1, .max_lag = 2, .calibrate_steps = 3,
                       .lag_cost = 0.25},
@@ -302,6 +306,49 @@ static int validate_language(const Config *c, FgError *err) {
     return FG_OK;
 }
 
+int config_lora_targets(const char *list, int *mask, FgError *err) {
+    static const char *const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    char copy[sizeof ((Config *)0)->net.lora_targets];
+    snprintf(copy, sizeof copy, "%s", list);
+    *mask = 0;
+    for (char *save = NULL, *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        int i = 0;
+        while (i < 7 && strcmp(t, names[i])) i++;
+        if (i == 7)
+            return fg_fail(err, FG_ERR_INPUT, "lora_targets: '%s' is not one of q,k,v,o,gate,up,down", t);
+        *mask |= 1 << i;
+    }
+    if (!*mask) return fg_fail(err, FG_ERR_INPUT, "lora_targets: '%s' names no projection", list);
+    return FG_OK;
+}
+
+// LoRA: model = llama on the CPU, weight perturbation, in memory, no dropout.
+static int validate_lora(const Config *c, FgError *err) {
+    const NetConfig *n = &c->net;
+    if (n->lora_rank == 0) return FG_OK;
+    int mask;
+    if (strcmp(n->model, "llama"))
+        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA adapters are built for model = llama "
+                       "only, not model = %s", n->model);
+    if (n->lora_dropout != 0)
+        return fg_fail(err, FG_ERR_INPUT, "lora_dropout = %g: only 0 (fgpipe has no dropout)",
+                       n->lora_dropout);
+    if (!(n->lora_alpha > 0))
+        return fg_fail(err, FG_ERR_INPUT, "lora_alpha = %g: must be positive", n->lora_alpha);
+    int rc = config_lora_targets(n->lora_targets, &mask, err);
+    if (rc) return rc;
+    if (c->layout.device != DEVICE_CPU)
+        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs on device = cpu (no CUDA kernel "
+                       "for its adapters yet)");
+    if (c->layout.mem_budget > 0)
+        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs in memory (mem_budget 0): a "
+                       "streamed read-only base is not written yet");
+    if (c->method.mode != MODE_BP && (c->method.perturb != PERTURB_WEIGHT || c->method.tangent_rank > 0))
+        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA's forward gradient perturbs the "
+                       "adapters' weights: perturb = weight and tangent_rank = 0");
+    return FG_OK;
+}
+
 int config_validate(const Config *c, FgError *err) {
     if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
@@ -343,6 +390,7 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
     int rc = validate_language(c, err);
+    if (!rc) rc = validate_lora(c, err);
     if (rc) return rc;
     if (c->layout.precision != PRECISION_FP32 && c->layout.device != DEVICE_CUDA)
         return fg_fail(err, FG_ERR_INPUT, "precision = tf32 or bf16 needs device = cuda (the CPU "
@@ -383,8 +431,11 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
         "rms_norm_eps", "qk_norm", "tie_embeddings"};
     int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
     int llama = strcmp(a->net.model, "llama") == 0 ? (int)(sizeof llama_keys / sizeof *llama_keys) : 0;
-    for (int i = 0; i < n + llama; i++) {
-        const ConfigKey *k = find_key(i < n ? keys[i] : llama_keys[i - n]);
+    // LoRA's keys when both have adapters: a base checkpoint (rank 0) loads under new ones.
+    static const char *const lora_keys[] = {"lora_rank", "lora_alpha", "lora_targets"};
+    int lora = a->net.lora_rank > 0 && b->net.lora_rank > 0 ? 3 : 0;
+    for (int i = 0; i < n + llama + lora; i++) {
+        const ConfigKey *k = find_key(i < n ? keys[i] : i < n + llama ? llama_keys[i - n] : lora_keys[i - n - llama]);
         key_value(a, k, value_a, size);
         key_value(b, k, value_b, size);
         if (strcmp(value_a, value_b)) return k->name;

@@ -46,6 +46,10 @@ typedef struct {
     int rope_scaling_original_max_position_embeddings;
     int qk_norm;           // Qwen3: RMSNorm of each q and k head
     int tie_embeddings;    // the head is the token table (two copies kept equal)
+    // LoRA on model = llama (docs/gpt.md, "LoRA"): rank 0: none
+    int lora_rank;
+    double lora_alpha, lora_dropout;  // scale alpha / rank; dropout: 0 only
+    char lora_targets[64];            // "q,k,v,o,gate,up,down" or a part of it
 } NetConfig;
 
 // How gradients are made: the mode, fg's tangents and fg+bp's estimator.
@@ -160,6 +164,8 @@ int config_update_microbatches(const Config *c, int replicas);
 int config_timetable_lag(const Config *c);
 // Language modelling (model = gpt): data = text or tokens.
 int config_is_language(const Config *c);
+// lora_targets' names as LORA_* bits (model.h) into *mask; an unknown name is refused.
+int config_lora_targets(const char *list, int *mask, FgError *err);
 // The path of the data a run reads for training (data_dir, text_file or train_tokens).
 const char *config_data_path(const Config *c);
 

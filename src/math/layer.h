@@ -36,6 +36,7 @@ typedef enum {
     LAYER_QKNORM,     // Qwen3's RMSNorm over each head of q and k (layer_qk_norm.c)
     LAYER_ROPE,       // rotary position embedding of q and k (layer_rope.c)
     LAYER_SWIGLU,     // silu(gate) * up (layer_swiglu.c)
+    LAYER_LORA,       // a LoRA adapter's delta beside a frozen projection (layer_lora.c)
     LAYER_KIND_COUNT
 } LayerKind;
 
@@ -68,6 +69,12 @@ typedef struct {
     int classes;          // fused head: the table's scored rows (the rest are padding)
     int head_block;       // > 0: the model's head fused with its loss (head_loss.h), that many
                           // vocabulary columns at a time; its output is a record per token
+    int tail;             // linear: its input's last `tail` features per token are added to its
+                          // branch output (a LoRA adapter's delta, layer_lora.c)
+    int lora_rank;        // lora: r
+    float lora_scale;     // lora: alpha / r
+    int lora_parts[3];    // lora: rows of the projection's parts (q, k, v / gate, up / one)
+    int lora_mask;        // lora: bit i set: part i is adapted
     int frozen;           // parameters held fixed (config freeze): no tangents, steps of size 0
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;
@@ -92,6 +99,9 @@ static inline void layer_branch(const Layer *L, int *offset, int *width) {
     } else if (L->kind == LAYER_QKNORM) {  // the normalised q and k heads
         *offset = L->carry;
         *width = (L->heads + layer_kv_heads(L)) * layer_head_dim(L);
+    } else if (L->kind == LAYER_LORA) {  // the delta after the input passed ahead
+        *offset = layer_in_token(L);
+        *width = out - *offset;
     } else if (L->residual || !L->carry) {
         *offset = 0;
         *width = out;
@@ -112,13 +122,19 @@ typedef struct {
 } LayerOps;
 
 extern const LayerOps linear_ops, relu_ops, gelu_ops, embedding_ops, layernorm_ops,
-    attention_ops, rmsnorm_ops, qknorm_ops, rope_ops, swiglu_ops;
+    attention_ops, rmsnorm_ops, qknorm_ops, rope_ops, swiglu_ops, lora_ops;
 
 static inline const LayerOps *layer_ops(const Layer *L) {
     static const LayerOps *const table[LAYER_KIND_COUNT] = {
         &linear_ops, &relu_ops,    &gelu_ops,   &embedding_ops, &layernorm_ops,
-        &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops};
+        &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops, &lora_ops};
     return table[L->kind];
+}
+
+// Whether the weight half of backward (dx == NULL) reads the parameters: a head fused with the
+// loss recomputes its logits, a LoRA adapter's dA needs B and its dB needs A.
+static inline int layer_grad_reads_params(const Layer *L) {
+    return L->head_block || L->kind == LAYER_LORA;
 }
 
 // Softmax + cross-entropy over C.classes classes, mean over the B rows of a micro-batch. Not a

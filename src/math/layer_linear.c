@@ -30,6 +30,16 @@ static void branch_matmul(const LinearShape *s, const float *x, const float *W, 
                 W, s->k, accumulate ? 1.0f : 0.0f, y + s->out_offset, s->out);
 }
 
+// y's branch += the input's tail (a LoRA adapter's delta, layer_lora.c), over `rows` tokens.
+static void add_tail(const LinearShape *s, const float *x, float *y, int rows) {
+    int t = s->in - s->c - s->k;
+    for (int r = 0; t && r < rows; r++) {
+        const float *xr = x + (size_t)r * s->in + s->c + s->k;
+        float *yr = y + (size_t)r * s->out + s->out_offset;
+        for (int j = 0; j < t; j++) yr[j] += xr[j];
+    }
+}
+
 static void add_bias(const LinearShape *s, float *y, const float *b, int rows) {
     for (int r = 0; r < rows; r++) {
         float *yr = y + (size_t)r * s->out + s->out_offset;
@@ -51,6 +61,7 @@ static void linear_forward(const Layer *L, const float *p, const float *x, float
     LinearShape s = linear_shape(L, B);
     copy_carry(&s, x, y, s.rows);
     branch_matmul(&s, x, p, y, s.rows, L->residual);
+    add_tail(&s, x, y, s.rows);
     if (!L->no_bias) add_bias(&s, y, p + (size_t)s.n * s.k, s.rows);
 }
 
@@ -64,6 +75,7 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
     if (xdot) {  // all K blocks at once: they are K * rows tokens
         copy_carry(&s, xdot, ydot, K * s.rows);
         branch_matmul(&s, xdot, p, ydot, K * s.rows, L->residual);
+        add_tail(&s, xdot, ydot, K * s.rows);
     } else {
         memset(ydot, 0, K * block * sizeof(float));
     }
@@ -75,7 +87,7 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
     }
 }
 
-// dx = [dy's carry (residual: all of dy), dy_branch W];  dW += dy_branch^T h;
+// dx = [dy's carry (residual: all of dy), dy_branch W, dy_branch (the tail's)];  dW += dy_branch^T h;
 // db += column sums of dy_branch. Only dx reads W: the weight half (dx == NULL) runs without it.
 static void linear_backward(const Layer *L, const float *p, const float *x, const float *dy,
                             float *dx, float *dp, int B) {
@@ -90,6 +102,9 @@ static void linear_backward(const Layer *L, const float *p, const float *x, cons
             memcpy(dx + (size_t)r * s.in, dy + (size_t)r * s.out, (size_t)s.c * sizeof(float));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, s.k, s.n, 1.0f, dy_branch,
                     s.out, p, s.k, 0.0f, dx + s.c, s.in);
+        for (int r = 0; s.in > s.c + s.k && r < s.rows; r++)
+            memcpy(dx + (size_t)r * s.in + s.c + s.k, dy_branch + (size_t)r * s.out,
+                   (size_t)(s.in - s.c - s.k) * sizeof(float));
     }
     if (!dp) return;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.n, s.k, s.rows, 1.0f, dy_branch, s.out,

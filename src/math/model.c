@@ -7,6 +7,7 @@
 
 #include "head_loss.h"
 #include "model_build.h"
+#include "philox.h"
 #include "tangent.h"
 
 // Appends layer L (kind, name, widths and shape fields set) and gives it its parameters.
@@ -181,6 +182,18 @@ Layer *add_lm_head(Model *m, int T, int C, int V, int classes, int fused_head, i
     return add_layer(m, L);
 }
 
+// p[i] ~ U(-bound, bound) from the init stream: Philox words keyed like a tangent, 24 bits each.
+static void init_uniform(TangentKey key, size_t n, float bound, float *p) {
+    for (size_t i = 0; i < n; i += 4) {
+        Philox4 w = philox4x32_10((Philox4){{(uint32_t)(i / 4), key.layer, key.stream, 0x10A4u}},
+                                  key.seed, (uint32_t)(i >> 34));
+        for (size_t j = 0; j < 4 && i + j < n; j++) {
+            float u = (float)(w.v[j] >> 8) * (1.0f / 16777216.0f);  // [0, 1)
+            p[i + j] = bound * (2.0f * u - 1.0f);
+        }
+    }
+}
+
 void model_init_range(const Model *m, int first, int last, float *params, uint32_t seed) {
     size_t base = model_range_offset(m, first);
     for (int t = 0; t < m->n_tensors; t++) {
@@ -189,8 +202,9 @@ void model_init_range(const Model *m, int first, int last, float *params, uint32
         float *p = params + (tv->offset - base);
         size_t n = (size_t)tv->rows * tv->cols;
         for (size_t i = 0; i < n; i++) p[i] = tv->init_value;
-        if (tv->init_std <= 0) continue;
         TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = tv->init_key};
+        if (tv->init_uniform > 0) init_uniform(key, n, tv->init_uniform, p);
+        if (tv->init_std <= 0) continue;
         tangent_axpy(key, 0, n, tv->init_std, p);
     }
 }

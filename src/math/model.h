@@ -23,6 +23,7 @@ typedef struct {
     int rows, cols;    // cols == 1 for vectors
     float init_std;    // initial values ~ N(0, init_std^2) when > 0, else all init_value
     float init_value;
+    float init_uniform; // > 0: initial values ~ U(-init_uniform, init_uniform) instead (LoRA's A)
     uint32_t init_key; // keys the initial draw: tensors with one key start equal (tied copies)
 } TensorView;
 
@@ -70,7 +71,12 @@ typedef struct {
     RopeParams rope;
     int qk_norm, tie_embeddings;
     int fused_head, head_block;  // as GptShape's
+    // LoRA (layer_lora.c): rank r > 0 adds adapters on the projections in lora_targets (bits
+    // LORA_Q..LORA_DOWN) scaled by lora_alpha / r, and freezes every other layer.
+    int lora_rank, lora_targets;
+    float lora_alpha;
 } LlamaShape;
+enum { LORA_Q = 1, LORA_K = 2, LORA_V = 4, LORA_O = 8, LORA_GATE = 16, LORA_UP = 32, LORA_DOWN = 64 };
 int model_build_llama(Model *m, LlamaShape shape, FgError *err);
 
 // How the loss reads the model's output rows.

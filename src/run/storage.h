@@ -48,6 +48,8 @@ typedef struct {
     // n_cv_sums 0. A load of a checkpoint without them leaves them as they are (no history).
     double *cv_sums;
     int n_cv_sums;
+    int adapters_optional;     // a load (--init-from) leaves the LoRA adapters that the
+                               // checkpoint lacks (a base model's) at their initial values
 } CheckpointState;
 
 // One step of the log (docs/log.md); NaN where a quantity does not exist that step.

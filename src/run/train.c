@@ -95,6 +95,13 @@ static int apply_freeze(const char *list, Model *m, FgError *err) {
     return FG_OK;
 }
 
+// The validated config's lora_targets as bits (config_validate refused bad names).
+static int lora_mask(const NetConfig *n) {
+    int mask = 0;
+    FgError err;
+    return n->lora_rank > 0 && !config_lora_targets(n->lora_targets, &mask, &err) ? mask : 0;
+}
+
 LlamaShape train_llama_shape(const NetConfig *n, int training) {
     RopeParams rope = {.theta = (float)n->rope_theta, .factor = (float)n->rope_scaling_factor,
                        .low = (float)n->rope_scaling_low_freq_factor,
@@ -105,7 +112,9 @@ LlamaShape train_llama_shape(const NetConfig *n, int training) {
                         .intermediate = n->intermediate_size, .ctx = n->ctx, .vocab = n->vocab,
                         .pad_vocab = n->pad_vocab, .rms_eps = (float)n->rms_norm_eps, .rope = rope,
                         .qk_norm = n->qk_norm, .tie_embeddings = n->tie_embeddings,
-                        .fused_head = training, .head_block = n->head_block};
+                        .fused_head = training, .head_block = n->head_block,
+                        .lora_rank = n->lora_rank, .lora_alpha = (float)n->lora_alpha,
+                        .lora_targets = lora_mask(n)};
 }
 
 int train_build_model(const Config *c, int training, Model *m, FgError *err) {

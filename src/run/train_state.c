@@ -111,6 +111,7 @@ int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *la
     checkpoint_state(&sc, p, layout, NULL);
     sc.path = path, sc.weights_only = 1, sc.st.n_buffers = 1;  // "params"
     sc.st.n_cv_sums = 0;  // the weights alone: the estimator starts without history
+    sc.st.adapters_optional = 1;  // a base model's checkpoint under new LoRA adapters
     return io->load(io, &sc.st, path, err);
 }
 

@@ -163,7 +163,7 @@ void stage_backward_weight(Stage *st, const float *params, const float *stash,
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
-        const float *p = L->head_block ? layer_params(st, params, L) : NULL;  // its logits
+        const float *p = layer_grad_reads_params(L) ? layer_params(st, params, L) : NULL;
         st->be->backward(st->be, L, p, stash + stage_stash_offset(st, l, rows),
                          adjoints + stage_adjoint_offset(st, l, rows), NULL,
                          grad + (L->param_offset - st->param_base), rows);
