@@ -26,7 +26,7 @@ finetune() {  # finetune LABEL HF_DIR WIDTH: launch/finetune.sh on it (tokens of
   local line; line=$(grep -o "validation loss [0-9.]* -> [0-9.]*" "$dir/$label.log")
   if [ -z "$why" ]; then
     awk -v l="$line" 'BEGIN { split(l, w, " "); exit !(w[5] < w[3]) }' || why="the loss did not fall: $line"
-    local width=uint16; grep -q "tokens (.*), uint32$" "$dir/$label.log" && width=uint32
+    local width=uint16; grep -q "tokens (.*, uint32$" "$dir/$label.log" && width=uint32
     [ "$width" = "$3" ] || why="$why tokens of $width, not $3"
     local back=$out/hf; [ -f "$out/hf/model.safetensors" ] || why="$why no export in $out/hf"
     if [ -z "$why" ] && [ "$label" != gpt2 ]; then
