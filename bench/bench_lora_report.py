@@ -69,26 +69,33 @@ def main():
         pts, secs = curve(out, name, z)
         runs[name] = (sets, s, pts, secs)
     base = pre["params"]
+    wbytes = sum(pre["memory_bytes"]["weights"])  # each distinct tensor once (the tied table once)
     print(f"\npretrained: {pre['steps']} steps of bp on the KJV in {pre['train_seconds']:.0f} s, "
-          f"{base} parameters ({base * 4 / MIB:.2f} MiB in F32); KJV validation {pre['val_loss']:.4f}, "
+          f"{base} parameters with the tied head's copy, {wbytes / MIB:.2f} MiB of distinct F32 weights; "
+          f"KJV validation {pre['val_loss']:.4f}, "
           f"fortunes zero-shot {z:.4f} nats/token\n")
     t_star = min(p[-1][1] for _, _, p, _ in runs.values()) if runs else 0.0
+    # equal bytes: the streamed reads of the run that reads least, each run's last point within them
+    b_star = min(reads_per_step(r[0]) * wbytes * r[1]["steps"] for r in runs.values()) if runs else 0
     print(f"| mode | settings | trainable | steps | train s | ms/step | fortunes val at end | "
-          f"val at {t_star:.0f} s (step) | activation peak MiB | peak RSS MiB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| zero-shot | pretrained, no fine-tuning | 0 | 0 | 0 | | {z:.4f} | {z:.4f} | | |")
+          f"val at {t_star:.0f} s (step) | val at {b_star / MIB:.0f} MiB streamed (step) | "
+          f"activation peak MiB | peak RSS MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| zero-shot | pretrained, no fine-tuning | 0 | 0 | 0 | | {z:.4f} | {z:.4f} | {z:.4f} | | |")
     for name, (sets, s, pts, secs) in runs.items():
         ms = 1000 * sum(secs[1:]) / max(1, len(secs) - 1)  # step 0 warms up
         n, _, l = at_time(pts, t_star)
+        nb = max(p[0] for p in pts if p[0] * reads_per_step(sets) * wbytes <= b_star)
+        lb = [p[2] for p in pts if p[0] == nb][-1]
         print(f"| {name} | {sets} | {s['params'] - base} | {s['steps']} | {s['train_seconds']:.0f} | "
-              f"{ms:.0f} | {s['val_loss']:.4f} | {l:.4f} ({n}) | "
+              f"{ms:.0f} | {s['val_loss']:.4f} | {l:.4f} ({n}) | {lb:.4f} ({nb}) | "
               f"{sum(s['activation_peak_bytes']) / MIB:.2f} | {s['peak_rss_bytes'] / MIB:.0f} |")
     for name, (sets, s, pts, _) in runs.items():
         print(f"{name}: {reads_per_step(sets)} x the base per step streamed: "
-              f"{reads_per_step(sets) * base * 4 * s['steps'] / MIB:.0f} MiB over its {s['steps']} steps")
+              f"{reads_per_step(sets) * wbytes * s['steps'] / MIB:.0f} MiB over its {s['steps']} steps")
     print(f"\nstreamed from flash (not run: LoRA with mem_budget is refused): the frozen base is "
-          f"{base * 4 / MIB:.2f} MiB in F32; per step fg reads it once ({base * 4 / MIB:.2f} MiB), "
-          f"bp and fg+bp twice ({2 * base * 4 / MIB:.2f} MiB: forward, then backward)")
+          f"{wbytes / MIB:.2f} MiB in F32; per step fg reads it once ({wbytes / MIB:.2f} MiB), "
+          f"bp and fg+bp twice ({2 * wbytes / MIB:.2f} MiB: forward, then backward)")
     v = {k: load(os.path.join(out, f"vocab-{k}.json")) for k in ("4096", "128256")}
     for k, s in v.items():
         if s:
@@ -102,7 +109,7 @@ def main():
         for name, (sets, s, pts, _) in runs.items():
             line, = ax[0].plot([p[1] for p in pts], [p[2] for p in pts], marker=".", label=name)
             ax[1].plot([p[0] for p in pts], [p[2] for p in pts], marker=".", label=name)
-            reads = reads_per_step(sets) * base * 4 / MIB
+            reads = reads_per_step(sets) * wbytes / MIB
             ax[2].plot([p[0] * reads for p in pts], [p[2] for p in pts], ls="--", marker=".",
                        color=line.get_color(), label=name)
         ax[0].set_xlabel("training seconds (one thread, shared 2-core machine)")
