@@ -287,6 +287,7 @@ typedef struct {
     size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
                                      // (0: no small slots), of the tied copies held here
     int largest_layer;        // the model's index of the largest layer
+    int small_layers;         // layers that fit a small slot
     int n_weights, n_step;    // buffers per layer in the weights store and the step store
     int n_slots, n_small;
 } SlotPlan;
@@ -304,7 +305,10 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
     }
     for (int l = first; l < last; l++)
-        if (m->layers[l].param_count <= sp->largest / 2) sp->small = FG_MAX(sp->small, m->layers[l].param_count);
+        if (m->layers[l].param_count && m->layers[l].param_count <= sp->largest / 2) {
+            sp->small = FG_MAX(sp->small, m->layers[l].param_count);
+            sp->small_layers++;
+        }
 }
 
 // The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
@@ -353,10 +357,11 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     }
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
     if (!sp->small) return FG_OK;
-    // Two large slots when they fit (the table's copies stay in memory across the step), the
-    // rest small; all large when as many large slots serve as well.
-    int n_large = sp->n_slots >= 2 && room - 2.0 * (double)slot >= 2.0 * (double)small ? 2 : 1;
-    int n_small = (int)FG_MIN((room - n_large * (double)slot) / (double)small, (double)(param_layers - n_large));
+    // Two large slots when they fit (the large layers read one ahead, the table's copies kept
+    // across the step), the rest small, or all large when as many large slots serve as well;
+    // below that one large slot, which the large layers take in turns.
+    int n_large = FG_MIN(sp->n_slots, 2);
+    int n_small = (int)FG_MIN((room - n_large * (double)slot) / (double)small, (double)sp->small_layers);
     if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
     else sp->n_slots = n_large, sp->n_small = n_small;
     return FG_OK;
