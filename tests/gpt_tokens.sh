@@ -70,12 +70,13 @@ out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vo
 # 1-byte budget names: ONE slot of the token table and two small ones for the blocks' layers,
 # the table's two copies taking turns in the one large slot) and at the budget it names for two
 # large slots ends with the in-memory run's weights, bitwise, in bp-zb, fg and fg+bp. GPT-2's token
-# table would be most of this small model, so the ids are folded into a 512-token vocabulary.
+# table would be most of this small model, so the ids are folded into a 1024-token vocabulary (its
+# table outweighs two slots of the blocks' largest layer, so the floor has one slot of it).
 /usr/bin/python3 -c "
 import sys, numpy as np
 for s in ('train', 'val'):
-    (np.fromfile(f'{sys.argv[1]}/{s}.bin', dtype='<u2') % 512).astype('<u2').tofile(f'{sys.argv[1]}/{s}512.bin')" "$dir"
-small=(--set train_tokens="$dir/train512.bin" --set val_tokens="$dir/val512.bin" --set vocab=512 --set n_layer=3
+    (np.fromfile(f'{sys.argv[1]}/{s}.bin', dtype='<u2') % 1024).astype('<u2').tofile(f'{sys.argv[1]}/{s}1024.bin')" "$dir"
+small=(--set train_tokens="$dir/train1024.bin" --set val_tokens="$dir/val1024.bin" --set vocab=1024 --set n_layer=3
        --set n_embd=64 --set steps=4 --no-checkpoint)
 streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's budget (LARGE 1) or
   # the floor plus a slot of the table (LARGE 2), bitwise
@@ -95,10 +96,10 @@ streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's
   verdict "tokens out of core ($label, $large slot(s) of the token table, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
 }
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=0)
-streamed "fg+bp, the head's logits in one block of 512 columns" 1 "${fgbp[@]}"
-# The head's logits in six blocks (head_block = 96, the last of 32 columns).
-streamed "fg+bp, six blocks" 1 "${fgbp[@]}" head_block=96
-streamed "fg+bp, six blocks" 2 "${fgbp[@]}" head_block=96
+streamed "fg+bp, the head's logits in one block of 1024 columns" 1 "${fgbp[@]}" head_block=1024
+# The head's logits in eleven blocks (head_block = 96, the last of 64 columns).
+streamed "fg+bp, eleven blocks" 1 "${fgbp[@]}" head_block=96
+streamed "fg+bp, eleven blocks" 2 "${fgbp[@]}" head_block=96
 streamed "bp-zb" 1 mode=bp schedule=zb head_block=96
 streamed "bp-1f1b, clipped" 1 mode=bp schedule=1f1b clip_norm=0.05
 streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96

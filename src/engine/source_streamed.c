@@ -312,11 +312,15 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
 }
 
 // The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
-// it and two small ones (the token table's copies are never pinned at once: one large slot
-// serves both, read again when the other was in it).
+// it and two small ones when that is less (the token table's copies are never pinned at once:
+// one large slot serves both, read again when the other was in it).
+static int one_large_slot(const SlotPlan *sp) {
+    return sp->small && 2 * slot_bytes(sp, sp->small) < slot_bytes(sp, sp->largest);
+}
+
 static double slots_floor(const SlotPlan *sp) {
     size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
-    return sp->small ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
+    return one_large_slot(sp) ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
 }
 
 static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
@@ -345,14 +349,14 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     double room = c->layout.mem_budget - work_bytes;
     if (room < slots_floor(sp)) {
         char faster[96] = "";
-        if (sp->small)  // two large slots keep the table's copies in memory across the step
+        if (one_large_slot(sp))  // two large slots keep the table's copies in memory
             snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
                      work_bytes + 2.0 * (double)slot + 2.0 * (double)small, m->layers[sp->largest_layer].name);
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
                        "activations need %.0f bytes and %s of its largest layer, %s%s, %.0f more "
                        "(at least %.0f bytes%s)", c->layout.mem_budget, stage, work_bytes,
-                       sp->small ? "one slot" : "two slots", m->layers[sp->largest_layer].name,
-                       sp->small ? ", and two of its smaller ones" : "", slots_floor(sp),
+                       one_large_slot(sp) ? "one slot" : "two slots", m->layers[sp->largest_layer].name,
+                       one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
                        work_bytes + slots_floor(sp), faster);
     }
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
