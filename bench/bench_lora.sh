@@ -37,6 +37,7 @@
 #   FG_LRS ("1e-3 3e-3 1e-2 3e-2"), SWEEP_STEPS (50), LLAMA3_CHECK (1), PLOT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 pre_steps=${1:-600} ft_steps=${2:-300}
 out=${OUT:-bench/out/lora}
 vocab=${VOCAB:-4096} val_cap=${VAL_TOKENS:-16384} every=${EVAL_EVERY:-20}
@@ -80,21 +81,6 @@ model=(--config launch/configs/llama-tiny.conf --set data=tokens --set model=lla
 lora=(lora_rank=8 lora_alpha=16 lora_targets=q,k,v,o,gate,up,down)
 kjv_data=(train_tokens="$out/kjv-train.bin" val_tokens="$out/kjv-val.bin")
 fort_data=(train_tokens="$out/fortunes-train.bin" val_tokens="$out/fortunes-val.bin")
-warm() { local w=$(($1 / 10)); [ "$w" -ge 1 ] || w=1; echo "$w"; }
-
-train() {  # train NAME STEPS KEY=VALUE... [-- EXTRA ARGS]: $out/NAME/, NAME.json, NAME.log
-  local name=$1 steps=$2; shift 2
-  local sets=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
-  [ $# -gt 0 ] && shift
-  rm -rf "${out:?}/$name"
-  if ! "$fgpipe" train "${model[@]}" --set steps="$steps" --set warmup_steps="$(warm "$steps")" \
-       "${sets[@]}" "$@" --out "$out/$name" --summary-json "$out/$name.json" >"$out/$name.log" 2>&1; then
-    echo "$name: failed: $(grep -m1 -i error "$out/$name.log" || tail -n 1 "$out/$name.log")"
-    rm -f "$out/$name.json"
-    return 1
-  fi
-}
 val_loss() { "$py" -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["val_loss"])' "$1"; }
 
 t0=$(date +%s)

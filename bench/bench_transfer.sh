@@ -89,21 +89,6 @@ model=(--config "$config" --set data=tokens --set vocab=50257 --set pad_vocab=64
        --set min_lr=0 --set seed=1 --set eval_every=0 --set print_every=50)
 kjv_data=(train_tokens="$out/kjv-train.bin" val_tokens="$out/kjv-val.bin")
 fort_data=(train_tokens="$out/fortunes-train.bin" val_tokens="$out/fortunes-val.bin")
-warm() { local w=$(($1 / 10)); [ "$w" -ge 1 ] || w=1; echo "$w"; }
-
-train() {  # train NAME STEPS KEY=VALUE... [-- EXTRA ARGS]: $out/NAME/, NAME.json, NAME.log
-  local name=$1 steps=$2; shift 2
-  local sets=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
-  [ $# -gt 0 ] && shift
-  rm -rf "${out:?}/$name"
-  if ! "$fgpipe" train "${model[@]}" --set steps="$steps" --set warmup_steps="$(warm "$steps")" \
-       "${sets[@]}" "$@" --out "$out/$name" --summary-json "$out/$name.json" >"$out/$name.log" 2>&1; then
-    echo "$name: failed: $(grep -m1 -i error "$out/$name.log" || tail -n 1 "$out/$name.log")"
-    rm -f "$out/$name.json"
-    return 1
-  fi
-}
 eval_on() {  # eval_on CHECKPOINT TOKENS JSON
   "$fgpipe" eval --checkpoint "$1" --tokens "$2" --summary-json "$3" >"${3%.json}.log" 2>&1 ||
     echo "eval of $1 on $2 failed: $(tail -n 1 "${3%.json}.log")"

@@ -9,3 +9,22 @@ selected() {
   for w in "$@"; do [ "$w" = "$name" ] && return 0; done
   return 1
 }
+
+# warm STEPS: a tenth of STEPS (at least 1), the warm-up of a run of STEPS.
+warm() { local w=$(($1 / 10)); [ "$w" -ge 1 ] || w=1; echo "$w"; }
+
+# train NAME STEPS KEY=VALUE... [-- EXTRA ARGS]: one `$fgpipe train ${model[@]}` run into
+# $out/NAME/, $out/NAME.json and $out/NAME.log; on failure says why and returns 1.
+train() {
+  local name=$1 steps=$2; shift 2
+  local sets=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ $# -gt 0 ] && shift
+  rm -rf "${out:?}/$name"
+  if ! "$fgpipe" train "${model[@]}" --set steps="$steps" --set warmup_steps="$(warm "$steps")" \
+       "${sets[@]}" "$@" --out "$out/$name" --summary-json "$out/$name.json" >"$out/$name.log" 2>&1; then
+    echo "$name: failed: $(grep -m1 -i error "$out/$name.log" || tail -n 1 "$out/$name.log")"
+    rm -f "$out/$name.json"
+    return 1
+  fi
+}
