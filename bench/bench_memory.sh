@@ -19,7 +19,9 @@
 #
 # Modes: bp-1f1b, bp-zb, bp-zb-rc (recompute = stage), fg-weight, fg-activity, fg-local
 # (activity with local_groups = 32 and K = 16: fashion-mnist-mlp-fg.conf's settings), fg-local-k1
-# (the same at K = 1), fg+bp (its defaults: activity, mix, shrink 0, select auto), fg+bp-rc.
+# (the same at K = 1), fg+bp (its defaults: activity, mix, shrink 0, select auto), fg+bp-rc, and
+# fg+bp-1-rc (select = 1: one micro-batch backpropagated per stage and step, recomputed).
+# MODES="NAME ..." runs only those.
 # With fewer cores than 4 ranks the runs are oversubscribed: measured seconds are the shared
 # machine's; the projection (steps x the planned step of the start-up's op costs) is given too.
 #
@@ -51,7 +53,9 @@ modes=(
   "fg-local-k1|mode=fg perturb=activity local_groups=32 tangents=1|fg"
   "fg+bp|mode=fg+bp|fg+bp"
   "fg+bp-rc|mode=fg+bp recompute=stage|fg+bp"
+  "fg+bp-1-rc|mode=fg+bp select=1 recompute=stage|fg+bp"
 )
+want=(${MODES:-})
 mpi_flags "$stages"
 rows() { /usr/bin/python3 bench/memory_rows.py "$@"; }
 sets_of() { local kv; SETS=(); for kv in $1; do SETS+=(--set "$kv"); done; }
@@ -80,6 +84,7 @@ table() {
   local m name sets schedule extra
   for m in "${modes[@]}"; do
     IFS='|' read -r name sets schedule <<<"$m"
+    selected "$name" "${want[@]}" || continue
     extra=(); [ "$model" = gpt ] && [[ $sets == *mode=fg\ * ]] && extra=(--set lr=0.0003)
     sets_of "$sets"
     if train "$out_dir/$model-${name/+/p}" "$config" "${SETS[@]}" "${extra[@]}" "$@"; then
@@ -125,6 +130,7 @@ race() {
     echo "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     for m in "${modes[@]}"; do
       IFS='|' read -r name sets schedule <<<"$m"
+      selected "$name" "${want[@]}" || continue
       [[ $name == *-rc ]] && continue   # recompute is a choice of the race, not a mode
       best=0 best_rc=none
       for rc in none stage; do
