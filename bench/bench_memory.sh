@@ -20,7 +20,8 @@
 # Modes: bp-1f1b, bp-zb, bp-zb-rc (recompute = stage), fg-weight, fg-activity, fg-local
 # (activity with local_groups = 32 and K = 16: fashion-mnist-mlp-fg.conf's settings), fg-local-k1
 # (the same at K = 1), fg+bp (its defaults: activity, mix, shrink 0, select auto), fg+bp-rc, and
-# fg+bp-1-rc (select = 1: one micro-batch backpropagated per stage and step, recomputed).
+# fg+bp-1-rc (select = 1: one micro-batch backpropagated per stage and step, recomputed; in the
+# race fg+bp-1, recompute chosen as for the others).
 # MODES="NAME ..." runs only those.
 # With fewer cores than 4 ranks the runs are oversubscribed: measured seconds are the shared
 # machine's; the projection (steps x the planned step of the start-up's op costs) is given too.
@@ -72,7 +73,8 @@ train() {
        --json "$out.plan.json" >"$out.plan.txt" 2>&1; then
     return 0
   fi
-  grep -m1 -h -i error "$out.txt" "$out.plan.txt" 2>/dev/null >"$out.problem" || tail -n 1 "$out.txt" >"$out.problem"
+  cat "$out.txt" "$out.plan.txt" 2>/dev/null | grep -m1 -i error >"$out.problem" ||
+    tail -n 1 "$out.txt" >"$out.problem"
   return 1
 }
 
@@ -131,7 +133,9 @@ race() {
     for m in "${modes[@]}"; do
       IFS='|' read -r name sets schedule <<<"$m"
       selected "$name" "${want[@]}" || continue
-      [[ $name == *-rc ]] && continue   # recompute is a choice of the race, not a mode
+      # recompute is a choice of the race, not a mode (a later --set recompute wins)
+      [ "$name" = bp-zb-rc ] || [ "$name" = fg+bp-rc ] && continue
+      name=${name%-rc}
       best=0 best_rc=none
       for rc in none stage; do
         [ "$rc" = stage ] && [[ $sets == *mode=fg\ * ]] && continue
