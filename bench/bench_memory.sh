@@ -22,7 +22,7 @@
 # (the same at K = 1), fg+bp (its defaults: activity, mix, shrink 0, select auto), fg+bp-rc, and
 # fg+bp-1-rc (select = 1: one micro-batch backpropagated per stage and step, recomputed; in the
 # race fg+bp-1, recompute chosen as for the others).
-# MODES="NAME ..." runs only those.
+# MODES="NAME ..." runs only those; BUDGETS=quarter (or eighth) races at that budget alone.
 # With fewer cores than 4 ranks the runs are oversubscribed: measured seconds are the shared
 # machine's; the projection (steps x the planned step of the start-up's op costs) is given too.
 #
@@ -123,7 +123,7 @@ race() {
   local need budget label m name sets schedule rc b best best_rc out
   "$fgpipe" plan --config "$mlp_config" --set stages="$stages" --set mode=bp --json "$out_dir/need.json" >/dev/null
   need=$(rows planned "$out_dir/need.json" bp-1f1b)
-  for label in eighth quarter; do
+  for label in ${BUDGETS:-eighth quarter}; do
     budget=$(( need / $([ $label = eighth ] && echo 8 || echo 4) ))
     echo
     echo "Budget: $([ $label = eighth ] && echo an || echo a) $label of bp-1f1b's largest stage at micro-batch 32 ($need B): $budget B" \
