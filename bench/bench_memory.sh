@@ -73,7 +73,7 @@ train() {
        --json "$out.plan.json" >"$out.plan.txt" 2>&1; then
     return 0
   fi
-  cat "$out.txt" "$out.plan.txt" 2>/dev/null | grep -m1 -i error >"$out.problem" ||
+  cat "$out.txt" "$out.plan.txt" 2>/dev/null | grep -m1 "error:" >"$out.problem" ||
     tail -n 1 "$out.txt" >"$out.problem"
   return 1
 }
