@@ -56,7 +56,7 @@ modes=(
   "fg+bp-rc|mode=fg+bp recompute=stage|fg+bp"
   "fg+bp-1-rc|mode=fg+bp select=1 recompute=stage|fg+bp"
 )
-want=(${MODES:-})
+read -ra want <<<"${MODES:-}"
 mpi_flags "$stages"
 rows() { /usr/bin/python3 bench/memory_rows.py "$@"; }
 sets_of() { local kv; SETS=(); for kv in $1; do SETS+=(--set "$kv"); done; }
@@ -108,7 +108,8 @@ table() {
 # fit SETS SCHEDULE BUDGET: the largest micro-batch of 1..32 whose planned activations (largest
 # stage) fit BUDGET bytes, or 0 (a binary search: they grow with it).
 fit() {
-  local c=($(seq 1 32)) lo=-1 hi=32 mid
+  local c lo=-1 hi=32 mid
+  mapfile -t c < <(seq 1 32)
   sets_of "$1"
   while [ $((hi - lo)) -gt 1 ]; do
     mid=$(( (lo + hi) / 2 ))
@@ -144,8 +145,9 @@ race() {
       done
       if [ "$best" = 0 ]; then
         sets_of "$sets"
+        [[ $sets == *mode=fg\ * ]] || SETS+=(--set recompute=stage)
         "$fgpipe" plan --config "$mlp_config" --set stages="$stages" "${SETS[@]}" --set micro_batch=1 \
-          $([[ $sets == *mode=fg\ * ]] || echo --set recompute=stage) --json "$out_dir/fit.json" >/dev/null 2>&1
+          --json "$out_dir/fit.json" >/dev/null 2>&1
         echo "| $name | none fits | | $(awk -v b="$(rows planned "$out_dir/fit.json" "$schedule")" \
           'BEGIN { printf "%.2f", b / 2^20 }') at micro-batch 1 | | no |"
         continue
