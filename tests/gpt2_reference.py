@@ -27,12 +27,13 @@ import argparse
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from safetensors_ref import write_safetensors  # tests/, beside this file
 
 
 class Conv1D(nn.Module):  # Hugging Face's GPT-2 linear: weight [in, out], y = x W + b
@@ -138,27 +139,6 @@ def randomise(model, gen):
         t.ln_f.bias -= (4.0 * u).float()
 
 
-DTYPES = {torch.float32: "F32", torch.uint8: "U8"}
-
-
-def little_endian(t):
-    a = t.detach().contiguous().numpy()
-    return a.astype(a.dtype.newbyteorder("<"), copy=False)
-
-
-def write_safetensors(path, tensors):  # {name: tensor}, in sorted order, header 8-byte aligned
-    header, offset = {}, 0
-    for name in sorted(tensors):  # tensor by tensor: a 1.5B model is not copied whole
-        t = tensors[name]
-        n = t.numel() * t.element_size()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for name in sorted(tensors):
-            little_endian(tensors[name]).tofile(f)
 
 
 def main():

@@ -35,13 +35,13 @@ import json
 import math
 import os
 import shutil
-import struct
 
 import torch
 import torch.nn.functional as F
 
+from safetensors_ref import write_safetensors  # tests/, beside this file
+
 STORED = [torch.bfloat16, torch.float16, torch.float32]
-NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 
 def rms_norm(x, w, eps):
@@ -120,21 +120,6 @@ def draw(name, shape, gen):  # float64, not initialisation-like: norms around 1,
     return r * (1.2 / math.sqrt(shape[1]))
 
 
-def write_safetensors(path, tensors):  # {name: tensor of a STORED dtype}, keys sorted
-    header, offset = {}, 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        n = t.numel() * t.element_size()
-        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for name in sorted(tensors):
-            t = tensors[name].contiguous()
-            bits = t.view(torch.int16) if t.element_size() == 2 else t
-            f.write(bits.numpy().astype(bits.numpy().dtype.newbyteorder("<")).tobytes())
 
 
 def write_hf(folder, cfg, stored, n_shards):
