@@ -29,13 +29,15 @@ run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memo
     --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
 }
 
-# The smallest budget that streams every stage of the run (the largest stage at its floor: two
-# slots of its largest layer, or one and two small ones when the token table dwarfs the rest):
-# what the refusal of a 1-byte budget names, the largest over the stages.
+# The smallest budget that streams every stage of the run through two slots of its largest
+# layer: what the refusal of a 1-byte budget names (its figure "with two slots" where the floor
+# itself has one slot of the token table: tests/gpt_tokens.sh checks that one; here it would
+# read the table again for every batch of the final evaluation), the largest over the stages.
 floor_budget() {  # floor_budget M KEY=VALUE...
   local M=$1; shift
   run probe "$M" 1 "$@"
-  grep -o "at least [0-9]* bytes" "$dir/probe.log" | grep -o "[0-9]*" | sort -n | tail -n 1
+  grep -oE "(at least [0-9]* bytes\)|[0-9]* bytes with two slots)" "$dir/probe.log" |
+    sed -E 's/^at least ([0-9]*) bytes\)$/\1/; s/^([0-9]*) bytes with two slots$/\1/' | sort -n | tail -n 1
 }
 
 differ() {  # differ A B: what differs between runs A and B (step,loss,lr; params; checkpoint)
