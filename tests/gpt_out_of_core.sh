@@ -29,15 +29,21 @@ run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memo
     --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
 }
 
-# The smallest budget that streams every stage of the run through two slots of its largest
-# layer: what the refusal of a 1-byte budget names (its figure "with two slots" where the floor
-# itself has one slot of the token table: tests/gpt_tokens.sh checks that one; here it would
-# read the table again for every batch of the final evaluation), the largest over the stages.
-floor_budget() {  # floor_budget M KEY=VALUE...
-  local M=$1; shift
-  run probe "$M" 1 "$@"
-  grep -oE "(at least [0-9]* bytes\)|[0-9]* bytes with two slots)" "$dir/probe.log" |
-    sed -E 's/^at least ([0-9]*) bytes\)$/\1/; s/^([0-9]*) bytes with two slots$/\1/' | sort -n | tail -n 1
+# The budgets a 1-byte budget's refusal names, the largest over the stages: "one" streams every
+# stage at its floor (one slot of its largest layer where that is all that fits), "two" through
+# two slots of it. Two slots are tried first: at one slot of the token table the final
+# evaluation reads the table again for every batch (tests/gpt_tokens.sh checks that floor).
+floor_budget() {  # floor_budget one|two M KEY=VALUE...
+  local kind=$1 M=$2; shift 2
+  [ -s "$dir/probe.log" ] && [ "$(cat "$dir/probe.key" 2>/dev/null)" = "$M $*" ] || {
+    run probe "$M" 1 "$@"; echo "$M $*" >"$dir/probe.key"; }
+  local figures
+  if [ "$kind" = two ]; then
+    figures=$(grep -oE "(at least [0-9]* bytes\)|[0-9]* bytes with two slots)" "$dir/probe.log")
+  else
+    figures=$(grep -oE "at least [0-9]* bytes" "$dir/probe.log")
+  fi
+  grep -oE "[0-9]+" <<<"$figures" | sort -n | tail -n 1
 }
 
 differ() {  # differ A B: what differs between runs A and B (step,loss,lr; params; checkpoint)
@@ -51,11 +57,18 @@ differ() {  # differ A B: what differs between runs A and B (step,loss,lr; param
 compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) against the floor (NAME-ooc)
   local name=$1 M=$2; shift 2
   local budget why=""
-  budget=$(floor_budget "$M" "$@")
+  budget=$(floor_budget two "$M" "$@")
   run "$name-mem" "$M" - "$@"; local rc_mem=$?
   run "$name-ooc" "$M" "${budget:-1}" "$@"; local rc_ooc=$?
   local streams
   streams=$(grep -c "streams its layers" "$dir/$name-ooc.log")
+  # A small stage may fit in memory at its two-slot figure (a streamed stage keeps a wave of
+  # lanes, in memory one micro-batch's): then every stage streams at the one-slot floor.
+  if [ "$rc_ooc" -eq 0 ] && [ "$streams" -ne "$M" ]; then
+    budget=$(floor_budget one "$M" "$@")
+    run "$name-ooc" "$M" "${budget:-1}" "$@"; rc_ooc=$?
+    streams=$(grep -c "streams its layers" "$dir/$name-ooc.log")
+  fi
   if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
   elif [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
     why="exit $rc_mem / $rc_ooc: $(grep -h -m1 error "$dir/$name-mem.log" "$dir/$name-ooc.log" | head -n 1)"
