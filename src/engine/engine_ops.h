@@ -59,6 +59,10 @@ int ops_backward_group(Pipeline *p, long step, long total, int n_lanes, int last
 // The lanes through every layer of the stage; step < 0: without tangents (evaluation).
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err);
 
+// Where op U forms layer l's estimate (fg, fg+bp): a tied copy's own buffer, the stage's
+// estimate (resident), or the one layer buffer (streamed).
+float *update_estimate_of_layer(Pipeline *p, int l);
+
 // A streamed bp stage without clipping updates each layer in the backward wave.
 int update_in_backward(const Pipeline *p);
 

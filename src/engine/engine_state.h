@@ -123,6 +123,9 @@ typedef struct {
     // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
     // two when the update is applied in the next step (streamed). work: one layer's G for U.
     float *blocks[2], *work;
+    // Local losses on a resident stage: each lane's linear input [max_group][B * max_width]
+    // until its loss, and one estimate [B * max_width] (stage_local_fold).
+    float *local_input, *local_estimate;
     Label *lane_labels;       // local losses, a fused head: the labels of F's lanes
                               // [max_group][B * tokens]
 } ForwardKept;

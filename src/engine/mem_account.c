@@ -33,8 +33,9 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
     if (run.recompute) z.input = f * (double)B * m->layers[st->first].in;
     if (run.keeps_inputs) {
         z.kept = f * (double)stage_kept_floats(st, N * B);
-        z.kept_work = f * (double)N * B * m->max_width;
+        z.kept_work = z.kept > 0.0 ? f * (double)N * B * m->max_width : 0.0;
     }
+    if (st->local_groups && !st->local_keeps) z.local_lane = f * (double)B * m->max_width;
     if (is_last && c->method.mode != MODE_FG) {
         double width_dz = m->fused_head ? HEAD_RECORD : m->logit_stride;
         z.loss_adjoints = f * (double)N * B * m->tokens * width_dz;
@@ -53,7 +54,8 @@ double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int
                                   : stashes * z->stash;
     double v[N_MEM_ACTIVATIONS] = {
         [MEM_STASH] = stash, [MEM_KEPT_ADJOINTS] = adjoints * z->adjoint,
-        [MEM_KEPT_INPUTS] = kept_copies * z->kept + (kept_copies ? z->kept_work : 0.0),
+        [MEM_KEPT_INPUTS] = kept_copies * z->kept + (kept_copies ? z->kept_work : 0.0) +
+                            (group + 1) * z->local_lane,
         [MEM_LOSS_ADJOINTS] = z->rings * z->loss_adjoints,
         [MEM_LANES] = group * z->lane,
         // one inbox slot more than a group takes, and the outbox

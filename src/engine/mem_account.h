@@ -39,6 +39,7 @@ typedef struct {
     double input;            // recompute = stage: one micro-batch's stage input, kept from F
                              // to its last B op; the rest of a stash is a rerun's (0: none)
     double kept, kept_work;  // one copy of a step's kept inputs; U's work block (0: none)
+    double local_lane;       // local losses folded in F: a lane's linear input (and the estimate)
     double loss_adjoints;    // the last stage's dz of one step (0: none)
     double lane;             // one lane of an op group (activations, tangents, adjoints; inputs)
     double message;          // one message slot: the largest message

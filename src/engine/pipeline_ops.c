@@ -184,22 +184,37 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
     return t;
 }
 
-// Activity perturbation: the update needs layer l's input of lane a.
-static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a) {
+// Lane i's local-loss buffers (a resident stage): the linear's input, until F folds it.
+static float *lane_local_input(const Pipeline *p, int i) {
+    return p->kept.local_input + (size_t)i * p->cfg->training.micro_batch * p->model->max_width;
+}
+
+// Activity perturbation: the update needs layer l's input of lane a (i: its place in the
+// group), kept until U, or until the local loss after it (stage_local_folds).
+static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a, int i) {
     int B = p->cfg->training.micro_batch, in = p->model->layers[l].in;
-    float *kept = layers_kept(p, step, l) + (size_t)a->microbatch * B * in;
+    float *kept = stage_local_folds(&p->stage, l) ? lane_local_input(p, i)
+                                                  : layers_kept(p, step, l) + (size_t)a->microbatch * B * in;
     p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
 // A local loss at layer l: the estimate of layer l - 1's update (fg's mean over the step's
-// samples, of every replica: they sum); zdot: layer l - 1's output tangent. The lane's tangent
+// samples, of every replica: they sum); zdot: layer l - 1's output tangent. A resident stage
+// folds it into the layer's update at once, a streamed one keeps it for U. The lane's tangent
 // goes no further.
-static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot) {
+static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *zdot, int i) {
+    const Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, rows = p->cfg->training.micro_batches * B;
-    float *est = layers_kept(p, step, l - 1) + stage_local_estimate_offset(&p->stage, l - 1, rows) +
-                 (size_t)a->microbatch * B * p->model->layers[l].out;
     float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
-    stage_local_output_grad(&p->stage, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
+    if (stage_local_folds(st, l - 1)) {
+        stage_local_output_grad(st, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, p->kept.local_estimate);
+        stage_local_fold(st, l - 1, a->microbatch, a->rows, lane_local_input(p, i), p->kept.local_estimate,
+                         update_estimate_of_layer(p, l - 1));
+    } else {
+        float *est = layers_kept(p, step, l - 1) + stage_local_estimate_offset(st, l - 1, rows) +
+                     (size_t)a->microbatch * B * p->model->layers[l].out;
+        stage_local_output_grad(st, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
+    }
     a->xdot = NULL;
 }
 
@@ -251,14 +266,14 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
                                 : p->work.act[cur] + (size_t)i * p->work.act_stride;
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
-            if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a);
+            if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
             HeadScore head;
             if (L->head_block) head_begin(p, step, a, &head);
             stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
             if (L->head_block) head_end(p, a, &head, tangents != NULL);
             a->x = y, a->xdot = L->head_block ? NULL : ydot;
-            if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot);
+            if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot, i);
         }
         if (parts) rc = layers_release(p, l, parts, dirty, err);
     }

@@ -54,7 +54,9 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 // update. Streamed (kept_copies 2, lanes of a whole wave), what stays besides the slots.
 static double stage_needs_bytes(const Pipeline *p, int streamed) {
     const Config *c = p->cfg;
-    const ActivationSizes z = activation_sizes(c, &p->stage, p->is_first, p->is_last);
+    Stage st = p->stage;  // local losses: a streamed stage keeps what a resident one folds in F
+    st.local_keeps = streamed;
+    const ActivationSizes z = activation_sizes(c, &st, p->is_first, p->is_last);
     const int stashes = stashes_in_flight(c), adjoints = adjoints_in_flight(c);
     const LayerNeeds need = p->need;
     if (!streamed) {
@@ -174,10 +176,15 @@ static void alloc_buffers(Pipeline *p) {
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
-    if (p->run.keeps_inputs) {
-        size_t kept = stage_kept_floats(&p->stage, N * B);
+    size_t kept = p->run.keeps_inputs ? stage_kept_floats(&p->stage, N * B) : 0;
+    if (kept) {
         for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = alloc_counted(p, MEM_KEPT_INPUTS, kept);
         p->kept.work = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)N * B * p->model->max_width);
+    }
+    if (p->stage.local_groups && !p->stage.local_keeps) {
+        size_t lane = (size_t)B * p->model->max_width;
+        p->kept.local_input = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)group * lane);
+        p->kept.local_estimate = alloc_counted(p, MEM_KEPT_INPUTS, lane);
     }
     if (p->stage.local_groups || (p->is_last && p->model->fused_head))
         p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
@@ -380,6 +387,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
     int streams_here = 0;
     if ((rc = choose_source(p, streams, &streams_here, err))) return rc;
+    p->stage.local_keeps = streams_here;
     if (p->run.keeps_inputs && streams_here && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
@@ -424,7 +432,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
                           p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
                           p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch,
-                          p->kept.blocks[0], p->kept.blocks[1], p->kept.work,
+                          p->kept.blocks[0], p->kept.blocks[1], p->kept.work, p->kept.local_input,
+                          p->kept.local_estimate,
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,

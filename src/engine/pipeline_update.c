@@ -59,15 +59,15 @@ static float *tied_buffer(const Pipeline *p, int l) {
     return l == m->tied_first ? p->src.tied_grad[0] : l == m->tied_last ? p->src.tied_grad[1] : NULL;
 }
 
-static float *update_of_layer(Pipeline *p, int l) {
+float *update_estimate_of_layer(Pipeline *p, int l) {
     float *tied = tied_buffer(p, l);
     if (tied) return tied;
     if (p->src.streamed) return p->upd.estimate;
     return p->upd.estimate + (p->model->layers[l].param_offset - p->stage.param_base);
 }
 
-// Whether layer l's estimate is in update_of_layer already: a resident stage's once op U formed
-// them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
+// Whether layer l's estimate is in update_estimate_of_layer already: a resident stage's once op
+// U formed them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
 // summed) in op U.
 static int estimate_formed(const Pipeline *p, int l) {
     return p->upd.pending.formed || tied_buffer(p, l);
@@ -76,7 +76,7 @@ static int estimate_formed(const Pipeline *p, int l) {
 // Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
-    return tied ? tied : p->upd.pending.tangents ? update_of_layer(p, l) : s->kept;
+    return tied ? tied : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
@@ -130,28 +130,41 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     return FG_OK;
 }
 
-// g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd.
-static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
+// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l.
+static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, int adding) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (u->base_kept != 0.0f) {
-        be->scale(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
-        if (base_ref != 0.0f) be->axpy(be, upd, base_ref, s->ref, n);
-    } else if (base_ref != 0.0f) {
-        be->scale(be, upd, base_ref, s->ref, n);
-    } else {
-        be->zero(be, upd, n * sizeof(float));
+        if (adding) be->axpy(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
+        else be->scale(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
+        adding = 1;
     }
-    if (p->model->layers[l].frozen || !u->coeff_nonzero) return;  // frozen: steps of size 0
+    if (base_ref != 0.0f) {
+        if (adding) be->axpy(be, upd, base_ref, s->ref, n);
+        else be->scale(be, upd, base_ref, s->ref, n);
+        adding = 1;
+    }
+    if (!adding) be->zero(be, upd, n * sizeof(float));
+}
+
+// g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd. A perturbation
+// that sets the estimate (local losses: folded in op F) goes first, the other terms after it.
+static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
+    const PendingUpdate *u = &p->upd.pending;
+    const PerturbationOps *perturb = stage_perturbation(&p->stage, l);
+    int fg_part = !p->model->layers[l].frozen && u->coeff_nonzero;  // frozen: steps of size 0
+    if (!fg_part || !perturb->sets_estimate) add_base_terms(p, l, s, upd, 0);
+    if (!fg_part) return;
     PerturbEstimate e = {.seed = p->cfg->training.seed, .step = u->step,
                          .first_microbatch = pipeline_global_microbatch(p, 0),
                          .replica_microbatches = p->cfg->training.micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
                          .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
-    stage_perturbation(&p->stage, l)->estimate(&p->stage, l, &e, upd);
+    perturb->estimate(&p->stage, l, &e, upd);
+    if (perturb->sets_estimate) add_base_terms(p, l, s, upd, 1);
 }
 
 // The estimates formed in op U: every layer's on a resident stage, under activity perturbation
@@ -166,7 +179,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
         if (p->src.streamed && !tied_buffer(p, l)) continue;
         LayerSlot s;
         if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        form_estimate(p, l, &s, update_of_layer(p, l));
+        form_estimate(p, l, &s, update_estimate_of_layer(p, l));
         rc = layers_release(p, l, parts, 0, err);
     }
     if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
@@ -330,7 +343,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
         LayerSlot s;
         if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        float *upd = update_of_layer(p, l);
+        float *upd = update_estimate_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
         row[ROW_G2] = be->dot(be, upd, upd, n);

@@ -1,6 +1,7 @@
 // Local losses on a stage (perturbation.h, stage.h, local_loss.h): the fixed heads, op F's
 // directional derivatives at each head, and the update's estimate from them. The linear layer
-// before a head takes activity tangents and keeps its input and its output-gradient estimate.
+// before a head takes activity tangents; its estimate is known in F, where a resident stage
+// folds it into the layer's update (no layer input kept past the lane).
 #include <string.h>
 
 #include "local_loss.h"
@@ -11,6 +12,10 @@ int stage_local_head(const Stage *st, int l) {
     const Layer *L = &st->model->layers[l];
     return (L->kind == LAYER_RELU || L->kind == LAYER_GELU) &&
            st->model->layers[l - 1].kind == LAYER_LINEAR && layer_tokens(L) == 1;
+}
+
+int stage_local_folds(const Stage *st, int l) {
+    return !st->local_keeps && stage_local_head(st, l + 1);
 }
 
 int stage_set_local_groups(Stage *st, int groups, uint32_t seed, FgError *err) {
@@ -68,8 +73,16 @@ void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, c
     st->be->backward(st->be, L, NULL, x, est, NULL, grad, rows);
 }
 
-// Kept per row: the layer's input, then the estimate F formed at the head [rows, out].
+void stage_local_fold(const Stage *st, int l, int mb, int rows, const float *x, const float *est,
+                      float *grad) {
+    if (mb == 0) st->be->zero(st->be, grad, st->model->layers[l].param_count * sizeof(float));
+    stage_local_weight_grad(st, l, rows, x, est, grad);
+}
+
+// Kept per row on a streamed stage: the layer's input, then the estimate formed at the head
+// [rows, out]. A resident stage keeps nothing past its lane (stage_local_fold in F).
 static size_t local_kept_floats(const Stage *st, int l) {
+    if (!st->local_keeps) return 0;
     return (size_t)st->model->layers[l].in + (size_t)st->model->layers[l].out;
 }
 
@@ -77,17 +90,19 @@ size_t stage_local_estimate_offset(const Stage *st, int l, int rows) {
     return (size_t)rows * st->model->layers[l].in;
 }
 
-// U: the estimate F formed (unweighted, so that it can be read again), times fg's weight.
+// U: fg's estimate, weighed. A streamed stage folds the micro-batches F kept now.
 static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
-    int rows = e->replica_microbatches * e->rows;
-    const float *x = e->kept, *est = x + stage_local_estimate_offset(st, l, rows);
-    if (e->fg_weight != 1.0f) {
-        st->be->scale(st->be, e->work, e->fg_weight, est, (size_t)rows * st->model->layers[l].out);
-        est = e->work;
+    const Layer *L = &st->model->layers[l];
+    if (st->local_keeps) {
+        int rows = e->replica_microbatches * e->rows;
+        const float *x = e->kept, *est = x + stage_local_estimate_offset(st, l, rows);
+        for (int b = 0; b < e->replica_microbatches; b++)
+            stage_local_fold(st, l, b, e->rows, x + (size_t)b * e->rows * L->in,
+                             est + (size_t)b * e->rows * L->out, grad_l);
     }
-    stage_local_weight_grad(st, l, rows, x, est, grad_l);
+    if (e->fg_weight != 1.0f) st->be->scale(st->be, grad_l, e->fg_weight, grad_l, L->param_count);
 }
 
 const PerturbationOps perturb_local = {
     .name = "local", .d_per_sample = 1, .kept_floats = local_kept_floats,
-    .jvp = perturb_activity_jvp, .estimate = local_estimate};
+    .jvp = perturb_activity_jvp, .estimate = local_estimate, .sets_estimate = 1};

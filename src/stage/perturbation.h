@@ -24,7 +24,7 @@ typedef struct {
     const float *coeff;      // the estimate's coefficients, per global micro-batch from 0:
                              // [all_microbatches * d per micro-batch]
     const float *kept;       // what F kept of this layer (kept_floats' block) or NULL
-    float fg_weight;         // the weight of fg's part (local losses: est is formed in F unweighted)
+    float fg_weight;         // the weight of fg's part (local losses: formed in F unweighted)
     float *work;             // [replica_microbatches * rows * widest layer] of scratch
 } PerturbEstimate;
 
@@ -38,8 +38,10 @@ typedef struct {
     // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t.
     void (*jvp)(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
                 const float *xdot, float *y, float *ydot, int rows);
-    // Op U: grad_l += fg's estimate of layer l's gradient.
+    // Op U: grad_l += fg's estimate of layer l's gradient; with sets_estimate, grad_l = it
+    // (what op F folded into grad_l, weighed: the estimator's other terms are added after).
     void (*estimate)(const Stage *st, int l, const PerturbEstimate *e, float *grad_l);
+    int sets_estimate;
 } PerturbationOps;
 
 extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, perturb_local;

@@ -41,6 +41,9 @@ typedef struct {
     int local_groups;      // local losses: G groups per hidden layer (0: none; perturb_local.c)
     float **local_head;    // [n_layers]: the fixed heads of a layer ending a local loss, or NULL
     float *local_work;     // the heads' d [K, max_rows, G] and one row's H e [max_width]
+    int local_keeps;       // local losses on a streamed stage: F keeps each linear's inputs and
+                           // estimates for U, when the layer is back in memory; resident, F
+                           // folds them into the layer's update at once (stage_local_fold)
     float *act[2];       // ping-pong activations [max_rows, max_width]
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
@@ -134,6 +137,8 @@ int stage_set_local_groups(Stage *st, int groups, uint32_t seed, FgError *err);
 void stage_free_local(Stage *st);
 // Whether layer l ends a local loss (then layer l - 1, the linear, learns from it alone).
 int stage_local_head(const Stage *st, int l);
+// Whether linear layer l learns from a local loss folded in op F (a resident stage).
+int stage_local_folds(const Stage *st, int l);
 // Op F at such a layer l: from its output h [rows, out], its tangent hdot [K, rows, out], the
 // linear's output tangent zdot (= u: nothing enters before it) and the labels, the linear's
 // output-gradient estimate est [rows, out] = scale sum_k d_k[r, g(j)] u_k[r, j], d the groups'
@@ -148,6 +153,11 @@ size_t stage_local_estimate_offset(const Stage *st, int l, int rows);
 // The update of that linear layer l: grad += est^T x, db += column sums of est, over rows.
 void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
                              float *grad);
+// Micro-batch mb's part of linear layer l's estimate (rows of inputs x and estimates est) into
+// grad, which micro-batch 0 starts: op F on a resident stage, op U on a streamed one, the same
+// products in the same order either way.
+void stage_local_fold(const Stage *st, int l, int mb, int rows, const float *x, const float *est,
+                      float *grad);
 
 // Low-rank weight tangents (perturb = weight, rank r > 0; docs/design.md section 4): a linear
 // layer's weight tangent is V = At^T Bt / sqrt(r) with At [r, n] and Bt [r, k] ~ N(0, 1) for
