@@ -4,10 +4,10 @@
 # adjoints, lanes, messages; summary.json's activation_peak_bytes), and fgpipe plan --costs of
 # the same run (the run's stage cuts and timetable) plans the same figure within 10% per stage:
 # the main job's MLP on 1 and 4 stages in bp-1f1b, bp-zb (each also with recompute = stage),
-# fg (weight and activity) and fg+bp, and
+# fg (weight, activity, local losses) and fg+bp, and
 # a small byte GPT on 1 and 2 stages. The peaks are ordered as the timetables imply: 1F1B's
 # stage 0 keeps more than its last stage, GPipe's stashes are all N on every stage, fg keeps no
-# stash, activity keeps inputs that weight perturbation does not.
+# stash, activity keeps inputs that weight perturbation does not, local losses fewer.
 #
 # usage: activation_memory.sh FGPIPE MLP_CONFIG   (the GPT config: gpt-kjv.conf beside it)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -58,7 +58,8 @@ v=d['memory_bytes'][k] if k in d['memory_bytes'] else d[k]; print(int(v[int(sys.
 
 cases=("1f1b|bp-1f1b|mode=bp schedule=1f1b" "zb|bp-zb|mode=bp schedule=zb"
        "gpipe|bp-gpipe|mode=bp schedule=gpipe" "fgw|fg|mode=fg perturb=weight"
-       "fga|fg|mode=fg perturb=activity" "fgbp|fg+bp|mode=fg+bp"
+       "fga|fg|mode=fg perturb=activity" "fgl|fg|mode=fg perturb=activity local_groups=8"
+       "fgbp|fg+bp|mode=fg+bp"
        "1f1b-rc|bp-1f1b|mode=bp schedule=1f1b recompute=stage" "zb-rc|bp-zb|mode=bp schedule=zb recompute=stage")
 for M in 1 4; do
   for c in "${cases[@]}"; do
@@ -90,6 +91,10 @@ verdict "the last stage: GPipe stashes all 4 micro-batches ($g3 B), 1F1B one at 
 fs=$(field mlp4-fgw stash 1) fk=$(field mlp4-fgw kept_inputs 1) ak=$(field mlp4-fga kept_inputs 1)
 verdict "fg keeps no stash, weight perturbation no inputs, activity keeps its inputs ($ak B)" \
   "$([ "$fs" -eq 0 ] && [ "$fk" -eq 0 ] && [ "$ak" -gt 0 ] || echo "stash $fs, weight $fk, activity $ak")"
+# Local losses fold each estimate in F: a stage of hidden layers keeps its lanes' inputs alone.
+lk=$(field mlp4-fgl kept_inputs 1)
+verdict "local losses keep less for U ($lk B) than activity on the same stage ($ak B)" \
+  "$([ "$lk" -ge 0 ] && [ "$lk" -lt "$ak" ] || echo "local $lk B, activity $ak B")"
 zb=$(field mlp4-zb kept_adjoints 0) f1=$(field mlp4-1f1b kept_adjoints 0)
 verdict "bp-zb keeps adjoints for its Bw ops ($zb B), 1F1B none" \
   "$([ "$zb" -gt 0 ] && [ "$f1" -eq 0 ] || echo "zb $zb B, 1f1b $f1 B")"
