@@ -311,11 +311,9 @@ static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
     return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
 }
 
-
-// Bytes of layer l's buffers in the weights store (step: and in the step store).
-static size_t layer_bytes(const SlotPlan *sp, const Layer *L, int step) {
-    int bufs = L->frozen ? 1 : sp->n_weights + (step ? sp->n_step : 0);
-    return (size_t)bufs * page_round(L->param_count * sizeof(float));
+// Bytes of a layer's slot in the weights store.
+static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
+    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(L->param_count * sizeof(float));
 }
 
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
@@ -324,7 +322,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     for (int l = first; l < last; l++) {
         const Layer *L = &m->layers[l];
         if (L->param_count > sp->largest) sp->largest = L->param_count, sp->largest_layer = l;
-        weights = FG_MAX(weights, layer_bytes(sp, L, 0));
+        weights = FG_MAX(weights, weights_bytes(sp, L));
         if (!L->frozen) trained = FG_MAX(trained, L->param_count);
         *param_layers += L->param_count > 0;
         // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
