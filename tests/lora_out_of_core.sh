@@ -83,6 +83,16 @@ done
 # Two replicas of one stage share its store on the node (docs/out-of-core.md, "Replicas").
 compare bp-R2 1 steps=8 replicas=2 "${lora[@]}" mode=bp "${from[@]}"
 
+# stream = 1: a stage that fits the budget in memory streams all the same, with the same bytes;
+# without a budget it is refused by name.
+run fg-forced 1 1G steps=8 stream=1 "${lora[@]}" mode=fg optimizer=sgd lr=0.001 "${from[@]}"
+why=$(grep -q "streams its layers" "$dir/fg-forced.log" || echo "it did not stream: $(grep -m1 error "$dir/fg-forced.log")")
+cmp -s "$dir/fg-forced.bin" "$dir/fg-M1-mem.bin" || why="$why params differ from in memory"
+verdict "stream = 1 streams a stage that fits mem_budget, bitwise as in memory" "$why"
+run no-budget 1 - steps=1 stream=1
+grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
+  verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
+
 # The stores on flash: a frozen layer holds its parameters alone, its newest stamp is version 1
 # (the --init-from load; version 0 is the seed's) and that slot holds what the in-memory run
 # saved for it (its base tensor, unchanged there: tests/lora.sh) bit for bit; every adapter was
