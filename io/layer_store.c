@@ -359,8 +359,10 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, FgErro
 
 // A frozen layer's slot at version c: its newest at or below c (-1: none).
 static int frozen_slot(const LayerStore *s, int i, long c) {
-    int k = s->ver[i][0] > c ? 1 : s->ver[i][1] > c ? 0 : s->ver[i][0] >= s->ver[i][1] ? 0 : 1;
-    return s->ver[i][k] >= 0 && s->ver[i][k] <= c ? k : -1;
+    int best = -1;
+    for (int k = 0; k < 2; k++)
+        if (s->ver[i][k] >= 0 && s->ver[i][k] <= c && (best < 0 || s->ver[i][k] > s->ver[i][best])) best = k;
+    return best;
 }
 
 int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,

@@ -6,13 +6,15 @@
 // hold V-1, data first, then (after fdatasync) its stamp. A writer may only write version V
 // once every layer has V-1, so at any moment every layer holds the store's consistent version
 // C = min over layers of the newest stamp, and a crash at any point reopens as the state after
-// a whole step. An optional auxiliary blob per version (e.g. the scalars of a pending forward-
-// gradient update) is double-buffered the same way.
+// a whole step. A frozen layer (StoreLayer.frozen) is outside the rule: only loads write it, C
+// counts trained layers only, and it holds the newest of its versions at or below C. An
+// optional auxiliary blob per version (e.g. the scalars of a pending forward-gradient update)
+// is double-buffered the same way.
 //
 // The file, DIR/NAME.h5: one contiguous early-allocated dataset per layer and slot,
-// /slot<s>/<layer> float32 [n_bufs, padded count], aligned to 1 MiB (H5Pset_alignment); offsets
-// from H5Dget_offset, then read and written with O_DIRECT, no HDF5 call after open. Readable
-// with h5py.
+// /slot<s>/<layer> float32 [n_bufs (1 if frozen), padded count], aligned to 1 MiB
+// (H5Pset_alignment); offsets from H5Dget_offset, then read and written with O_DIRECT, no HDF5
+// call after open. Readable with h5py.
 //
 // Not thread-safe: one thread (the streamer's I/O thread) uses a store at a time.
 #ifndef FGPIPE_LAYER_STORE_H
