@@ -29,12 +29,21 @@
 #                     of 4 is backpropagated in the step (c) and the update is 0.9 c + 0.1 fg
 #                     (the fg+bp the docs recommend, activity + mix + shrink 0 + select = -1, is
 #                     refused with LoRA: no activity tangents for adapters; on one stage it is bp)
+#   streamed  bp, fg and fg+bp again, STREAM_STEPS each, with the stage streaming its layers
+#           from a layer store in OUT (--mem-budget, --weights-dir, stream = 1): the frozen base
+#           read-only, at the budget a 1-byte budget's refusal names (the floor: a wave's
+#           activations and two slots of the token table) or BUDGET bytes if that is more.
+#           stream = 1 because at this size a streamed stage's floor, mostly a wave's
+#           activations, is more than fg needs in memory. The stage's "out of core" line gives
+#           the bytes read and written per step (steps 1-3).
 # Output: the table (markdown), curves (OUT/curve-*.csv: step, seconds, val_loss) and
 # docs/img/lora_race.png (PLOT=path to change it, PLOT= to skip).
 #
 # usage: bench/bench_lora.sh [PRETRAIN_STEPS] [FINETUNE_STEPS]      defaults 600 300
 #   Environment: OUT (bench/out/lora), VOCAB (4096), VAL_TOKENS (16384), EVAL_EVERY (20),
-#   FG_LRS ("1e-3 3e-3 1e-2 3e-2"), SWEEP_STEPS (50), LLAMA3_CHECK (1), PLOT.
+#   FG_LRS ("1e-3 3e-3 1e-2 3e-2"), SWEEP_STEPS (50), LLAMA3_CHECK (1), PLOT, ROWS (the
+#   in-memory rows to run, by name: "bp fg fg+bp"; all when empty), STREAM_STEPS
+#   (FINETUNE_STEPS; 0: no streamed rows), BUDGET (0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -123,12 +132,37 @@ rows=(
   "fg K=8|mode=fg tangents=8 lr=$best_lr"
   "fg+bp|mode=fg+bp perturb=weight estimator=mix select=1 lag=0 shrink=0.1 lr=0.002"
 )
+read -r -a want <<<"${ROWS:-}"
 for r in "${rows[@]}"; do
   IFS='|' read -r name sets <<<"$r"
+  selected "$name" "${want[@]}" || continue
   echo "fine-tuning: $name ($sets), $ft_steps steps"
   # shellcheck disable=SC2086
   train "ft-${name// /-}" "$ft_steps" $sets eval_every="$every" "${lora[@]}" "${fort_data[@]}" \
     -- --init-from "$ck" --no-checkpoint || continue
+done
+
+# Streamed from flash: the same fine-tunes with the stage's layers in a layer store.
+stream_steps=${STREAM_STEPS:-$ft_steps}
+srows=()
+for r in "${rows[@]}"; do [ "${r%%|*}" = "fg K=8" ] || srows+=("$r"); done
+for r in "${srows[@]}"; do
+  [ "$stream_steps" -gt 0 ] || break
+  IFS='|' read -r name sets <<<"$r"
+  w=$out/st-${name// /-}.w
+  rm -rf "$w" && mkdir -p "$w"
+  # shellcheck disable=SC2086
+  train "probe-${name// /-}" 1 $sets "${lora[@]}" "${fort_data[@]}" \
+    -- --mem-budget 1 --weights-dir "$w" --no-checkpoint >/dev/null || true
+  floor=$(grep -oE "at least [0-9]+ bytes" "$out/probe-${name// /-}.log" | grep -oE "[0-9]+" | sort -n | tail -n 1)
+  [ -n "$floor" ] || { echo "streamed $name: no floor from the probe"; continue; }
+  budget=$floor; [ "${BUDGET:-0}" -gt "$budget" ] && budget=$BUDGET
+  echo "fine-tuning streamed: $name ($sets), $stream_steps steps, mem_budget $budget bytes (floor $floor)"
+  # shellcheck disable=SC2086
+  train "st-${name// /-}" "$stream_steps" $sets eval_every="$every" stream=1 "${lora[@]}" "${fort_data[@]}" \
+    -- --init-from "$ck" --no-checkpoint --mem-budget "$budget" --weights-dir "$w" || continue
+  echo "$budget $floor" >"$out/st-${name// /-}.budget"
+  rm -rf "$w"
 done
 total=$(( $(date +%s) - t0 ))
 
@@ -136,3 +170,4 @@ total=$(( $(date +%s) - t0 ))
 echo
 echo "bench/bench_lora.sh $pre_steps $ft_steps: ${total} s in all (tokenizing not counted); fg lr $best_lr"
 "$py" bench/bench_lora_report.py "$out" "$plot" "${rows[@]}"
+if [ "$stream_steps" -gt 0 ]; then "$py" bench/bench_lora_stream_report.py "$out" "${srows[@]}"; fi

@@ -52,7 +52,8 @@ const StoreLayer *layer_store_layer(const LayerStore *s, int i) { return &s->lay
 int layer_store_n_bufs(const LayerStore *s) { return s->n_bufs; }
 size_t layer_store_aux_bytes(const LayerStore *s) { return s->aux_bytes; }
 size_t layer_store_buf_stride(const LayerStore *s, int i) { return stride(s, i); }
-size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)s->n_bufs * stride(s, i); }
+int layer_store_layer_bufs(const LayerStore *s, int i) { return s->layers[i].frozen ? 1 : s->n_bufs; }
+size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)layer_store_layer_bufs(s, i) * stride(s, i); }
 const char *layer_store_note(const LayerStore *s) { return s->f.note; }
 int layer_store_discarded(const LayerStore *s) { return s->discarded; }
 
@@ -72,24 +73,30 @@ long layer_store_layer_version(const LayerStore *s, int i) {
     return s->cur[i] < 0 ? -1 : s->ver[i][s->cur[i]];
 }
 
+// A frozen layer's version holds for every later one: the store's is its trained layers' (or,
+// with none, its auxiliary record's, or its frozen layers').
 long layer_store_version(const LayerStore *s) {
-    long c = -1;
+    long c = -1, frozen = -1;
+    int trained = 0;
     for (int i = 0; i < s->n; i++) {
         long v = layer_store_layer_version(s, i);
         if (v < 0) return -1;
-        c = (i == 0 || v < c) ? v : c;
+        if (s->layers[i].frozen) frozen = FG_MAX(frozen, v);
+        else c = (trained++ == 0 || v < c) ? v : c;
     }
-    return c;
+    if (trained) return c;
+    return s->aux_bytes && s->aux_cur >= 0 ? s->aux_ver[s->aux_cur] : frozen;
 }
 
-int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer *out) {
+int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, StoreLayer *out) {
     int n = 0;
     for (int l = first; l < last; l++) {
-        if (!m->layers[l].param_count) continue;
+        if (!m->layers[l].param_count || (frozen == STORE_FROZEN_SKIP && m->layers[l].frozen)) continue;
         memset(&out[n], 0, sizeof out[n]);
         snprintf(out[n].name, sizeof out[n].name, "%s", m->layers[l].name);
         out[n].layer = l;
         out[n].count = m->layers[l].param_count;
+        out[n].frozen = frozen == STORE_FROZEN_READ_ONLY && m->layers[l].frozen;
         n++;
     }
     return n;
@@ -161,13 +168,17 @@ static int index_io(LayerStore *s, hid_t f, int write) {
             return 1;
         s->n_bufs = (int)v[2], s->aux_bytes = (size_t)v[3], s->n = (int)v[4];
     }
-    int layer[MODEL_MAX_LAYERS];
+    int layer[MODEL_MAX_LAYERS], frozen[MODEL_MAX_LAYERS] = {0};
     unsigned long long count[MODEL_MAX_LAYERS];
     char name[MODEL_MAX_LAYERS][16];
     for (int i = 0; write && i < s->n; i++) {
-        layer[i] = s->layers[i].layer, count[i] = s->layers[i].count;
+        layer[i] = s->layers[i].layer, count[i] = s->layers[i].count, frozen[i] = s->layers[i].frozen;
         memcpy(name[i], s->layers[i].name, 16);
     }
+    // Stores from before frozen layers have no index_frozen: none of theirs is.
+    if ((write || H5Lexists(f, "index_frozen", H5P_DEFAULT) > 0) &&
+        dataset_io(f, "index_frozen", H5T_NATIVE_INT, (hsize_t)s->n, frozen, write))
+        return 1;
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, 16);
     int bad = dataset_io(f, "index_layer", H5T_NATIVE_INT, (hsize_t)s->n, layer, write) ||
@@ -177,6 +188,7 @@ static int index_io(LayerStore *s, hid_t f, int write) {
     if (bad || write) return bad;
     for (int i = 0; i < s->n; i++) {
         s->layers[i].layer = layer[i], s->layers[i].count = (size_t)count[i];
+        s->layers[i].frozen = frozen[i] != 0;
         memcpy(s->layers[i].name, name[i], 15);
         s->layers[i].name[15] = 0;
     }
@@ -221,7 +233,7 @@ static int h5_regions(LayerStore *s, hid_t f, int create) {
             char name[64];
             // The index makes it unique: names are cut to 15 characters.
             snprintf(name, sizeof name, "slot%d/%d.%s", k, s->layers[i].layer, s->layers[i].name);
-            hsize_t dims[2] = {(hsize_t)s->n_bufs, stride(s, i) / sizeof(float)};
+            hsize_t dims[2] = {(hsize_t)layer_store_layer_bufs(s, i), stride(s, i) / sizeof(float)};
             if (h5_region(f, name, H5T_NATIVE_FLOAT, 2, dims, create, &s->slot_off[i][k])) return 1;
         }
     return 0;
@@ -271,7 +283,7 @@ static void stamp_encode(unsigned char *rec, int kind, int index, int slot, cons
     memset(&st, 0, sizeof st);
     memcpy(st.magic, "FGSTORE1", 8);
     st.kind = (uint32_t)kind, st.index = (uint32_t)index, st.slot = (uint32_t)slot;
-    st.n_bufs = (uint32_t)s->n_bufs;
+    st.n_bufs = (uint32_t)(kind == KIND_LAYER ? layer_store_layer_bufs(s, index) : s->n_bufs);
     st.count = kind == KIND_LAYER ? s->layers[index].count : s->aux_bytes;
     st.version = version;
     st.crc = (uint32_t)crc32(0L, (const Bytef *)&st, offsetof(Stamp, crc));
@@ -287,7 +299,8 @@ static long stamp_decode(const unsigned char *rec, int kind, int index, int slot
         return -1;
     uint64_t count = kind == KIND_LAYER ? s->layers[index].count : s->aux_bytes;
     if (st.kind != (uint32_t)kind || st.index != (uint32_t)index || st.slot != (uint32_t)slot ||
-        st.n_bufs != (uint32_t)s->n_bufs || st.count != count || st.version < 0)
+        st.n_bufs != (uint32_t)(kind == KIND_LAYER ? layer_store_layer_bufs(s, index) : s->n_bufs) ||
+        st.count != count || st.version < 0)
         return -1;
     return (long)st.version;
 }
@@ -344,6 +357,14 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, FgErro
     return layer_store_open_at(out, dir, name, -1, err);
 }
 
+// A frozen layer's slot at version c: its newest at or below c (-1: none).
+static int frozen_slot(const LayerStore *s, int i, long c) {
+    int best = -1;
+    for (int k = 0; k < 2; k++)
+        if (s->ver[i][k] >= 0 && s->ver[i][k] <= c && (best < 0 || s->ver[i][k] > s->ver[i][best])) best = k;
+    return best;
+}
+
 int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,
                         FgError *err) {
     *out = NULL;
@@ -371,9 +392,11 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name, lon
     size_t hdr_bytes = (size_t)n_records(s) * HDR_BYTES;
     unsigned char *hdr = dio_alloc(hdr_bytes);
     if (!rc) rc = dio_read(&s->f, hdr, hdr_bytes, s->hdr_off, err);
-    // Recovery: C = the oldest layer's newest version; every layer must hold C in some slot
-    // (the write rule guarantees it); slots newer than C belong to an unfinished step.
-    long c = -1;
+    // Recovery: C = the oldest trained layer's newest version; every trained layer must hold C
+    // in some slot (the write rule guarantees it), a frozen one C or an older version; slots
+    // newer than C belong to an unfinished step (or load).
+    long c = -1, frozen = -1;
+    int trained = 0;
     for (int i = 0; i < s->n && !rc; i++) {
         long newest = -1;
         for (int k = 0; k < 2; k++) {
@@ -383,8 +406,12 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name, lon
         if (newest < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has no complete version "
                          "(creation interrupted?)", s->path, s->layers[i].name);
-        c = (i == 0 || newest < c) ? newest : c;
+        if (s->layers[i].frozen) frozen = FG_MAX(frozen, newest);
+        else c = (trained++ == 0 || newest < c) ? newest : c;
     }
+    for (int k = 0; k < 2 && s->aux_bytes && !rc; k++)
+        s->aux_ver[k] = stamp_decode(hdr + (size_t)record_of(KIND_AUX, 0, k, s->n) * HDR_BYTES, KIND_AUX, 0, k, s);
+    if (!trained) c = s->aux_bytes ? FG_MAX(s->aux_ver[0], s->aux_ver[1]) : frozen;
     // An older version is still whole in the other slots right after the store moved on (a
     // pipeline whose stages crashed one version apart goes back to the version they share).
     if (!rc && version >= 0 && version != c) {
@@ -393,15 +420,15 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name, lon
                          "holds up to version %ld", s->path, version, c);
         c = version;
     }
-    for (int k = 0; k < 2 && s->aux_bytes && !rc; k++)
-        s->aux_ver[k] = stamp_decode(hdr + (size_t)record_of(KIND_AUX, 0, k, s->n) * HDR_BYTES, KIND_AUX, 0, k, s);
     fg_free(hdr);
     for (int i = 0; i < s->n && !rc; i++) {
-        s->cur[i] = s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
+        s->cur[i] = s->layers[i].frozen ? frozen_slot(s, i, c)
+                                        : s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
         if (s->cur[i] < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
-                         "not the store's consistent version %ld (corrupt store)", s->path,
-                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c);
+                         "not the store's consistent version %ld%s (corrupt store)", s->path,
+                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c,
+                         s->layers[i].frozen ? " or an older one (it is frozen)" : "");
         else {
             s->discarded += s->ver[i][1 - s->cur[i]] > c;
             s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
@@ -441,11 +468,12 @@ int layer_store_read_aux(LayerStore *s, void *data, FgError *err) {
 static int check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
     long have = kind == KIND_AUX ? (s->aux_cur < 0 ? -1 : s->aux_ver[s->aux_cur]) : layer_store_layer_version(s, i);
     const char *what = kind == KIND_AUX ? "the auxiliary record" : s->layers[i].name;
-    if (version != have + 1)
+    int frozen = kind == KIND_LAYER && s->layers[i].frozen;  // written by loads only: any later version
+    if (frozen ? version <= have : version != have + 1)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s, which "
                        "has version %ld", s->path, version, what, have);
     for (int j = 0; j < s->n && version > 0; j++)
-        if (layer_store_layer_version(s, j) < version - 1)
+        if (!s->layers[j].frozen && layer_store_layer_version(s, j) < version - 1)
             return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: writing version %ld of %s before "
                            "layer %s has version %ld", s->path, version, what,
                            s->layers[j].name, version - 1);

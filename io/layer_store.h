@@ -6,13 +6,15 @@
 // hold V-1, data first, then (after fdatasync) its stamp. A writer may only write version V
 // once every layer has V-1, so at any moment every layer holds the store's consistent version
 // C = min over layers of the newest stamp, and a crash at any point reopens as the state after
-// a whole step. An optional auxiliary blob per version (e.g. the scalars of a pending forward-
-// gradient update) is double-buffered the same way.
+// a whole step. A frozen layer (StoreLayer.frozen) is outside the rule: only loads write it, C
+// counts trained layers only, and it holds the newest of its versions at or below C. An
+// optional auxiliary blob per version (e.g. the scalars of a pending forward-gradient update)
+// is double-buffered the same way.
 //
 // The file, DIR/NAME.h5: one contiguous early-allocated dataset per layer and slot,
-// /slot<s>/<layer> float32 [n_bufs, padded count], aligned to 1 MiB (H5Pset_alignment); offsets
-// from H5Dget_offset, then read and written with O_DIRECT, no HDF5 call after open. Readable
-// with h5py.
+// /slot<s>/<layer> float32 [n_bufs (1 if frozen), padded count], aligned to 1 MiB
+// (H5Pset_alignment); offsets from H5Dget_offset, then read and written with O_DIRECT, no HDF5
+// call after open. Readable with h5py.
 //
 // Not thread-safe: one thread (the streamer's I/O thread) uses a store at a time.
 #ifndef FGPIPE_LAYER_STORE_H
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "layer_stream.h"
 #include "model.h"
 
 enum { STORE_MAX_BUFS = 4, STORE_FORMAT_VERSION = 2 };  // params, 2 optimizer states, guide
@@ -30,6 +33,9 @@ typedef struct {
     char name[16];  // the model's layer name ("fc1")
     int layer;      // global layer index
     size_t count;   // parameters (floats per buffer)
+    int frozen;     // read-only in training (freeze, a LoRA base): its parameters alone (one
+                    // buffer, no optimizer state), written by loads only; its newest version
+                    // at or below the store's holds for every version after it
 } StoreLayer;
 
 typedef struct {
@@ -46,8 +52,9 @@ typedef struct LayerStore LayerStore;
 // opened. Fails with the path and cause (unwritable dir, disk full).
 int layer_store_create(LayerStore **out, const char *dir, const char *name, int n_layers,
                        const StoreLayer *layers, const StoreOptions *opt, FgError *err);
-// The store's layers for a stage [first, last) of the model: layers without parameters skipped.
-int layer_store_layers_for_stage(const Model *m, int first, int last, StoreLayer *out);
+// The store's layers for a stage [first, last) of the model: layers without parameters skipped;
+// the model's frozen layers as `frozen` says (LayerStreamSpec.frozen).
+int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, StoreLayer *out);
 
 // Opens an existing store (its layout comes from the file) and recovers its consistent version.
 int layer_store_open(LayerStore **out, const char *dir, const char *name, FgError *err);
@@ -60,6 +67,7 @@ int layer_store_n_layers(const LayerStore *s);
 const StoreLayer *layer_store_layer(const LayerStore *s, int i);
 int layer_store_find(const LayerStore *s, int layer);  // index of a global layer, -1 if absent
 int layer_store_n_bufs(const LayerStore *s);
+int layer_store_layer_bufs(const LayerStore *s, int i);  // n_bufs, or 1 for a frozen layer
 size_t layer_store_aux_bytes(const LayerStore *s);
 // Bytes of one layer in memory and in a slot: n_bufs buffers, each count floats padded to
 // DIO_ALIGN; buffer b starts at b * layer_store_buf_stride(s, i).
@@ -78,8 +86,8 @@ const char *layer_store_note(const LayerStore *s);
 // Reads layer i's current version into buf (DIO_ALIGN-aligned, layer_store_slot_bytes).
 int layer_store_read(LayerStore *s, int i, void *buf, FgError *err);
 // Writes buf as version `version` of layer i: version must be the layer's current + 1 (or 0 on a
-// new store), and every other layer must already have version - 1. On failure the layer keeps
-// its current version.
+// new store; any later version for a frozen layer), and every other layer that is not frozen
+// must already have version - 1. On failure the layer keeps its current version.
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err);
 // The auxiliary blob: write it for version V before the first layer of V (same rule); read
 // returns the blob of the consistent version.

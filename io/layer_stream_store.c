@@ -64,6 +64,7 @@ struct Ctx {
     unsigned char *aux;       // the opening version's record, then the one being written
     unsigned char *aux_out;
     int aux_busy;
+    long aux_version;         // the newest record's (queued or written)
     int active;               // requests running now, both threads
     double busy_since;        // when active last became non-zero
     LayerStreamStats stats;
@@ -246,7 +247,7 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
             memset(view, 0, sizeof *view);
             view->layer = layer;
             view->count = layer_store_layer(c->store, sl->idx)->count;
-            view->n_bufs = layer_store_n_bufs(c->store);
+            view->n_bufs = layer_store_layer_bufs(c->store, sl->idx);
             for (int b = 0; b < view->n_bufs; b++) view->buf[b] = (float *)(sl->mem + (size_t)b * stride);
             view->version = sl->version;
         }
@@ -271,7 +272,9 @@ static int ls_release(LayerStream *s, int layer, int dirty, FgError *err) {
             if (sl->pins)
                 rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d released dirty while "
                              "still pinned %d more times", layer, sl->pins);
-            else enqueue(c, REQ_WRITE, v, sl->idx, ++sl->version);
+            // A frozen layer (written by loads only) skips the versions it was not written in.
+            else enqueue(c, REQ_WRITE, v, sl->idx, sl->version = layer_store_layer(c->store, sl->idx)->frozen
+                                                                 ? c->aux_version : sl->version + 1);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -288,7 +291,7 @@ static int ls_write_aux(LayerStream *s, long version, const void *data, FgError 
     if (c->failed) rc = sticky(c, err);
     else {
         memcpy(c->aux_out, data, n);
-        c->aux_busy = 1;
+        c->aux_busy = 1, c->aux_version = version;
         enqueue(c, REQ_AUX, -1, -1, version);
     }
     pthread_mutex_unlock(&c->mu);
@@ -416,7 +419,7 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
     s->n_slots = c->n;
     s->slot_bytes = bytes;
     s->small_slot_bytes = n_small ? c->slots[n_slots].bytes : 0;
-    s->version = layer_store_version(store);
+    s->version = c->aux_version = layer_store_version(store);
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;

@@ -36,11 +36,12 @@ static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreL
                layer_store_aux_bytes(s) == spec->aux_bytes;
     for (int i = 0; i < n && same; i++) {
         const StoreLayer *have = layer_store_layer(s, i);
-        same = have->layer == want[i].layer && have->count == want[i].count;
+        same = have->layer == want[i].layer && have->count == want[i].count &&
+               have->frozen == want[i].frozen;
     }
     if (same) return FG_OK;
     return fg_fail(err, FG_ERR_INPUT, "layer store %s/%s was made for another model, optimizer or "
-                   "layout (%d layers x %d buffers there, %d x %d here)", spec->dir, spec->name,
+                   "layout, or other frozen layers (%d layers x %d buffers there, %d x %d here)", spec->dir, spec->name,
                    layer_store_n_layers(s), layer_store_n_bufs(s), n, spec->n_bufs);
 }
 
@@ -48,8 +49,9 @@ static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreL
 // written, naming the bytes (each layer takes two slots of its buffers).
 static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int n, FgError *err) {
     double need = 0.0;
-    for (int i = 0; i < n; i++)
-        need += 2.0 * (spec->n_bufs + spec->later_bufs) * (double)dio_round_up(layers[i].count * sizeof(float));
+    for (int i = 0; i < n; i++)  // a frozen layer: its parameters alone, and no step buffers
+        need += 2.0 * (layers[i].frozen ? 1 : spec->n_bufs + spec->later_bufs) *
+                (double)dio_round_up(layers[i].count * sizeof(float));
     struct statvfs fs;
     if (statvfs(spec->dir, &fs) != 0) return FG_OK;  // create reports an unusable dir by name
     double room = (double)fs.f_bavail * (double)fs.f_frsize;
@@ -63,7 +65,7 @@ static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int
 int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err) {
     (void)arg;
     StoreLayer layers[MODEL_MAX_LAYERS];
-    int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, layers);
+    int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, spec->frozen, layers);
     StoreOptions opt = {.n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes, .preallocate = 1};
     LayerStore *s = NULL;
     int rc;

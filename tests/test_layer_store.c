@@ -407,7 +407,7 @@ static void test_unwritable_dir(void **state) {
     pid_t pid = fork();
     if (pid == 0) {
         if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(4);
-        StoreLayer l = {"fc1", 0, 100};
+        StoreLayer l = {"fc1", 0, 100, 0};
         StoreOptions o = opts(0);
         LayerStore *s;
         FgError err = {0};
@@ -468,6 +468,55 @@ static void test_bad_stores(void **state) {
 
 // Writes out of order are refused: a version may only be written once all layers have the one
 // before (else a crash could leave no whole step behind).
+// Writes `version` of store layer i (its own buffers: a frozen layer's parameters alone).
+static int write_layer(LayerStore *s, int i, long version, FgError *err) {
+    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
+    float *buf[3];
+    slot_views(s, i, mem, buf);
+    fill(buf, layer_store_layer_bufs(s, i), layer_store_layer(s, i)->count, i, version);
+    int rc = layer_store_write(s, i, version, mem, err);
+    fg_free(mem);
+    return rc;
+}
+
+// A frozen layer (a LoRA base) holds one buffer and is written by loads only: steps write the
+// other layers past it, a load writes it at the version being made, and a load that crashed
+// before the trained layers followed reopens at the version before, with the frozen layer's
+// older contents.
+static void test_frozen_layer(void **state) {
+    (void)state;
+    StoreLayer layers[3] = {{"fc1", 0, 1000, 0}, {"base", 2, 5000, 1}, {"fc3", 4, 300, 0}};
+    StoreOptions o = opts(sizeof(long));
+    LayerStore *s;
+    FgError err = {0};
+    if (layer_store_create(&s, g_dir, "frozen", 3, layers, &o, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(layer_store_layer_bufs(s, 1), 1);
+    assert_int_equal(layer_store_slot_bytes(s, 1), layer_store_buf_stride(s, 1));
+    for (long v = 0; v <= 3; v++) {  // 0: made; 1, 2: steps; 3: a load (every layer)
+        if (layer_store_write_aux(s, v, &v, &err)) fail_msg("%s", err.msg);
+        for (int i = 0; i < 3; i++)
+            if ((v % 3 == 0 || i != 1) && write_layer(s, i, v, &err)) fail_msg("%s", err.msg);
+    }
+    assert_int_equal(layer_store_version(s), 3);
+    assert_int_not_equal(layer_store_write(s, 1, 3, NULL, &err), FG_OK);  // not again at 3
+    long v = 4;  // a load that crashed after the frozen layer
+    if (layer_store_write_aux(s, v, &v, &err) || write_layer(s, 1, 4, &err)) fail_msg("%s", err.msg);
+    layer_store_close(s);
+    if (layer_store_open(&s, g_dir, "frozen", &err)) fail_msg("%s", err.msg);
+    assert_int_equal(layer_store_version(s), 3);
+    assert_int_equal(layer_store_discarded(s), 1);
+    assert_true(layer_store_layer(s, 1)->frozen);
+    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
+    for (int i = 0; i < 3; i++) {
+        float *buf[3];
+        slot_views(s, i, mem, buf);
+        if (layer_store_read(s, i, mem, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(check(buf, layer_store_layer_bufs(s, i), layers[i].count, i, 3), -1);
+    }
+    fg_free(mem);
+    layer_store_close(s);
+}
+
 static void test_write_order(void **state) {
     (void)state;
     const size_t count[2] = {100, 100};
@@ -598,6 +647,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_stream_reacquire, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_overlap, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_write_order, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_frozen_layer, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bad_stores, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_unwritable_dir, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_crash_consistency, setup_dir, teardown_dir),

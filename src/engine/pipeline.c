@@ -236,7 +236,7 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
         if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-        norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
+        if (s.ref) norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
         rc = layers_release(p, l, LAYER_WEIGHTS, 0, err);
     }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
@@ -244,27 +244,27 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     return rc;
 }
 
-// One layer's checkpoint buffers through visit, as host memory (staged on a device).
+// One layer's checkpoint buffers through visit, as host memory (staged on a device). A streamed
+// frozen layer's slot holds its parameters alone: zeros stand for its optimizer state and
+// reference (a resident frozen layer's stay 0), and loaded ones are dropped.
 static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, LayerVisitor visit,
                       void *arg, FgError *err) {
     const Backend *be = p->be;
-    float *bufs[4] = {s->params};
-    int n = 1, rc;
-    for (int b = 0; b < p->need.opt_buffers; b++) bufs[n++] = s->state + b * s->state_stride;
-    if (s->ref) bufs[n++] = s->ref;
+    float *bufs[4] = {s->params}, *host[4];
+    int n = 1 + p->need.opt_buffers + p->need.ref, real = 1, rc = FG_OK;
+    for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
+    if (s->ref) bufs[real++] = s->ref;
     size_t bytes = L->param_count * sizeof(float);
-    if (writable && !layers_writes(p)) {  // a replica sharing its node's slots: loaded, not kept
-        float *scratch[4];
-        for (int b = 0; b < n; b++) scratch[b] = fg_alloc_floats(L->param_count);
-        rc = visit(arg, L, scratch, err);
-        for (int b = 0; b < n; b++) fg_free(scratch[b]);
-        return rc;
-    }
-    if (!be->on_device) return visit(arg, L, bufs, err);
-    for (int b = 0; b < n; b++) be->download(be, p->host_layer[b], bufs[b], bytes);
-    if ((rc = be->sync(be, err)) || (rc = visit(arg, L, p->host_layer, err))) return rc;
-    for (int b = 0; writable && b < n; b++) be->upload(be, bufs[b], p->host_layer[b], bytes);
-    return be->sync(be, err);
+    if (writable && !layers_writes(p)) real = 0;  // a replica sharing its node's slots: loaded, not kept
+    for (int b = 0; b < n; b++)
+        host[b] = b >= real ? fg_alloc_floats(L->param_count) : be->on_device ? p->host_layer[b] : bufs[b];
+    for (int b = 0; b < real && be->on_device; b++) be->download(be, host[b], bufs[b], bytes);
+    if (be->on_device) rc = be->sync(be, err);
+    if (!rc) rc = visit(arg, L, host, err);
+    for (int b = 0; !rc && writable && be->on_device && b < real; b++) be->upload(be, bufs[b], host[b], bytes);
+    if (!rc && be->on_device) rc = be->sync(be, err);
+    for (int b = real; b < n; b++) fg_free(host[b]);
+    return rc;
 }
 
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,

@@ -72,16 +72,17 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
            (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
 }
 
-// Resident when everything fits mem_budget (or there is none), else streamed from weights_dir:
-// decided (*streams_here) before anything is allocated, so that the start-up's timing of the
-// ops, which makes buffers of the stage's size, does not add to the stage's own.
+// Resident when everything fits mem_budget (or there is none) and stream is 0, else streamed
+// from weights_dir: decided (*streams_here) before anything is allocated, so that the
+// start-up's timing of the ops, which makes buffers of the stage's size, does not add to the
+// stage's own.
 static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err) {
     const Config *c = p->cfg;
     double in_memory = stage_needs_bytes(p, 0);
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int rc;
-    *streams_here = c->layout.mem_budget > 0 && in_memory > c->layout.mem_budget;
+    *streams_here = c->layout.mem_budget > 0 && (c->layout.stream || in_memory > c->layout.mem_budget);
     double n_streamed = *streams_here;
     if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
     p->n_streamed = (int)n_streamed;

@@ -80,7 +80,10 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
-// optimizer state stays 0), and its weight versions age like every other layer's.
+// optimizer state stays 0). Resident, its weight versions age like every other layer's (one
+// swap for the stage), and its weights are copied back from the swapped-out buffer; streamed,
+// it is read-only: its earlier weights are its weights, and nothing of it is written back (no
+// optimizer state, no reference in its slot).
 static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
 
 int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
@@ -136,6 +139,7 @@ static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, i
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
+    if (!s->ref) base_ref = 0.0f;  // a streamed frozen layer (its reference would be 0)
     if (u->base_kept != 0.0f) {
         if (adding) be->axpy(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
         else be->scale(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
@@ -246,11 +250,14 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const Backend *be = p->be;
     size_t n = p->model->layers[l].param_count;
     unsigned dirty = LAYER_WEIGHTS;
+    if (layer_frozen(p, l)) {  // resident: the swap left its weights in prev[0], and they stay
+        if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
+        return 0;
+    }
     for (int j = p->tt.lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
-    if (layer_frozen(p, l)) return dirty;
     float *g = gradient_of_layer(p, l, s);
     if (u->tangents && !estimate_formed(p, l)) form_estimate(p, l, s, g);
     OptimizerConfig oc = config_optimizer(p->cfg);

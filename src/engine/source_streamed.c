@@ -22,6 +22,7 @@ typedef struct {
 typedef struct {
     const Backend *be;
     const Config *cfg;
+    const Model *m;
     LayerNeeds need;
     LayerStream weights;      // params, optimizer state (, the estimator's reference)
     LayerStream step;         // kept gradient (, previous weights); .ctx NULL: none
@@ -35,7 +36,9 @@ typedef struct {
     float *dev_weights, *dev_step;  // [n_bufs][largest], NULL on the CPU
     size_t largest;
     LayerView held_weights, held_step;  // the host views of the acquired layer
-    int has_step;             // a step store (the I/O rank's st->step, when shared)
+    int has_step;             // a step store (the I/O rank's st->step, when shared): of the
+                              // trained layers only (a frozen one has no gradient to keep, and
+                              // its weights of earlier steps are its weights)
     // Replicas on one node share one store per stage (LayerStreams.share): the I/O rank alone
     // holds the streams; the others see its slots (slot_share.h).
     int shared, io, solo;     // solo: the I/O rank reads alone (LayerSource.solo)
@@ -58,12 +61,17 @@ static int stage_out(Streamed *st, const LayerView *v, const float *dev, FgError
     return st->be->sync(st->be, err);
 }
 
+// The step part of a layer is in the step store: it has one and the layer is trained.
+static int steps_of(const Streamed *st, int layer, unsigned parts) {
+    return (parts & LAYER_STEP) && st->has_step && !st->m->layers[layer].frozen;
+}
+
 static int streamed_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK;
     if (!st->io) return FG_OK;
     if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch(&st->weights, layer, err);
-    if (!rc && (parts & LAYER_STEP) && st->has_step) rc = st->step.prefetch(&st->step, layer, err);
+    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch(&st->step, layer, err);
     return rc;
 }
 
@@ -73,7 +81,7 @@ static int acquire_views(Streamed *st, int layer, unsigned parts, LayerView *w, 
                          FgError *err) {
     int rc = FG_OK;
     if (st->io && (parts & LAYER_WEIGHTS)) rc = st->weights.acquire(&st->weights, layer, w, err);
-    if (!rc && st->io && (parts & LAYER_STEP) && st->has_step) rc = st->step.acquire(&st->step, layer, v, err);
+    if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire(&st->step, layer, v, err);
     if (rc || !st->shared || !(parts & (LAYER_WEIGHTS | LAYER_STEP))) return rc;
     if (st->solo)
         return st->io ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "layer %d acquired by a replica "
@@ -81,11 +89,11 @@ static int acquire_views(Streamed *st, int layer, unsigned parts, LayerView *w, 
                                         "them alone", layer);
     if (st->io) {
         if (parts & LAYER_WEIGHTS) slot_share_publish(&st->share, SHARE_WEIGHTS, w);
-        if ((parts & LAYER_STEP) && st->has_step) slot_share_publish(&st->share, SHARE_STEP, v);
+        if (steps_of(st, layer, parts)) slot_share_publish(&st->share, SHARE_STEP, v);
     }
     if ((rc = slot_share_barrier(&st->share, err)) || st->io) return rc;
     if (parts & LAYER_WEIGHTS) slot_share_view(&st->share, SHARE_WEIGHTS, w);
-    if ((parts & LAYER_STEP) && st->has_step) slot_share_view(&st->share, SHARE_STEP, v);
+    if (steps_of(st, layer, parts)) slot_share_view(&st->share, SHARE_STEP, v);
     return FG_OK;
 }
 
@@ -100,14 +108,18 @@ static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
         float *bufs[4] = {NULL};
         for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, st->dev_weights, b);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
+        // A frozen layer's slot holds its parameters alone: no optimizer state, no reference.
+        int trained = !st->m->layers[layer].frozen;
         out->params = bufs[0];
-        out->state = st->need.opt_buffers ? bufs[1] : NULL;
+        out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
         out->state_stride = st->dev_weights ? st->largest : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
-        out->ref = st->need.ref ? bufs[1 + st->need.opt_buffers] : NULL;
+        out->ref = st->need.ref && trained ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
         out->grad = out->kept = st->grad;
-        if (st->has_step) {
+        for (int j = 0; j < st->need.prev && !steps_of(st, layer, parts); j++)
+            out->prev[j] = out->params;  // NULL unless the weights are acquired too
+        if (steps_of(st, layer, parts)) {
             st->held_step = v;
             if (st->kept_buf >= 0) out->kept = stage_in(st, &v, st->dev_step, st->kept_buf);
             for (int j = 0; j < st->need.prev; j++)
@@ -128,11 +140,11 @@ static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned 
         return rc;
     if (!st->io) return FG_OK;
     if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
-    if (!rc && (dirty & LAYER_STEP) && st->has_step) rc = stage_out(st, &st->held_step, st->dev_step, err);
+    if (!rc && (dirty & LAYER_STEP) && steps_of(st, layer, parts)) rc = stage_out(st, &st->held_step, st->dev_step, err);
     if (parts & LAYER_WEIGHTS)
         rc2 = st->weights.release(&st->weights, layer, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
     if (!rc) rc = rc2;
-    if ((parts & LAYER_STEP) && st->has_step)
+    if (steps_of(st, layer, parts))
         rc2 = st->step.release(&st->step, layer, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
     return rc ? rc : rc2;
 }
@@ -283,12 +295,15 @@ static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 // layers dwarf the others (a GPT's token table beside its blocks' matrices), two large slots
 // are made and the rest of the budget goes to small slots for the layers of at most half the
 // largest: many more of those fit, so the small layers are read far ahead.
+// A frozen layer's slot holds its parameters alone (a read-only base streams one buffer).
 typedef struct {
     size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
                                      // (0: no small slots), of the tied copies held here
+    size_t large_bytes;       // a large slot in both stores: the largest layer's weights slot
+                              // and the largest trained layer's step slot
     int largest_layer;        // the model's index of the largest layer
     int small_layers;         // layers that fit a small slot
-    int n_weights, n_step;    // buffers per layer in the weights store and the step store
+    int n_weights, n_step;    // buffers per trained layer in the weights store and the step store
     int n_slots, n_small;
 } SlotPlan;
 
@@ -296,14 +311,24 @@ static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
     return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
 }
 
+// Bytes of a layer's slot in the weights store.
+static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
+    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(L->param_count * sizeof(float));
+}
+
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
     *param_layers = 0;
+    size_t weights = 0, trained = 0;
     for (int l = first; l < last; l++) {
-        if (m->layers[l].param_count > sp->largest) sp->largest = m->layers[l].param_count, sp->largest_layer = l;
-        *param_layers += m->layers[l].param_count > 0;
+        const Layer *L = &m->layers[l];
+        if (L->param_count > sp->largest) sp->largest = L->param_count, sp->largest_layer = l;
+        weights = FG_MAX(weights, weights_bytes(sp, L));
+        if (!L->frozen) trained = FG_MAX(trained, L->param_count);
+        *param_layers += L->param_count > 0;
         // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
         if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
     }
+    sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     for (int l = first; l < last; l++)
         if (m->layers[l].param_count && m->layers[l].param_count <= sp->largest / 2) {
             sp->small = FG_MAX(sp->small, m->layers[l].param_count);
@@ -315,12 +340,21 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
 // it and two small ones when that is less (the token table's copies are never pinned at once:
 // one large slot serves both, read again when the other was in it).
 static int one_large_slot(const SlotPlan *sp) {
-    return sp->small && 2 * slot_bytes(sp, sp->small) < slot_bytes(sp, sp->largest);
+    return sp->small && 2 * slot_bytes(sp, sp->small) < sp->large_bytes;
 }
 
 static double slots_floor(const SlotPlan *sp) {
-    size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
+    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
     return one_large_slot(sp) ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
+}
+
+// Bytes of one version of the stage's layers in both stores.
+static double stage_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
+    double bytes = 0.0;
+    for (int l = first; l < last; l++)
+        bytes += (double)(m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) *
+                 (double)m->layers[l].param_count * sizeof(float);
+    return bytes;
 }
 
 static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
@@ -343,7 +377,7 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     int param_layers;
     plan_sizes(c, m, first, last, sp, &param_layers);
     work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
-    size_t slot = slot_bytes(sp, sp->largest), small = slot_bytes(sp, sp->small);
+    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - work_bytes;
@@ -376,7 +410,7 @@ static const char *small_note(const SlotPlan *sp, char *note, size_t size) {
     note[0] = 0;
     if (sp->n_small)
         snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
-                 "parameters)", sp->n_slots, slot_bytes(sp, sp->largest) / 1e6, sp->n_small,
+                 "parameters)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
                  slot_bytes(sp, sp->small) / 1e6, sp->small);
     return note;
 }
@@ -411,7 +445,7 @@ static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec
     snprintf(name, sizeof name, "step-%d-%d%s", spec->first, spec->last, suffix);
     LayerStreamSpec ss = *spec;
     ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0, ss.later_bufs = 0;
-    ss.reopen = 0, ss.version = -1;
+    ss.reopen = 0, ss.version = -1, ss.frozen = STORE_FROZEN_SKIP;
     ss.slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_STEP) : NULL;
     ss.slot_memory_bytes = st->share.slots_bytes[SHARE_STEP];
     st->has_step = 1;
@@ -430,6 +464,12 @@ static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *
             small_note(sp, small, sizeof small), shared, note[0] ? ": " : "", note);
 }
 
+static int trains_any(const Model *m, int first, int last) {
+    for (int l = first; l < last; l++)
+        if (m->layers[l].param_count && !m->layers[l].frozen) return 1;
+    return 0;
+}
+
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *ls, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err) {
@@ -440,7 +480,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     size_t largest = sp.largest;
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
-    st->be = be, st->cfg = c, st->need = need;
+    st->be = be, st->cfg = c, st->m = m, st->need = need;
     st->kept_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
@@ -449,8 +489,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                          .report = streamed_report, .io_stats = streamed_io_stats,
                          .close = streamed_close, .work_bytes = work_bytes,
                          .read_ahead = n_slots - 1,
-                         .flash_bytes = (double)(n_weights + n_step) * sizeof(float) *
-                                        (double)model_range_count(m, first, last)};
+                         .flash_bytes = stage_flash_bytes(&sp, m, first, last)};
     // Replicas on one node share its stores (named by the node); without sharing each replica
     // has its own.
     char suffix[24] = "";
@@ -466,12 +505,13 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
+                            .frozen = STORE_FROZEN_READ_ONLY,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
                             .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
                             .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS]};
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc) say_streams(st, t, &sp);
-    if (!rc && n_step) rc = open_step(st, ls, &spec, n_step, suffix, err);
+    if (!rc && n_step && trains_any(m, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
     out->large_above = sp.n_small ? sp.small : 0;
     if (!rc && (need.grad || c->method.mode != MODE_BP))
         out->layer_buffer = st->grad = backend_alloc_floats(be, largest);

@@ -104,6 +104,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, training, eval_every, 0, 1 << 30, "steps between test-set evaluations (0: at the end)"),
     NUM(KEY_REAL, layout, mem_budget, 0, 1e18, "bytes of memory per stage (weights, optimizer state, activations); a stage that needs more keeps its layers in weights_dir and streams them (0: no limit)"),
     STR_OR_NONE(layout, weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
+    NUM(KEY_INT, layout, stream, 0, 1, "1: every stage streams its layers from weights_dir (mem_budget > 0), also one that would fit mem_budget in memory (a stage that streams can need more than in memory: it keeps a wave's activations; to measure the streamed step); 0: only a stage that does not fit"),
     NUM(KEY_INT, layout, io_every_step, 0, 1, "1: a streamed stage prints every step's I/O (GB read and written, I/O and compute seconds, the bound max(I/O, compute) and step / bound); 0: one line of averages after the first 4 steps"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -322,7 +323,8 @@ int config_lora_targets(const char *list, int *mask, FgError *err) {
     return FG_OK;
 }
 
-// LoRA: model = llama on the CPU, weight perturbation, in memory, no dropout.
+// LoRA: model = llama on the CPU (in memory or streamed: its base read-only), weight
+// perturbation, no dropout.
 static int validate_lora(const Config *c, FgError *err) {
     const NetConfig *n = &c->net;
     if (n->lora_rank == 0) return FG_OK;
@@ -338,11 +340,8 @@ static int validate_lora(const Config *c, FgError *err) {
     int rc = config_lora_targets(n->lora_targets, &mask, err);
     if (rc) return rc;
     if (c->layout.device != DEVICE_CPU)
-        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs on device = cpu (no CUDA kernel "
-                       "for its adapters yet)");
-    if (c->layout.mem_budget > 0)
-        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs in memory (mem_budget 0): a "
-                       "streamed read-only base is not written yet");
+        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs on device = cpu, in memory or "
+                       "streamed (no CUDA kernel for its adapters yet)");
     if (c->method.mode != MODE_BP && (c->method.perturb != PERTURB_WEIGHT || c->method.tangent_rank > 0))
         return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA's forward gradient perturbs the "
                        "adapters' weights: perturb = weight and tangent_rank = 0");
@@ -386,6 +385,9 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "recompute = stage needs every stage in memory: with "
                        "mem_budget a streamed stage would read its layers a third time per step "
                        "(set mem_budget = 0, or recompute = none)");
+    if (c->layout.stream && c->layout.mem_budget <= 0)
+        return fg_fail(err, FG_ERR_INPUT, "stream = 1 needs mem_budget and weights_dir (the "
+                       "budget the streamed stage keeps to)");
     if (c->layout.mem_budget > 0 && !c->layout.weights_dir[0])
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");

@@ -88,6 +88,7 @@ typedef struct {
                            // from weights_dir (0: no limit)
     char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
     int io_every_step;     // a streamed stage prints each step's I/O line
+    int stream;            // 1: every stage streams (with mem_budget), also one that fits in memory
 } LayoutConfig;
 
 typedef struct {

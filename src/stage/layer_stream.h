@@ -77,6 +77,11 @@ struct LayerStream {
 
 // What a stage asks for when it goes out of core: a store of its layers [first, last) with
 // n_bufs buffers per layer, made new or reopened, and a stream over it with n_slots slots.
+// Where a store keeps the model's frozen layers (freeze, a LoRA base): like the others; read-only
+// (their parameters alone, no optimizer state, never written by a step: the weights store);
+// or not at all (what only trained layers have: the step store).
+enum { STORE_FROZEN_AS_OTHERS, STORE_FROZEN_READ_ONLY, STORE_FROZEN_SKIP };
+
 typedef struct {
     const char *dir, *name;    // the store is DIR/NAME.*
     const Model *model;
@@ -87,6 +92,7 @@ typedef struct {
     uint32_t seed;             // everything else zeros
     int later_bufs;            // buffers per layer of the stores made after this one (the step
                                // store): a new store checks the flash has room for all of them
+    int frozen;                // the model's frozen layers (STORE_FROZEN_*)
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
     int n_slots;               // slots of the largest layer

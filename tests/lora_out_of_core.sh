@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# LoRA out of core (docs/out-of-core.md, "Training out of core": frozen layers; docs/gpt.md,
+# "LoRA"): the adapters of tests/lora.sh on the tiny Llama, with every stage streaming its
+# layers from a layer store at its floor (the budget a 1-byte budget's refusal names), train
+# byte for byte like in memory (losses, parameters, the checkpoint's parameters and optimizer
+# state) in bp, fg and fg+bp on 1 and 2 stages, and bp with 2 replicas sharing the store. The
+# frozen base streams read-only: its layers hold their parameters alone in the store (no
+# optimizer state), their newest version is the one --init-from wrote, with the base's tensors
+# bit for bit, and a step writes the adapters' bytes only, while it reads the base (fg: once).
+# LoRA out of core on CUDA is refused by name in tests/lora.sh.
+#
+# usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
+. "$(dirname "$0")/lib.sh" "$@"
+root=$(dirname "$config")/../..
+head -c 60000 "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/kjv.txt"
+/usr/bin/python3 - "$dir" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+b = np.fromfile(f"{d}/kjv.txt", dtype=np.uint8).astype("<u2")
+b[:50000].tofile(f"{d}/train.bin"); b[50000:].tofile(f"{d}/val.bin")
+PY
+# n_embd 96, one sample of 16 tokens per micro-batch: the weights, not the activations, are
+# what does not fit (a streamed stage keeps a wave's activations), on 1 and on 2 stages.
+base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
+      --set n_embd=96 --set intermediate_size=256 --set ctx=16 --set micro_batch=1
+      --set micro_batches=2 --set warmup_steps=0 --set eval_every=0 --set print_every=1000000)
+lora=(lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down)
+
+run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memory) into NAME/, NAME.bin
+  local name=$1 M=$2 budget=$3; shift 3
+  local sets=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; extra=("$@"); }
+  [ "$budget" != - ] && extra+=(--mem-budget "$budget" --weights-dir "$dir/$name.w") && mkdir -p "$dir/$name.w"
+  local mpi=() np=$M kv
+  for kv in "${sets[@]}"; do [[ $kv == replicas=* ]] && np=$((M * ${kv#replicas=})); done
+  [ "$np" -gt 1 ] && mpi=(mpirun -np "$np" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
+  timeout 120 "${mpi[@]}" "$fgpipe" train --config "$config" "${base[@]}" --set stages="$M" "${sets[@]}" \
+    "${extra[@]}" --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1
+}
+
+run basemodel 1 - steps=20
+[ -f "$dir/basemodel/checkpoint.h5" ] && verdict "the base model trains" "" ||
+  verdict "the base model trains" "$(grep -m1 error "$dir/basemodel.log")"
+from=(-- --init-from "$dir/basemodel/checkpoint.h5")
+
+# The floor: the largest "at least N bytes" over the stages of a 1-byte budget's refusal.
+floor_budget() {  # floor_budget M KEY=VALUE...
+  run probe "$1" 1 "${@:2}"
+  grep -oE "at least [0-9]* bytes" "$dir/probe.log" | grep -oE "[0-9]+" | sort -n | tail -n 1
+}
+
+compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) against the floor (NAME-ooc)
+  local name=$1 M=$2; shift 2
+  local budget why="" a=$name-mem b=$name-ooc
+  budget=$(floor_budget "$M" "$@")
+  run "$a" "$M" - "$@"; local rc_mem=$?
+  run "$b" "$M" "${budget:-1}" "$@"; local rc_ooc=$?
+  if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
+  elif [ "$rc_mem" -ne 0 ] || [ "$rc_ooc" -ne 0 ]; then
+    why="exit $rc_mem / $rc_ooc: $(grep -h -m1 error "$dir/$a.log" "$dir/$b.log" | head -n 1)"
+  elif [ "$(grep -c "streams its layers" "$dir/$b.log")" -lt "$M" ]; then why="not every stage streamed"
+  else
+    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="losses differ"
+    cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+      h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+      why="$why checkpoints differ"
+  fi
+  verdict "$name: LoRA streamed at the floor ($budget bytes) equals in memory, bitwise" "$why"
+}
+
+cases=(
+  "bp|mode=bp"
+  "fg|mode=fg optimizer=sgd lr=0.001"
+  "fgbp|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.001"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name sets_text <<<"$c"
+  read -r -a sets <<<"$sets_text"
+  for M in 1 2; do compare "$name-M$M" "$M" steps=8 "${lora[@]}" "${sets[@]}" "${from[@]}"; done
+done
+# Two replicas of one stage share its store on the node (docs/out-of-core.md, "Replicas").
+compare bp-R2 1 steps=8 replicas=2 "${lora[@]}" mode=bp "${from[@]}"
+
+# stream = 1: a stage that fits the budget in memory streams all the same, with the same bytes;
+# without a budget it is refused by name.
+run fg-forced 1 1G steps=8 stream=1 "${lora[@]}" mode=fg optimizer=sgd lr=0.001 "${from[@]}"
+why=$(grep -q "streams its layers" "$dir/fg-forced.log" || echo "it did not stream: $(grep -m1 error "$dir/fg-forced.log")")
+cmp -s "$dir/fg-forced.bin" "$dir/fg-M1-mem.bin" || why="$why params differ from in memory"
+verdict "stream = 1 streams a stage that fits mem_budget, bitwise as in memory" "$why"
+run no-budget 1 - steps=1 stream=1
+grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
+  verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
+
+# The stores on flash: a frozen layer holds its parameters alone, its newest stamp is version 1
+# (the --init-from load; version 0 is the seed's) and that slot holds what the in-memory run
+# saved for it (its base tensor, unchanged there: tests/lora.sh) bit for bit; every adapter was
+# written by each of the 8 steps (version 9). And a step's I/O (the stage's "out of core" line,
+# steps 1-3, in units of 1 kB): it wrote its adapters' weights slots once and their step slots
+# (fg+bp's kept gradient and lag's weights: after the B wave and again at the update) at most
+# twice, nothing of the base; it read the base, and fg exactly once (one wave: base + adapters).
+for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
+  verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" "$(py_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name" <<'PY'
+import sys, glob, re, struct, h5py, numpy as np
+wdir, saved, log, name = sys.argv[1:5]
+params = np.fromfile(saved, dtype=np.float32)
+out, stages = [], {}  # (first, last) -> [weights store, step store]
+for path in glob.glob(f"{wdir}/*.h5"):
+    first, last = map(int, re.search(r"-(\d+)-(\d+)\.h5$", path).groups())
+    stages.setdefault((first, last), [None, None])[path.split("/")[-1].startswith("step-")] = path
+at, W, S, F = 0, {}, {}, {}  # by stage: adapters' weights and step slots, the base's
+for (first, last), (wpath, spath) in sorted(stages.items()):
+    for path in (wpath, spath):
+        if path is None: continue
+        f = h5py.File(path, "r")
+        hdr = f["headers"][...].tobytes()
+        n = int(f.attrs["n_layers"])
+        rec = len(hdr) // (2 * n + 2)
+        frozen = f["index_frozen"][...] if "index_frozen" in f else np.zeros(n, int)
+        if path == wpath and not frozen.any(): out.append(f"{path}: no frozen layer")
+        for i, (l, name, count) in enumerate(zip(f["index_layer"][...], f["index_name"][...], f["index_count"][...])):
+            name = name.decode()
+            stamps = []
+            for k in range(2):
+                magic, kind, idx, slot, nb, cnt, ver = struct.unpack_from("<8s4IQq", hdr, (2 * i + k) * rec)
+                stamps.append(ver if magic == b"FGSTORE1" else -1)
+            k = int(np.argmax(stamps))
+            data = f[f"slot{k}/{l}.{name}"]
+            if path == spath:
+                S[first] = S.get(first, 0) + data.size * 4
+                continue
+            if frozen[i]:
+                F[first] = F.get(first, 0) + data.size * 4
+                if data.shape[0] != 1: out.append(f"frozen {name}: {data.shape[0]} buffers")
+                if max(stamps) != 1: out.append(f"frozen {name}: version {max(stamps)}, not 1")
+                if not np.array_equal(data[0, :int(count)].view(np.uint32), params[at:at + int(count)].view(np.uint32)):
+                    out.append(f"frozen {name}: not the saved parameters")
+            else:
+                W[first] = W.get(first, 0) + data.size * 4
+                if max(stamps) != 9: out.append(f"adapter {name}: version {max(stamps)}, not 9")
+            at += int(count)
+if at != params.size: out.append(f"the stores hold {at} parameters, the run saved {params.size}")
+lines = re.findall(r"stage (\d) out of core: .* a step read ([0-9.]+) GB and wrote ([0-9.]+) GB", open(log).read())
+if len(lines) != len(stages): out.append(f"{len(lines)} out-of-core lines for {len(stages)} stages")
+firsts = sorted(stages)
+for s, read, wrote in lines:
+    first = firsts[int(s)][0]
+    w, st, f = W.get(first, 0), S.get(first, 0), F.get(first, 0)
+    read, wrote = float(read) * 1e9, float(wrote) * 1e9
+    if not any(abs(wrote - (w + k * st)) <= 1000 for k in range(3)):
+        out.append(f"stage {s} wrote {wrote:.0f} bytes per step; its adapters' slots are {w} + {st} (step)")
+    if read < f - 1000: out.append(f"stage {s} read {read:.0f} bytes per step, less than its base ({f})")
+    if name.startswith("fg-") and abs(read - (f + w + st)) > 1000:
+        out.append(f"fg: stage {s} read {read:.0f} bytes per step, not the base and adapters once ({f + w + st})")
+print("; ".join(out))
+PY
+)"
+done
+
+finish
