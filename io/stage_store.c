@@ -52,13 +52,14 @@ static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int
     for (int i = 0; i < n; i++)  // a frozen layer: its parameters alone, and no step buffers
         need += 2.0 * (layers[i].frozen ? 1 : spec->n_bufs + spec->later_bufs) *
                 (double)dio_round_up(layers[i].count * sizeof(float));
+    need += spec->later_bytes;
     struct statvfs fs;
     if (statvfs(spec->dir, &fs) != 0) return FG_OK;  // create reports an unusable dir by name
     double room = (double)fs.f_bavail * (double)fs.f_frsize;
     if (need <= room) return FG_OK;
     return fg_fail(err, FG_ERR_INPUT, "weights dir %s has %.3f GB free; stage layers %d..%d need "
                    "%.3f GB there (two slots of every layer's weights, optimizer state and step "
-                   "buffers): nothing was written; free space or name another --weights-dir",
+                   "buffers, and the tied copies' spill): nothing was written; free space or name another --weights-dir",
                    spec->dir, room / 1e9, spec->first, spec->last - 1, need / 1e9);
 }
 

@@ -8,6 +8,7 @@
 #include "checkpoint_hdf5.h"
 #include "cli.h"
 #include "node_share_mpi.h"
+#include "layer_spill.h"
 #include "stage_store.h"
 #include "transport_mpi.h"
 #include "transport_staged.h"
@@ -106,7 +107,8 @@ static int run(RunArgs *args) {
     // Checkpoints are collective over one pipeline: replica 0's stages write them.
     made.storage = checkpoint_hdf5(transport_mpi_comm(&made.mpi));
     env.storage = &made.storage;
-    LayerStreams streams = {.arg = NULL, .open = stage_store_open, .resume = args->resume_weights};
+    LayerStreams streams = {.arg = NULL, .open = stage_store_open, .open_spill = layer_spill_open,
+                           .resume = args->resume_weights};
     // Streamed stages of replicas on one node share a store: its slots are host memory the
     // ranks map (a device backend computes on its own copies, which the others cannot see).
     if (args->cfg.layout.replicas > 1 && !env.be->on_device &&

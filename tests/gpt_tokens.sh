@@ -68,7 +68,8 @@ out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vo
 
 # Tokens out of core: a stage at the smallest budget that streams (the one the refusal of a
 # 1-byte budget names: ONE slot of the token table and two small ones for the blocks' layers,
-# the table's two copies taking turns in the one large slot) and at the budget it names for two
+# the table's two copies taking turns in the one large slot, their gradients on flash in a
+# spill file, not in memory) and at the budget it names for two
 # large slots ends with the in-memory run's weights, bitwise, in bp-zb, fg and fg+bp. GPT-2's token
 # table would be most of this small model, so the ids are folded into a 1024-token vocabulary (its
 # table outweighs two slots of the blocks' largest layer, so the floor has one slot of it).
@@ -92,6 +93,7 @@ streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's
   if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
   elif ! grep -qE "slots \($large of" "$dir/ooc.log"; then why="not streamed through $large large slot(s): $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
   elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
+  elif ! grep -q "tied copies' gradients on flash" "$dir/ooc.log"; then why="the tied copies' gradients not on flash"
   elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
   verdict "tokens out of core ($label, $large slot(s) of the token table, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
 }

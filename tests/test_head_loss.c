@@ -145,6 +145,46 @@ static void test_several_blocks(void **state) {
     compare((Case){2 * HEAD_BLOCK_COLUMNS + 100, 2 * HEAD_BLOCK_COLUMNS + 128, HEAD_BLOCK_COLUMNS}, 1e-6f);
 }
 
+// The table in row blocks (head_rows_*, for a table streamed a block at a time): blocks of 2, 3
+// and 3 column blocks, called in ascending order, give the whole-table call's records, loss,
+// d, dx and dW bit for bit.
+static void test_row_blocks(void **state) {
+    (void)state;
+    Case c = {1000, 1024, 128};
+    Head h = make_head(c);
+    const Layer *L = &h.fused;
+    const int cuts[] = {0, 256, 640, 1024};
+    float rec[ROWS * HEAD_RECORD], rec2[ROWS * HEAD_RECORD], d[K], d2[K];
+    int correct, correct2;
+    float loss = head_loss_forward(L, h.W, h.x, h.labels, B, 0.25f, rec, &correct);
+    void *run = fg_alloc_bytes(head_rows_state_bytes(L, B, K));
+    for (int i = 0; i < 3; i++)
+        head_rows_forward(L, h.W + (size_t)cuts[i] * C, cuts[i], cuts[i + 1] - cuts[i], h.x, h.labels, B, run);
+    assert_true(head_rows_finish(L, run, h.labels, B, 0.25f, rec2, &correct2) == loss);
+    assert_memory_equal(rec, rec2, sizeof rec);
+    assert_int_equal(correct, correct2);
+    HeadTangents t = {.Wdot = h.Wdot};
+    assert_true(head_loss_jvp(L, h.W, h.x, h.xdot, h.labels, B, K, 0.25f, &t, rec, d) == loss);
+    for (int i = 0; i < 3; i++) {
+        HeadTangents tb = {.Wdot = h.Wdot + (size_t)cuts[i] * C, .wdot_stride = h.n};
+        head_rows_jvp(L, h.W + (size_t)cuts[i] * C, cuts[i], cuts[i + 1] - cuts[i], h.x, h.xdot,
+                      h.labels, B, K, &tb, run);
+    }
+    assert_true(head_rows_jvp_finish(L, run, h.labels, B, K, 0.25f, 0, rec2, d2) == loss);
+    assert_memory_equal(rec, rec2, sizeof rec);
+    assert_memory_equal(d, d2, sizeof d);
+    float *dx = fg_alloc_floats(ROWS * C), *dW = fg_alloc_floats(h.n);
+    float *dx2 = fg_alloc_floats(ROWS * C), *dW2 = fg_alloc_floats(h.n);
+    head_loss_backward(L, h.W, h.x, rec, dx, dW, B);
+    for (int i = 0; i < 3; i++)
+        head_rows_backward(L, h.W + (size_t)cuts[i] * C, cuts[i], cuts[i + 1] - cuts[i], h.x, rec,
+                           dx2, dW2 + (size_t)cuts[i] * C, B);
+    assert_memory_equal(dx, dx2, ROWS * C * sizeof(float));
+    assert_memory_equal(dW, dW2, h.n * sizeof(float));
+    fg_free(run), fg_free(dx), fg_free(dW), fg_free(dx2), fg_free(dW2);
+    free_head(&h);
+}
+
 // Central differences of the fused loss along (xdot_0, Wdot_0), in the direction's own scale,
 // against the JVP; and the dot-product test: the JVP's d equals the backward's gradient (the
 // adjoint of the scalar loss, weight 1) dotted with the direction.
@@ -265,6 +305,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_block_bitwise),
         cmocka_unit_test(test_several_blocks),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_derivatives),
         cmocka_unit_test(test_activity),
         cmocka_unit_test(test_lowrank),

@@ -66,6 +66,9 @@ struct LayerSource {
     // The copies are summed in op U, so their gradients stay in memory from the wave that
     // makes them to the update (docs/gpt.md).
     float *tied_grad[2];
+    // Or, where the streams offer spill files (a CPU stage; each replica its own), on flash:
+    // region i of tied_spill holds what tied_grad[i] would (tied_grad NULL then).
+    LayerSpill *tied_spill;
     // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
     int read_ahead;
     // Streamed with two slot sizes only (0: one size): layers of more parameters than this take
@@ -88,7 +91,7 @@ struct LayerSource {
     int (*flush)(LayerSource *s, FgError *err);
     // One line of statistics on stderr (streamed: bytes moved, waits), or nothing.
     void (*report)(LayerSource *s, const char *who);
-    // Streamed only: the I/O so far, both stores together.
+    // Streamed only: the I/O so far, both stores and the spill file (tied_spill) together.
     void (*io_stats)(LayerSource *s, LayerStreamStats *out);
     // Streamed only: bytes of the stores on flash, and what the stage holds in memory besides
     // the slots (activations, lanes, one layer's gradient).
@@ -136,8 +139,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                           LayerSource *out, long *next_step, FgError *err);
 
 // The least memory a streamed stage of layers [first, last) holds besides its activations:
-// its smallest set of slots and the tied copies' gradients (layer_source_streamed refuses a
-// budget without room for them).
+// its smallest set of slots (layer_source_streamed refuses a budget without room for them;
+// the tied copies' gradients wait on flash, tied_spill, except on a device).
 double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last);
 
 #endif

@@ -14,6 +14,10 @@
 #include "engine_ops.h"
 #include "progress.h"
 
+// Floats per piece of the tied copies' sum (and per message between the end stages): a
+// multiple of SPILL_ALIGN_FLOATS.
+enum { TIE_PIECE = 1 << 20 };
+
 size_t scalars_d(const Pipeline *p) { (void)p; return 1; }
 
 size_t scalars_ref_dots(const Pipeline *p) {
@@ -59,6 +63,39 @@ static float *tied_buffer(const Pipeline *p, int l) {
     return l == m->tied_first ? p->src.tied_grad[0] : l == m->tied_last ? p->src.tied_grad[1] : NULL;
 }
 
+static int holds_layer(const Pipeline *p, int l) {
+    return l >= p->stage.first && l < p->stage.last;
+}
+
+// A streamed stage's copy of the tied embedding whose op-U gradient waits on flash
+// (LayerSource.tied_spill): its region of the spill file, or -1.
+static int tied_region(const Pipeline *p, int l) {
+    const Model *m = p->model;
+    if (!p->src.tied_spill || m->tied_first < 0 || !holds_layer(p, l)) return -1;
+    return l == m->tied_first ? 0 : l == m->tied_last ? 1 : -1;
+}
+
+// A tied copy whose op-U gradient is kept apart from the layer source (memory or flash).
+static int tied_apart(const Pipeline *p, int l) {
+    return tied_buffer(p, l) || tied_region(p, l) >= 0;
+}
+
+// A spilled tied copy's gradient into the layer-sized buffer (the estimate's, fg and fg+bp),
+// where gradient_of_layer finds it.
+static int tied_fetch(Pipeline *p, int l, FgError *err) {
+    int r = tied_region(p, l);
+    if (r < 0) return FG_OK;
+    return p->src.tied_spill->read(p->src.tied_spill, r, 0, p->src.layer_buffer,
+                                   p->model->layers[l].param_count, err);
+}
+
+// g, a tied copy's op-U gradient, onto flash (nothing when it is kept in memory).
+static int tied_keep(Pipeline *p, int l, const float *g, FgError *err) {
+    int r = tied_region(p, l);
+    if (r < 0) return FG_OK;
+    return p->src.tied_spill->write(p->src.tied_spill, r, 0, g, p->model->layers[l].param_count, err);
+}
+
 float *update_estimate_of_layer(Pipeline *p, int l) {
     float *tied = tied_buffer(p, l);
     if (tied) return tied;
@@ -70,12 +107,13 @@ float *update_estimate_of_layer(Pipeline *p, int l) {
 // U formed them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
 // summed) in op U.
 static int estimate_formed(const Pipeline *p, int l) {
-    return p->upd.pending.formed || tied_buffer(p, l);
+    return p->upd.pending.formed || tied_apart(p, l);
 }
 
 // Where op U's gradient of layer l is: the estimate (fg, fg+bp) or bp's gradient.
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
+    if (tied_region(p, l) >= 0) return p->src.layer_buffer;  // tied_fetch put it there
     return tied ? tied : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
 }
 
@@ -94,7 +132,10 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
     *dirty = 0;
     int rc = layers_acquire(p, l, 1, *parts, s, err);
     if (rc || !u->active) return rc;
-    if (layers_writes(p)) *dirty = update_apply(p, l, s);
+    if (layers_writes(p)) {
+        if ((rc = tied_fetch(p, l, err))) return rc;
+        *dirty = update_apply(p, l, s);
+    }
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }
 
@@ -121,9 +162,10 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     if (p->tr->replica == 0 && needs_grad_norms(p))
         p->scalars[scalars_grad_norms(p) + l] =
             (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
-    // bp: a tied copy's gradient waits in memory for its sum with the other's (op U).
-    float *tied = p->run.forms_estimate ? NULL : tied_buffer(p, l);
-    if (fresh && tied) be->copy(be, tied, s->grad, n * sizeof(float));
+    // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
+    int tied = !p->run.forms_estimate && tied_apart(p, l);
+    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l), s->grad, n * sizeof(float));
+    if (fresh && tied && (rc = tied_keep(p, l, s->grad, err))) return rc;
     if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
@@ -180,11 +222,13 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     // The weights' part holds the reference (mix).
     unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        if (p->src.streamed && !tied_buffer(p, l)) continue;
+        if (p->src.streamed && !tied_apart(p, l)) continue;
         LayerSlot s;
         if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         form_estimate(p, l, &s, update_estimate_of_layer(p, l));
-        rc = layers_release(p, l, parts, 0, err);
+        rc = tied_keep(p, l, update_estimate_of_layer(p, l), err);
+        int rc2 = layers_release(p, l, parts, 0, err);
+        rc = rc ? rc : rc2;
     }
     if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
@@ -193,38 +237,66 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     return rc;
 }
 
-static int holds_layer(const Pipeline *p, int l) {
-    return l >= p->stage.first && l < p->stage.last;
+// Piece [o, o + k) of tied copy l's gradient: at g + o in memory, or read from flash into buf.
+static int tie_piece(Pipeline *p, int l, float *g, float *buf, size_t o, size_t k, float **out,
+                     FgError *err) {
+    int r = tied_region(p, l);
+    *out = r < 0 ? g + o : buf;
+    return r < 0 ? FG_OK : p->src.tied_spill->read(p->src.tied_spill, r, o, buf, k, err);
+}
+
+// The sum x += y (y: the other copy, here or on the other end stage), then y = x, a piece at a
+// time: the same bits as whole (elementwise), and no copy needs a second table-sized buffer.
+static int tie_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgError *err) {
+    const Backend *be = p->be;
+    const Model *m = p->model;
+    size_t n = m->layers[m->tied_last].param_count;
+    float *bx = backend_alloc_floats(be, TIE_PIECE), *by = backend_alloc_floats(be, TIE_PIECE);
+    int other = mine == m->tied_first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
+    int rc = FG_OK;
+    for (size_t o = 0; o < n && !rc; o += TIE_PIECE) {
+        size_t k = FG_MIN((size_t)TIE_PIECE, n - o);
+        float *xk, *yk = by;
+        if ((rc = tie_piece(p, mine, x, bx, o, k, &xk, err))) break;
+        if (both) rc = tie_piece(p, m->tied_last, y, by, o, k, &yk, err);
+        // backend memory both ways: the GPU's buffers never reach the host here
+        else if (!(rc = p->tr->post_recv(p->tr, other, tag, by, k, &h, err)) &&
+                 !(rc = p->tr->send(p->tr, other, tag, xk, k, err)))
+            rc = p->tr->wait_recv(p->tr, h, err);
+        if (rc) break;
+        be->axpy(be, xk, 1.0f, yk, k);  // x + 1 y == x + y: the same bits on every backend
+        if (both) be->copy(be, yk, xk, k * sizeof(float));
+        int r = tied_region(p, mine), rl = both ? tied_region(p, m->tied_last) : -1;
+        if (r >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, r, o, xk, k, err);
+        if (!rc && rl >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
+    }
+    be->free(be, bx);
+    be->free(be, by);
+    return rc;
 }
 
 // The GPT's tied token embedding (docs/gpt.md): wte, the first vocab x C floats of the
 // embedding layer (first stage), and lm_head.weight (last stage) are two copies that start
 // equal. Each gets the sum of both gradients or estimates, so they stay equal bit for bit
 // (a + b == b + a), whether one stage holds both or the end stages swap theirs. A resident
-// stage sums them in its gradient or update buffer, a streamed one in LayerSource.tied_grad.
+// stage sums them in its gradient or update buffer, a streamed one in LayerSource.tied_grad or
+// in its spill file.
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
-    const Backend *be = p->be;
     int first = m->tied_first, last = m->tied_last, rc;
     if (first < 0 || !(holds_layer(p, first) || holds_layer(p, last))) return FG_OK;
-    size_t n = m->layers[last].param_count;
     int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
-    // bp's gradient of a resident stage is in the step part; tied_grad needs no layer read.
-    unsigned parts = tied_buffer(p, mine) ? 0 : LAYER_STEP;
+    // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
+    // layer read.
+    unsigned parts = tied_apart(p, mine) ? 0 : LAYER_STEP;
     LayerSlot a, b;
     if ((rc = layers_acquire(p, mine, 1, parts, &a, err))) return rc;
     if (both && !(rc = layers_acquire(p, last, 1, parts, &b, err))) {
-        float *x = gradient_of_layer(p, first, &a), *y = gradient_of_layer(p, last, &b);
-        be->axpy(be, x, 1.0f, y, n);  // x + 1 y == x + y: the same bits on every backend
-        be->copy(be, y, x, n * sizeof(float));
-        rc = layers_release(p, last, parts, parts, err);
-    } else if (!both) {  // backend memory both ways: the GPU's buffers never reach the host here
-        float *x = gradient_of_layer(p, mine, &a), *theirs = backend_alloc_floats(be, n);
-        int other = mine == first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
-        if (!(rc = p->tr->post_recv(p->tr, other, tag, theirs, n, &h, err)) &&
-            !(rc = p->tr->send(p->tr, other, tag, x, n, err)) && !(rc = p->tr->wait_recv(p->tr, h, err)))
-            be->axpy(be, x, 1.0f, theirs, n);
-        be->free(be, theirs);
+        rc = tie_pieces(p, first, gradient_of_layer(p, first, &a), gradient_of_layer(p, last, &b), 1, err);
+        int rc2 = layers_release(p, last, parts, parts, err);
+        rc = rc ? rc : rc2;
+    } else if (!both) {
+        rc = tie_pieces(p, mine, gradient_of_layer(p, mine, &a), NULL, 0, err);
     }
     int rc2 = layers_release(p, mine, parts, parts, err);
     return rc ? rc : rc2;
@@ -237,9 +309,10 @@ static int tie_gradients(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
     for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
-        if (!tied_buffer(p, tied[i])) continue;
+        if (!tied_apart(p, tied[i])) continue;
         LayerSlot s;
         if ((rc = layers_acquire(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
+        if ((rc = tied_fetch(p, tied[i], err))) break;
         rc = layers_release(p, tied[i], LAYER_WEIGHTS, layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
     }
     return rc;
@@ -353,6 +426,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         float *upd = update_estimate_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
+        else if ((rc = tied_fetch(p, l, err))) break;
         row[ROW_G2] = be->dot(be, upd, upd, n);
         if (have_c) row[ROW_GC] = p->upd.c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
@@ -429,7 +503,7 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
+        if ((rc = layers_acquire(p, l, 1, parts, &s, err)) || (rc = tied_fetch(p, l, err))) break;
         rc = layers_release(p, l, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
     }
     p->upd.pending.active = 0;

@@ -43,6 +43,7 @@ typedef struct {
     // holds the streams; the others see its slots (slot_share.h).
     int shared, io, solo;     // solo: the I/O rank reads alone (LayerSource.solo)
     SlotShare share;
+    LayerSpill spill;         // the tied copies' gradients (LayerSource.tied_spill)
 } Streamed;
 
 // The host view's buffers on the device (uploaded), or the host view itself on the CPU.
@@ -178,17 +179,22 @@ static int streamed_flush(LayerSource *s, FgError *err) {
     return rc;
 }
 
+static void add_stats(LayerStreamStats *out, const LayerStreamStats *b) {
+    out->read_bytes += b->read_bytes, out->read_seconds += b->read_seconds;
+    out->write_bytes += b->write_bytes, out->write_seconds += b->write_seconds;
+    out->busy_seconds += b->busy_seconds;  // the stores' busy times may overlap: an upper bound
+    out->cpu_seconds += b->cpu_seconds, out->wait_seconds += b->wait_seconds;
+}
+
+// Both stores and the spill file together.
 static void streamed_io_stats(LayerSource *s, LayerStreamStats *out) {
     Streamed *st = s->ctx;
     LayerStreamStats b = {0};
     *out = b;
+    if (st->spill.ctx) st->spill.stats(&st->spill, out);  // every replica has its own
     if (!st->io) return;  // its node's I/O rank moves its layers
-    st->weights.stats(&st->weights, out);
-    if (st->has_step) st->step.stats(&st->step, &b);
-    out->read_bytes += b.read_bytes, out->read_seconds += b.read_seconds;
-    out->write_bytes += b.write_bytes, out->write_seconds += b.write_seconds;
-    out->busy_seconds += b.busy_seconds;  // the two stores' busy times may overlap: an upper bound
-    out->cpu_seconds += b.cpu_seconds, out->wait_seconds += b.wait_seconds;
+    st->weights.stats(&st->weights, &b), add_stats(out, &b);
+    if (st->has_step) st->step.stats(&st->step, &b), add_stats(out, &b);
 }
 
 IoBound layer_io_bound(const LayerStreamStats *d, double seconds, int steps) {
@@ -206,8 +212,11 @@ IoBound layer_io_bound(const LayerStreamStats *d, double seconds, int steps) {
 static void streamed_report(LayerSource *s, const char *who) {
     Streamed *st = s->ctx;
     if (!st->io) {
+        LayerStreamStats sp = {0};
+        if (st->spill.ctx) st->spill.stats(&st->spill, &sp);
         fprintf(stderr, "fgpipe: %s layer I/O: none, it reads the slots of its node's I/O rank for "
-                "the stage (shared store %s)\n", who, st->name);
+                "the stage (shared store %s); its tied copies' spill read %.3f GB and wrote %.3f GB\n",
+                who, st->name, sp.read_bytes / 1e9, sp.write_bytes / 1e9);
         return;
     }
     LayerStreamStats a;
@@ -231,6 +240,7 @@ static int streamed_close(LayerSource *s, FgError *err) {
     slot_share_close(&st->share);  // after the streams: their last writes come from its slots
     st->be->free(st->be, st->grad);
     for (int i = 0; i < 2; i++) st->be->free(st->be, s->tied_grad[i]);
+    if (st->spill.ctx) st->spill.close(&st->spill);
     st->be->free(st->be, st->dev_weights);
     st->be->free(st->be, st->dev_step);
     free(st);
@@ -369,14 +379,15 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     SlotPlan sp;
     int param_layers;
     plan_sizes(c, m, first, last, &sp, &param_layers);
-    return slots_floor(&sp) + (double)(sp.tied[0] + sp.tied[1]) * sizeof(float);
+    return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
+// spill: the tied copies' gradients go to a spill file, else they take memory (tied_grad).
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
-                      int stage, double work_bytes, SlotPlan *sp, FgError *err) {
+                      int stage, double work_bytes, int spill, SlotPlan *sp, FgError *err) {
     int param_layers;
     plan_sizes(c, m, first, last, sp, &param_layers);
-    work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
+    if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
     size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
@@ -470,12 +481,38 @@ static int trains_any(const Model *m, int first, int last) {
     return 0;
 }
 
+// Where the tied copies held here keep their op-U gradients: a spill file (spill), else memory.
+static int keep_tied(Streamed *st, const LayerStreams *ls, int stage, const SlotPlan *sp, int spill,
+                     LayerSource *out, FgError *err) {
+    if (!sp->tied[0] && !sp->tied[1]) return FG_OK;
+    if (!spill) {
+        for (int i = 0; i < 2; i++)
+            if (sp->tied[i]) out->tied_grad[i] = backend_alloc_floats(st->be, sp->tied[i]);
+        return FG_OK;
+    }
+    char name[96];
+    const char *dir = st->cfg->layout.weights_dir;
+    snprintf(name, sizeof name, "tied-%s", st->name);
+    if (st->shared) snprintf(name + strlen(name), sizeof name - strlen(name), "-r%d", st->share.node->rank);
+    int rc = ls->open_spill(dir, name, 2, sp->tied, &st->spill, err);
+    if (rc) return rc;
+    out->tied_spill = &st->spill;
+    fprintf(stderr, "fgpipe: stage %d keeps the tied copies' gradients on flash in %s/%s.spill "
+            "(%.0f MB)\n", stage, dir, name, (double)(sp->tied[0] + sp->tied[1]) * sizeof(float) / 1e6);
+    return FG_OK;
+}
+
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *ls, double work_bytes,
                           LayerSource *out, long *next_step, FgError *err) {
     LayerNeeds need = layer_needs(c);
     SlotPlan sp;
-    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, &sp, err);
+    // A device computes on its own memory: it keeps the tied copies' gradients there; elsewhere
+    // they wait on flash when the streams can spill (each replica its own file, also when the
+    // node's replicas share the store: each forms its own sums).
+    int share = ls->share && c->layout.replicas > 1 && !be->on_device;
+    int spill = ls->open_spill && !be->on_device;
+    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, spill, &sp, err);
     if (rc) return rc;
     size_t largest = sp.largest;
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
@@ -493,7 +530,6 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     // Replicas on one node share its stores (named by the node); without sharing each replica
     // has its own.
     char suffix[24] = "";
-    int share = ls->share && c->layout.replicas > 1 && !be->on_device;
     if (c->layout.replicas > 1)
         snprintf(suffix, sizeof suffix, share ? "-node-%d" : "-replica-%d", share ? ls->share->node : t->replica);
     snprintf(st->name, sizeof st->name, "stage-%d-%d%s", first, last, suffix);
@@ -508,15 +544,16 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                             .frozen = STORE_FROZEN_READ_ONLY,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
                             .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
-                            .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS]};
+                            .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS],
+                            .later_bytes = !spill ? 0.0 : (double)(sp.tied[0] + sp.tied[1]) * sizeof(float) *
+                                                          (st->shared ? st->share.node->size : 1)};
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc) say_streams(st, t, &sp);
     if (!rc && n_step && trains_any(m, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
     out->large_above = sp.n_small ? sp.small : 0;
     if (!rc && (need.grad || c->method.mode != MODE_BP))
         out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
-    for (int i = 0; i < 2 && !rc; i++)
-        if (sp.tied[i]) out->tied_grad[i] = backend_alloc_floats(be, sp.tied[i]);
+    if (!rc) rc = keep_tied(st, ls, t->stage, &sp, spill, out, err);
     st->largest = largest;
     if (!rc && be->on_device) {
         st->dev_weights = backend_alloc_floats(be, (size_t)n_weights * largest);

@@ -23,11 +23,31 @@ static HeadShape head_shape(const Layer *L, int B) {
 
 static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->classes - b * h->block); }
 
-// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ.
-static void block_logits(const HeadShape *h, const float *x, const float *W, int j0, int nb,
+// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ, W the table's rows from r0 on.
+static void block_logits(const HeadShape *h, const float *x, const float *W, int r0, int j0, int nb,
                          int rows, float beta, float *z) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, h->C, 1.0f, x, h->C,
-                W + (size_t)j0 * h->C, h->C, beta, z, nb);
+                W + (size_t)(j0 - r0) * h->C, h->C, beta, z, nb);
+}
+
+// The scored blocks among the table's rows [r0, r0 + n): [*b0, *b1).
+static void row_blocks(const HeadShape *h, int r0, int n, int *b0, int *b1) {
+    *b0 = r0 / h->block;
+    *b1 = FG_MIN(h->n_blocks, (r0 + n + h->block - 1) / h->block);
+}
+
+// Pass one over the scored columns among rows [r0, r0 + n) of the table (W: those rows): every
+// row's running softmax carried on in run; the last block's logits stay in z.
+static void stats_rows(const HeadShape *h, const float *W, int r0, int n, const float *x,
+                       const Label *labels, RunningRow *run, float *z) {
+    int b0, b1;
+    row_blocks(h, r0, n, &b0, &b1);
+    for (int b = b0; b < b1; b++) {
+        int j0 = b * h->block, nb = block_width(h, b);
+        block_logits(h, x, W, r0, j0, nb, h->rows, 0.0f, z);
+#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
+        for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+    }
 }
 
 // Every row's record (head_loss.h) from its running softmax; returns the mean loss.
@@ -49,12 +69,7 @@ static float head_pass_stats(const HeadShape *h, const float *W, const float *x,
                              const Label *labels, float weight, float *rec, float *z,
                              int *correct) {
     RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
-    for (int b = 0; b < h->n_blocks; b++) {
-        int j0 = b * h->block, nb = block_width(h, b);
-        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
-#pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
-        for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
-    }
+    stats_rows(h, W, 0, h->classes, x, labels, run, z);
     float loss = finish_rows(h, run, labels, weight, rec, correct);
     fg_free(run);
     return loss;
@@ -87,14 +102,15 @@ static void block_activity(TangentKey key, int vocab, int rows, const float *coe
 
 // zd [K, rows, nb] = xdot_k W_blockᵀ + t's terms, in the unfused layers' order: the linear's
 // GEMMs (perturb_weight), then its low-rank terms (perturb_lowrank) or activity tangents.
-static void block_tangents(const Layer *L, const HeadShape *h, const float *W, const HeadTangents *t,
-                           const float *x, const float *xdot, int K, int j0, int nb, float *zd) {
-    size_t plane = (size_t)h->rows * nb;
-    if (xdot) block_logits(h, xdot, W, j0, nb, K * h->rows, 0.0f, zd);
+static void block_tangents(const Layer *L, const HeadShape *h, const float *W, int r0,
+                           const HeadTangents *t, const float *x, const float *xdot, int K, int j0,
+                           int nb, float *zd) {
+    size_t plane = (size_t)h->rows * nb, stride = t && t->wdot_stride ? t->wdot_stride : L->param_count;
+    if (xdot) block_logits(h, xdot, W, r0, j0, nb, K * h->rows, 0.0f, zd);
     else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
     for (int k = 0; t && k < K; k++) {
         float *zk = zd + k * plane;
-        if (t->Wdot) block_logits(h, x, t->Wdot + k * L->param_count, j0, nb, h->rows, 1.0f, zk);
+        if (t->Wdot) block_logits(h, x, t->Wdot + k * stride, r0, j0, nb, h->rows, 1.0f, zk);
         if (t->At)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->rows, nb, t->rank,
                         1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
@@ -115,7 +131,7 @@ static float jvp_one_block(const Layer *L, const HeadShape *h, const float *W, c
                            const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
     float loss = head_pass_stats(h, W, x, labels, weight, rec, z, NULL);
     int nb = block_width(h, 0);
-    block_tangents(L, h, W, t, x, xdot, K, 0, nb, zd);
+    block_tangents(L, h, W, 0, t, x, xdot, K, 0, nb, zd);
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
     for (int r = 0; r < h->rows; r++)
         for (int k = 0; k < K; k++)
@@ -124,30 +140,61 @@ static float jvp_one_block(const Layer *L, const HeadShape *h, const float *W, c
     return loss;
 }
 
-// More blocks: one pass, each block's logits and tangents formed once, d accumulated with the
-// running rescaling (fg_head_running_jvp).
-static float jvp_online(const Layer *L, const HeadShape *h, const float *W, const float *x,
-                        const float *xdot, const Label *labels, int K, float weight,
-                        const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
-    RunningRow *run = fg_alloc_bytes((size_t)h->rows * sizeof(RunningRow));
-    double *S = fg_alloc_bytes((size_t)K * h->rows * sizeof(double));
-    float *zl = fg_alloc_floats((size_t)K * h->rows);
-    for (int b = 0; b < h->n_blocks; b++) {
+// A call's running state over the table's row blocks (head_rows_*): each row's running softmax,
+// then its K running sums S and label tangents zl (fg_head_running_jvp).
+typedef struct {
+    RunningRow *run;
+    double *S;
+    float *zl;
+} HeadRun;
+
+static HeadRun head_run(const HeadShape *h, int K, void *state) {
+    HeadRun r = {.run = state};
+    r.S = (double *)(r.run + h->rows);
+    r.zl = (float *)(r.S + (size_t)K * h->rows);
+    return r;
+}
+
+// The online JVP over the scored columns among rows [r0, r0 + n) of the table: each block's
+// logits and tangents formed once, S and zl carried on with the running rescaling.
+static void jvp_rows(const Layer *L, const HeadShape *h, const float *W, int r0, int n,
+                     const float *x, const float *xdot, const Label *labels, int K,
+                     const HeadTangents *t, HeadRun *s, float *z, float *zd) {
+    int b0, b1;
+    row_blocks(h, r0, n, &b0, &b1);
+    for (int b = b0; b < b1; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
-        block_logits(h, x, W, j0, nb, h->rows, 0.0f, z);
-        block_tangents(L, h, W, t, x, xdot, K, j0, nb, zd);
+        block_logits(h, x, W, r0, j0, nb, h->rows, 0.0f, z);
+        block_tangents(L, h, W, r0, t, x, xdot, K, j0, nb, zd);
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
         for (int r = 0; r < h->rows; r++) {
             const float *zr = z + (size_t)r * nb;
-            float old = run[r].zmax;
-            fg_head_running(&run[r], zr, j0, nb, labels[r]);
-            fg_head_running_jvp(&run[r], old, S + r, zl + r, (size_t)h->rows, K, zr, zd + (size_t)r * nb,
-                                (size_t)h->rows * nb, j0, nb, labels[r]);
+            float old = s->run[r].zmax;
+            fg_head_running(&s->run[r], zr, j0, nb, labels[r]);
+            fg_head_running_jvp(&s->run[r], old, s->S + r, s->zl + r, (size_t)h->rows, K, zr,
+                                zd + (size_t)r * nb, (size_t)h->rows * nb, j0, nb, labels[r]);
         }
     }
-    float loss = finish_rows(h, run, labels, weight, rec, NULL);
-    for (size_t i = 0; i < (size_t)K * h->rows; i++) row_d[i] = fg_head_online_d(&run[i % h->rows], S[i], zl[i]);
-    fg_free(run), fg_free(S), fg_free(zl);
+}
+
+// The records, the loss and each row's derivative from the running state.
+static float jvp_finish(const HeadShape *h, const HeadRun *s, const Label *labels, int K,
+                        float weight, float *rec, double *row_d) {
+    float loss = finish_rows(h, s->run, labels, weight, rec, NULL);
+    for (size_t i = 0; i < (size_t)K * h->rows; i++)
+        row_d[i] = fg_head_online_d(&s->run[i % h->rows], s->S[i], s->zl[i]);
+    return loss;
+}
+
+// More blocks: one pass over the whole table (jvp_rows).
+static float jvp_online(const Layer *L, const HeadShape *h, const float *W, const float *x,
+                        const float *xdot, const Label *labels, int K, float weight,
+                        const HeadTangents *t, float *rec, float *z, float *zd, double *row_d) {
+    void *state = fg_alloc_bytes(head_rows_state_bytes(L, h->rows / layer_tokens(L), K));
+    HeadRun s = head_run(h, K, state);
+    jvp_rows(L, h, W, 0, h->classes, x, xdot, labels, K, t, &s, z, zd);
+    float loss = jvp_finish(h, &s, labels, K, weight, rec, row_d);
+    fg_free(state);
     return loss;
 }
 
@@ -178,22 +225,71 @@ static void block_adjoint(const HeadShape *h, const float *rec, int j0, int nb, 
     }
 }
 
-void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
-                        float *dx, float *dW, int B) {
+void head_rows_backward(const Layer *L, const float *W, int r0, int n, const float *x,
+                        const float *rec, float *dx, float *dW, int B) {
     HeadShape h = head_shape(L, B);
     float *dz = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
-    for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
+    int b0, b1;
+    row_blocks(&h, r0, n, &b0, &b1);
+    for (int b = b0; b < b1 && (dx || dW); b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
-        block_logits(&h, x, W, j0, nb, h.rows, 0.0f, dz);
+        size_t at = (size_t)(j0 - r0) * h.C;
+        block_logits(&h, x, W, r0, j0, nb, h.rows, 0.0f, dz);
         block_adjoint(&h, rec, j0, nb, dz);
-        if (dx)
+        if (dx)  // the table's first block starts the sum
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h.rows, h.C, nb, 1.0f, dz, nb,
-                        W + (size_t)j0 * h.C, h.C, b ? 1.0f : 0.0f, dx, h.C);
+                        W + at, h.C, b ? 1.0f : 0.0f, dx, h.C);
         if (dW)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, dz, nb, x,
-                        h.C, 1.0f, dW + (size_t)j0 * h.C, h.C);
+                        h.C, 1.0f, dW + at, h.C);
     }
     fg_free(dz);
+}
+
+void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
+                        float *dx, float *dW, int B) {
+    head_rows_backward(L, W, 0, L->vocab, x, rec, dx, dW, B);
+}
+
+size_t head_rows_state_bytes(const Layer *L, int B, int K) {
+    size_t rows = (size_t)B * layer_tokens(L);
+    return rows * (sizeof(RunningRow) + (size_t)K * (sizeof(double) + sizeof(float)));
+}
+
+void head_rows_forward(const Layer *L, const float *W, int r0, int n, const float *x,
+                       const Label *labels, int B, void *state) {
+    HeadShape h = head_shape(L, B);
+    float *z = fg_alloc_floats((size_t)h.rows * FG_MIN(h.block, h.classes));
+    stats_rows(&h, W, r0, n, x, labels, state, z);
+    fg_free(z);
+}
+
+float head_rows_finish(const Layer *L, const void *state, const Label *labels, int B,
+                       float weight, float *rec, int *correct) {
+    HeadShape h = head_shape(L, B);
+    return finish_rows(&h, state, labels, weight, rec, correct);
+}
+
+void head_rows_jvp(const Layer *L, const float *W, int r0, int n, const float *x,
+                   const float *xdot, const Label *labels, int B, int K, const HeadTangents *t,
+                   void *state) {
+    HeadShape h = head_shape(L, B);
+    int width = FG_MIN(h.block, h.classes);
+    float *z = fg_alloc_floats((size_t)h.rows * width), *zd = fg_alloc_floats((size_t)K * h.rows * width);
+    HeadRun s = head_run(&h, K, state);
+    jvp_rows(L, &h, W, r0, n, x, xdot, labels, K, t, &s, z, zd);
+    fg_free(z), fg_free(zd);
+}
+
+float head_rows_jvp_finish(const Layer *L, const void *state, const Label *labels, int B, int K,
+                           float weight, int per_row, float *rec, float *d) {
+    HeadShape h = head_shape(L, B);
+    HeadRun s = head_run(&h, K, (void *)state);
+    double *row_d = fg_alloc_bytes((size_t)K * h.rows * sizeof(double));
+    float loss = jvp_finish(&h, &s, labels, K, weight, rec, row_d);
+    fg_head_derivatives(row_d, h.rows, K, per_row, d);
+    fg_free(row_d);
+    return loss;
 }
 
 void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, int B,

@@ -33,6 +33,7 @@ float head_loss_forward(const Layer *L, const float *W, const float *x, const La
 // The tangents of the head's logits zdot_k besides xdot_k Wᵀ (every pointer may be NULL):
 typedef struct {
     const float *Wdot;           // full weight tangents [K, param_count]: + x Wdot_kᵀ
+    size_t wdot_stride;          // floats from one Wdot_k to the next (0: param_count)
     const float *At, *P;         // low-rank ones of rank `rank`: + P_k At_k / sqrt(rank), At
     int rank;                    // [K, rank, vocab], P = x Bt_kᵀ [K, rows, rank] (stage.h)
     const TangentKey *activity;  // activity tangents: + u_k of this key (a row of vocab values
@@ -49,6 +50,28 @@ float head_loss_jvp(const Layer *L, const float *W, const float *x, const float 
 // gradient (skipped when NULL). Both read W (the logits are recomputed).
 void head_loss_backward(const Layer *L, const float *W, const float *x, const float *rec,
                         float *dx, float *dW, int B);
+// The head over row blocks of its table, for a table streamed a block at a time
+// (docs/out-of-core.md): W holds the table's rows [r0, r0 + n) (with Wdot's rows alike, Wdot_k
+// wdot_stride apart), r0 a multiple of L->head_block. Called on the blocks in ascending order,
+// covering the table, every number is the whole-table call's, bit for bit (more than one
+// block of columns: the JVP's online path). The rows' running softmax is carried between the
+// calls in `state` (head_rows_state_bytes, for B samples and K tangents).
+size_t head_rows_state_bytes(const Layer *L, int B, int K);
+void head_rows_forward(const Layer *L, const float *W, int r0, int n, const float *x,
+                       const Label *labels, int B, void *state);
+// After the last block: head_loss_forward's records and mean loss.
+float head_rows_finish(const Layer *L, const void *state, const Label *labels, int B,
+                       float weight, float *rec, int *correct);
+void head_rows_jvp(const Layer *L, const float *W, int r0, int n, const float *x,
+                   const float *xdot, const Label *labels, int B, int K, const HeadTangents *t,
+                   void *state);
+// After the last block: head_loss_jvp's records, loss and d (per_row: activity tangents).
+float head_rows_jvp_finish(const Layer *L, const void *state, const Label *labels, int B, int K,
+                           float weight, int per_row, float *rec, float *d);
+// head_loss_backward's dx (the block at r0 = 0 starts it, the others add) and dW's rows
+// [r0, r0 + n) (dW: those rows), from the records.
+void head_rows_backward(const Layer *L, const float *W, int r0, int n, const float *x,
+                        const float *rec, float *dx, float *dW, int B);
 // Floats of scratch the calls hold at once for B samples and K tangents (a block's logits and
 // their tangents, the rows' running sums and derivatives), and with n_mb > 0 the activity
 // estimate's G over n_mb micro-batches: what a memory budget counts for the fused head.

@@ -5,6 +5,7 @@
 // only, and the input adjoint is zero.
 #include <string.h>
 
+#include "embedding_rows.h"
 #include "layer.h"
 
 static size_t embedding_param_count(const Layer *L) {
@@ -78,3 +79,43 @@ static void embedding_backward(const Layer *L, const float *p, const float *x, c
 
 const LayerOps embedding_ops = {"embedding", embedding_param_count, embedding_forward,
                                 embedding_jvp, embedding_backward};
+
+// Rows [lo, hi) of wte that the block [r0, r0 + n) holds, and of wpe (as position indices).
+static void block_rows(const Layer *L, int r0, int n, int *wte_hi, int *pos_lo, int *pos_hi) {
+    int V = L->vocab, T = L->no_positions ? 0 : layer_tokens(L);
+    *wte_hi = FG_MIN(r0 + n, V);
+    *pos_lo = FG_MAX(r0, V) - V, *pos_hi = FG_MIN(r0 + n, V + T) - V;
+}
+
+void embedding_rows_forward(const Layer *L, const float *P, int r0, int n, const float *ids,
+                            float *y, int B) {
+    const int T = layer_tokens(L), C = layer_out_token(L);
+    int wte_hi, pos_lo, pos_hi;
+    block_rows(L, r0, n, &wte_hi, &pos_lo, &pos_hi);
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        int id = (int)ids[r], t = (int)(r % T);
+        float *yr = y + r * C;
+        if (id >= r0 && id < wte_hi) memcpy(yr, P + (size_t)(id - r0) * C, (size_t)C * sizeof(float));
+        if (t < pos_lo || t >= pos_hi) continue;
+        const float *pos = P + (size_t)(L->vocab + t - r0) * C;
+        for (int i = 0; i < C; i++) yr[i] = yr[i] + pos[i];
+    }
+}
+
+void embedding_rows_backward(const Layer *L, int r0, int n, const float *ids, const float *dy,
+                             float *dP, int B) {
+    const int T = layer_tokens(L), C = layer_out_token(L);
+    int wte_hi, pos_lo, pos_hi;
+    block_rows(L, r0, n, &wte_hi, &pos_lo, &pos_hi);
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        int id = (int)ids[r], t = (int)(r % T);
+        const float *g = dy + r * C;
+        if (id >= r0 && id < wte_hi) {
+            float *de = dP + (size_t)(id - r0) * C;
+            for (int i = 0; i < C; i++) de[i] += g[i];
+        }
+        if (t < pos_lo || t >= pos_hi) continue;
+        float *dpos = dP + (size_t)(L->vocab + t - r0) * C;
+        for (int i = 0; i < C; i++) dpos[i] += g[i];
+    }
+}

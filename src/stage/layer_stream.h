@@ -91,7 +91,8 @@ typedef struct {
     int fill_weights;          // a new store: buffer 0 holds the model's initial weights (seed),
     uint32_t seed;             // everything else zeros
     int later_bufs;            // buffers per layer of the stores made after this one (the step
-                               // store): a new store checks the flash has room for all of them
+                               // store): a new store checks the flash has room for all of them,
+    double later_bytes;        // and for these bytes of spill files (the tied copies')
     int frozen;                // the model's frozen layers (STORE_FROZEN_*)
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
@@ -127,10 +128,29 @@ struct NodeShare {
     int (*all)(NodeShare *n, int *flag, FgError *err);
 };
 
+// A scratch file on local flash for what a step hands from one wave to a later one and the
+// budget has no room to keep (the tied embedding's gradients, docs/out-of-core.md): regions of
+// given sizes, written and read synchronously in pieces of any length that start at multiples
+// of SPILL_ALIGN_FLOATS. Removed at close; never reopened (a resumed run starts a new step).
+enum { SPILL_ALIGN_FLOATS = 1024 };
+typedef struct LayerSpill LayerSpill;
+struct LayerSpill {
+    void *ctx;
+    int (*write)(LayerSpill *s, int region, size_t first, const float *buf, size_t n, FgError *err);
+    int (*read)(LayerSpill *s, int region, size_t first, float *buf, size_t n, FgError *err);
+    // Bytes and seconds so far; the caller waited all of them (busy_seconds = wait_seconds).
+    void (*stats)(LayerSpill *s, LayerStreamStats *out);
+    void (*close)(LayerSpill *s);
+};
+
 // How a pipeline reaches local flash (the io/ library through mpi/main.c; NULL: it cannot).
 typedef struct {
     void *arg;
     int (*open)(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err);
+    // DIR/NAME.spill with n_regions regions of floats[i] floats (NULL: no spill files; the
+    // engine keeps such buffers in memory).
+    int (*open_spill)(const char *dir, const char *name, int n_regions, const size_t *floats,
+                      LayerSpill *out, FgError *err);
     int resume;                // continue from the stores already in weights_dir
     NodeShare *share;          // NULL: every replica keeps its own stores
 } LayerStreams;
