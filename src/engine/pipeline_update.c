@@ -284,7 +284,9 @@ static int tie_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgErr
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int first = m->tied_first, last = m->tied_last, rc;
-    if (first < 0 || !(holds_layer(p, first) || holds_layer(p, last))) return FG_OK;
+    // A frozen table (a LoRA base) takes no step: nothing to sum, nothing to write.
+    if (first < 0 || m->layers[first].frozen || !(holds_layer(p, first) || holds_layer(p, last)))
+        return FG_OK;
     int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.

@@ -335,8 +335,9 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         weights = FG_MAX(weights, weights_bytes(sp, L));
         if (!L->frozen) trained = FG_MAX(trained, L->param_count);
         *param_layers += L->param_count > 0;
-        // A tied embedding's copies keep their gradient in memory (LayerSource.tied_grad).
-        if (l == m->tied_first || l == m->tied_last) sp->tied[l == m->tied_last] = m->layers[l].param_count;
+        // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
+        if ((l == m->tied_first || l == m->tied_last) && !m->layers[l].frozen)  // frozen: no step
+            sp->tied[l == m->tied_last] = m->layers[l].param_count;
     }
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     for (int l = first; l < last; l++)
