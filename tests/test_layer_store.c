@@ -1,8 +1,7 @@
 // Layer store and layer stream (io/): round trips, crash consistency, memory, errors.
 //
-//   test_layer_store          everything that needs no privileges (runs in a few seconds)
-//   test_layer_store mounts   disk full (a loop-mounted 32 MiB ext4) and a filesystem without
-//                             O_DIRECT (ramfs); exits 77 (skipped) when mounting is not allowed
+// Everything that needs no privileges (runs in a few seconds); disk full and a filesystem
+// without O_DIRECT are test_layer_store_mounts.c's (root, loop mounts).
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -25,38 +24,10 @@
 #include "direct_io.h"
 #include "layer_store.h"
 #include "layer_stream_store.h"
+#include "layer_store_fixtures.h"
 #include "test_util.h"
 
-// ---- helpers ----
-
-// Bits of element i of buffer b of store layer idx at a version: every (layer, buffer, version)
-// distinct, so a slot from the wrong version or layer cannot pass for the right one.
-static uint32_t pattern(int idx, int b, size_t i, long version) {
-    uint64_t x = ((uint64_t)idx * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b << 40) ^ ((uint64_t)version << 48) ^ i;
-    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
-    return (uint32_t)x;
-}
-
-static void fill(float *const *buf, int n_bufs, size_t count, int idx, long version) {
-    for (int b = 0; b < n_bufs; b++) {
-        uint32_t *u = (uint32_t *)buf[b];
-        for (size_t i = 0; i < count; i++) u[i] = pattern(idx, b, i, version);
-    }
-}
-
-// Index of the first element that differs from the pattern, or -1.
-static long check(float *const *buf, int n_bufs, size_t count, int idx, long version) {
-    for (int b = 0; b < n_bufs; b++) {
-        const uint32_t *u = (const uint32_t *)buf[b];
-        for (size_t i = 0; i < count; i++)
-            if (u[i] != pattern(idx, b, i, version)) return (long)i;
-    }
-    return -1;
-}
-
-static void slot_views(const LayerStore *s, int i, unsigned char *mem, float **buf) {
-    for (int b = 0; b < layer_store_n_bufs(s); b++) buf[b] = (float *)(mem + (size_t)b * layer_store_buf_stride(s, i));
-}
+// ---- scratch directories ----
 
 static char g_dir[1024];  // per-test scratch dir on the real disk (O_DIRECT path)
 
@@ -72,96 +43,6 @@ static int teardown_dir(void **state) {
     if (remove_tree(g_dir)) fprintf(stderr, "could not remove %s\n", g_dir);
     return 0;
 }
-
-static StoreOptions opts(size_t aux) {
-    return (StoreOptions){.n_bufs = 3, .aux_bytes = aux, .preallocate = 1};
-}
-
-// Creates a store of n layers of count[i] floats and writes version 0 (aux 0 = the version);
-// the layers are named fc1, fc2, ... or all `same_name`.
-static LayerStore *make_store_named(const char *dir, const char *name, int n, const size_t *count,
-                                    const StoreOptions *o, const char *same_name) {
-    StoreLayer layers[MODEL_MAX_LAYERS];
-    for (int i = 0; i < n; i++) {
-        memset(&layers[i], 0, sizeof layers[i]);
-        if (same_name) snprintf(layers[i].name, sizeof layers[i].name, "%s", same_name);
-        else snprintf(layers[i].name, sizeof layers[i].name, "fc%d", i + 1);
-        layers[i].layer = 2 * i;  // linear layers with activations between them
-        layers[i].count = count[i];
-    }
-    LayerStore *s;
-    FgError err = {0};
-    if (layer_store_create(&s, dir, name, n, layers, o, &err)) fail_msg("%s", err.msg);
-    long v0 = 0;
-    if (o->aux_bytes && layer_store_write_aux(s, 0, &v0, &err)) fail_msg("%s", err.msg);
-    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
-    for (int i = 0; i < n; i++) {
-        float *buf[3];
-        slot_views(s, i, mem, buf);
-        fill(buf, o->n_bufs, count[i], i, 0);
-        if (layer_store_write(s, i, 0, mem, &err)) fail_msg("%s", err.msg);
-    }
-    fg_free(mem);
-    return s;
-}
-
-static LayerStore *make_store(const char *dir, const char *name, int n, const size_t *count,
-                              const StoreOptions *o) {
-    return make_store_named(dir, name, n, count, o, NULL);
-}
-
-// Reads every layer of an open store and checks it holds `version` bit for bit.
-static void expect_version(LayerStore *s, long version) {
-    assert_int_equal(layer_store_version(s), version);
-    unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
-    FgError err = {0};
-    for (int i = 0; i < layer_store_n_layers(s); i++) {
-        assert_int_equal(layer_store_layer_version(s, i), version);
-        if (layer_store_read(s, i, mem, &err)) fail_msg("%s", err.msg);
-        float *buf[3];
-        slot_views(s, i, mem, buf);
-        long bad = check(buf, layer_store_n_bufs(s), layer_store_layer(s, i)->count, i, version);
-        if (bad >= 0) fail_msg("layer %d differs from version %ld at element %ld", i, version, bad);
-    }
-    if (layer_store_aux_bytes(s)) {
-        long aux = -1;
-        if (layer_store_read_aux(s, &aux, &err)) fail_msg("%s", err.msg);
-        assert_int_equal(aux, version);
-    }
-    fg_free(mem);
-}
-
-// One step through the stream in layer-major order: every layer read, checked at version - 1,
-// rewritten with the pattern of `version`, released dirty. Returns the first error.
-static int stream_step(LayerStream *ls, const LayerStore *meta, int n, long version, FgError *err) {
-    int rc = ls->write_aux(ls, version, &version, err);
-    for (int i = 0; i < n && !rc; i++) {
-        int layer = 2 * i;
-        if (i + 1 < n && (rc = ls->prefetch(ls, layer + 2, err))) break;
-        LayerView v;
-        if ((rc = ls->acquire(ls, layer, &v, err))) break;
-        if (v.version != version - 1 || check(v.buf, v.n_bufs, v.count, i, version - 1) >= 0) {
-            rc = fg_fail(err, FG_ERR_INTERNAL, "layer %d: version %ld, expected %ld", layer, v.version, version - 1);
-            break;
-        }
-        fill(v.buf, v.n_bufs, v.count, i, version);
-        rc = ls->release(ls, layer, 1, err);
-    }
-    (void)meta;
-    return rc;
-}
-
-static LayerStream open_stream(const char *dir, const char *name, int slots, int n_small,
-                               size_t small_count) {
-    LayerStore *s;
-    FgError err = {0};
-    if (layer_store_open(&s, dir, name, &err)) fail_msg("%s", err.msg);
-    LayerStream ls;
-    if (layer_stream_store_open(&ls, s, slots, n_small, small_count, &err)) fail_msg("%s", err.msg);
-    return ls;
-}
-
-// ---- tests ----
 
 // params, m and v bit for bit through create, write, close and open; odd sizes (the last block
 // of a layer is partial), and versions 0 -> 2. The file is a real HDF5 file: the slot datasets
@@ -532,115 +413,7 @@ static void test_write_order(void **state) {
     layer_store_close(s);
 }
 
-// ---- with mounts (root): disk full, no O_DIRECT ----
-
-static char g_mnt[1024], g_img[1100];
-
-static int sh(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-// Too big for the disk: creation fails (blocks are reserved up front), naming file and cause,
-// and leaves nothing behind. Disk filling up mid-run (a store made without reservation): the
-// write-back fails with ENOSPC, the store stays at the last whole step, and once space is back
-// the run continues from it.
-static void test_disk_full(void **state) {
-    (void)state;
-    FgError err = {0};
-    StoreLayer big[4];
-    for (int i = 0; i < 4; i++) big[i] = (StoreLayer){.layer = 2 * i, .count = 1 << 20};
-    for (int i = 0; i < 4; i++) snprintf(big[i].name, sizeof big[i].name, "fc%d", i + 1);
-    StoreOptions o = opts(sizeof(long));
-    LayerStore *s;
-    assert_int_not_equal(layer_store_create(&s, g_mnt, "big", 4, big, &o, &err), 0);
-    printf("  %s\n", err.msg);
-    assert_non_null(strstr(err.msg, g_mnt));
-    assert_non_null(strstr(err.msg, "No space left on device"));
-    char path[1200];
-    snprintf(path, sizeof path, "%s/big.h5", g_mnt);
-    assert_int_not_equal(access(path, F_OK), 0);
-
-    const size_t count[4] = {1 << 17, 1 << 17, 1 << 17, 1 << 17};  // 1.5 MiB per layer
-    o.preallocate = 0;
-    layer_store_close(make_store(g_mnt, "small", 4, count, &o));
-    sh("dd if=/dev/zero of=%s/filler bs=1M 2>/dev/null; sync", g_mnt);  // stops at ENOSPC
-    LayerStream ls = open_stream(g_mnt, "small", 2, 0, 0);
-    int rc = stream_step(&ls, NULL, 4, 1, &err);
-    if (!rc) rc = ls.flush(&ls, &err);
-    assert_int_not_equal(rc, 0);
-    printf("  %s\n", err.msg);
-    assert_non_null(strstr(err.msg, "small.h5"));
-    assert_non_null(strstr(err.msg, "No space left on device"));
-    assert_int_not_equal(ls.close(&ls, &err), 0);
-    if (layer_store_open(&s, g_mnt, "small", &err)) fail_msg("%s", err.msg);
-    expect_version(s, 0);
-    layer_store_close(s);
-    sh("rm -f %s/filler", g_mnt);
-    ls = open_stream(g_mnt, "small", 2, 0, 0);
-    if (stream_step(&ls, NULL, 4, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
-    if (layer_store_open(&s, g_mnt, "small", &err)) fail_msg("%s", err.msg);
-    expect_version(s, 1);
-    layer_store_close(s);
-}
-
-// ramfs refuses O_DIRECT (EINVAL): the store says so and works through the page cache.
-static void test_no_odirect(void **state) {
-    (void)state;
-    char dir[1200];
-    snprintf(dir, sizeof dir, "%s-ramfs", g_mnt);
-    if (mkdir(dir, 0755) || sh("mount -t ramfs ramfs %s 2>/dev/null", dir)) {
-        rmdir(dir);
-        skip();
-    }
-    const size_t count[2] = {1000, 2000};
-    StoreOptions o = opts(sizeof(long));
-    LayerStore *s = make_store(dir, "r", 2, count, &o);
-    printf("  %s\n", layer_store_note(s));
-    assert_non_null(strstr(layer_store_note(s), "O_DIRECT"));
-    layer_store_close(s);
-    LayerStream ls = open_stream(dir, "r", 2, 0, 0);
-    assert_non_null(strstr(ls.note, "buffered"));
-    FgError err = {0};
-    if (stream_step(&ls, NULL, 2, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
-    if (layer_store_open(&s, dir, "r", &err)) fail_msg("%s", err.msg);
-    expect_version(s, 1);
-    layer_store_close(s);
-    sh("umount %s", dir);
-    rmdir(dir);
-}
-
-static int run_mount_tests(void) {
-    char cwd[900];
-    if (!getcwd(cwd, sizeof cwd)) return 1;
-    snprintf(g_mnt, sizeof g_mnt, "%s/mnt-XXXXXX", cwd);
-    if (!mkdtemp(g_mnt)) return 1;
-    snprintf(g_img, sizeof g_img, "%s.img", g_mnt);
-    if (sh("truncate -s 32M %s && mkfs.ext4 -q -F -b 4096 %s >/dev/null 2>&1 && "
-           "mount -o loop %s %s 2>/dev/null", g_img, g_img, g_img, g_mnt)) {
-        fprintf(stderr, "SKIP: cannot make and loop-mount a 32 MiB ext4 here (needs root and "
-                        "loop devices): disk-full and no-O_DIRECT tests not run\n");
-        rmdir(g_mnt);
-        unlink(g_img);
-        return 77;
-    }
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_disk_full),
-        cmocka_unit_test(test_no_odirect),
-    };
-    int rc = cmocka_run_group_tests_name("layer_store_mounts", tests, NULL, NULL);
-    sh("umount %s", g_mnt);
-    rmdir(g_mnt);
-    unlink(g_img);
-    return rc;
-}
-
-int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "mounts")) return run_mount_tests();
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_roundtrip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_same_names, setup_dir, teardown_dir),
