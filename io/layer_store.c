@@ -365,6 +365,33 @@ static int frozen_slot(const LayerStore *s, int i, long c) {
     return best;
 }
 
+// Every layer's (and the auxiliary record's) current slot at the store's version c; the other
+// slots are forgotten (older, or newer ones from an unfinished step).
+static int use_version(LayerStore *s, long c, FgError *err) {
+    int rc = FG_OK;
+    for (int i = 0; i < s->n && !rc; i++) {
+        s->cur[i] = s->layers[i].frozen ? frozen_slot(s, i, c)
+                                        : s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
+        if (s->cur[i] < 0)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
+                         "not the store's consistent version %ld%s (corrupt store)", s->path,
+                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c,
+                         s->layers[i].frozen ? " or an older one (it is frozen)" : "");
+        else {
+            s->discarded += s->ver[i][1 - s->cur[i]] > c;
+            s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
+        }
+    }
+    if (s->aux_bytes) {
+        s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;
+        if (s->aux_cur < 0)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: no auxiliary record of version %ld "
+                         "(corrupt store)", s->path, c);
+        else s->aux_ver[1 - s->aux_cur] = -1;
+    }
+    return rc;
+}
+
 int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,
                         FgError *err) {
     *out = NULL;
@@ -421,26 +448,7 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name, lon
         c = version;
     }
     fg_free(hdr);
-    for (int i = 0; i < s->n && !rc; i++) {
-        s->cur[i] = s->layers[i].frozen ? frozen_slot(s, i, c)
-                                        : s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
-        if (s->cur[i] < 0)
-            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
-                         "not the store's consistent version %ld%s (corrupt store)", s->path,
-                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c,
-                         s->layers[i].frozen ? " or an older one (it is frozen)" : "");
-        else {
-            s->discarded += s->ver[i][1 - s->cur[i]] > c;
-            s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
-        }
-    }
-    if (!rc && s->aux_bytes) {
-        s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;
-        if (s->aux_cur < 0)
-            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: no auxiliary record of version %ld "
-                         "(corrupt store)", s->path, c);
-        else s->aux_ver[1 - s->aux_cur] = -1;
-    }
+    if (!rc) rc = use_version(s, c, err);
     if (rc) {
         layer_store_close(s);
         return rc;
