@@ -382,7 +382,7 @@ static int use_version(LayerStore *s, long c, FgError *err) {
             s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
         }
     }
-    if (s->aux_bytes) {
+    if (!rc && s->aux_bytes) {
         s->aux_cur = s->aux_ver[0] == c ? 0 : s->aux_ver[1] == c ? 1 : -1;
         if (s->aux_cur < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: no auxiliary record of version %ld "
