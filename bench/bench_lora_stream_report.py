@@ -8,19 +8,11 @@ the in-memory row): the budget and the floor, the bytes read and written per ste
 "out of core" line: steps 1-3), ms per step (loss.csv's step seconds, step 0 left out: it
 fills the slots), the validation loss at the end, the activation peak and the peak RSS."""
 import csv
-import json
 import os
 import re
 import sys
 
-MIB = 1048576.0
-
-
-def load(path):
-    try:
-        return json.load(open(path))
-    except (OSError, ValueError):
-        return None
+from bench_lora_report import MIB, load
 
 
 def ms_per_step(folder):
