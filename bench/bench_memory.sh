@@ -16,6 +16,9 @@
 #          budget and gives the seconds and samples to test accuracy 0.85 and 0.88
 #          (bench/time_to_accuracy.py); curves and a plot per budget (tools/fgpipe-report
 #          --curves) go to OUT (default bench/out/memory)
+#   gpt-race the same for the byte GPT (micro-batches of 1..4 sequences): each run sees the
+#          sequences of GPT_RACE_STEPS (default 1000) steps at micro-batch 4; targets: bp-1f1b's
+#          val loss at step 1000 of the gpt part's run + 10% (GPT_TARGET overrides), and that loss
 #
 # Modes: bp-1f1b, bp-zb, bp-zb-rc (recompute = stage), fg-weight, fg-activity, fg-local
 # (activity with local_groups = 32 and K = 16: fashion-mnist-mlp-fg.conf's settings), fg-local-k1
@@ -26,7 +29,7 @@
 # With fewer cores than 4 ranks the runs are oversubscribed: measured seconds are the shared
 # machine's; the projection (steps x the planned step of the start-up's op costs) is given too.
 #
-# usage: bench/bench_memory.sh [table] [gpt] [race]          (default: all three)
+# usage: bench/bench_memory.sh [table] [gpt] [race] [gpt-race]   (default: the first three)
 #        QUICK=1 bench/bench_memory.sh ...   a quick check: 20 steps per run, 10 for the GPT
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,10 +42,11 @@ parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(table gpt race)
 mlp_config=launch/configs/fashion-mnist-mlp.conf
 stages=4
 if [ "${QUICK:-0}" = 1 ]; then
-  mlp_budget=(--set steps=20) race_budget=(--set steps=20) gpt_steps=10
+  mlp_budget=(--set steps=20) race_budget=(--set steps=20) gpt_steps=10 gpt_eval_every=5
 else
   mlp_budget=(--set epochs="${EPOCHS:-1}" --set steps=0)
   race_budget=(--set epochs="${RACE_EPOCHS:-1}" --set steps=0) gpt_steps=${STEPS:-2000}
+  gpt_eval_every=250  # the curve gpt-race takes bp's loss at 1000 steps from
 fi
 modes=(
   "bp-1f1b|mode=bp schedule=1f1b|bp-1f1b"
@@ -105,83 +109,128 @@ table() {
     "${runs[@]}" && echo "plot: $out_dir/memory_by_mode.png"
 }
 
-# fit SETS SCHEDULE BUDGET: the largest micro-batch of 1..32 whose planned activations (largest
-# stage) fit BUDGET bytes, or 0 (a binary search: they grow with it).
+# The race's model: race_model mlp | gpt sets R_* (config and its sets, metric, targets, the
+# largest micro-batch tried, the micro-batch the budgets are fractions of, and the run's length).
+race_model() {
+  R_MODEL=$1
+  if [ "$1" = mlp ]; then
+    R_CONFIG=$mlp_config R_SETS=() R_METRIC=accuracy R_TARGETS="0.85 0.88" R_MB_MAX=32 R_PREFIX=race
+  else
+    # fixed cuts (the 1F1B table's of docs/pipeline.md): auto cuts follow each plan's timing
+    R_CONFIG=launch/configs/gpt-kjv.conf R_SETS=(--set text_file="$(launch/text-corpus.sh)" --set boundaries=10,18,26)
+    R_METRIC=val_loss R_MB_MAX=4 R_PREFIX=gpt-race R_TARGETS=$(gpt_targets)
+  fi
+}
+
+# The GPT's targets: bp-1f1b's val loss at step 1000 of the gpt table's run (its eval line
+# nearest below it) + 10%, and that loss itself; GPT_TARGET overrides the first.
+gpt_targets() {
+  local run=$out_dir/gpt-bp-1f1b.txt loss
+  loss=$(awk '/eval step/ { s = $3 + 0; if (s <= 1000) l = $6 } END { print l }' "$run" 2>/dev/null)
+  [ -n "$loss" ] || { echo "bench_memory: gpt-race needs $run with eval lines (run the gpt part first)" >&2; exit 2; }
+  awk -v l="$loss" -v t="${GPT_TARGET:-}" 'BEGIN { printf "%.4f %.4f", t != "" ? t : 1.1 * l, l }'
+}
+
+# The run's length at micro-batch B: the MLP one epoch; the GPT the sequences of GPT_RACE_STEPS
+# (default 1000) steps at its config's micro-batch, evaluated 8 times.
+race_length() {
+  local b=$1 steps
+  if [ "$R_MODEL" = mlp ]; then
+    echo "${race_budget[@]} --set eval_every=$(( 60000 / (8 * 4 * b) ))"
+  else
+    steps=$(( ${GPT_RACE_STEPS:-1000} * 4 / b ))
+    [ "${QUICK:-0}" = 1 ] && steps=20
+    echo "--set steps=$steps --set eval_every=$(( steps / 8 > 0 ? steps / 8 : 1 ))"
+  fi
+}
+
+# fit SETS SCHEDULE BUDGET: the largest micro-batch of 1..R_MB_MAX whose planned activations
+# (largest stage) fit BUDGET bytes, or 0 (a binary search: they grow with it).
 fit() {
-  local c lo=-1 hi=32 mid
-  mapfile -t c < <(seq 1 32)
+  local lo=0 hi=$((R_MB_MAX + 1)) mid
   sets_of "$1"
   while [ $((hi - lo)) -gt 1 ]; do
     mid=$(( (lo + hi) / 2 ))
-    if "$fgpipe" plan --config "$mlp_config" --set stages="$stages" "${SETS[@]}" \
-         --set micro_batch="${c[mid]}" --json "$out_dir/fit.json" >/dev/null 2>&1 &&
+    if "$fgpipe" plan --config "$R_CONFIG" --set stages="$stages" "${R_SETS[@]}" "${SETS[@]}" \
+         --set micro_batch="$mid" --json "$out_dir/fit.json" >/dev/null 2>&1 &&
        [ "$(rows planned "$out_dir/fit.json" "$2")" -le "$3" ]; then lo=$mid; else hi=$mid; fi
   done
-  [ "$lo" -ge 0 ] && echo "${c[lo]}" || echo 0
+  echo "$lo"
 }
 
+# race_row NAME SETS SCHEDULE BUDGET LABEL: one mode's row at one budget.
+race_row() {
+  local name=$1 sets=$2 schedule=$3 budget=$4 label=$5 rc b best=0 best_rc=none out
+  for rc in none stage; do
+    [ "$rc" = stage ] && [[ $sets == *mode=fg\ * ]] && continue
+    b=$(fit "$sets recompute=$rc" "$schedule" "$budget")
+    [ "$b" -gt "$best" ] && best=$b best_rc=$rc
+  done
+  if [ "$best" = 0 ]; then
+    sets_of "$sets"
+    [[ $sets == *mode=fg\ * ]] || SETS+=(--set recompute=stage)
+    "$fgpipe" plan --config "$R_CONFIG" --set stages="$stages" "${R_SETS[@]}" "${SETS[@]}" \
+      --set micro_batch=1 --json "$out_dir/fit.json" >/dev/null 2>&1
+    echo "| $name | none fits | | $(awk -v b="$(rows planned "$out_dir/fit.json" "$schedule")" \
+      'BEGIN { printf "%.2f", b / 2^20 }') at micro-batch 1 | | no |"
+    return
+  fi
+  local extra=(); [ "$R_MODEL" = gpt ] && [[ $sets == *mode=fg\ * ]] && extra=(--set lr=0.0003)
+  sets_of "$sets recompute=$best_rc micro_batch=$best"
+  out=$out_dir/$R_PREFIX-$label-${name/+/p}
+  # shellcheck disable=SC2046  # race_length's words are --set pairs
+  if ! train "$out" "$R_CONFIG" "${R_SETS[@]}" "${SETS[@]}" "${extra[@]}" $(race_length "$best"); then
+    echo "| $name | $best | $best_rc | failed: $(cat "$out.problem") |"
+    return
+  fi
+  local planned_b measured_b tta
+  planned_b=$(rows planned "$out.plan.json" "$schedule") measured_b=$(rows peak "$out")
+  tta=$(/usr/bin/python3 bench/time_to_accuracy.py "$name" "$out" "$R_TARGETS" "$out.plan.json" \
+    "$out.plan.json" "$schedule" 1 "$R_METRIC")
+  echo "| $name | $best | $best_rc | $(awk -v p="$planned_b" -v m="$measured_b" -v b="$budget" \
+    'BEGIN { printf "%.2f | %.2f | %s", p / 2^20, m / 2^20, m <= b ? "yes" : "no" }') |${tta#*|*|}"
+}
+
+# race mlp | gpt: at an eighth and a quarter of bp-1f1b's largest stage (planned at the config's
+# micro-batch), each mode at the largest micro-batch (and recompute) that fits.
 race() {
-  local need budget label m name sets schedule rc b best best_rc out
-  "$fgpipe" plan --config "$mlp_config" --set stages="$stages" --set mode=bp --json "$out_dir/need.json" >/dev/null
-  need=$(rows planned "$out_dir/need.json" bp-1f1b)
+  race_model "$1"
+  local need budget label m name sets schedule t1 t2
+  "$fgpipe" plan --config "$R_CONFIG" --set stages="$stages" "${R_SETS[@]}" --set mode=bp \
+    --json "$out_dir/$R_PREFIX-need.json" >/dev/null
+  need=$(rows planned "$out_dir/$R_PREFIX-need.json" bp-1f1b)
+  read -r t1 t2 <<<"$R_TARGETS"
   for label in ${BUDGETS:-eighth quarter}; do
     budget=$(( need / $([ $label = eighth ] && echo 8 || echo 4) ))
     echo
-    echo "Budget: $([ $label = eighth ] && echo an || echo a) $label of bp-1f1b's largest stage at micro-batch 32 ($need B): $budget B" \
-         "($(awk -v b="$budget" 'BEGIN { printf "%.2f", b / 2^20 }') MiB) per stage"
-    echo "| mode | micro-batch | recompute | planned MiB | measured MiB | fits | 0.85 s | proj. | 0.88 s | proj. | samples | best | step ms | planned | start-up | RSS | act. |"
+    echo "$R_MODEL, budget: $([ $label = eighth ] && echo an || echo a) $label of bp-1f1b's largest stage ($need B): $budget B" \
+         "($(awk -v b="$budget" 'BEGIN { printf "%.2f", b / 2^20 }') MiB) per stage; targets $R_METRIC $t1, $t2"
+    echo "| mode | micro-batch | recompute | planned MiB | measured MiB | fits | $t1 s | proj. | $t2 s | proj. | samples | best | step ms | planned | start-up | RSS | act. |"
     echo "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     for m in "${modes[@]}"; do
       IFS='|' read -r name sets schedule <<<"$m"
       selected "$name" "${want[@]}" || continue
       # recompute is a choice of the race, not a mode (a later --set recompute wins)
       [ "$name" = bp-zb-rc ] || [ "$name" = fg+bp-rc ] && continue
-      name=${name%-rc}
-      best=0 best_rc=none
-      for rc in none stage; do
-        [ "$rc" = stage ] && [[ $sets == *mode=fg\ * ]] && continue
-        b=$(fit "$sets recompute=$rc" "$schedule" "$budget")
-        [ "$b" -gt "$best" ] && best=$b best_rc=$rc
-      done
-      if [ "$best" = 0 ]; then
-        sets_of "$sets"
-        [[ $sets == *mode=fg\ * ]] || SETS+=(--set recompute=stage)
-        "$fgpipe" plan --config "$mlp_config" --set stages="$stages" "${SETS[@]}" --set micro_batch=1 \
-          --json "$out_dir/fit.json" >/dev/null 2>&1
-        echo "| $name | none fits | | $(awk -v b="$(rows planned "$out_dir/fit.json" "$schedule")" \
-          'BEGIN { printf "%.2f", b / 2^20 }') at micro-batch 1 | | no |"
-        continue
-      fi
-      sets_of "$sets recompute=$best_rc micro_batch=$best"
-      out=$out_dir/race-$label-${name/+/p}
-      # about 8 evaluations per epoch
-      if ! train "$out" "$mlp_config" "${SETS[@]}" "${race_budget[@]}" \
-           --set eval_every=$(( 60000 / (8 * 4 * best) )); then
-        echo "| $name | $best | $best_rc | failed: $(cat "$out.problem") |"
-        continue
-      fi
-      local planned_b measured_b tta
-      planned_b=$(rows planned "$out.plan.json" "$schedule") measured_b=$(rows peak "$out")
-      tta=$(/usr/bin/python3 bench/time_to_accuracy.py "$name" "$out" "0.85 0.88" "$out.plan.json" \
-        "$out.plan.json" "$schedule" 1 accuracy)
-      echo "| $name | $best | $best_rc | $(awk -v p="$planned_b" -v m="$measured_b" -v b="$budget" \
-        'BEGIN { printf "%.2f | %.2f | %s", p / 2^20, m / 2^20, m <= b ? "yes" : "no" }') |${tta#*|*|}"
+      [ "$R_MODEL" = gpt ] && [[ $name == fg-local* ]] && continue  # local losses: MLP only
+      race_row "${name%-rc}" "$sets" "$schedule" "$budget" "$label"
     done
-    /usr/bin/python3 tools/fgpipe-report --curves "$out_dir"/race-$label-*.projected.csv \
-      --out "$out_dir/race-$label" >/dev/null 2>&1 &&
-      echo "plot: $out_dir/race-$label/time_to_accuracy.png"
+    /usr/bin/python3 tools/fgpipe-report --curves "$out_dir"/$R_PREFIX-$label-*.projected.csv \
+      --out "$out_dir/$R_PREFIX-$label" >/dev/null 2>&1 &&
+      echo "plot: $out_dir/$R_PREFIX-$label/time_to_accuracy.png"
   done
-  echo "0.85 s, 0.88 s: training seconds to the target (loss.csv's step times; oversubscribed when"
+  echo "$t1 s, $t2 s: training seconds to the target (loss.csv's step times; oversubscribed when"
   echo "the machine has fewer cores than ranks); proj.: steps to it x the step planned from the op"
-  echo "costs the start-up timed; samples: to 0.85; best: the best test accuracy; '-': not reached."
+  echo "costs the start-up timed; samples: to the first target; best: the best $R_METRIC; '-': not reached."
 }
 
 for part in "${parts[@]}"; do
   case $part in
     table) table mlp "$mlp_config" accuracy "${mlp_budget[@]}" --set eval_every=0 ;;
     gpt) table gpt launch/configs/gpt-kjv.conf val_loss --set text_file="$(launch/text-corpus.sh)" \
-           --set steps="$gpt_steps" --set eval_every=0 ;;
-    race) race ;;
-    *) echo "bench_memory: part $part, expected table, gpt or race" >&2; exit 2 ;;
+           --set steps="$gpt_steps" --set eval_every="$gpt_eval_every" ;;
+    race) race mlp ;;
+    gpt-race) race gpt ;;
+    *) echo "bench_memory: part $part, expected table, gpt, race or gpt-race" >&2; exit 2 ;;
   esac
 done
