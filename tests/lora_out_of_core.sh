@@ -100,10 +100,10 @@ grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 
 # steps 1-3, in units of 1 kB): it wrote its adapters' weights slots once and their step slots
 # (fg+bp's kept gradient and lag's weights: after the B wave and again at the update) at most
 # twice, nothing of the base; it read the base, and fg exactly once (one wave: base + adapters).
-for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
-  verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" "$(py_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name" <<'PY'
+store_check() {  # store_check WEIGHTS_DIR PARAMS.bin LOG NAME: the problems, or nothing
+  py_check "$@" <<'PY'
 import sys, glob, re, struct, h5py, numpy as np
-wdir, saved, log, name = sys.argv[1:5]
+wdir, saved, log, run = sys.argv[1:5]  # run: not `name`, which the loops below reuse
 params = np.fromfile(saved, dtype=np.float32)
 out, stages = [], {}  # (first, last) -> [weights store, step store]
 for path in glob.glob(f"{wdir}/*.h5"):
@@ -151,11 +151,75 @@ for s, read, wrote in lines:
     if not any(abs(wrote - (w + k * st)) <= 1000 for k in range(3)):
         out.append(f"stage {s} wrote {wrote:.0f} bytes per step; its adapters' slots are {w} + {st} (step)")
     if read < f - 1000: out.append(f"stage {s} read {read:.0f} bytes per step, less than its base ({f})")
-    if name.startswith("fg-") and abs(read - (f + w + st)) > 1000:
+    if run.startswith("fg-") and abs(read - (f + w + st)) > 1000:
         out.append(f"fg: stage {s} read {read:.0f} bytes per step, not the base and adapters once ({f + w + st})")
 print("; ".join(out))
 PY
-)"
+}
+for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
+  verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" \
+    "$(store_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name")"
 done
+
+# --resume-weights with frozen layers: a streamed run stopped after 4 steps (a run of 4 steps;
+# lr_schedule constant, so that its first 4 steps are the 8-step run's), then resumed from its
+# weights stores to step 8, ends byte for byte as the uninterrupted streamed run (losses,
+# parameters, checkpoint); the stores then pass store_check (the base at the load's version 1,
+# the adapters at 9), and the frozen layers' bytes on flash (both slots' data and stamps) are
+# those the stopped run left: resuming reads the base and writes none of it.
+frozen_digest() {  # frozen_digest WEIGHTS_DIR: one SHA-256 over the frozen layers' slots and stamps
+  py_check "$1" <<'PY'
+import sys, glob, hashlib, h5py, numpy as np
+h, n_frozen = hashlib.sha256(), 0
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.h5")):
+    if path.split("/")[-1].startswith("step-"): continue
+    f = h5py.File(path, "r")
+    n, hdr = int(f.attrs["n_layers"]), f["headers"][...].tobytes()
+    rec = len(hdr) // (2 * n + 2)
+    for i, (frozen, l, name) in enumerate(zip(f["index_frozen"][...], f["index_layer"][...], f["index_name"][...])):
+        if not frozen: continue
+        n_frozen += 1
+        h.update(hdr[2 * i * rec:(2 * i + 2) * rec])
+        for k in range(2):
+            key = f"slot{k}/{l}.{name.decode()}"
+            if key in f: h.update(f[key][...].tobytes())
+print(f"{n_frozen} frozen layers {h.hexdigest()}" if n_frozen else "no frozen layer")
+PY
+}
+resume_case() {  # resume_case NAME M KEY=VALUE...: stopped at 4 and resumed against 8 straight
+  local name=$1 M=$2; shift 2
+  local budget why="" a=$name-straight b=$name-stop
+  budget=$(floor_budget "$M" steps=8 "$@" "${from[@]}")
+  run "$a" "$M" "${budget:-1}" steps=8 "$@" "${from[@]}" || why="straight: exit $?: $(grep -m1 error "$dir/$a.log")"
+  run "$b" "$M" "${budget:-1}" steps=4 "$@" "${from[@]}" || why="$why stop: exit $?: $(grep -m1 error "$dir/$b.log")"
+  local before; before=$(frozen_digest "$dir/$b.w")
+  cp "$dir/$b.log" "$dir/$b-first.log"
+  run "$b" "$M" "${budget:-1}" steps=8 "$@" -- --resume-weights || why="$why resume: exit $?: $(grep -m1 error "$dir/$b.log")"
+  grep -q "resumed from the layer stores .* at step 4$" "$dir/$b.log" || why="$why not resumed at step 4"
+  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="$why losses differ"
+  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    why="$why checkpoints differ"
+  verdict "$name: streamed LoRA stopped at step 4, --resume-weights to 8: the uninterrupted run, bitwise" "$why"
+  local after; after=$(frozen_digest "$dir/$b.w")
+  verdict "$name: resuming leaves the frozen base's bytes on flash as they were ($before)" \
+    "$([[ $before == *" frozen layers "* ]] && [ "$before" = "$after" ] || echo "before: $before; after: $after")"
+  verdict "$name: the resumed stores hold the base read-only and the adapters at version 9" \
+    "$(store_check "$dir/$b.w" "$dir/$b.bin" "$dir/$b.log" "$name")"
+}
+constant=(lr_schedule=constant "${lora[@]}")
+resume_case bp-resume-M1 1 "${constant[@]}" mode=bp
+resume_case fg-resume-M2 2 "${constant[@]}" mode=fg optimizer=sgd lr=0.001
+resume_case fgbp-resume-M2 2 "${constant[@]}" mode=fg+bp estimator=cv select=1 lag=0 optimizer=sgd lr=0.001
+
+# The command line of a LoRA run with --resume-weights added keeps its --init-from: refused by
+# name (either flag alone would be obeyed and the other dropped; --init-from would restart the
+# adapters from step 0 over the stores).
+run both 1 1G steps=8 "${constant[@]}" mode=bp stream=1 "${from[@]}" --resume-weights
+rc=$?
+verdict "--resume-weights with --init-from: refused by name (exit 2)" \
+  "$([ "$rc" -eq 2 ] && grep -q "resume-weights continues from the layer stores; --init-from" "$dir/both.log" ||
+     echo "exit $rc: $(tail -n 1 "$dir/both.log")")"
 
 finish
