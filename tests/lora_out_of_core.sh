@@ -7,6 +7,9 @@
 # frozen base streams read-only: its layers hold their parameters alone in the store (no
 # optimizer state), their newest version is the one --init-from wrote, with the base's tensors
 # bit for bit, and a step writes the adapters' bytes only, while it reads the base (fg: once).
+# --resume-weights: a run of 4 steps resumed to 8 (bp, fg, fg+bp at lag 0) and a run SIGKILLed
+# twice end as the uninterrupted run, bitwise, with the base's bytes on flash untouched; with
+# --init-from beside it, refused by name.
 # LoRA out of core on CUDA is refused by name in tests/lora.sh.
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
@@ -212,6 +215,39 @@ constant=(lr_schedule=constant "${lora[@]}")
 resume_case bp-resume-M1 1 "${constant[@]}" mode=bp
 resume_case fg-resume-M2 2 "${constant[@]}" mode=fg optimizer=sgd lr=0.001
 resume_case fgbp-resume-M2 2 "${constant[@]}" mode=fg+bp estimator=cv select=1 lag=0 optimizer=sgd lr=0.001
+
+# SIGKILL mid-run (after the 3rd step since the run (re)started, plus up to 0.09 s), then
+# --resume-weights, twice, on 2 stages in fg: the crash leaves the adapters at a whole version
+# beside the base's load (its version 1 stands for every later one), and the end is the
+# uninterrupted 200-step run's, bitwise, with the base's bytes on flash as the load wrote them.
+kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after it (re)started
+  local from=0
+  for _ in $(seq 2400); do
+    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
+    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.0$((RANDOM % 10))
+  pkill -KILL -f "fgpipe train .*--out $1 " || true
+}
+killed=(steps=200 print_every=1 "${constant[@]}" mode=fg optimizer=sgd lr=0.001)
+budget=$(floor_budget 2 "${killed[@]}" "${from[@]}")
+run killed-straight 2 "$budget" "${killed[@]}" "${from[@]}"
+resumed=() rc=0
+for round in 1 2 3; do
+  if [ "$round" -eq 1 ]; then args=("${from[@]}"); else args=(-- --resume-weights); fi
+  rm -f "$dir/killed.log"  # kill_after must not read the last round's log
+  run killed 2 "$budget" "${killed[@]}" "${args[@]}" &
+  pid=$!
+  [ "$round" -lt 3 ] && kill_after "$dir/killed" 3
+  wait "$pid"; rc=$?
+  [ "$round" -eq 1 ] && digest=$(frozen_digest "$dir/killed.w")
+  [ "$round" -gt 1 ] && resumed+=("$(grep -o "resumed from the layer stores .* at step [0-9]*" "$dir/killed.log" | grep -o "[0-9]*$" || echo none)")
+done
+verdict "SIGKILL twice, --resume-weights (at steps ${resumed[*]}): exit 0, the uninterrupted run's weights, bitwise" \
+  "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep -m1 error "$dir/killed.log")")$(cmp -s "$dir/killed.bin" "$dir/killed-straight.bin" || echo " weights differ")$([ "${resumed[0]}" != none ] && [ "${resumed[1]}" != none ] && [ "${resumed[1]}" -lt 200 ] || echo " a run was not resumed mid-run")"
+verdict "after the kills, the frozen base's bytes on flash are the load's" \
+  "$([[ $digest == *" frozen layers "* ]] && [ "$digest" = "$(frozen_digest "$dir/killed.w")" ] && [ "$digest" = "$(frozen_digest "$dir/killed-straight.w")" ] || echo "$digest, then $(frozen_digest "$dir/killed.w"), straight $(frozen_digest "$dir/killed-straight.w")")"
 
 # The command line of a LoRA run with --resume-weights added keeps its --init-from: refused by
 # name (either flag alone would be obeyed and the other dropped; --init-from would restart the
