@@ -96,7 +96,8 @@ run no-budget 1 - steps=1 stream=1
 grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
   verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
 
-# The stores on flash: a frozen layer holds its parameters alone, its newest stamp is version 1
+# The stores on flash: a frozen layer holds its parameters alone in one copy (slot0; an
+# adapter has two, docs/out-of-core.md "Consistency"), its newest stamp is version 1
 # (the --init-from load; version 0 is the seed's) and that slot holds what the in-memory run
 # saved for it (its base tensor, unchanged there: tests/lora.sh) bit for bit; every adapter was
 # written by each of the 8 steps (version 9). And a step's I/O (the stage's "out of core" line,
@@ -136,11 +137,13 @@ for (first, last), (wpath, spath) in sorted(stages.items()):
             if frozen[i]:
                 F[first] = F.get(first, 0) + data.size * 4
                 if data.shape[0] != 1: out.append(f"frozen {name}: {data.shape[0]} buffers")
+                if k != 0 or f"slot1/{l}.{name}" in f: out.append(f"frozen {name}: a second copy")
                 if max(stamps) != 1: out.append(f"frozen {name}: version {max(stamps)}, not 1")
                 if not np.array_equal(data[0, :int(count)].view(np.uint32), params[at:at + int(count)].view(np.uint32)):
                     out.append(f"frozen {name}: not the saved parameters")
             else:
                 W[first] = W.get(first, 0) + data.size * 4
+                if f"slot{1 - k}/{l}.{name}" not in f: out.append(f"adapter {name}: one copy")
                 if max(stamps) != 9: out.append(f"adapter {name}: version {max(stamps)}, not 9")
             at += int(count)
 if at != params.size: out.append(f"the stores hold {at} parameters, the run saved {params.size}")
