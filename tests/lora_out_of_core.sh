@@ -10,7 +10,7 @@
 # --resume-weights: a run of 4 steps resumed to 8 (bp, fg, fg+bp at lag 0) and a run SIGKILLed
 # twice end as the uninterrupted run, bitwise, with the base's bytes on flash untouched; with
 # --init-from beside it, refused by name.
-# LoRA out of core on CUDA is refused by name in tests/lora.sh.
+# LoRA on CUDA: tests/test_cuda_lora.c (the GPU's adapter and tail against the CPU's; skipped without a GPU).
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
 . "$(dirname "$0")/lib.sh" "$@"
