@@ -172,14 +172,14 @@ void cuda_swiglu_jvp(const Backend *be, const Layer *L, const float *x, const fl
                      float *ydot, int B, int K);
 void cuda_swiglu_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
                           float *dx, int B);
-// lora_cuda.cu: a LoRA adapter (layer_lora.c), and the tail its projection adds.
+// lora_cuda.cu: a LoRA adapter (layer_lora.c).
 void cuda_lora_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
                        int B);
 void cuda_lora_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
                    const float *x, const float *xdot, float *y, float *ydot, int B, int K);
 void cuda_lora_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                         const float *dy, float *dx, float *dp, int B);
-// rows of `width` floats: y[r * ld_y + j] += x[r * ld_x + j] (a linear layer's tail, lora_cuda.cu).
+// layers_cuda.cu: rows of `width` floats, y[r * ld_y + j] += x[r * ld_x + j] (a linear layer's tail).
 void cuda_add_columns(const Backend *be, float *y, size_t ld_y, const float *x, size_t ld_x,
                       int width, size_t rows, const char *what);
 void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);

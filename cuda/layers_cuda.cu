@@ -23,6 +23,25 @@ __global__ void add_bias_kernel(float *y, size_t ld, const float *b, size_t b_st
     }
 }
 
+// A linear layer's tail (a LoRA adapter's delta, layer_linear.c's add_tail): rows of `width`
+// floats, y[r * ld_y + j] += x[r * ld_x + j].
+__global__ void add_columns_kernel(float *y, size_t ld_y, const float *x, size_t ld_x, int width,
+                                   size_t rows) {
+    size_t n = rows * (size_t)width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / width, j = i % width;
+        y[r * ld_y + j] += x[r * ld_x + j];
+    }
+}
+
+void cuda_add_columns(const Backend *be, float *y, size_t ld_y, const float *x, size_t ld_x,
+                      int width, size_t rows, const char *what) {
+    size_t n = rows * (size_t)width;
+    if (!n) return;
+    add_columns_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, ld_y, x, ld_x, width, rows);
+    launch_check(be, what);
+}
+
 // `batch` blocks of `rows` tokens, block j's output at y + j * rows * out:
 // y's branch (+)= h W_j^T + b_j, W_j at W.p + j * W.stride, b_j at b + j * b_stride (b NULL:
 // no bias, the tied head). With a bias, one cuBLASLt GEMM with the bias as its epilogue; where

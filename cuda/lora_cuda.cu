@@ -2,26 +2,10 @@
 // [x (C), h (k)] becomes [x, h, delta], delta_j = s U_j B_j^T with U = h A^T and s = alpha / r.
 // Every product is a cuBLAS GEMM on row-major data seen as column-major transposes (as the
 // linear layer's in layers_cuda.cu): row-major Y = X W^T is column-major Y^T = W X^T, op(W) = T.
-// Also the tail add of the projection that follows (layer_linear.c's add_tail).
+// Host code only (GEMMs, copies, cuda_workspace): tests/lora_cuda_host.cpp compiles it against
+// a host mock of cuda_internal.h and checks it against layer_lora.c on a machine without a GPU.
 #include "cuda_internal.h"
 #include "lora_shape.h"
-
-__global__ void add_columns_kernel(float *y, size_t ld_y, const float *x, size_t ld_x, int width,
-                                   size_t rows) {
-    size_t n = rows * (size_t)width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / width, j = i % width;
-        y[r * ld_y + j] += x[r * ld_x + j];
-    }
-}
-
-void cuda_add_columns(const Backend *be, float *y, size_t ld_y, const float *x, size_t ld_x,
-                      int width, size_t rows, const char *what) {
-    size_t n = rows * (size_t)width;
-    if (!n) return;
-    add_columns_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, ld_y, x, ld_x, width, rows);
-    launch_check(be, what);
-}
 
 // y = [x, 0] over `rows` tokens (x NULL: all 0): the input passed ahead, the delta cleared
 // (an unadapted part's stays 0).
