@@ -223,16 +223,6 @@ resume_case fgbp-resume-M2 2 "${constant[@]}" mode=fg+bp estimator=cv select=1 l
 # --resume-weights, twice, on 2 stages in fg: the crash leaves the adapters at a whole version
 # beside the base's load (its version 1 stands for every later one), and the end is the
 # uninterrupted 200-step run's, bitwise, with the base's bytes on flash as the load wrote them.
-kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after it (re)started
-  local from=0
-  for _ in $(seq 2400); do
-    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
-    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
-    sleep 0.05
-  done
-  sleep 0.0$((RANDOM % 10))
-  pkill -KILL -f "fgpipe train .*--out $1 " || true
-}
 killed=(steps=200 print_every=1 "${constant[@]}" mode=fg optimizer=sgd lr=0.001)
 budget=$(floor_budget 2 "${killed[@]}" "${from[@]}")
 run killed-straight 2 "$budget" "${killed[@]}" "${from[@]}"
