@@ -9,7 +9,7 @@
 # bit for bit, and a step writes the adapters' bytes only, while it reads the base (fg: once).
 # --resume-weights: a run of 4 steps resumed to 8 (bp, fg, fg+bp at lag 0) and a run SIGKILLed
 # twice end as the uninterrupted run, bitwise, with the base's bytes on flash untouched; with
-# --init-from beside it, refused by name.
+# --init-from beside it, refused by name. The base's one copy on flash, on a tmpfs (root).
 # LoRA on CUDA: tests/test_cuda_lora.c (the GPU's adapter and tail against the CPU's; skipped without a GPU).
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
@@ -241,6 +241,48 @@ verdict "SIGKILL twice, --resume-weights (at steps ${resumed[*]}): exit 0, the u
   "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep -m1 error "$dir/killed.log")")$(cmp -s "$dir/killed.bin" "$dir/killed-straight.bin" || echo " weights differ")$([ "${resumed[0]}" != none ] && [ "${resumed[1]}" != none ] && [ "${resumed[1]}" -lt 200 ] || echo " a run was not resumed mid-run")"
 verdict "after the kills, the frozen base's bytes on flash are the load's" \
   "$([[ $digest == *" frozen layers "* ]] && [ "$digest" = "$(frozen_digest "$dir/killed.w")" ] && [ "$digest" = "$(frozen_digest "$dir/killed-straight.w")" ] || echo "$digest, then $(frozen_digest "$dir/killed.w"), straight $(frozen_digest "$dir/killed-straight.w")")"
+
+# The base's one copy on flash (docs/out-of-core.md, "Consistency"), measured on a wider model
+# (n_embd 512, 4 blocks, MLP 1536, rank 8 on all seven projections; fg with SGD momentum, one
+# stage, no --init-from): a 1 MiB tmpfs is refused naming what the store needs, the frozen
+# layers' parameters once and the adapters' two slots of params and momentum (computed here
+# from the store's index); a 140 MiB tmpfs holds the store (two copies of the base took 178.8
+# MB, docs/out-of-core.md), and the run trains.
+wide=(steps=1 n_embd=512 n_head=8 n_kv_head=4 head_dim=64 n_layer=4 intermediate_size=1536
+      lora_rank=8 lora_alpha=16 lora_targets=q,k,v,o,gate,up,down mode=fg optimizer=sgd lr=0.001 stream=1)
+tmp="$dir/tmpfs"
+mkdir -p "$tmp"
+if mount -t tmpfs -o size=1m tmpfs "$tmp" 2>/dev/null; then
+  timeout 120 "$fgpipe" train --config "$config" "${base[@]}" $(printf -- '--set %s ' "${wide[@]}") \
+    --mem-budget 1G --weights-dir "$tmp" --out "$dir/tiny-disk" >"$dir/tiny-disk.log" 2>&1
+  need=$(grep -o "need [0-9.]* GB there" "$dir/tiny-disk.log" | grep -o "[0-9.]*")
+  umount "$tmp"
+  mount -t tmpfs -o size=140m tmpfs "$tmp"
+  timeout 300 "$fgpipe" train --config "$config" "${base[@]}" $(printf -- '--set %s ' "${wide[@]}") \
+    --mem-budget 1G --weights-dir "$tmp" --out "$dir/wide-disk" >"$dir/wide-disk.log" 2>&1
+  rc=$?
+  check=$(py_check "$tmp" "${need:-none}" <<'PY'
+import sys, glob, os, h5py
+tmp, need = sys.argv[1], sys.argv[2]
+path = glob.glob(f"{tmp}/stage-*.h5")[0]
+f = h5py.File(path, "r")
+pad = lambda n: (n * 4 + 4095) // 4096 * 4096
+frozen = sum(pad(int(c)) for c, z in zip(f["index_count"][...], f["index_frozen"][...]) if z)
+trained = sum(pad(int(c)) for c, z in zip(f["index_count"][...], f["index_frozen"][...]) if not z)
+want = frozen + 2 * 2 * trained  # one copy of the base; two slots of the adapters' params and momentum
+print(f"# wide LoRA store: {os.path.getsize(path)} bytes on flash; base {frozen} bytes, adapters "
+      f"{trained}; the 1 MiB tmpfs's refusal needs {need} GB, the base once: {want / 1e9:.3f} GB, "
+      f"twice: {(want + frozen) / 1e9:.3f} GB", file=sys.stderr)
+if need != f"{want / 1e9:.3f}": print(f"the refusal needs {need} GB, not {want / 1e9:.3f}")
+PY
+)
+  umount "$tmp"
+  grep -h "^# wide" "$dir/py_check.err"
+  verdict "the base once on flash: the free-space check needs it once, a 140 MiB tmpfs holds the store and trains" \
+    "$check$([ "$rc" -eq 0 ] || echo " 140 MiB: exit $rc: $(grep -m1 error "$dir/wide-disk.log")")"
+else
+  echo "SKIP the base's one copy on a tmpfs: cannot mount one here (needs root); not counted"
+fi
 
 # The command line of a LoRA run with --resume-weights added keeps its --init-from: refused by
 # name (either flag alone would be obeyed and the other dropped; --init-from would restart the
