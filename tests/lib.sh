@@ -55,6 +55,18 @@ same_runs() {  # same_runs LABEL A B: a verdict that runs A and B have identical
   verdict "$1" "$why"
 }
 
+kjv_tokens() {  # kjv_tokens BYTES TRAIN: the KJV's first BYTES bytes as uint16 tokens (vocab
+  # 256, data = tokens), the first TRAIN in $dir/train.bin, the rest in $dir/val.bin
+  local root; root=$(dirname "$config")/../..
+  head -c "$1" "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/kjv.txt"
+  /usr/bin/python3 - "$dir" "$2" <<'PY'
+import sys, numpy as np
+d, n = sys.argv[1], int(sys.argv[2])
+b = np.fromfile(f"{d}/kjv.txt", dtype=np.uint8).astype("<u2")
+b[:n].tofile(f"{d}/train.bin"); b[n:].tofile(f"{d}/val.bin")
+PY
+}
+
 wait_steps() {  # wait_steps OUT N: returns once the run writing OUT (print_every 1) has done N
   # steps since it (re)started (its log's "layer stores in ... at step S"), plus 0 to 90 ms
   local from=0

@@ -14,14 +14,7 @@
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
 . "$(dirname "$0")/lib.sh" "$@"
-root=$(dirname "$config")/../..
-head -c 60000 "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/kjv.txt"
-/usr/bin/python3 - "$dir" <<'PY'
-import sys, numpy as np
-d = sys.argv[1]
-b = np.fromfile(f"{d}/kjv.txt", dtype=np.uint8).astype("<u2")
-b[:50000].tofile(f"{d}/train.bin"); b[50000:].tofile(f"{d}/val.bin")
-PY
+kjv_tokens 60000 50000
 # n_embd 96, one sample of 16 tokens per micro-batch: the weights, not the activations, are
 # what does not fit (a streamed stage keeps a wave's activations), on 1 and on 2 stages.
 base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
