@@ -115,6 +115,10 @@ void cuda_gemm_operands_bf16(const Backend *be, cublasOperation_t ta, cublasOper
 void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
                int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
                long long stride_c, int batch);
+// The same with C = alpha op(A) op(B) + beta C (a LoRA adapter's scale, lora_cuda.cu).
+void cuda_gemm_scaled(const Backend *be, const char *what, cublasOperation_t ta,
+                      cublasOperation_t tb, int m, int n, int k, float alpha, GemmArg A, GemmArg B,
+                      float beta, float *C, int ldc, long long stride_c, int batch);
 // gemm_lt.cu: the same plus bias[i] on row i of every C (matrix j's bias at bias + j *
 // bias_stride), the bias fused as cuBLASLt's BIAS epilogue. Returns 0, having queued nothing,
 // when cuBLASLt has no kernel for the call (the caller then runs cuda_gemm and a bias kernel).
@@ -168,6 +172,16 @@ void cuda_swiglu_jvp(const Backend *be, const Layer *L, const float *x, const fl
                      float *ydot, int B, int K);
 void cuda_swiglu_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
                           float *dx, int B);
+// lora_cuda.cu: a LoRA adapter (layer_lora.c).
+void cuda_lora_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y,
+                       int B);
+void cuda_lora_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
+                   const float *x, const float *xdot, float *y, float *ydot, int B, int K);
+void cuda_lora_backward(const Backend *be, const Layer *L, const float *p, const float *x,
+                        const float *dy, float *dx, float *dp, int B);
+// layers_cuda.cu: rows of `width` floats, y[r * ld_y + j] += x[r * ld_x + j] (a linear layer's tail).
+void cuda_add_columns(const Backend *be, float *y, size_t ld_y, const float *x, size_t ld_x,
+                      int width, size_t rows, const char *what);
 void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B);
 void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
                         float *ydot, int B, int K);

@@ -38,29 +38,33 @@ void cuda_gemm_operands_bf16(const Backend *be, cublasOperation_t ta, cublasOper
 }
 
 static void gemm_bf16(const Backend *be, const char *what, cublasOperation_t ta,
-                      cublasOperation_t tb, int m, int n, int k, GemmArg A, GemmArg B, float beta,
-                      float *C, int ldc, long long stride_c, int batch) {
-    const float one = 1.0f;
+                      cublasOperation_t tb, int m, int n, int k, float alpha, GemmArg A, GemmArg B,
+                      float beta, float *C, int ldc, long long stride_c, int batch) {
     GemmArg16 a, b;
     cuda_gemm_operands_bf16(be, ta, tb, m, n, k, A, B, batch, &a, &b);
-    cublas_check(be, cublasGemmStridedBatchedEx(cuda_ctx(be)->blas, ta, tb, m, n, k, &one, a.p,
+    cublas_check(be, cublasGemmStridedBatchedEx(cuda_ctx(be)->blas, ta, tb, m, n, k, &alpha, a.p,
                                                 CUDA_R_16BF, a.ld, a.stride, b.p, CUDA_R_16BF, b.ld,
                                                 b.stride, &beta, C, CUDA_R_32F, ldc, stride_c, batch,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), what);
 }
 
+void cuda_gemm_scaled(const Backend *be, const char *what, cublasOperation_t ta,
+                      cublasOperation_t tb, int m, int n, int k, float alpha, GemmArg A, GemmArg B,
+                      float beta, float *C, int ldc, long long stride_c, int batch) {
+    if (cuda_ctx(be)->precision == PRECISION_BF16) {
+        gemm_bf16(be, what, ta, tb, m, n, k, alpha, A, B, beta, C, ldc, stride_c, batch);
+        return;
+    }
+    cublasHandle_t h = cuda_ctx(be)->blas;
+    if (batch == 1)
+        cublas_check(be, cublasSgemm(h, ta, tb, m, n, k, &alpha, A.p, A.ld, B.p, B.ld, &beta, C, ldc), what);
+    else
+        cublas_check(be, cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, A.p, A.ld, A.stride, B.p,
+                                                   B.ld, B.stride, &beta, C, ldc, stride_c, batch), what);
+}
+
 void cuda_gemm(const Backend *be, const char *what, cublasOperation_t ta, cublasOperation_t tb,
                int m, int n, int k, GemmArg A, GemmArg B, float beta, float *C, int ldc,
                long long stride_c, int batch) {
-    if (cuda_ctx(be)->precision == PRECISION_BF16) {
-        gemm_bf16(be, what, ta, tb, m, n, k, A, B, beta, C, ldc, stride_c, batch);
-        return;
-    }
-    const float one = 1.0f;
-    cublasHandle_t h = cuda_ctx(be)->blas;
-    if (batch == 1)
-        cublas_check(be, cublasSgemm(h, ta, tb, m, n, k, &one, A.p, A.ld, B.p, B.ld, &beta, C, ldc), what);
-    else
-        cublas_check(be, cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, A.p, A.ld, A.stride, B.p,
-                                                   B.ld, B.stride, &beta, C, ldc, stride_c, batch), what);
+    cuda_gemm_scaled(be, what, ta, tb, m, n, k, 1.0f, A, B, beta, C, ldc, stride_c, batch);
 }

@@ -23,6 +23,25 @@ __global__ void add_bias_kernel(float *y, size_t ld, const float *b, size_t b_st
     }
 }
 
+// A linear layer's tail (a LoRA adapter's delta, layer_linear.c's add_tail): rows of `width`
+// floats, y[r * ld_y + j] += x[r * ld_x + j].
+__global__ void add_columns_kernel(float *y, size_t ld_y, const float *x, size_t ld_x, int width,
+                                   size_t rows) {
+    size_t n = rows * (size_t)width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / width, j = i % width;
+        y[r * ld_y + j] += x[r * ld_x + j];
+    }
+}
+
+void cuda_add_columns(const Backend *be, float *y, size_t ld_y, const float *x, size_t ld_x,
+                      int width, size_t rows, const char *what) {
+    size_t n = rows * (size_t)width;
+    if (!n) return;
+    add_columns_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(y, ld_y, x, ld_x, width, rows);
+    launch_check(be, what);
+}
+
 // `batch` blocks of `rows` tokens, block j's output at y + j * rows * out:
 // y's branch (+)= h W_j^T + b_j, W_j at W.p + j * W.stride, b_j at b + j * b_stride (b NULL:
 // no bias, the tied head). With a bias, one cuBLASLt GEMM with the bias as its epilogue; where
@@ -57,6 +76,7 @@ static void linear_forward(const Backend *be, const Layer *L, const float *p, co
     copy_rows(be, y, s.out, x, s.in, s.c, s.rows, "linear: carry");
     linear_gemm(be, &s, W, x, L->residual ? 1.0f : 0.0f, y, s.rows, 1, linear_bias(L, &s, p), 0,
                 "linear: GEMM");
+    cuda_add_columns(be, y + s.out_offset, s.out, x + s.c + s.k, s.in, L->tail, s.rows, "linear: tail");
 }
 
 // ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k: one GEMM over all K blocks of
@@ -71,6 +91,8 @@ static void linear_jvp(const Backend *be, const Layer *L, const float *p, const 
         copy_rows(be, ydot, s.out, xdot, s.in, s.c, (size_t)K * s.rows, "linear jvp: carry");
         linear_gemm(be, &s, W, xdot, L->residual ? 1.0f : 0.0f, ydot, K * s.rows, 1, NULL, 0,
                     "linear jvp: GEMM");
+        cuda_add_columns(be, ydot + s.out_offset, s.out, xdot + s.c + s.k, s.in, L->tail,
+                         (size_t)K * s.rows, "linear jvp: tail");
     } else {
         zero_floats(be, ydot, (size_t)K * s.rows * s.out, "linear jvp: zero");
     }
@@ -106,7 +128,7 @@ void cuda_column_sums(const Backend *be, const float *a, size_t lda, const float
     launch_check(be, what);
 }
 
-// dx = [dy's carry (residual: all of dy), dy_branch W];  dW += dy_branch^T h;
+// dx = [dy's carry (residual: all of dy), dy_branch W, dy_branch (the tail's)];  dW += dy_branch^T h;
 // db += column sums of dy_branch. dx == NULL: W is not read (p may be NULL); dp == NULL: no
 // parameter gradient.
 static void linear_backward(const Backend *be, const Layer *L, const float *p, const float *x,
@@ -118,6 +140,7 @@ static void linear_backward(const Backend *be, const Layer *L, const float *p, c
         GemmArg W = {p, s.k, 0}, G = {dy_branch, s.out, 0};
         cuda_gemm(be, "linear backward: dx", CUBLAS_OP_N, CUBLAS_OP_N, s.k, s.rows, s.n, W, G, 0.0f,
                   dx + s.c, s.in, 0, 1);
+        copy_rows(be, dx + s.c + s.k, s.in, dy_branch, s.out, L->tail, s.rows, "linear backward: tail");
     }
     if (!dp) return;
     GemmArg H = {x + s.c, s.in, 0}, G = {dy_branch, s.out, 0};
@@ -189,6 +212,7 @@ void cuda_forward(const Backend *be, const Layer *L, const float *p, const float
     case LAYER_QKNORM: cuda_qknorm_forward(be, L, p, x, y, B); return;
     case LAYER_ROPE: cuda_rope_forward(be, L, x, y, B); return;
     case LAYER_SWIGLU: cuda_swiglu_forward(be, L, x, y, B); return;
+    case LAYER_LORA: cuda_lora_forward(be, L, p, x, y, B); return;
     default: cuda_note(be, "forward", "unknown layer kind");
     }
 }
@@ -232,6 +256,7 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
         cuda_swiglu_forward(be, L, x, y, B);
         cuda_swiglu_jvp(be, L, x, xdot, ydot, B, K);
         return;
+    case LAYER_LORA: cuda_lora_jvp(be, L, p, pdot, x, xdot, y, ydot, B, K); return;
     default: cuda_note(be, "jvp", "unknown layer kind");
     }
 }
@@ -252,6 +277,7 @@ void cuda_backward(const Backend *be, const Layer *L, const float *p, const floa
     case LAYER_QKNORM: cuda_qknorm_backward(be, L, p, x, dy, dx, dp, B); return;
     case LAYER_ROPE: if (dx) cuda_rope_backward(be, L, dy, dx, B); return;
     case LAYER_SWIGLU: if (dx) cuda_swiglu_backward(be, L, x, dy, dx, B); return;
+    case LAYER_LORA: cuda_lora_backward(be, L, p, x, dy, dx, dp, B); return;
     default: cuda_note(be, "backward", "unknown layer kind");
     }
 }

@@ -43,6 +43,9 @@ struct LayerStore {
 
 static size_t stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
 static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
+// A frozen layer keeps one copy (docs/out-of-core.md, "Consistency"): no step writes it, so
+// there is no older version to keep while a newer one is written.
+static int n_copies(const LayerStore *s, int i) { return s->layers[i].frozen ? 1 : 2; }
 static int record_of(int kind, int index, int slot, int n) {
     return kind == KIND_AUX ? 2 * n + slot : 2 * index + slot;
 }
@@ -179,6 +182,13 @@ static int index_io(LayerStore *s, hid_t f, int write) {
     if ((write || H5Lexists(f, "index_frozen", H5P_DEFAULT) > 0) &&
         dataset_io(f, "index_frozen", H5T_NATIVE_INT, (hsize_t)s->n, frozen, write))
         return 1;
+    // An older build's store kept two copies of a frozen layer, its newest in either slot.
+    long long one = 1;
+    int any_frozen = 0;
+    for (int i = 0; i < s->n; i++) any_frozen |= frozen[i] != 0;
+    if (any_frozen && (write ? attr_i64(f, "frozen_copies", &one, 1)
+                             : attr_i64(f, "frozen_copies", &one, 0) || one != 1))
+        return 2;
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, 16);
     int bad = dataset_io(f, "index_layer", H5T_NATIVE_INT, (hsize_t)s->n, layer, write) ||
@@ -229,7 +239,7 @@ static int h5_regions(LayerStore *s, hid_t f, int create) {
         if (h5_region(f, name, H5T_NATIVE_UCHAR, 1, &aux, create, &s->aux_off[k])) return 1;
     }
     for (int i = 0; i < s->n; i++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < n_copies(s, i); k++) {
             char name[64];
             // The index makes it unique: names are cut to 15 characters.
             snprintf(name, sizeof name, "slot%d/%d.%s", k, s->layers[i].layer, s->layers[i].name);
@@ -243,7 +253,7 @@ static uint64_t regions_end(const LayerStore *s) {
     uint64_t end = s->hdr_off + (uint64_t)n_records(s) * HDR_BYTES;
     for (int k = 0; k < 2 && s->aux_bytes; k++) end = FG_MAX(end, s->aux_off[k] + dio_round_up(s->aux_bytes));
     for (int i = 0; i < s->n; i++)
-        for (int k = 0; k < 2; k++) end = FG_MAX(end, s->slot_off[i][k] + layer_store_slot_bytes(s, i));
+        for (int k = 0; k < n_copies(s, i); k++) end = FG_MAX(end, s->slot_off[i][k] + layer_store_slot_bytes(s, i));
     return end;
 }
 
@@ -270,7 +280,10 @@ static int read_layout(LayerStore *s, FgError *err) {
     hid_t f = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0)
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: not an HDF5 file, or truncated", s->path);
-    else if (index_io(s, f, 0) || h5_regions(s, f, 0))
+    else if ((rc = index_io(s, f, 0)) == 2)
+        rc = fg_fail(err, FG_ERR_INPUT, "layer store %s keeps two copies of its frozen layers (an "
+                     "older build's): start the run again, without --resume-weights", s->path);
+    else if (rc || h5_regions(s, f, 0))
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: missing or bad layout (not a store of "
                      "format version %d?)", s->path, STORE_FORMAT_VERSION);
     if (f >= 0) H5Fclose(f);
@@ -357,12 +370,9 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, FgErro
     return layer_store_open_at(out, dir, name, -1, err);
 }
 
-// A frozen layer's slot at version c: its newest at or below c (-1: none).
+// A frozen layer's slot at version c: its one copy, if that is of version c or older (-1: not).
 static int frozen_slot(const LayerStore *s, int i, long c) {
-    int best = -1;
-    for (int k = 0; k < 2; k++)
-        if (s->ver[i][k] >= 0 && s->ver[i][k] <= c && (best < 0 || s->ver[i][k] > s->ver[i][best])) best = k;
-    return best;
+    return s->ver[i][0] >= 0 && s->ver[i][0] <= c ? 0 : -1;
 }
 
 // Every layer's (and the auxiliary record's) current slot at the store's version c; the other
@@ -372,11 +382,15 @@ static int use_version(LayerStore *s, long c, FgError *err) {
     for (int i = 0; i < s->n && !rc; i++) {
         s->cur[i] = s->layers[i].frozen ? frozen_slot(s, i, c)
                                         : s->ver[i][0] == c ? 0 : s->ver[i][1] == c ? 1 : -1;
-        if (s->cur[i] < 0)
+        if (s->cur[i] < 0 && s->layers[i].frozen)
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: frozen layer %s holds version %ld, "
+                         "newer than the store's consistent version %ld: a load did not finish, and "
+                         "a frozen layer keeps no older copy (start the run again)", s->path,
+                         s->layers[i].name, s->ver[i][0], c);
+        else if (s->cur[i] < 0)
             rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has versions %ld and %ld, "
-                         "not the store's consistent version %ld%s (corrupt store)", s->path,
-                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c,
-                         s->layers[i].frozen ? " or an older one (it is frozen)" : "");
+                         "not the store's consistent version %ld (corrupt store)", s->path,
+                         s->layers[i].name, s->ver[i][0], s->ver[i][1], c);
         else {
             s->discarded += s->ver[i][1 - s->cur[i]] > c;
             s->ver[i][1 - s->cur[i]] = -1;  // older, or a newer one from an unfinished step
@@ -431,8 +445,10 @@ int layer_store_open_at(LayerStore **out, const char *dir, const char *name, lon
             newest = FG_MAX(newest, s->ver[i][k]);
         }
         if (newest < 0)
-            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: layer %s has no complete version "
-                         "(creation interrupted?)", s->path, s->layers[i].name);
+            rc = fg_fail(err, FG_ERR_INPUT, "layer store %s: %slayer %s has no complete version "
+                         "(%s)", s->path, s->layers[i].frozen ? "frozen " : "", s->layers[i].name,
+                         s->layers[i].frozen ? "creation or a load was cut short while writing its "
+                         "only copy: start the run again" : "creation interrupted?");
         if (s->layers[i].frozen) frozen = FG_MAX(frozen, newest);
         else c = (trained++ == 0 || newest < c) ? newest : c;
     }
@@ -510,10 +526,19 @@ static int write_slot(LayerStore *s, int kind, int i, int slot, long version, co
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
     int rc = check_write(s, KIND_LAYER, i, version, err);
     if (rc) return rc;
-    int slot = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
+    int slot = s->cur[i] < 0 || n_copies(s, i) == 1 ? 0 : 1 - s->cur[i];
+    // The only copy's stamp goes before its data: a write cut short leaves the layer with no
+    // version, never a stamp over torn data.
+    if (n_copies(s, i) == 1 && s->cur[i] >= 0) {
+        s->cur[i] = -1;
+        memset(s->rec, 0, HDR_BYTES);
+        uint64_t at = s->hdr_off + (uint64_t)record_of(KIND_LAYER, i, slot, s->n) * HDR_BYTES;
+        rc = dio_write(&s->f, s->rec, HDR_BYTES, at, err);
+        if (!rc) rc = dio_sync(&s->f, err);
+    }
     s->ver[i][slot] = -1;  // its old contents are gone from here on, whatever happens
-    rc = write_slot(s, KIND_LAYER, i, slot, version, buf, layer_store_slot_bytes(s, i),
-                    s->slot_off[i][slot], err);
+    if (!rc) rc = write_slot(s, KIND_LAYER, i, slot, version, buf, layer_store_slot_bytes(s, i),
+                             s->slot_off[i][slot], err);
     if (rc) return rc;
     s->ver[i][slot] = version;
     s->cur[i] = slot;

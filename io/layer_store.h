@@ -1,5 +1,5 @@
 // A stage's layers on local flash: for every layer with parameters, its parameters and
-// optimizer state (Adam m and v, or SGD's momentum), in two slots per layer.
+// optimizer state (Adam m and v, or SGD's momentum), in two slots per layer (one if frozen).
 //
 // Consistency (docs/out-of-core.md): each slot carries a version stamp (the number of updates
 // its contents have received). Version V of a layer is written into the slot that does not
@@ -7,12 +7,16 @@
 // once every layer has V-1, so at any moment every layer holds the store's consistent version
 // C = min over layers of the newest stamp, and a crash at any point reopens as the state after
 // a whole step. A frozen layer (StoreLayer.frozen) is outside the rule: only loads write it, C
-// counts trained layers only, and it holds the newest of its versions at or below C. An
-// optional auxiliary blob per version (e.g. the scalars of a pending forward-gradient update)
-// is double-buffered the same way.
+// counts trained layers only, and it keeps one copy (slot 0), whose version (the load that
+// wrote it) holds for every later version; its stamp is cleared before its data is
+// overwritten, so a load cut short while writing it leaves it with no version, and a store
+// whose frozen layer is newer than C (a load that did not finish) opens refused: there is no
+// older copy to go back to. An optional auxiliary blob per version (e.g. the scalars of a
+// pending forward-gradient update) is double-buffered the same way.
 //
 // The file, DIR/NAME.h5: one contiguous early-allocated dataset per layer and slot,
-// /slot<s>/<layer> float32 [n_bufs (1 if frozen), padded count], aligned to 1 MiB
+// /slot<s>/<layer> float32 [n_bufs (1 if frozen), padded count] (a frozen layer: slot0 only;
+// the attribute frozen_copies = 1 says so), aligned to 1 MiB
 // (H5Pset_alignment); offsets from H5Dget_offset, then read and written with O_DIRECT, no HDF5
 // call after open. Readable with h5py.
 //
@@ -87,7 +91,8 @@ const char *layer_store_note(const LayerStore *s);
 int layer_store_read(LayerStore *s, int i, void *buf, FgError *err);
 // Writes buf as version `version` of layer i: version must be the layer's current + 1 (or 0 on a
 // new store; any later version for a frozen layer), and every other layer that is not frozen
-// must already have version - 1. On failure the layer keeps its current version.
+// must already have version - 1. On failure the layer keeps its current version (a frozen
+// layer: none).
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err);
 // The auxiliary blob: write it for version V before the first layer of V (same rule); read
 // returns the blob of the consistent version.

@@ -46,11 +46,12 @@ static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreL
 }
 
 // A new store (and the stores made after it) must fit the flash: refused before anything is
-// written, naming the bytes (each layer takes two slots of its buffers).
+// written, naming the bytes (a trained layer takes two slots of its buffers, a frozen one one
+// copy of its parameters).
 static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int n, FgError *err) {
     double need = 0.0;
-    for (int i = 0; i < n; i++)  // a frozen layer: its parameters alone, and no step buffers
-        need += 2.0 * (layers[i].frozen ? 1 : spec->n_bufs + spec->later_bufs) *
+    for (int i = 0; i < n; i++)  // a frozen layer: no optimizer state, no step buffers
+        need += (layers[i].frozen ? 1.0 : 2.0 * (spec->n_bufs + spec->later_bufs)) *
                 (double)dio_round_up(layers[i].count * sizeof(float));
     need += spec->later_bytes;
     struct statvfs fs;
@@ -58,8 +59,8 @@ static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int
     double room = (double)fs.f_bavail * (double)fs.f_frsize;
     if (need <= room) return FG_OK;
     return fg_fail(err, FG_ERR_INPUT, "weights dir %s has %.3f GB free; stage layers %d..%d need "
-                   "%.3f GB there (two slots of every layer's weights, optimizer state and step "
-                   "buffers, and the tied copies' spill): nothing was written; free space or name another --weights-dir",
+                   "%.3f GB there (two slots of every trained layer's weights, optimizer state and "
+                   "step buffers, one of every frozen layer's weights, and the tied copies' spill): nothing was written; free space or name another --weights-dir",
                    spec->dir, room / 1e9, spec->first, spec->last - 1, need / 1e9);
 }
 

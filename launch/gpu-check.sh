@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: builds fgpipe with the CUDA backend, runs every gpu-labelled
-# test (each op, the GPT's layers and whole models against the CPU, tf32 and bf16 bounds, 1 vs 2
-# stages on the GPU for the MLP and the GPT, out of core, NCCL against staged messages with 2
+# test (each op, the GPT's, Llama's and LoRA's layers and whole models against the CPU
+# (test_cuda_gpt, test_cuda_llama, test_cuda_lora), tf32 and bf16 bounds, 1 vs 2
+# stages on the GPU for the MLP and the GPT, LoRA end to end (gpu_lora), out of core, NCCL
+# against staged messages with 2
 # or more GPUs) and prints the GPU benchmark tables: the MLP's (fgpipe-bench-cuda; the NCCL
 # table needs 2 GPUs) and the GPT's (bench/bench_gpu_gpt.sh: tokens/s, MFU, peak GPU memory
 # per model, mode and precision). The tests' failures do not stop the benchmarks; the exit

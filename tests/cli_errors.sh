@@ -30,6 +30,11 @@ expect 2 "cv_scale = auto applies to mode fg+bp with estimator cv" train --confi
 expect 2 "cv_scale: '0.5' is not one of 1|auto" train --config "$config" --set cv_scale=0.5
 expect 2 "dataset-fashion-mnist" train --config "$config" --set data_dir=/nonexistent --set steps=1
 expect 2 "'tpu' is not one of cpu|cuda" train --config "$config" --device tpu
+# --resume-weights continues from the layer stores; a checkpoint load beside it would replace them.
+expect 2 "--resume-weights continues from the layer stores; --init-from" train --config "$config" \
+  --mem-budget 14M --weights-dir "$dir" --resume-weights --init-from "$dir/any.h5"
+expect 2 "--resume-weights continues from the layer stores; --resume" train --config "$config" \
+  --mem-budget 14M --weights-dir "$dir" --resume-weights --resume "$dir/any.h5"
 if ! nvidia-smi -L >/dev/null 2>&1; then
   # No GPU here: refused up front whether or not this build has the CUDA backend.
   expect 2 "device = cuda, but" train --config "$config" --device cuda --set steps=1

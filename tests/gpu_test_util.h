@@ -66,7 +66,8 @@ static inline float *layer_input(const Layer *L, int B, uint64_t seed) {
 }
 
 // forward, jvp (both tangents, no xdot, no pdot), backward (fused, without dx, and each half
-// alone: Bi with dp NULL, Bw with dx and p NULL), on both backends from the same inputs.
+// alone: Bi with dp NULL, Bw with dx NULL and p NULL unless the layer's weight half reads it),
+// on both backends from the same inputs.
 static inline void check_layer_ops(const Layer *L, int B, int K, double tol, const char *tag) {
     size_t np = L->param_count ? L->param_count : 1, nx = (size_t)B * L->in, ny = (size_t)B * L->out;
     float *p = random_floats(np, 10), *pdot = random_floats(np * K, 11), *x = layer_input(L, B, 12);
@@ -103,8 +104,9 @@ static inline void check_layer_ops(const Layer *L, int B, int K, double tol, con
     gpu.zero(&gpu, g_dx, nx * sizeof(float));
     gpu.backward(&gpu, L, g_p, g_x, g_dy, g_dx, NULL, B);
     assert_close(g_dx, dx, nx, tol, what);
-    cpu->backward(cpu, L, NULL, x, dy, NULL, dpar, B);
-    gpu.backward(&gpu, L, NULL, g_x, g_dy, NULL, g_dpar, B);
+    int reads = layer_grad_reads_params(L);  // a LoRA adapter's weight half reads A and B
+    cpu->backward(cpu, L, reads ? p : NULL, x, dy, NULL, dpar, B);
+    gpu.backward(&gpu, L, reads ? g_p : NULL, g_x, g_dy, NULL, g_dpar, B);
     if (L->param_count) assert_close(g_dpar, dpar, np, tol, what);
 
     float *host[] = {p, pdot, x, xdot, dy, y, ydot, dx, dpar};
@@ -142,7 +144,7 @@ static inline ModelRun run_model(const Backend *be, const Model *m, const float 
     out.loss = be->loss_backward(be, y, lab, rows, C, dz);
     stage_backward(&st, p, stash, dz, NULL, g, B);
     stage_backward_input(&st, p, stash, dz, NULL, adj, B);  // the same gradient as Bi and Bw
-    stage_backward_weight(&st, NULL, stash, adj, g2, B);
+    stage_backward_weight(&st, p, stash, adj, g2, B);  // p: read only where Bw needs it (LoRA)
     TangentKey key = {.seed = 5, .stream = STREAM_TANGENT, .step = 2, .microbatch = 1};
     stage_forward(&st, p, &key, xd, NULL, B, NULL, &y, &ydot);
     be->loss_jvp(be, y, ydot, lab, rows, C, K, out.d);
@@ -175,6 +177,21 @@ static inline void compare_model(const Model *m, const float *params, int B, con
         if (!(fabsf(g.d[k] - c.d[k]) <= tol * fmaxf(1.0f, fabsf(c.d[k]))))
             fail_msg("%s: fg d[%d] GPU %g CPU %g", what, k, g.d[k], c.d[k]);
     fg_free(c.grad), fg_free(c.split), fg_free(g.grad), fg_free(g.split);
+}
+
+// compare_model on a token model (vocab 256) with its initial parameters plus U(-0.1, 0.1)
+// (LoRA's B away from 0 too), B = 2 samples of random tokens and labels, K = 3 tangents.
+static inline void compare_token_model(const Model *m, uint64_t seed, double tol, const char *what) {
+    int T = m->tokens, B = 2, K = 3;
+    float *params = fg_alloc_floats(m->n_params);
+    model_init_params(m, params, 1);
+    Rng r = {seed};
+    for (size_t i = 0; i < m->n_params; i++) params[i] += 0.1f * rng_uniform(&r);
+    float *x = fg_alloc_floats((size_t)B * T);
+    Label *labels = fg_alloc_bytes((size_t)B * T * sizeof(Label));
+    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (Label)rng_int(&r, 0, 255);
+    compare_model(m, params, B, x, labels, K, tol, what);
+    fg_free(params), fg_free(x), fg_free(labels);
 }
 
 // main's part: exit 77 (ctest: skipped) without a GPU; else the backend on GPU 0, the tests,

@@ -55,6 +55,34 @@ same_runs() {  # same_runs LABEL A B: a verdict that runs A and B have identical
   verdict "$1" "$why"
 }
 
+kjv_tokens() {  # kjv_tokens BYTES TRAIN: the KJV's first BYTES bytes as uint16 tokens (vocab
+  # 256, data = tokens), the first TRAIN in $dir/train.bin, the rest in $dir/val.bin
+  local root; root=$(dirname "$config")/../..
+  head -c "$1" "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/kjv.txt"
+  /usr/bin/python3 - "$dir" "$2" <<'PY'
+import sys, numpy as np
+d, n = sys.argv[1], int(sys.argv[2])
+b = np.fromfile(f"{d}/kjv.txt", dtype=np.uint8).astype("<u2")
+b[:n].tofile(f"{d}/train.bin"); b[n:].tofile(f"{d}/val.bin")
+PY
+}
+
+wait_steps() {  # wait_steps OUT N: returns once the run writing OUT (print_every 1) has done N
+  # steps since it (re)started (its log's "layer stores in ... at step S"), plus 0 to 90 ms
+  local from=0
+  for _ in $(seq 2400); do
+    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
+    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.0$((RANDOM % 10))
+}
+
+kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after it (re)started
+  wait_steps "$1" "$2"
+  pkill -KILL -f "fgpipe train .*--out $1( |$)"
+}
+
 finish() {  # the count, and the script's exit status
   echo "# $SECONDS s"
   echo "$passed passed, $failed failed"

@@ -157,7 +157,6 @@ refused "LoRA on the GPT" "for model = llama only" model=gpt lora_rank=2
 refused "a bad target" "'qkv' is not one of" lora_rank=2 lora_targets=q,qkv
 refused "dropout" "lora_dropout = 0.1: only 0" lora_rank=2 lora_dropout=0.1
 refused "activity perturbation" "perturb = weight" lora_rank=2 mode=fg perturb=activity
-refused "out of core on CUDA" "LoRA runs on device = cpu, in memory or streamed" lora_rank=2 device=cuda mem_budget=1000000 weights_dir="$dir"
 "$convert" export-lora "$dir/basemodel/checkpoint.h5" "$dir/nolora" 2>"$dir/bad.err"
 rc=$?
 [ $rc -eq 2 ] && grep -q "no LoRA adapters" "$dir/bad.err" && verdict "export-lora of a base: refused by name" "" ||

@@ -7,18 +7,14 @@
 # frozen base streams read-only: its layers hold their parameters alone in the store (no
 # optimizer state), their newest version is the one --init-from wrote, with the base's tensors
 # bit for bit, and a step writes the adapters' bytes only, while it reads the base (fg: once).
-# LoRA out of core on CUDA is refused by name in tests/lora.sh.
+# --resume-weights: a run of 4 steps resumed to 8 (bp, fg, fg+bp at lag 0) and a run SIGKILLed
+# twice end as the uninterrupted run, bitwise, with the base's bytes on flash untouched; with
+# --init-from beside it, refused by name. The base's one copy on flash, on a tmpfs (root).
+# LoRA on CUDA: tests/test_cuda_lora.c (the GPU's adapter and tail against the CPU's; skipped without a GPU).
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
 . "$(dirname "$0")/lib.sh" "$@"
-root=$(dirname "$config")/../..
-head -c 60000 "$(cd "$root" && launch/text-corpus.sh 2>/dev/null)" >"$dir/kjv.txt"
-/usr/bin/python3 - "$dir" <<'PY'
-import sys, numpy as np
-d = sys.argv[1]
-b = np.fromfile(f"{d}/kjv.txt", dtype=np.uint8).astype("<u2")
-b[:50000].tofile(f"{d}/train.bin"); b[50000:].tofile(f"{d}/val.bin")
-PY
+kjv_tokens 60000 50000
 # n_embd 96, one sample of 16 tokens per micro-batch: the weights, not the activations, are
 # what does not fit (a streamed stage keeps a wave's activations), on 1 and on 2 stages.
 base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
@@ -93,17 +89,18 @@ run no-budget 1 - steps=1 stream=1
 grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
   verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
 
-# The stores on flash: a frozen layer holds its parameters alone, its newest stamp is version 1
+# The stores on flash: a frozen layer holds its parameters alone in one copy (slot0; an
+# adapter has two, docs/out-of-core.md "Consistency"), its newest stamp is version 1
 # (the --init-from load; version 0 is the seed's) and that slot holds what the in-memory run
 # saved for it (its base tensor, unchanged there: tests/lora.sh) bit for bit; every adapter was
 # written by each of the 8 steps (version 9). And a step's I/O (the stage's "out of core" line,
 # steps 1-3, in units of 1 kB): it wrote its adapters' weights slots once and their step slots
 # (fg+bp's kept gradient and lag's weights: after the B wave and again at the update) at most
 # twice, nothing of the base; it read the base, and fg exactly once (one wave: base + adapters).
-for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
-  verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" "$(py_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name" <<'PY'
+store_check() {  # store_check WEIGHTS_DIR PARAMS.bin LOG NAME: the problems, or nothing
+  py_check "$@" <<'PY'
 import sys, glob, re, struct, h5py, numpy as np
-wdir, saved, log, name = sys.argv[1:5]
+wdir, saved, log, run = sys.argv[1:5]  # run: not `name`, which the loops below reuse
 params = np.fromfile(saved, dtype=np.float32)
 out, stages = [], {}  # (first, last) -> [weights store, step store]
 for path in glob.glob(f"{wdir}/*.h5"):
@@ -133,11 +130,13 @@ for (first, last), (wpath, spath) in sorted(stages.items()):
             if frozen[i]:
                 F[first] = F.get(first, 0) + data.size * 4
                 if data.shape[0] != 1: out.append(f"frozen {name}: {data.shape[0]} buffers")
+                if k != 0 or f"slot1/{l}.{name}" in f: out.append(f"frozen {name}: a second copy")
                 if max(stamps) != 1: out.append(f"frozen {name}: version {max(stamps)}, not 1")
                 if not np.array_equal(data[0, :int(count)].view(np.uint32), params[at:at + int(count)].view(np.uint32)):
                     out.append(f"frozen {name}: not the saved parameters")
             else:
                 W[first] = W.get(first, 0) + data.size * 4
+                if f"slot{1 - k}/{l}.{name}" not in f: out.append(f"adapter {name}: one copy")
                 if max(stamps) != 9: out.append(f"adapter {name}: version {max(stamps)}, not 9")
             at += int(count)
 if at != params.size: out.append(f"the stores hold {at} parameters, the run saved {params.size}")
@@ -151,11 +150,140 @@ for s, read, wrote in lines:
     if not any(abs(wrote - (w + k * st)) <= 1000 for k in range(3)):
         out.append(f"stage {s} wrote {wrote:.0f} bytes per step; its adapters' slots are {w} + {st} (step)")
     if read < f - 1000: out.append(f"stage {s} read {read:.0f} bytes per step, less than its base ({f})")
-    if name.startswith("fg-") and abs(read - (f + w + st)) > 1000:
+    if run.startswith("fg-") and abs(read - (f + w + st)) > 1000:
         out.append(f"fg: stage {s} read {read:.0f} bytes per step, not the base and adapters once ({f + w + st})")
 print("; ".join(out))
 PY
-)"
+}
+for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
+  verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" \
+    "$(store_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name")"
 done
+
+# --resume-weights with frozen layers: a streamed run stopped after 4 steps (a run of 4 steps;
+# lr_schedule constant, so that its first 4 steps are the 8-step run's), then resumed from its
+# weights stores to step 8, ends byte for byte as the uninterrupted streamed run (losses,
+# parameters, checkpoint); the stores then pass store_check (the base at the load's version 1,
+# the adapters at 9), and the frozen layers' bytes on flash (both slots' data and stamps) are
+# those the stopped run left: resuming reads the base and writes none of it.
+frozen_digest() {  # frozen_digest WEIGHTS_DIR: one SHA-256 over the frozen layers' slots and stamps
+  py_check "$1" <<'PY'
+import sys, glob, hashlib, h5py, numpy as np
+h, n_frozen = hashlib.sha256(), 0
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.h5")):
+    if path.split("/")[-1].startswith("step-"): continue
+    f = h5py.File(path, "r")
+    n, hdr = int(f.attrs["n_layers"]), f["headers"][...].tobytes()
+    rec = len(hdr) // (2 * n + 2)
+    for i, (frozen, l, name) in enumerate(zip(f["index_frozen"][...], f["index_layer"][...], f["index_name"][...])):
+        if not frozen: continue
+        n_frozen += 1
+        h.update(hdr[2 * i * rec:(2 * i + 2) * rec])
+        for k in range(2):
+            key = f"slot{k}/{l}.{name.decode()}"
+            if key in f: h.update(f[key][...].tobytes())
+print(f"{n_frozen} frozen layers {h.hexdigest()}" if n_frozen else "no frozen layer")
+PY
+}
+resume_case() {  # resume_case NAME M KEY=VALUE...: stopped at 4 and resumed against 8 straight
+  local name=$1 M=$2; shift 2
+  local budget why="" a=$name-straight b=$name-stop
+  budget=$(floor_budget "$M" steps=8 "$@" "${from[@]}")
+  run "$a" "$M" "${budget:-1}" steps=8 "$@" "${from[@]}" || why="straight: exit $?: $(grep -m1 error "$dir/$a.log")"
+  run "$b" "$M" "${budget:-1}" steps=4 "$@" "${from[@]}" || why="$why stop: exit $?: $(grep -m1 error "$dir/$b.log")"
+  local before; before=$(frozen_digest "$dir/$b.w")
+  cp "$dir/$b.log" "$dir/$b-first.log"
+  run "$b" "$M" "${budget:-1}" steps=8 "$@" -- --resume-weights || why="$why resume: exit $?: $(grep -m1 error "$dir/$b.log")"
+  grep -q "resumed from the layer stores .* at step 4$" "$dir/$b.log" || why="$why not resumed at step 4"
+  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="$why losses differ"
+  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    why="$why checkpoints differ"
+  verdict "$name: streamed LoRA stopped at step 4, --resume-weights to 8: the uninterrupted run, bitwise" "$why"
+  local after; after=$(frozen_digest "$dir/$b.w")
+  verdict "$name: resuming leaves the frozen base's bytes on flash as they were ($before)" \
+    "$([[ $before == *" frozen layers "* ]] && [ "$before" = "$after" ] || echo "before: $before; after: $after")"
+  verdict "$name: the resumed stores hold the base read-only and the adapters at version 9" \
+    "$(store_check "$dir/$b.w" "$dir/$b.bin" "$dir/$b.log" "$name")"
+}
+constant=(lr_schedule=constant "${lora[@]}")
+resume_case bp-resume-M1 1 "${constant[@]}" mode=bp
+resume_case fg-resume-M2 2 "${constant[@]}" mode=fg optimizer=sgd lr=0.001
+resume_case fgbp-resume-M2 2 "${constant[@]}" mode=fg+bp estimator=cv select=1 lag=0 optimizer=sgd lr=0.001
+
+# SIGKILL mid-run (after the 3rd step since the run (re)started, plus up to 0.09 s), then
+# --resume-weights, twice, on 2 stages in fg: the crash leaves the adapters at a whole version
+# beside the base's load (its version 1 stands for every later one), and the end is the
+# uninterrupted 200-step run's, bitwise, with the base's bytes on flash as the load wrote them.
+killed=(steps=200 print_every=1 "${constant[@]}" mode=fg optimizer=sgd lr=0.001)
+budget=$(floor_budget 2 "${killed[@]}" "${from[@]}")
+run killed-straight 2 "$budget" "${killed[@]}" "${from[@]}"
+resumed=() rc=0
+for round in 1 2 3; do
+  if [ "$round" -eq 1 ]; then args=("${from[@]}"); else args=(-- --resume-weights); fi
+  rm -f "$dir/killed.log"  # kill_after must not read the last round's log
+  run killed 2 "$budget" "${killed[@]}" "${args[@]}" &
+  pid=$!
+  [ "$round" -lt 3 ] && kill_after "$dir/killed" 3
+  wait "$pid"; rc=$?
+  [ "$round" -eq 1 ] && digest=$(frozen_digest "$dir/killed.w")
+  [ "$round" -gt 1 ] && resumed+=("$(grep -o "resumed from the layer stores .* at step [0-9]*" "$dir/killed.log" | grep -o "[0-9]*$" || echo none)")
+done
+verdict "SIGKILL twice, --resume-weights (at steps ${resumed[*]}): exit 0, the uninterrupted run's weights, bitwise" \
+  "$([ "$rc" -eq 0 ] || echo "exit $rc: $(grep -m1 error "$dir/killed.log")")$(cmp -s "$dir/killed.bin" "$dir/killed-straight.bin" || echo " weights differ")$([ "${resumed[0]}" != none ] && [ "${resumed[1]}" != none ] && [ "${resumed[1]}" -lt 200 ] || echo " a run was not resumed mid-run")"
+verdict "after the kills, the frozen base's bytes on flash are the load's" \
+  "$([[ $digest == *" frozen layers "* ]] && [ "$digest" = "$(frozen_digest "$dir/killed.w")" ] && [ "$digest" = "$(frozen_digest "$dir/killed-straight.w")" ] || echo "$digest, then $(frozen_digest "$dir/killed.w"), straight $(frozen_digest "$dir/killed-straight.w")")"
+
+# The base's one copy on flash (docs/out-of-core.md, "Consistency"), measured on a wider model
+# (n_embd 512, 4 blocks, MLP 1536, rank 8 on all seven projections; fg with SGD momentum, one
+# stage, no --init-from): a 1 MiB tmpfs is refused naming what the store needs, the frozen
+# layers' parameters once and the adapters' two slots of params and momentum (computed here
+# from the store's index); a 140 MiB tmpfs holds the store (two copies of the base took 178.8
+# MB, docs/out-of-core.md), and the run trains.
+wide=(steps=1 n_embd=512 n_head=8 n_kv_head=4 head_dim=64 n_layer=4 intermediate_size=1536
+      lora_rank=8 lora_alpha=16 lora_targets=q,k,v,o,gate,up,down mode=fg optimizer=sgd lr=0.001 stream=1)
+tmp="$dir/tmpfs"
+mkdir -p "$tmp"
+if mount -t tmpfs -o size=1m tmpfs "$tmp" 2>/dev/null; then
+  timeout 120 "$fgpipe" train --config "$config" "${base[@]}" $(printf -- '--set %s ' "${wide[@]}") \
+    --mem-budget 1G --weights-dir "$tmp" --out "$dir/tiny-disk" >"$dir/tiny-disk.log" 2>&1
+  need=$(grep -o "need [0-9.]* GB there" "$dir/tiny-disk.log" | grep -o "[0-9.]*")
+  umount "$tmp"
+  mount -t tmpfs -o size=140m tmpfs "$tmp"
+  timeout 300 "$fgpipe" train --config "$config" "${base[@]}" $(printf -- '--set %s ' "${wide[@]}") \
+    --mem-budget 1G --weights-dir "$tmp" --out "$dir/wide-disk" >"$dir/wide-disk.log" 2>&1
+  rc=$?
+  check=$(py_check "$tmp" "${need:-none}" <<'PY'
+import sys, glob, os, h5py
+tmp, need = sys.argv[1], sys.argv[2]
+path = glob.glob(f"{tmp}/stage-*.h5")[0]
+f = h5py.File(path, "r")
+pad = lambda n: (n * 4 + 4095) // 4096 * 4096
+frozen = sum(pad(int(c)) for c, z in zip(f["index_count"][...], f["index_frozen"][...]) if z)
+trained = sum(pad(int(c)) for c, z in zip(f["index_count"][...], f["index_frozen"][...]) if not z)
+want = frozen + 2 * 2 * trained  # one copy of the base; two slots of the adapters' params and momentum
+print(f"# wide LoRA store: {os.path.getsize(path)} bytes on flash; base {frozen} bytes, adapters "
+      f"{trained}; the 1 MiB tmpfs's refusal needs {need} GB, the base once: {want / 1e9:.3f} GB, "
+      f"twice: {(want + frozen) / 1e9:.3f} GB", file=sys.stderr)
+if need != f"{want / 1e9:.3f}": print(f"the refusal needs {need} GB, not {want / 1e9:.3f}")
+PY
+)
+  umount "$tmp"
+  grep -h "^# wide" "$dir/py_check.err"
+  verdict "the base once on flash: the free-space check needs it once, a 140 MiB tmpfs holds the store and trains" \
+    "$check$([ "$rc" -eq 0 ] || echo " 140 MiB: exit $rc: $(grep -m1 error "$dir/wide-disk.log")")"
+else
+  echo "SKIP the base's one copy on a tmpfs: cannot mount one here (needs root); not counted"
+fi
+
+# The command line of a LoRA run with --resume-weights added keeps its --init-from: refused by
+# name (either flag alone would be obeyed and the other dropped; --init-from would restart the
+# adapters from step 0 over the stores).
+run both 1 1G steps=8 "${constant[@]}" mode=bp stream=1 "${from[@]}" --resume-weights
+rc=$?
+verdict "--resume-weights with --init-from: refused by name (exit 2)" \
+  "$([ "$rc" -eq 2 ] && grep -q "resume-weights continues from the layer stores; --init-from" "$dir/both.log" ||
+     echo "exit $rc: $(tail -n 1 "$dir/both.log")")"
 
 finish

@@ -116,16 +116,6 @@ verdict "peak RSS out of core <= budget + fixed overhead + 16 MiB" \
 verdict "peak RSS: same weights in and out of core" "$(same "$dir/rss-mem" "$dir/rss-ooc")"
 
 # 3. SIGKILL mid-run, then --resume-weights (twice, on 2 stages), against an uninterrupted run.
-kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after it (re)started
-  local from=0
-  for _ in $(seq 2400); do
-    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
-    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
-    sleep 0.05
-  done
-  sleep 0.0$((RANDOM % 10))
-  pkill -KILL -f "fgpipe train .*--out $1( |$)"
-}
 resume_sets=(mode=fg optimizer=sgd lr=0.0001 steps=40)
 out="$dir/killed"
 resumed=()

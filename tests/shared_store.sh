@@ -136,13 +136,8 @@ verdict "a checkpoint (step 4) resumed into a shared store, 1 stage x 2 replicas
 # 4. SIGKILL of one rank mid-run (each time another: the I/O rank, a reader, the other stage's
 # I/O rank), --resume-weights, and the end equals the uninterrupted run's weights.
 kill_rank() {  # kill_rank OUT N RANK: SIGKILLs world rank RANK of the run writing OUT after N more steps
-  local from=0 pid
-  for _ in $(seq 2400); do
-    from=$(grep -o "layer stores in .* at step [0-9]*" "$1.log" 2>/dev/null | grep -o "[0-9]*$" || true)
-    grep -q "step $((${from:-0} + $2))/" "$1.log" 2>/dev/null && break
-    sleep 0.05
-  done
-  sleep 0.0$((RANDOM % 10))
+  local pid
+  wait_steps "$1" "$2"
   for pid in $(pgrep -f "^$fgpipe train .*--out $1( |$)"); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$3" &&
       kill -KILL "$pid" 2>/dev/null

@@ -209,7 +209,6 @@ static void test_lora_keys(void **state) {
         {"lora_dropout", "0.05", "lora_dropout = 0.05: only 0"},
         {"lora_targets", "q,gate,mlp", "'mlp' is not one of"},
         {"model", "gpt", "for model = llama only"},
-        {"device", "cuda", "device = cpu"},
         {"perturb", "activity", "perturb = weight"},
         {"tangent_rank", "2", "tangent_rank = 0"},
         {"lora_alpha", "0", "lora_alpha = 0"},
@@ -221,7 +220,9 @@ static void test_lora_keys(void **state) {
                                  {"mode", "fg"}, {"lora_rank", "4"}, {"lora_targets", "q,k,v,o"}};
         for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++)
             assert_int_equal(config_set(&c, sets[k][0], sets[k][1], &err), FG_OK);
-        if (i == sizeof bad / sizeof bad[0]) {  // the good one
+        if (i == sizeof bad / sizeof bad[0]) {  // the good one, and on the GPU (cuda/lora_cuda.cu)
+            assert_int_equal(config_validate(&c, &err), FG_OK);
+            assert_int_equal(config_set(&c, "device", "cuda", &err), FG_OK);
             assert_int_equal(config_validate(&c, &err), FG_OK);
             continue;
         }

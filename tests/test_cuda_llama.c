@@ -55,18 +55,9 @@ static void test_whole_llama(void **state) {
         memcpy(v, SHAPES[s], sizeof v);
         v[0] = 2;  // two blocks
         Model m = llama_model(v);
-        int T = v[6], B = 2, K = 3;
-        float *params = fg_alloc_floats(m.n_params);
-        model_init_params(&m, params, 1);
-        Rng r = {7 + s};
-        for (size_t i = 0; i < m.n_params; i++) params[i] += 0.1f * rng_uniform(&r);
-        float *x = fg_alloc_floats((size_t)B * T);
-        Label *labels = fg_alloc_bytes((size_t)B * T * sizeof(Label));
-        for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, 255), labels[i] = (Label)rng_int(&r, 0, 255);
         char what[64];
-        snprintf(what, sizeof what, "llama C=%d H=%d Hkv=%d T=%d", v[1], v[2], v[3], T);
-        compare_model(&m, params, B, x, labels, K, TOL, what);
-        fg_free(params), fg_free(x), fg_free(labels);
+        snprintf(what, sizeof what, "llama C=%d H=%d Hkv=%d T=%d", v[1], v[2], v[3], v[6]);
+        compare_token_model(&m, 7 + s, TOL, what);
     }
 }
 

@@ -360,10 +360,34 @@ static int write_layer(LayerStore *s, int i, long version, FgError *err) {
     return rc;
 }
 
-// A frozen layer (a LoRA base) holds one buffer and is written by loads only: steps write the
-// other layers past it, a load writes it at the version being made, and a load that crashed
-// before the trained layers followed reopens at the version before, with the frozen layer's
-// older contents.
+// Whether the store file DIR/NAME.h5 has the dataset `path`; and its stamp record `rec` zeroed
+// (what a write of a one-copy layer leaves on disk between clearing the stamp and the new one).
+static int has_dataset(const char *name, const char *path) {
+    char file[1100];
+    snprintf(file, sizeof file, "%s/%s.h5", g_dir, name);
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int yes = f >= 0 && H5Lexists(f, "slot0", H5P_DEFAULT) > 0 && H5Lexists(f, path, H5P_DEFAULT) > 0;
+    if (f >= 0) H5Fclose(f);
+    return yes;
+}
+
+static void clear_record(const char *name, int rec) {
+    char file[1100];
+    snprintf(file, sizeof file, "%s/%s.h5", g_dir, name);
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, "headers", H5P_DEFAULT);
+    haddr_t at = H5Dget_offset(d);
+    H5Dclose(d), H5Fclose(f);
+    char zero[DIO_ALIGN] = {0};
+    int fd = open(file, O_WRONLY);
+    assert_int_equal(pwrite(fd, zero, sizeof zero, (off_t)at + (off_t)rec * DIO_ALIGN), (ssize_t)sizeof zero);
+    close(fd);
+}
+
+// A frozen layer (a LoRA base) holds one buffer in one copy and is written by loads only: steps
+// write the other layers past it, a load writes it at the version being made (first, before
+// the trained layers). A load that did not finish leaves it newer than the store's version, or,
+// cut short while writing it, with no version: either store opens refused by name, as it has
+// no older copy of the layer to go back to.
 static void test_frozen_layer(void **state) {
     (void)state;
     StoreLayer layers[3] = {{"fc1", 0, 1000, 0}, {"base", 2, 5000, 1}, {"fc3", 4, 300, 0}};
@@ -373,6 +397,8 @@ static void test_frozen_layer(void **state) {
     if (layer_store_create(&s, g_dir, "frozen", 3, layers, &o, &err)) fail_msg("%s", err.msg);
     assert_int_equal(layer_store_layer_bufs(s, 1), 1);
     assert_int_equal(layer_store_slot_bytes(s, 1), layer_store_buf_stride(s, 1));
+    assert_true(has_dataset("frozen", "slot0/2.base") && !has_dataset("frozen", "slot1/2.base"));
+    assert_true(has_dataset("frozen", "slot1/0.fc1") && has_dataset("frozen", "slot1/4.fc3"));
     for (long v = 0; v <= 3; v++) {  // 0: made; 1, 2: steps; 3: a load (every layer)
         if (layer_store_write_aux(s, v, &v, &err)) fail_msg("%s", err.msg);
         for (int i = 0; i < 3; i++)
@@ -380,12 +406,9 @@ static void test_frozen_layer(void **state) {
     }
     assert_int_equal(layer_store_version(s), 3);
     assert_int_not_equal(layer_store_write(s, 1, 3, NULL, &err), FG_OK);  // not again at 3
-    long v = 4;  // a load that crashed after the frozen layer
-    if (layer_store_write_aux(s, v, &v, &err) || write_layer(s, 1, 4, &err)) fail_msg("%s", err.msg);
     layer_store_close(s);
     if (layer_store_open(&s, g_dir, "frozen", &err)) fail_msg("%s", err.msg);
     assert_int_equal(layer_store_version(s), 3);
-    assert_int_equal(layer_store_discarded(s), 1);
     assert_true(layer_store_layer(s, 1)->frozen);
     unsigned char *mem = dio_alloc(layer_store_max_slot_bytes(s));
     for (int i = 0; i < 3; i++) {
@@ -395,7 +418,16 @@ static void test_frozen_layer(void **state) {
         assert_int_equal(check(buf, layer_store_layer_bufs(s, i), layers[i].count, i, 3), -1);
     }
     fg_free(mem);
+    long v = 4;  // a load that crashed after the frozen layer, before the trained ones
+    if (layer_store_write_aux(s, v, &v, &err) || write_layer(s, 1, 4, &err)) fail_msg("%s", err.msg);
     layer_store_close(s);
+    assert_int_not_equal(layer_store_open(&s, g_dir, "frozen", &err), FG_OK);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "frozen layer base holds version 4, newer than the store's consistent version 3"));
+    clear_record("frozen", 2 * 1 + 0);  // ... and one cut short while writing it
+    assert_int_not_equal(layer_store_open(&s, g_dir, "frozen", &err), FG_OK);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "frozen layer base has no complete version (creation or a load was cut short"));
 }
 
 static void test_write_order(void **state) {

@@ -272,13 +272,18 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // Writing replaces the state, so a pending update is dropped, not applied.
     if (writable) p->upd.pending.active = 0;
     int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-        rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
-        int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
-        if (!rc) rc = rc2;
-    }
+    // A load writes the frozen layers first: a store keeps one copy of them (io/layer_store.h),
+    // so once any trained layer has the new version, every frozen one has it too, and a load
+    // cut short is found out at reopening instead of mixing the old base with the new weights.
+    for (int pass = 0; pass < 1 + writable && !rc; pass++)
+        for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
+            if (writable && p->model->layers[l].frozen != (pass == 0)) continue;
+            LayerSlot s;
+            if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
+            rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
+            int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
+            if (!rc) rc = rc2;
+        }
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
     return rc ? rc : pipeline_refresh_ref(p, err);

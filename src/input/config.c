@@ -323,8 +323,8 @@ int config_lora_targets(const char *list, int *mask, FgError *err) {
     return FG_OK;
 }
 
-// LoRA: model = llama on the CPU (in memory or streamed: its base read-only), weight
-// perturbation, no dropout.
+// LoRA: model = llama (on the CPU or the GPU, in memory or streamed: its base read-only),
+// weight perturbation, no dropout.
 static int validate_lora(const Config *c, FgError *err) {
     const NetConfig *n = &c->net;
     if (n->lora_rank == 0) return FG_OK;
@@ -339,9 +339,6 @@ static int validate_lora(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "lora_alpha = %g: must be positive", n->lora_alpha);
     int rc = config_lora_targets(n->lora_targets, &mask, err);
     if (rc) return rc;
-    if (c->layout.device != DEVICE_CPU)
-        return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA runs on device = cpu, in memory or "
-                       "streamed (no CUDA kernel for its adapters yet)");
     if (c->method.mode != MODE_BP && (c->method.perturb != PERTURB_WEIGHT || c->method.tangent_rank > 0))
         return fg_fail(err, FG_ERR_INPUT, "lora_rank: LoRA's forward gradient perturbs the "
                        "adapters' weights: perturb = weight and tangent_rank = 0");

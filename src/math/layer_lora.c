@@ -12,35 +12,14 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "layer.h"
-
-typedef struct {
-    size_t rows;
-    int C, k, in, out, r, P;  // P adapted parts
-    int off[3], n[3];         // adapted part j: rows [off, off + n) of delta
-} LoraShape;
-
-static LoraShape lora_shape(const Layer *L, int B) {
-    LoraShape s = {(size_t)B * layer_tokens(L), L->carry, 0, layer_in_token(L), layer_out_token(L),
-                   L->lora_rank, 0, {0}, {0}};
-    s.k = s.in - s.C;
-    for (int i = 0, at = 0; i < 3; at += L->lora_parts[i], i++)
-        if (L->lora_mask >> i & 1) s.off[s.P] = at, s.n[s.P++] = L->lora_parts[i];
-    return s;
-}
+#include "lora_shape.h"
 
 static size_t lora_param_count(const Layer *L) {
     LoraShape s = lora_shape(L, 1);
-    size_t count = (size_t)s.P * s.r * s.k;
-    for (int j = 0; j < s.P; j++) count += (size_t)s.n[j] * s.r;
-    return count;
+    return lora_b_offset(&s, s.P);
 }
 
-static const float *part_B(const LoraShape *s, const float *p, int j) {
-    const float *B = p + (size_t)s->P * s->r * s->k;
-    for (int i = 0; i < j; i++) B += (size_t)s->n[i] * s->r;
-    return B;
-}
+static const float *part_B(const LoraShape *s, const float *p, int j) { return p + lora_b_offset(s, j); }
 
 // U (+)= h A^T over rows tokens of stride `in` (h at column C), A [P r, k].
 static void lora_down(const LoraShape *s, const float *x, const float *A, float *U, float beta) {

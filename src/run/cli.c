@@ -159,6 +159,12 @@ static int resolve_paths(RunArgs *a, int no_checkpoint, FgError *err) {
     if (a->in.resume_path && a->in.init_from)
         return fg_fail(err, FG_ERR_INPUT, "--resume continues a run, --init-from starts a new one "
                        "from a checkpoint's weights: give one of them");
+    // Either flag would replace the stores' weights, silently: at step 0 (--init-from) or at
+    // the checkpoint's step (--resume).
+    if (a->resume_weights && (a->in.resume_path || a->in.init_from))
+        return fg_fail(err, FG_ERR_INPUT, "--resume-weights continues from the layer stores; %s "
+                       "loads a checkpoint's weights instead: give one of them",
+                       a->in.resume_path ? "--resume" : "--init-from");
     return FG_OK;
 }
 
