@@ -35,6 +35,9 @@ struct LayerStore {
     long ver[MODEL_MAX_LAYERS][2], aux_ver[2];  // stamp of each slot, -1: none or invalid
     int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
     int discarded;                               // slots of an unfinished step found at open
+    size_t block[MODEL_MAX_LAYERS];              // floats per row block (0: whole)
+    int pend_slot[MODEL_MAX_LAYERS], pend_next[MODEL_MAX_LAYERS];  // a version being written
+    long pend_ver[MODEL_MAX_LAYERS];             // block by block (-1: none)
     DioFile f;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
     unsigned char *aux_buf;
@@ -103,6 +106,7 @@ int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen
 }
 
 static void alloc_buffers(LayerStore *s) {
+    for (int i = 0; i < MODEL_MAX_LAYERS; i++) s->pend_ver[i] = -1;
     s->rec = dio_alloc(HDR_BYTES);
     s->aux_buf = s->aux_bytes ? dio_alloc(s->aux_bytes) : NULL;
 }
@@ -494,10 +498,8 @@ static int check_write(LayerStore *s, int kind, int i, long version, FgError *er
 // Data, fdatasync, stamp, fdatasync: the stamp never vouches for data not yet on the device,
 // and the next write (which may overwrite the other slot of some layer) starts only once this
 // stamp is durable.
-static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
-                      size_t bytes, uint64_t off, FgError *err) {
-    int rc = dio_write(&s->f, buf, bytes, off, err);
-    if (!rc) rc = dio_sync(&s->f, err);
+static int seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgError *err) {
+    int rc = dio_sync(&s->f, err);
     if (!rc) {
         stamp_encode(s->rec, kind, i, slot, s, version);
         uint64_t at = s->hdr_off + (uint64_t)record_of(kind, i, slot, s->n) * HDR_BYTES;
@@ -505,6 +507,12 @@ static int write_slot(LayerStore *s, int kind, int i, int slot, long version, co
     }
     if (!rc) rc = dio_sync(&s->f, err);
     return rc;
+}
+
+static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
+                      size_t bytes, uint64_t off, FgError *err) {
+    int rc = dio_write(&s->f, buf, bytes, off, err);
+    return rc ? rc : seal_slot(s, kind, i, slot, version, err);
 }
 
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
@@ -534,5 +542,89 @@ int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError
     if (rc) return rc;
     s->aux_ver[slot] = version;
     s->aux_cur = slot;
+    return FG_OK;
+}
+
+// ---- row blocks ----
+
+int layer_store_set_block(LayerStore *s, int i, size_t floats, FgError *err) {
+    if (floats % (DIO_ALIGN / sizeof(float)))
+        return fg_fail(err, FG_ERR_INPUT, "layer store %s: blocks of %zu floats of layer %s are not "
+                       "whole %d-byte pages", s->path, floats, s->layers[i].name, DIO_ALIGN);
+    s->block[i] = floats >= s->layers[i].count ? 0 : floats;
+    return FG_OK;
+}
+
+int layer_store_n_blocks(const LayerStore *s, int i) {
+    return s->block[i] ? (int)((s->layers[i].count + s->block[i] - 1) / s->block[i]) : 1;
+}
+
+size_t layer_store_block_floats(const LayerStore *s, int i, int b) {
+    if (!s->block[i]) return s->layers[i].count;
+    return FG_MIN(s->block[i], s->layers[i].count - (size_t)b * s->block[i]);
+}
+
+size_t layer_store_block_stride(const LayerStore *s, int i) {
+    return s->block[i] ? s->block[i] * sizeof(float) : stride(s, i);
+}
+
+size_t layer_store_block_slot_bytes(const LayerStore *s, int i) {
+    return (size_t)layer_store_layer_bufs(s, i) * layer_store_block_stride(s, i);
+}
+
+size_t layer_store_max_block_slot_bytes(const LayerStore *s) {
+    size_t m = 0;
+    for (int i = 0; i < s->n; i++) m = FG_MAX(m, layer_store_block_slot_bytes(s, i));
+    return m;
+}
+
+size_t layer_store_block_bytes(const LayerStore *s, int i, int b) {
+    return (size_t)layer_store_layer_bufs(s, i) * dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
+}
+
+// Each buffer's part of block b in the store's slot (read) or from buf (write): the last block
+// runs to the padded end of its buffer, so every range is whole pages.
+static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int write, FgError *err) {
+    size_t first = (size_t)b * s->block[i] * sizeof(float);
+    size_t bytes = dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
+    int rc = FG_OK;
+    for (int k = 0; k < layer_store_layer_bufs(s, i) && !rc; k++) {
+        unsigned char *mem = (unsigned char *)buf + (size_t)k * layer_store_block_stride(s, i);
+        uint64_t off = s->slot_off[i][slot] + (uint64_t)k * stride(s, i) + first;
+        rc = write ? dio_write(&s->f, mem, bytes, off, err) : dio_read(&s->f, mem, bytes, off, err);
+    }
+    return rc;
+}
+
+int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err) {
+    if (!s->block[i]) return layer_store_read(s, i, buf, err);
+    if (s->cur[i] < 0)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
+                       s->path, s->layers[i].name);
+    int slot = s->pend_ver[i] >= 0 && b < s->pend_next[i] ? s->pend_slot[i] : s->cur[i];
+    return block_io(s, i, b, slot, buf, 0, err);
+}
+
+int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {
+    if (!s->block[i]) return layer_store_write(s, i, version, buf, err);
+    int rc = FG_OK;
+    if (b == 0) {
+        if ((rc = check_write(s, KIND_LAYER, i, version, err))) return rc;
+        s->pend_slot[i] = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
+        s->ver[i][s->pend_slot[i]] = -1;  // its old contents are gone from here on
+        s->pend_ver[i] = version, s->pend_next[i] = 0;
+    } else if (s->pend_ver[i] != version || s->pend_next[i] != b) {
+        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: block %d of version %ld of %s written "
+                       "out of order (block %d of version %ld next)", s->path, b, version,
+                       s->layers[i].name, s->pend_next[i], s->pend_ver[i]);
+    }
+    int slot = s->pend_slot[i];
+    if ((rc = block_io(s, i, b, slot, (void *)buf, 1, err))) return rc;
+    s->pend_next[i] = b + 1;
+    if (b + 1 < layer_store_n_blocks(s, i)) return FG_OK;
+    s->pend_ver[i] = -1;
+    if ((rc = seal_slot(s, KIND_LAYER, i, slot, version, err))) return rc;
+    s->ver[i][slot] = version;
+    s->cur[i] = slot;
     return FG_OK;
 }

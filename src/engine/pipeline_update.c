@@ -80,20 +80,20 @@ static int tied_apart(const Pipeline *p, int l) {
     return tied_buffer(p, l) || tied_region(p, l) >= 0;
 }
 
-// A spilled tied copy's gradient into the layer-sized buffer (the estimate's, fg and fg+bp),
-// where gradient_of_layer finds it.
-static int tied_fetch(Pipeline *p, int l, FgError *err) {
+// A spilled tied copy's gradient (of the slot's rows) into the layer-sized buffer (the
+// estimate's, fg and fg+bp), where gradient_of_layer finds it.
+static int tied_fetch(Pipeline *p, int l, const LayerSlot *s, FgError *err) {
     int r = tied_region(p, l);
     if (r < 0) return FG_OK;
-    return p->src.tied_spill->read(p->src.tied_spill, r, 0, p->src.layer_buffer,
-                                   p->model->layers[l].param_count, err);
+    return p->src.tied_spill->read(p->src.tied_spill, r, s->first, p->src.layer_buffer, s->count, err);
 }
 
-// g, a tied copy's op-U gradient, onto flash (nothing when it is kept in memory).
-static int tied_keep(Pipeline *p, int l, const float *g, FgError *err) {
+// g, a tied copy's op-U gradient of the slot's rows, onto flash (nothing when it is kept in
+// memory).
+static int tied_keep(Pipeline *p, int l, const LayerSlot *s, const float *g, FgError *err) {
     int r = tied_region(p, l);
     if (r < 0) return FG_OK;
-    return p->src.tied_spill->write(p->src.tied_spill, r, 0, g, p->model->layers[l].param_count, err);
+    return p->src.tied_spill->write(p->src.tied_spill, r, s->first, g, s->count, err);
 }
 
 float *update_estimate_of_layer(Pipeline *p, int l) {
@@ -114,7 +114,7 @@ static int estimate_formed(const Pipeline *p, int l) {
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
     if (tied_region(p, l) >= 0) return p->src.layer_buffer;  // tied_fetch put it there
-    return tied ? tied : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
+    return tied ? tied + s->first : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
@@ -124,16 +124,16 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 // optimizer state, no reference in its slot).
 static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
 
-int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
-                               FgError *err) {
+int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
+                               unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
-    int rc = layers_acquire(p, l, 1, *parts, s, err);
+    int rc = layers_acquire_block(p, l, b, 1, *parts, s, err);
     if (rc || !u->active) return rc;
     if (layers_writes(p)) {
-        if ((rc = tied_fetch(p, l, err))) return rc;
+        if ((rc = tied_fetch(p, l, s, err))) return rc;
         *dirty = update_apply(p, l, s);
     }
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
@@ -142,7 +142,7 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;  // the layer, or a row block of it
     int rc;
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
@@ -158,14 +158,17 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
-    // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
-    if (p->tr->replica == 0 && needs_grad_norms(p))
-        p->scalars[scalars_grad_norms(p) + l] =
-            (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
+    // Replicas hold the same sum: one of them contributes its norm to the grid's sum. A layer
+    // in row blocks sums its blocks' dots in order, resident or streamed (the same bits).
+    if (p->tr->replica == 0 && needs_grad_norms(p)) {
+        double g2 = (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
+        double *norm = &p->scalars[scalars_grad_norms(p) + l];
+        *norm = s->first ? *norm + g2 : g2;
+    }
     // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
     int tied = !p->run.forms_estimate && tied_apart(p, l);
-    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l), s->grad, n * sizeof(float));
-    if (fresh && tied && (rc = tied_keep(p, l, s->grad, err))) return rc;
+    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
+    if (fresh && tied && (rc = tied_keep(p, l, s, s->grad, err))) return rc;
     if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
@@ -226,7 +229,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
         LayerSlot s;
         if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         form_estimate(p, l, &s, update_estimate_of_layer(p, l));
-        rc = tied_keep(p, l, update_estimate_of_layer(p, l), err);
+        rc = tied_keep(p, l, &s, update_estimate_of_layer(p, l), err);
         int rc2 = layers_release(p, l, parts, 0, err);
         rc = rc ? rc : rc2;
     }
@@ -290,17 +293,19 @@ static int tie_copies(Pipeline *p, FgError *err) {
     int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.
+    // Block 0 of a copy in row blocks: its pointers are where the layer starts (a resident
+    // stage's buffers are contiguous; a streamed one acquires no part here).
     unsigned parts = tied_apart(p, mine) ? 0 : LAYER_STEP;
     LayerSlot a, b;
-    if ((rc = layers_acquire(p, mine, 1, parts, &a, err))) return rc;
-    if (both && !(rc = layers_acquire(p, last, 1, parts, &b, err))) {
+    if ((rc = layers_acquire_block(p, mine, 0, 1, parts, &a, err))) return rc;
+    if (both && !(rc = layers_acquire_block(p, last, 0, 1, parts, &b, err))) {
         rc = tie_pieces(p, first, gradient_of_layer(p, first, &a), gradient_of_layer(p, last, &b), 1, err);
-        int rc2 = layers_release(p, last, parts, parts, err);
+        int rc2 = layers_release_block(p, last, 0, parts, parts, err);
         rc = rc ? rc : rc2;
     } else if (!both) {
         rc = tie_pieces(p, mine, gradient_of_layer(p, mine, &a), NULL, 0, err);
     }
-    int rc2 = layers_release(p, mine, parts, parts, err);
+    int rc2 = layers_release_block(p, mine, 0, parts, parts, err);
     return rc ? rc : rc2;
 }
 
@@ -312,10 +317,14 @@ static int tie_gradients(Pipeline *p, FgError *err) {
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
     for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
         if (!tied_apart(p, tied[i])) continue;
-        LayerSlot s;
-        if ((rc = layers_acquire(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
-        if ((rc = tied_fetch(p, tied[i], err))) break;
-        rc = layers_release(p, tied[i], LAYER_WEIGHTS, layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
+        for (int b = 0; b < layer_blocks(&m->layers[tied[i]]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, tied[i], b, 1, LAYER_WEIGHTS, &s, err)) ||
+                (rc = tied_fetch(p, tied[i], &s, err)))
+                break;
+            rc = layers_release_block(p, tied[i], b, LAYER_WEIGHTS,
+                                      layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
+        }
     }
     return rc;
 }
@@ -323,7 +332,7 @@ static int tie_gradients(Pipeline *p, FgError *err) {
 unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;  // the layer, or a row block of it (bp: its tangents are not in blocks)
     unsigned dirty = LAYER_WEIGHTS;
     if (layer_frozen(p, l)) {  // resident: the swap left its weights in prev[0], and they stay
         if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
@@ -354,14 +363,15 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
         if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
         *waited += wall_seconds() - t;
     }
-    for (int l = layers_first_param(p); l >= 0; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        unsigned dirty = 0;
-        if ((rc = layers_acquire(p, l, 1, LAYER_STEP, &s, err)) ||
-            (rc = update_finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
-            (rc = layers_release(p, l, LAYER_STEP, dirty, err)))
-            return rc;
-    }
+    for (int l = layers_first_param(p); l >= 0; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]); b++) {
+            LayerSlot s;
+            unsigned dirty = 0;
+            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_STEP, &s, err)) ||
+                (rc = update_finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
+                (rc = layers_release_block(p, l, b, LAYER_STEP, dirty, err)))
+                return rc;
+        }
     return FG_OK;
 }
 
@@ -428,7 +438,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
         float *upd = update_estimate_of_layer(p, l);
         double *row = rows + (size_t)l * ROW_WIDTH;
         if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
-        else if ((rc = tied_fetch(p, l, err))) break;
+        else if ((rc = tied_fetch(p, l, &s, err))) break;
         row[ROW_G2] = be->dot(be, upd, upd, n);
         if (have_c) row[ROW_GC] = p->upd.c_scale * be->dot(be, upd, s.kept, n);
         if (with_fg) {
@@ -502,12 +512,13 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
     p->upd.pending.aged = p->tt.lags_kept > 0 && p->src.age_weights;
     if (p->upd.pending.aged) p->src.age_weights(&p->src);
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err)) || (rc = tied_fetch(p, l, err))) break;
-        rc = layers_release(p, l, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
-    }
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err)) || (rc = tied_fetch(p, l, &s, err))) break;
+            rc = layers_release_block(p, l, b, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
+        }
     p->upd.pending.active = 0;
     return rc;
 }
