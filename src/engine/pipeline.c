@@ -233,12 +233,13 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     double norm2 = 0.0;
     int rc = FG_OK;
     if (!p->need.ref) return FG_OK;
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-        if (s.ref) norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
-        rc = layers_release(p, l, LAYER_WEIGHTS, 0, err);
-    }
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
+            if (s.ref) norm2 += p->be->dot(p->be, s.ref, s.ref, s.count);
+            rc = layers_release_block(p, l, b, LAYER_WEIGHTS, 0, err);
+        }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
     p->upd.ref_active = norm2 > 0;
     return rc;

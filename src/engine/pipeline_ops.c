@@ -248,22 +248,27 @@ static float *lane_output(const Pipeline *p, const Lane *a, int l, int i, int cu
                     : p->work.act[cur] + (size_t)i * p->work.act_stride;
 }
 
-// A token table in row blocks (Layer.block_rows; bp, CPU): each block acquired once (with its
-// pending update) and every lane through it; a fused head's lanes carry their running softmax
-// from block to block (p->work.rows_state) and are scored after the last block.
+// A token table in row blocks (Layer.block_rows; CPU, weight tangents): each block acquired once
+// (with its pending update) and every lane through it; a fused head's lanes carry their running
+// softmax from block to block (p->work.rows_state) and are scored after the last block.
 static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     const Layer *L = &p->model->layers[l];
-    const size_t C = layer_row_floats(L), state = stage_rows_state_bytes(st, l, p->cfg->training.micro_batch);
-    int cur = (l - st->first) & 1, rc = FG_OK;
+    const size_t state = stage_rows_state_bytes(st, l, p->cfg->training.micro_batch);
+    int cur = (l - st->first) & 1, rc = FG_OK, tangents = 0;
     for (int b = 0; b < layer_blocks(L) && !rc; b++) {
         LayerSlot s;
         unsigned parts, dirty;
         if ((rc = update_acquire_for_forward(p, l, b, &s, &parts, &dirty, err))) break;
-        for (int i = 0; i < n; i++)
-            stage_rows_forward(st, l, s.params, (int)(s.first / C), (int)(s.count / C), lanes[i].x,
-                               lanes[i].labels, lane_output(p, &lanes[i], l, i, cur), lanes[i].rows,
-                               p->work.rows_state + i * state);
+        for (int i = 0; i < n; i++) {
+            Lane *a = &lanes[i];
+            ParamTangents t;
+            const ParamTangents *tan = lane_tangents(p, step, l, &s, a, &t);  // the block's ref
+            float *ydot = tan ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+            tangents = tan != NULL;
+            stage_rows_forward(st, l, s.params, s.first, s.count, tan, a->x, a->xdot, a->labels,
+                               lane_output(p, a, l, i, cur), ydot, a->rows, p->work.rows_state + i * state);
+        }
         rc = layers_release_block(p, l, b, parts, dirty, err);
     }
     for (int i = 0; i < n && !rc; i++) {
@@ -272,10 +277,11 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
         if (L->head_block) {
             HeadScore h;
             head_begin(p, step, a, &h);
-            stage_rows_finish(st, l, p->work.rows_state + i * state, &h, y, a->rows);
-            head_end(p, a, &h, 0);
+            stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
+            head_end(p, a, &h, tangents);
         }
-        a->x = y, a->xdot = NULL;
+        a->x = y;
+        a->xdot = tangents && !L->head_block ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
     }
     return rc;
 }

@@ -103,6 +103,13 @@ float *update_estimate_of_layer(Pipeline *p, int l) {
     return p->upd.estimate + (p->model->layers[l].param_offset - p->stage.param_base);
 }
 
+// The slot's rows of layer l's estimate: a streamed stage's one layer buffer holds a block's
+// (the rows being formed), a tied copy's buffer and a resident stage's estimate the layer's.
+static float *estimate_rows(Pipeline *p, int l, const LayerSlot *s) {
+    float *e = update_estimate_of_layer(p, l);
+    return p->src.streamed && !tied_buffer(p, l) ? e : e + s->first;
+}
+
 // Whether layer l's estimate is in update_estimate_of_layer already: a resident stage's once op
 // U formed them all; a streamed stage forms each as it applies it, except the tied copies, formed (and
 // summed) in op U.
@@ -114,7 +121,7 @@ static int estimate_formed(const Pipeline *p, int l) {
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
     if (tied_region(p, l) >= 0) return p->src.layer_buffer;  // tied_fetch put it there
-    return tied ? tied + s->first : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
+    return tied ? tied + s->first : p->upd.pending.tangents ? estimate_rows(p, l, s) : s->kept;
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
@@ -178,11 +185,11 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     return FG_OK;
 }
 
-// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l.
+// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l (of the slot's rows).
 static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, int adding) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (!s->ref) base_ref = 0.0f;  // a streamed frozen layer (its reference would be 0)
     if (u->base_kept != 0.0f) {
@@ -211,6 +218,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                          .replica_microbatches = p->cfg->training.micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
+                         .first = s->first, .count = s->count,
                          .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
     perturb->estimate(&p->stage, l, &e, upd);
     if (perturb->sets_estimate) add_base_terms(p, l, s, upd, 1);
@@ -226,12 +234,14 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         if (p->src.streamed && !tied_apart(p, l)) continue;
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        form_estimate(p, l, &s, update_estimate_of_layer(p, l));
-        rc = tied_keep(p, l, &s, update_estimate_of_layer(p, l), err);
-        int rc2 = layers_release(p, l, parts, 0, err);
-        rc = rc ? rc : rc2;
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
+            form_estimate(p, l, &s, estimate_rows(p, l, &s));
+            rc = tied_keep(p, l, &s, estimate_rows(p, l, &s), err);
+            int rc2 = layers_release_block(p, l, b, parts, 0, err);
+            rc = rc ? rc : rc2;
+        }
     }
     if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
@@ -419,40 +429,49 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
 
 enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
 
+// The rows of one layer (or row block: its dots added to the layer's in block order) for
+// norm_pass: g's |g|^2 and g . c, and the plain fg estimate f's |f|^2 and f . c.
+static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, const float *fcoeff,
+                     double *row, FgError *err) {
+    const Backend *be = p->be;
+    size_t n = s->count;
+    float *upd = estimate_rows(p, l, s);
+    int rc = FG_OK;
+    if (!estimate_formed(p, l)) form_estimate(p, l, s, upd);
+    else if ((rc = tied_fetch(p, l, s, err))) return rc;
+    row[ROW_G2] += be->dot(be, upd, upd, n);  // from 0: the first block's (or layer's) dot
+    if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->kept, n);
+    if (!with_fg) return FG_OK;
+    // A streamed stage forms g again when it applies it: f may take its buffer (also when g, of
+    // a tied copy, is in tied_grad).
+    float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
+    be->zero(be, f, n * sizeof(float));
+    TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
+    stage_layer_add_tangents_part(&p->stage, l, key, p->run.all_microbatches, fcoeff, s->first, n, f);
+    row[ROW_F2] += be->dot(be, f, f, n);
+    row[ROW_FC] += p->upd.c_scale * be->dot(be, f, s->kept, n);
+    return FG_OK;
+}
+
 // One pass over the layers for |g| (clipping, the log) and the log's cosines to c: per layer
 // g (resident: kept for the update), and the plain fg estimate f = sum d/(NK) v.
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
-    const Backend *be = p->be;
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
     int with_fg = p->upd.want_stats && have_c && p->K && !p->run.keeps_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        size_t n = p->model->layers[l].param_count;
-        // The weights only for the reference: a streamed stage reads no more than the pass uses.
-        unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        float *upd = update_estimate_of_layer(p, l);
-        double *row = rows + (size_t)l * ROW_WIDTH;
-        if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
-        else if ((rc = tied_fetch(p, l, &s, err))) break;
-        row[ROW_G2] = be->dot(be, upd, upd, n);
-        if (have_c) row[ROW_GC] = p->upd.c_scale * be->dot(be, upd, s.kept, n);
-        if (with_fg) {
-            // A streamed stage forms g again when it applies it: f may take its buffer (also
-            // when g, of a tied copy, is in tied_grad).
-            float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
-            be->zero(be, f, n * sizeof(float));
-            TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
-            stage_layer_add_tangents(&p->stage, l, key, p->run.all_microbatches, fcoeff, f);
-            row[ROW_F2] = be->dot(be, f, f, n);
-            row[ROW_FC] = p->upd.c_scale * be->dot(be, f, s.kept, n);
+    // The weights only for the reference: a streamed stage reads no more than the pass uses.
+    unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
+            rc = norm_rows(p, l, &s, have_c, with_fg, fcoeff, rows + (size_t)l * ROW_WIDTH, err);
+            int rc2 = layers_release_block(p, l, b, parts, 0, err);
+            rc = rc ? rc : rc2;
         }
-        rc = layers_release(p, l, parts, 0, err);
-    }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, rows, L * ROW_WIDTH, err);
     sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
     free(rows);

@@ -294,7 +294,7 @@ static int lcm_rows(int head_block, int C) {
     return r;
 }
 
-// Row blocks of the token table (docs/out-of-core.md): built for bp on the CPU. A block's rows
+// Row blocks of the token table (docs/out-of-core.md): built for the CPU, bp and weight tangents. A block's rows
 // start the head's blocks of columns, and a block's bytes are whole 4 KiB pages (direct I/O)
 // at offsets the tied copies' spill file takes (1024 floats).
 static int validate_table_blocks(const Config *c, FgError *err) {
@@ -303,10 +303,16 @@ static int validate_table_blocks(const Config *c, FgError *err) {
     if (strcmp(c->net.model, "gpt") != 0)
         return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: row blocks of the token table "
                        "are built for model = gpt only (this is %s)", rows, c->net.model);
-    if (c->method.mode != MODE_BP || c->layout.device != DEVICE_CPU)
+    if (c->layout.device != DEVICE_CPU)
         return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: row blocks of the token table "
-                       "are built for mode = bp on device = cpu only (fg and fg+bp need the "
-                       "tangents and estimates of a row block, not written yet)", rows);
+                       "are built for device = cpu only (the GPU's fused head has no row form)", rows);
+    EstimatorKind est = config_estimator(c);
+    if (c->method.mode != MODE_BP && (c->method.perturb != PERTURB_WEIGHT || c->method.tangent_rank ||
+                                      (c->method.mode == MODE_FG_BP && est != EST_CV && est != EST_FG)))
+        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: fg and fg+bp run on row blocks of "
+                       "the token table with perturb = weight, tangent_rank = 0 and (fg+bp) estimator "
+                       "cv or fg only (a row block's activity, low-rank, guided or mix terms are not "
+                       "written)", rows);
     if (c->timetable.recompute != RECOMPUTE_NONE)
         return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: recompute = stage reruns the "
                        "forward of whole layers; set recompute = none", rows);
