@@ -13,38 +13,10 @@
 #include <zlib.h>
 
 #include "direct_io.h"
+#include "layer_store_internal.h"
 
-enum { ALIGN_SLOT = 1 << 20, HDR_BYTES = DIO_ALIGN, KIND_LAYER = 0, KIND_AUX = 1 };
-
-// One stamp per (layer, slot) and per aux slot, each in its own DIO_ALIGN record so that
-// writing it is a single sector-aligned write. crc covers the bytes before it: a torn or
-// garbage record reads as "no version".
-typedef struct {
-    char magic[8];  // "FGSTORE1"
-    uint32_t kind, index, slot, n_bufs;
-    uint64_t count;
-    int64_t version;
-    uint32_t crc;
-} Stamp;
-
-struct LayerStore {
-    int n, n_bufs;
-    StoreLayer layers[MODEL_MAX_LAYERS];
-    size_t aux_bytes;
-    uint64_t hdr_off, aux_off[2], slot_off[MODEL_MAX_LAYERS][2], file_bytes;
-    long ver[MODEL_MAX_LAYERS][2], aux_ver[2];  // stamp of each slot, -1: none or invalid
-    int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
-    int discarded;                               // slots of an unfinished step found at open
-    size_t block[MODEL_MAX_LAYERS];              // floats per row block (0: whole)
-    int pend_slot[MODEL_MAX_LAYERS], pend_next[MODEL_MAX_LAYERS];  // a version being written
-    long pend_ver[MODEL_MAX_LAYERS];             // block by block (-1: none)
-    DioFile f;
-    unsigned char *rec;  // DIO_ALIGN scratch for one stamp
-    unsigned char *aux_buf;
-    char path[1024];  // DIR/NAME.h5
-};
-
-static size_t stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+size_t store_stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+static size_t stride(const LayerStore *s, int i) { return store_stride(s, i); }
 static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
 static int record_of(int kind, int index, int slot, int n) {
     return kind == KIND_AUX ? 2 * n + slot : 2 * index + slot;
@@ -477,7 +449,7 @@ int layer_store_read_aux(LayerStore *s, void *data, FgError *err) {
 }
 
 // The write rule of the header comment; on success *slot is the slot to overwrite.
-static int check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
+int store_check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
     long have = kind == KIND_AUX ? (s->aux_cur < 0 ? -1 : s->aux_ver[s->aux_cur]) : layer_store_layer_version(s, i);
     const char *what = kind == KIND_AUX ? "the auxiliary record" : s->layers[i].name;
     int frozen = kind == KIND_LAYER && s->layers[i].frozen;  // written by loads only: any later version
@@ -498,7 +470,7 @@ static int check_write(LayerStore *s, int kind, int i, long version, FgError *er
 // Data, fdatasync, stamp, fdatasync: the stamp never vouches for data not yet on the device,
 // and the next write (which may overwrite the other slot of some layer) starts only once this
 // stamp is durable.
-static int seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgError *err) {
+int store_seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgError *err) {
     int rc = dio_sync(&s->f, err);
     if (!rc) {
         stamp_encode(s->rec, kind, i, slot, s, version);
@@ -512,11 +484,11 @@ static int seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgE
 static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
                       size_t bytes, uint64_t off, FgError *err) {
     int rc = dio_write(&s->f, buf, bytes, off, err);
-    return rc ? rc : seal_slot(s, kind, i, slot, version, err);
+    return rc ? rc : store_seal_slot(s, kind, i, slot, version, err);
 }
 
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
-    int rc = check_write(s, KIND_LAYER, i, version, err);
+    int rc = store_check_write(s, KIND_LAYER, i, version, err);
     if (rc) return rc;
     int slot = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
     s->ver[i][slot] = -1;  // its old contents are gone from here on, whatever happens
@@ -531,7 +503,7 @@ int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgErr
 int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err) {
     if (!s->aux_bytes)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: created without an auxiliary record", s->path);
-    int rc = check_write(s, KIND_AUX, 0, version, err);
+    int rc = store_check_write(s, KIND_AUX, 0, version, err);
     if (rc) return rc;
     int slot = s->aux_cur < 0 ? 0 : 1 - s->aux_cur;
     s->aux_ver[slot] = -1;
@@ -542,89 +514,5 @@ int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError
     if (rc) return rc;
     s->aux_ver[slot] = version;
     s->aux_cur = slot;
-    return FG_OK;
-}
-
-// ---- row blocks ----
-
-int layer_store_set_block(LayerStore *s, int i, size_t floats, FgError *err) {
-    if (floats % (DIO_ALIGN / sizeof(float)))
-        return fg_fail(err, FG_ERR_INPUT, "layer store %s: blocks of %zu floats of layer %s are not "
-                       "whole %d-byte pages", s->path, floats, s->layers[i].name, DIO_ALIGN);
-    s->block[i] = floats >= s->layers[i].count ? 0 : floats;
-    return FG_OK;
-}
-
-int layer_store_n_blocks(const LayerStore *s, int i) {
-    return s->block[i] ? (int)((s->layers[i].count + s->block[i] - 1) / s->block[i]) : 1;
-}
-
-size_t layer_store_block_floats(const LayerStore *s, int i, int b) {
-    if (!s->block[i]) return s->layers[i].count;
-    return FG_MIN(s->block[i], s->layers[i].count - (size_t)b * s->block[i]);
-}
-
-size_t layer_store_block_stride(const LayerStore *s, int i) {
-    return s->block[i] ? s->block[i] * sizeof(float) : stride(s, i);
-}
-
-size_t layer_store_block_slot_bytes(const LayerStore *s, int i) {
-    return (size_t)layer_store_layer_bufs(s, i) * layer_store_block_stride(s, i);
-}
-
-size_t layer_store_max_block_slot_bytes(const LayerStore *s) {
-    size_t m = 0;
-    for (int i = 0; i < s->n; i++) m = FG_MAX(m, layer_store_block_slot_bytes(s, i));
-    return m;
-}
-
-size_t layer_store_block_bytes(const LayerStore *s, int i, int b) {
-    return (size_t)layer_store_layer_bufs(s, i) * dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
-}
-
-// Each buffer's part of block b in the store's slot (read) or from buf (write): the last block
-// runs to the padded end of its buffer, so every range is whole pages.
-static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int write, FgError *err) {
-    size_t first = (size_t)b * s->block[i] * sizeof(float);
-    size_t bytes = dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
-    int rc = FG_OK;
-    for (int k = 0; k < layer_store_layer_bufs(s, i) && !rc; k++) {
-        unsigned char *mem = (unsigned char *)buf + (size_t)k * layer_store_block_stride(s, i);
-        uint64_t off = s->slot_off[i][slot] + (uint64_t)k * stride(s, i) + first;
-        rc = write ? dio_write(&s->f, mem, bytes, off, err) : dio_read(&s->f, mem, bytes, off, err);
-    }
-    return rc;
-}
-
-int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err) {
-    if (!s->block[i]) return layer_store_read(s, i, buf, err);
-    if (s->cur[i] < 0)
-        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
-                       s->path, s->layers[i].name);
-    int slot = s->pend_ver[i] >= 0 && b < s->pend_next[i] ? s->pend_slot[i] : s->cur[i];
-    return block_io(s, i, b, slot, buf, 0, err);
-}
-
-int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {
-    if (!s->block[i]) return layer_store_write(s, i, version, buf, err);
-    int rc = FG_OK;
-    if (b == 0) {
-        if ((rc = check_write(s, KIND_LAYER, i, version, err))) return rc;
-        s->pend_slot[i] = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
-        s->ver[i][s->pend_slot[i]] = -1;  // its old contents are gone from here on
-        s->pend_ver[i] = version, s->pend_next[i] = 0;
-    } else if (s->pend_ver[i] != version || s->pend_next[i] != b) {
-        return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: block %d of version %ld of %s written "
-                       "out of order (block %d of version %ld next)", s->path, b, version,
-                       s->layers[i].name, s->pend_next[i], s->pend_ver[i]);
-    }
-    int slot = s->pend_slot[i];
-    if ((rc = block_io(s, i, b, slot, (void *)buf, 1, err))) return rc;
-    s->pend_next[i] = b + 1;
-    if (b + 1 < layer_store_n_blocks(s, i)) return FG_OK;
-    s->pend_ver[i] = -1;
-    if ((rc = seal_slot(s, KIND_LAYER, i, slot, version, err))) return rc;
-    s->ver[i][slot] = version;
-    s->cur[i] = slot;
     return FG_OK;
 }
