@@ -115,6 +115,27 @@ blocks=(head_block=128 table_block_rows=512)
 streamed "bp-zb, the table in row blocks" 1 mode=bp schedule=zb "${blocks[@]}"
 streamed "fg, the table in row blocks" 1 mode=fg optimizer=sgd lr=0.0001 "${blocks[@]}"
 streamed "fg+bp cv lag 1, the table in row blocks" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001 "${blocks[@]}"
+# SIGKILL while fg writes the table's blocks back, then --resume-weights: the store reopens at a
+# whole version and the run ends with the in-memory weights (the resume is mid-run).
+killed=(--set mode=fg --set optimizer=sgd --set lr=0.0001 --set steps=40 --set print_every=1)
+for kv in "${blocks[@]}"; do killed+=(--set "$kv"); done
+rm -rf "$dir/flash" && mkdir -p "$dir/flash"
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" --mem-budget 2M \
+  --weights-dir "$dir/flash" >"$dir/killed.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "step 6/" "$dir/killed.log" && break; sleep 0.05; done
+kill -KILL "$pid"; wait "$pid" 2>/dev/null
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" --mem-budget 2M \
+  --weights-dir "$dir/flash" --resume-weights --save-params "$dir/resumed.bin" >"$dir/resumed.log" 2>&1
+rc=$?
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" \
+  --save-params "$dir/straight.bin" >"$dir/straight.log" 2>&1
+at=$(grep -o "resumed from the layer stores .* at step [0-9]*" "$dir/resumed.log" | grep -o "[0-9]*$")
+why=""
+[ "$rc" -eq 0 ] || why="exit $rc: $(grep -m1 error "$dir/resumed.log")"
+[ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt 40 ] || why="$why not resumed mid-run (${at:-no step})"
+cmp -s "$dir/resumed.bin" "$dir/straight.bin" || why="$why weights differ"
+verdict "row blocks: SIGKILL mid-run (fg), --resume-weights at step ${at:-?}: the in-memory weights, bitwise" "$why"
 floor() {  # floor KEY=VALUE...: the smallest budget the refusal of a 1-byte budget names
   local sets=()
   for kv in "$@"; do sets+=(--set "$kv"); done
