@@ -56,12 +56,17 @@ static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int write,
 }
 
 int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err) {
+    return layer_store_read_block_from(s, i, b, s->pend_ver[i] >= 0 && b < s->pend_next[i], buf, err);
+}
+
+// Reads only what the writer of block b's version leaves alone: pend_slot is set before that
+// version's first block is written, cur changes with its last block.
+int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err) {
     if (!s->block[i]) return layer_store_read(s, i, buf, err);
     if (s->cur[i] < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
                        s->path, s->layers[i].name);
-    int slot = s->pend_ver[i] >= 0 && b < s->pend_next[i] ? s->pend_slot[i] : s->cur[i];
-    return block_io(s, i, b, slot, buf, 0, err);
+    return block_io(s, i, b, pending ? s->pend_slot[i] : s->cur[i], buf, 0, err);
 }
 
 int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {

@@ -3,9 +3,11 @@
 //
 // Ordering is what keeps this correct. Each queue is first-in first-out. A read starts only
 // once its slot's write-back is done (the slot is about to be overwritten) and once every
-// write-back of the same layer is done (the read must see the new version); a write-back
-// starts as soon as it is queued (its slot was filled by a read that acquire waited for), in
-// the order releases queued them, behind the aux record of its version.
+// write-back of the same layer (of a layer in row blocks: of the same block) is done (the read
+// must see the new version); a write-back starts as soon as it is queued (its slot was filled
+// by a read that acquire waited for), in the order releases queued them, behind the aux record
+// of its version. A layer in row blocks may be read while its other blocks are written: the
+// stream, which sees each write finish, tells the store which version to read the block from.
 #include "layer_stream_store.h"
 
 #include <pthread.h>
@@ -35,7 +37,8 @@ typedef struct {
 // next layer (a read queued behind this write-back).
 typedef struct {
     int kind, slot, idx, block;
-    long version;
+    long version;       // a write's; a read's when pending
+    int pending;        // a read of a block written in its layer's pending version
 } Req;
 
 typedef struct {
@@ -54,7 +57,11 @@ struct Ctx {
     LayerStore *store;
     int n;
     Slot *slots;
-    int *layer_writes;        // per store index: write-backs queued or running
+    int *unit0;               // per store index: its first row block's index in unit_writes
+    int *unit_writes;         // per row block (a layer without blocks: one): write-backs
+                              // queued or running
+    long *pend_version;       // per store index: the version being written block by block
+    int *pend_written;        // (-1: none) and how many of its blocks are on flash
     Queue reads, writes;
     Server servers[2];
     pthread_mutex_t mu;
@@ -82,14 +89,14 @@ static double thread_cpu_seconds(void) {
 // after an error nothing runs, so everything is ready (to be skipped).
 static int ready(const Ctx *c, const Req *r) {
     if (r->kind != REQ_READ || c->failed) return 1;
-    return c->slots[r->slot].writing == 0 && c->layer_writes[r->idx] == 0;
+    return c->slots[r->slot].writing == 0 && c->unit_writes[c->unit0[r->idx] + r->block] == 0;
 }
 
 static FgError run_request(Ctx *c, const Req *r, Slot *sl, long *version, int *rc) {
     FgError e = {0};
     if (r->kind == REQ_READ) {
-        *rc = layer_store_read_block(c->store, r->idx, r->block, sl->mem, &e);
-        *version = layer_store_layer_version(c->store, r->idx);
+        *rc = layer_store_read_block_from(c->store, r->idx, r->block, r->pending, sl->mem, &e);
+        *version = r->pending ? r->version : layer_store_layer_version(c->store, r->idx);
     } else if (r->kind == REQ_WRITE) {
         *rc = layer_store_write_block(c->store, r->idx, r->block, r->version, sl->mem, &e);
     } else {
@@ -112,7 +119,12 @@ static void finish_request(Ctx *c, const Req *r, int skip, int rc, FgError e, lo
         if (!skip && !rc) sl->version = version;
         sl->reading--;
     } else if (r->kind == REQ_WRITE) {
-        sl->writing--, c->layer_writes[r->idx]--;
+        sl->writing--, c->unit_writes[c->unit0[r->idx] + r->block]--;
+        int n = layer_store_n_blocks(c->store, r->idx);
+        if (!skip && !rc && n > 1) {  // its last block makes the version the layer's
+            c->pend_version[r->idx] = r->block + 1 < n ? r->version : -1;
+            c->pend_written[r->idx] = r->block + 1;
+        }
     } else {
         c->aux_busy = 0;
     }
@@ -132,6 +144,8 @@ static void *io_thread(void *arg) {
         if (q->len == 0) break;  // stop, with nothing left to do
         Req r = q->q[q->head];
         q->head = (q->head + 1) % q->cap, q->len--, q->running = 1;
+        if (r.kind == REQ_READ && c->pend_version[r.idx] >= 0 && r.block < c->pend_written[r.idx])
+            r.pending = 1, r.version = c->pend_version[r.idx];
         int skip = c->failed;  // after an error nothing more is written: the store stays consistent
         if (c->active++ == 0) c->busy_since = wall_seconds();
         Slot *sl = r.kind == REQ_AUX ? NULL : &c->slots[r.slot];
@@ -159,10 +173,10 @@ static void enqueue(Ctx *c, int kind, int slot, int idx, int block, long version
         fprintf(stderr, "fgpipe: layer stream request queue overflow\n");
         abort();
     }
-    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, block, version};
+    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, block, version, 0};
     q->len++;
     if (kind == REQ_READ) c->slots[slot].reading++;
-    if (kind == REQ_WRITE) c->slots[slot].writing++, c->layer_writes[idx]++;
+    if (kind == REQ_WRITE) c->slots[slot].writing++, c->unit_writes[c->unit0[idx] + block]++;
     pthread_cond_broadcast(&c->cv);
 }
 
@@ -352,7 +366,10 @@ static void free_ctx(Ctx *c) {
     free(c->slots);
     free(c->reads.q);
     free(c->writes.q);
-    free(c->layer_writes);
+    free(c->unit0);
+    free(c->unit_writes);
+    free(c->pend_version);
+    free(c->pend_written);
     fg_free(c->aux);
     fg_free(c->aux_out);
     layer_store_close(c->store);
@@ -426,7 +443,12 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
         c->slots[i].mem = memory ? (unsigned char *)memory + at : dio_alloc(c->slots[i].bytes);
         at += c->slots[i].bytes;
     }
-    c->layer_writes = calloc((size_t)layer_store_n_layers(store), sizeof *c->layer_writes);
+    int n_layers = layer_store_n_layers(store), units = 0;
+    c->unit0 = calloc((size_t)n_layers, sizeof *c->unit0);
+    c->pend_version = calloc((size_t)n_layers, sizeof *c->pend_version);
+    c->pend_written = calloc((size_t)n_layers, sizeof *c->pend_written);
+    for (int i = 0; i < n_layers; i++) c->unit0[i] = units, units += layer_store_n_blocks(store, i), c->pend_version[i] = -1;
+    c->unit_writes = calloc((size_t)units, sizeof *c->unit_writes);
     for (int k = 0; k < 2; k++) {
         Queue *q = k ? &c->writes : &c->reads;
         q->cap = 8 * c->n + 8;

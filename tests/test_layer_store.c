@@ -471,6 +471,43 @@ static void test_block_step(void **state) {
     layer_store_close(s);
 }
 
+// A block read again while its layer's version is half written (evicted after its write-back,
+// its later blocks not yet written) is the new version's, and labelled so; the blocks not yet
+// written are the old version's; the last block makes the version the layer's.
+static void test_block_pending(void **state) {
+    (void)state;
+    LayerStore *s = blocked_store("pending");
+    LayerStream ls;
+    FgError err = {0};
+    if (layer_stream_store_open(&ls, s, 2, 0, 0, &err)) fail_msg("%s", err.msg);
+    LayerView v;
+    for (int b = 0; b < 2; b++) {  // blocks 0 and 1 of version 1, written back
+        if (ls.acquire_block(&ls, 0, b, &v, &err)) fail_msg("%s", err.msg);
+        block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 1, 1);
+        if (ls.release_block(&ls, 0, b, 1, &err)) fail_msg("%s", err.msg);
+    }
+    if (ls.acquire(&ls, 2, &v, &err) || ls.release(&ls, 2, 0, &err)) fail_msg("%s", err.msg);  // evicts block 0
+    LayerStreamStats before, after;
+    ls.stats(&ls, &before);
+    if (ls.acquire_block(&ls, 0, 0, &v, &err)) fail_msg("%s", err.msg);  // read again, from flash
+    ls.stats(&ls, &after);
+    assert_true(after.read_bytes - before.read_bytes == (double)layer_store_block_bytes(s, 0, 0));
+    assert_int_equal(v.version, 1);
+    assert_int_equal(block_pattern(v.buf, v.n_bufs, 0, BLOCK, 0, 1, 0), -1);
+    if (ls.release_block(&ls, 0, 0, 0, &err)) fail_msg("%s", err.msg);
+    if (ls.acquire_block(&ls, 0, 2, &v, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(v.version, 0);
+    assert_int_equal(block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 0, 0), -1);
+    block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 1, 1);
+    if (ls.release_block(&ls, 0, 2, 1, &err)) fail_msg("%s", err.msg);
+    if (ls.acquire(&ls, 2, &v, &err)) fail_msg("%s", err.msg);  // the small layer to version 1
+    block_pattern(v.buf, v.n_bufs, 0, v.count, 1, 1, 1);
+    if (ls.release(&ls, 2, 1, &err) || ls.close(&ls, &err)) fail_msg("%s", err.msg);
+    if (layer_store_open(&s, g_dir, "pending", &err)) fail_msg("%s", err.msg);
+    expect_version(s, 1);
+    layer_store_close(s);
+}
+
 // Two of the table's three blocks of version 1 written, then a crash (the store closed without
 // the last block): the written blocks read back as version 1 before, and reopened the table
 // and the store are whole at version 0. Blocks out of order are refused.
@@ -515,6 +552,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_crash_consistency, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_rss, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_block_step, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_block_pending, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_block_crash, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests_name("layer_store", tests, NULL, NULL);
