@@ -13,35 +13,10 @@
 #include <zlib.h>
 
 #include "direct_io.h"
+#include "layer_store_internal.h"
 
-enum { ALIGN_SLOT = 1 << 20, HDR_BYTES = DIO_ALIGN, KIND_LAYER = 0, KIND_AUX = 1 };
-
-// One stamp per (layer, slot) and per aux slot, each in its own DIO_ALIGN record so that
-// writing it is a single sector-aligned write. crc covers the bytes before it: a torn or
-// garbage record reads as "no version".
-typedef struct {
-    char magic[8];  // "FGSTORE1"
-    uint32_t kind, index, slot, n_bufs;
-    uint64_t count;
-    int64_t version;
-    uint32_t crc;
-} Stamp;
-
-struct LayerStore {
-    int n, n_bufs;
-    StoreLayer layers[MODEL_MAX_LAYERS];
-    size_t aux_bytes;
-    uint64_t hdr_off, aux_off[2], slot_off[MODEL_MAX_LAYERS][2], file_bytes;
-    long ver[MODEL_MAX_LAYERS][2], aux_ver[2];  // stamp of each slot, -1: none or invalid
-    int cur[MODEL_MAX_LAYERS], aux_cur;          // slot of the newest version, -1: none
-    int discarded;                               // slots of an unfinished step found at open
-    DioFile f;
-    unsigned char *rec;  // DIO_ALIGN scratch for one stamp
-    unsigned char *aux_buf;
-    char path[1024];  // DIR/NAME.h5
-};
-
-static size_t stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+size_t store_stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+static size_t stride(const LayerStore *s, int i) { return store_stride(s, i); }
 static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
 // A frozen layer keeps one copy (docs/out-of-core.md, "Consistency"): no step writes it, so
 // there is no older version to keep while a newer one is written.
@@ -106,6 +81,7 @@ int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen
 }
 
 static void alloc_buffers(LayerStore *s) {
+    for (int i = 0; i < MODEL_MAX_LAYERS; i++) s->pend_ver[i] = -1;
     s->rec = dio_alloc(HDR_BYTES);
     s->aux_buf = s->aux_bytes ? dio_alloc(s->aux_bytes) : NULL;
 }
@@ -489,7 +465,7 @@ int layer_store_read_aux(LayerStore *s, void *data, FgError *err) {
 }
 
 // The write rule of the header comment; on success *slot is the slot to overwrite.
-static int check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
+int store_check_write(LayerStore *s, int kind, int i, long version, FgError *err) {
     long have = kind == KIND_AUX ? (s->aux_cur < 0 ? -1 : s->aux_ver[s->aux_cur]) : layer_store_layer_version(s, i);
     const char *what = kind == KIND_AUX ? "the auxiliary record" : s->layers[i].name;
     int frozen = kind == KIND_LAYER && s->layers[i].frozen;  // written by loads only: any later version
@@ -510,10 +486,8 @@ static int check_write(LayerStore *s, int kind, int i, long version, FgError *er
 // Data, fdatasync, stamp, fdatasync: the stamp never vouches for data not yet on the device,
 // and the next write (which may overwrite the other slot of some layer) starts only once this
 // stamp is durable.
-static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
-                      size_t bytes, uint64_t off, FgError *err) {
-    int rc = dio_write(&s->f, buf, bytes, off, err);
-    if (!rc) rc = dio_sync(&s->f, err);
+int store_seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgError *err) {
+    int rc = dio_sync(&s->f, err);
     if (!rc) {
         stamp_encode(s->rec, kind, i, slot, s, version);
         uint64_t at = s->hdr_off + (uint64_t)record_of(kind, i, slot, s->n) * HDR_BYTES;
@@ -523,8 +497,14 @@ static int write_slot(LayerStore *s, int kind, int i, int slot, long version, co
     return rc;
 }
 
+static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
+                      size_t bytes, uint64_t off, FgError *err) {
+    int rc = dio_write(&s->f, buf, bytes, off, err);
+    return rc ? rc : store_seal_slot(s, kind, i, slot, version, err);
+}
+
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
-    int rc = check_write(s, KIND_LAYER, i, version, err);
+    int rc = store_check_write(s, KIND_LAYER, i, version, err);
     if (rc) return rc;
     int slot = s->cur[i] < 0 || n_copies(s, i) == 1 ? 0 : 1 - s->cur[i];
     // The only copy's stamp goes before its data: a write cut short leaves the layer with no
@@ -548,7 +528,7 @@ int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgErr
 int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err) {
     if (!s->aux_bytes)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: created without an auxiliary record", s->path);
-    int rc = check_write(s, KIND_AUX, 0, version, err);
+    int rc = store_check_write(s, KIND_AUX, 0, version, err);
     if (rc) return rc;
     int slot = s->aux_cur < 0 ? 0 : 1 - s->aux_cur;
     s->aux_ver[slot] = -1;

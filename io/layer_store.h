@@ -94,6 +94,28 @@ int layer_store_read(LayerStore *s, int i, void *buf, FgError *err);
 // must already have version - 1. On failure the layer keeps its current version (a frozen
 // layer: none).
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err);
+// Row blocks (Layer.block_rows, docs/out-of-core.md): layer i read and written `floats` floats of
+// each buffer at a time (a multiple of DIO_ALIGN / 4; 0: whole), byte ranges of its datasets: the
+// file's layout is the same either way, and nothing of it is saved. A layer without blocks is
+// one block; block slots hold its buffers layer_store_block_stride apart.
+int layer_store_set_block(LayerStore *s, int i, size_t floats, FgError *err);
+int layer_store_n_blocks(const LayerStore *s, int i);
+size_t layer_store_block_floats(const LayerStore *s, int i, int b);
+size_t layer_store_block_stride(const LayerStore *s, int i);
+size_t layer_store_block_slot_bytes(const LayerStore *s, int i);  // a slot for any block
+size_t layer_store_max_block_slot_bytes(const LayerStore *s);
+size_t layer_store_block_bytes(const LayerStore *s, int i, int b);  // moved by a read or write
+// Block b of layer i's current version (or of the version being written, once that block is).
+int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err);
+// The same from the version the caller names (pending: the one being written, whose block b is
+// written; else the current one), for a reader on another thread than the writer: it may run
+// while the writer writes the layer's other blocks, never its block b nor, unless pending, its
+// last block.
+int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err);
+// Block b of version `version` of layer i: the blocks in ascending order, block 0 under
+// layer_store_write's rule; the layer has the version once its last block is on flash (a crash
+// before that leaves it at its previous version, whole).
+int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err);
 // The auxiliary blob: write it for version V before the first layer of V (same rule); read
 // returns the blob of the consistent version.
 int layer_store_write_aux(LayerStore *s, long version, const void *data, FgError *err);

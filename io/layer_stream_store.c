@@ -3,9 +3,11 @@
 //
 // Ordering is what keeps this correct. Each queue is first-in first-out. A read starts only
 // once its slot's write-back is done (the slot is about to be overwritten) and once every
-// write-back of the same layer is done (the read must see the new version); a write-back
-// starts as soon as it is queued (its slot was filled by a read that acquire waited for), in
-// the order releases queued them, behind the aux record of its version.
+// write-back of the same layer (of a layer in row blocks: of the same block) is done (the read
+// must see the new version); a write-back starts as soon as it is queued (its slot was filled
+// by a read that acquire waited for), in the order releases queued them, behind the aux record
+// of its version. A layer in row blocks may be read while its other blocks are written: the
+// stream, which sees each write finish, tells the store which version to read the block from.
 #include "layer_stream_store.h"
 
 #include <pthread.h>
@@ -22,6 +24,7 @@ enum { REQ_READ, REQ_WRITE, REQ_AUX };
 
 typedef struct {
     int layer, idx;     // global layer and store index; -1: empty
+    int block;          // the row block it holds (0: a layer without blocks)
     long version;       // version of the contents (after a release dirty: the one being written)
     int pins, ahead;    // ahead: read ahead, not acquired yet
     int reading, writing;  // queued or running requests on this slot
@@ -33,8 +36,9 @@ typedef struct {
 // A request carries its layer: by the time it runs, its slot may already be assigned to the
 // next layer (a read queued behind this write-back).
 typedef struct {
-    int kind, slot, idx;
-    long version;
+    int kind, slot, idx, block;
+    long version;       // a write's; a read's when pending
+    int pending;        // a read of a block written in its layer's pending version
 } Req;
 
 typedef struct {
@@ -53,7 +57,11 @@ struct Ctx {
     LayerStore *store;
     int n;
     Slot *slots;
-    int *layer_writes;        // per store index: write-backs queued or running
+    int *unit0;               // per store index: its first row block's index in unit_writes
+    int *unit_writes;         // per row block (a layer without blocks: one): write-backs
+                              // queued or running
+    long *pend_version;       // per store index: the version being written block by block
+    int *pend_written;        // (-1: none) and how many of its blocks are on flash
     Queue reads, writes;
     Server servers[2];
     pthread_mutex_t mu;
@@ -81,16 +89,16 @@ static double thread_cpu_seconds(void) {
 // after an error nothing runs, so everything is ready (to be skipped).
 static int ready(const Ctx *c, const Req *r) {
     if (r->kind != REQ_READ || c->failed) return 1;
-    return c->slots[r->slot].writing == 0 && c->layer_writes[r->idx] == 0;
+    return c->slots[r->slot].writing == 0 && c->unit_writes[c->unit0[r->idx] + r->block] == 0;
 }
 
 static FgError run_request(Ctx *c, const Req *r, Slot *sl, long *version, int *rc) {
     FgError e = {0};
     if (r->kind == REQ_READ) {
-        *rc = layer_store_read(c->store, r->idx, sl->mem, &e);
-        *version = layer_store_layer_version(c->store, r->idx);
+        *rc = layer_store_read_block_from(c->store, r->idx, r->block, r->pending, sl->mem, &e);
+        *version = r->pending ? r->version : layer_store_layer_version(c->store, r->idx);
     } else if (r->kind == REQ_WRITE) {
-        *rc = layer_store_write(c->store, r->idx, r->version, sl->mem, &e);
+        *rc = layer_store_write_block(c->store, r->idx, r->block, r->version, sl->mem, &e);
     } else {
         *rc = layer_store_write_aux(c->store, r->version, c->aux_out, &e);
     }
@@ -102,7 +110,7 @@ static void finish_request(Ctx *c, const Req *r, int skip, int rc, FgError e, lo
                            double seconds) {
     Slot *sl = r->kind == REQ_AUX ? NULL : &c->slots[r->slot];
     if (!skip && !rc && r->kind != REQ_AUX) {
-        double bytes = (double)layer_store_slot_bytes(c->store, r->idx);
+        double bytes = (double)layer_store_block_bytes(c->store, r->idx, r->block);
         if (r->kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;
         else c->stats.write_bytes += bytes, c->stats.write_seconds += seconds;
     }
@@ -111,7 +119,12 @@ static void finish_request(Ctx *c, const Req *r, int skip, int rc, FgError e, lo
         if (!skip && !rc) sl->version = version;
         sl->reading--;
     } else if (r->kind == REQ_WRITE) {
-        sl->writing--, c->layer_writes[r->idx]--;
+        sl->writing--, c->unit_writes[c->unit0[r->idx] + r->block]--;
+        int n = layer_store_n_blocks(c->store, r->idx);
+        if (!skip && !rc && n > 1) {  // its last block makes the version the layer's
+            c->pend_version[r->idx] = r->block + 1 < n ? r->version : -1;
+            c->pend_written[r->idx] = r->block + 1;
+        }
     } else {
         c->aux_busy = 0;
     }
@@ -131,6 +144,8 @@ static void *io_thread(void *arg) {
         if (q->len == 0) break;  // stop, with nothing left to do
         Req r = q->q[q->head];
         q->head = (q->head + 1) % q->cap, q->len--, q->running = 1;
+        if (r.kind == REQ_READ && c->pend_version[r.idx] >= 0 && r.block < c->pend_written[r.idx])
+            r.pending = 1, r.version = c->pend_version[r.idx];
         int skip = c->failed;  // after an error nothing more is written: the store stays consistent
         if (c->active++ == 0) c->busy_since = wall_seconds();
         Slot *sl = r.kind == REQ_AUX ? NULL : &c->slots[r.slot];
@@ -150,7 +165,7 @@ static void *io_thread(void *arg) {
     return NULL;
 }
 
-static void enqueue(Ctx *c, int kind, int slot, int idx, long version) {
+static void enqueue(Ctx *c, int kind, int slot, int idx, int block, long version) {
     Queue *q = kind == REQ_READ ? &c->reads : &c->writes;
     // A slot rarely has more than a write-back and a read queued; each ring has room for 8 per
     // slot and is checked anyway, because overrunning it would corrupt silently.
@@ -158,18 +173,18 @@ static void enqueue(Ctx *c, int kind, int slot, int idx, long version) {
         fprintf(stderr, "fgpipe: layer stream request queue overflow\n");
         abort();
     }
-    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, version};
+    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, block, version, 0};
     q->len++;
     if (kind == REQ_READ) c->slots[slot].reading++;
-    if (kind == REQ_WRITE) c->slots[slot].writing++, c->layer_writes[idx]++;
+    if (kind == REQ_WRITE) c->slots[slot].writing++, c->unit_writes[c->unit0[idx] + block]++;
     pthread_cond_broadcast(&c->cv);
 }
 
 static int sticky(Ctx *c, FgError *err) { return fg_fail(err, c->err.code, "%s", c->err.msg); }
 
-static int resident(Ctx *c, int layer) {
+static int resident(Ctx *c, int layer, int block) {
     for (int i = 0; i < c->n; i++)
-        if (c->slots[i].layer == layer) return i;
+        if (c->slots[i].layer == layer && c->slots[i].block == block) return i;
     return -1;
 }
 
@@ -194,14 +209,14 @@ static int victim(Ctx *c, size_t bytes, int allow_ahead, int any_size) {
 // Queues a read of layer (store index idx) into a victim slot; the slot, or -1 if none is free.
 // Read-ahead (allow_ahead 0) only into the smallest slots that fit; acquire into those first,
 // then into any (a large slot's layer, the token table, is read again only when it must be).
-static int start_read(Ctx *c, int layer, int idx, int allow_ahead) {
-    size_t bytes = layer_store_slot_bytes(c->store, idx);
+static int start_read(Ctx *c, int layer, int idx, int block, int allow_ahead) {
+    size_t bytes = layer_store_block_slot_bytes(c->store, idx);
     int v = victim(c, bytes, allow_ahead, 0);
     if (v < 0 && allow_ahead) v = victim(c, bytes, 1, 1);
     if (v < 0) return -1;
     Slot *sl = &c->slots[v];
-    sl->layer = layer, sl->idx = idx, sl->ahead = 0, sl->last_use = ++c->tick;
-    enqueue(c, REQ_READ, v, idx, 0);
+    sl->layer = layer, sl->idx = idx, sl->block = block, sl->ahead = 0, sl->last_use = ++c->tick;
+    enqueue(c, REQ_READ, v, idx, block, 0);
     return v;
 }
 
@@ -209,29 +224,44 @@ static int not_in_store(int layer, FgError *err) {
     return fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d is not in the store", layer);
 }
 
-static int ls_prefetch(LayerStream *s, int layer, FgError *err) {
+// Store index of layer with block b, or -1 with the error set.
+static int block_index(Ctx *c, int layer, int block, FgError *err) {
+    int idx = layer_store_find(c->store, layer);
+    if (idx < 0) return not_in_store(layer, err), -1;
+    if (block >= 0 && block < layer_store_n_blocks(c->store, idx)) return idx;
+    fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d has %d row blocks, not a block %d", layer,
+            layer_store_n_blocks(c->store, idx), block);
+    return -1;
+}
+
+static int ls_prefetch_block(LayerStream *s, int layer, int block, FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    int rc = FG_OK, idx = layer_store_find(c->store, layer);
+    int rc = FG_OK, idx = c->failed ? -1 : block_index(c, layer, block, err);
     if (c->failed) rc = sticky(c, err);
-    else if (idx < 0) rc = not_in_store(layer, err);
-    else if (resident(c, layer) < 0) {
-        int v = start_read(c, layer, idx, 0);  // no free slot: no read-ahead, not an error
+    else if (idx < 0) rc = FG_ERR_INTERNAL;
+    else if (resident(c, layer, block) < 0) {
+        int v = start_read(c, layer, idx, block, 0);  // no free slot: no read-ahead, not an error
         if (v >= 0) c->slots[v].ahead = 1;
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) {
+// A layer in row blocks starts with its first.
+static int ls_prefetch(LayerStream *s, int layer, FgError *err) {
+    return ls_prefetch_block(s, layer, 0, err);
+}
+
+static int ls_acquire_block(LayerStream *s, int layer, int block, LayerView *view, FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    int rc = FG_OK, v = resident(c, layer);
+    int rc = FG_OK, v = resident(c, layer, block);
     if (c->failed) rc = sticky(c, err);
     else if (v < 0) {
-        int idx = layer_store_find(c->store, layer);
-        if (idx < 0) rc = not_in_store(layer, err);
-        else if ((v = start_read(c, layer, idx, 1)) < 0)
+        int idx = block_index(c, layer, block, err);
+        if (idx < 0) rc = FG_ERR_INTERNAL;
+        else if ((v = start_read(c, layer, idx, block, 1)) < 0)
             rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: all %d slots are pinned (release a "
                          "layer before acquiring layer %d)", c->n, layer);
     }
@@ -243,10 +273,11 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
         if (c->failed) rc = sticky(c, err);
         else {
             sl->pins++, sl->ahead = 0, sl->last_use = ++c->tick;
-            size_t stride = layer_store_buf_stride(c->store, sl->idx);
+            size_t stride = layer_store_block_stride(c->store, sl->idx);
             memset(view, 0, sizeof *view);
             view->layer = layer;
-            view->count = layer_store_layer(c->store, sl->idx)->count;
+            view->count = layer_store_block_floats(c->store, sl->idx, block);
+            view->first = (size_t)block * stride / sizeof(float);
             view->n_bufs = layer_store_layer_bufs(c->store, sl->idx);
             for (int b = 0; b < view->n_bufs; b++) view->buf[b] = (float *)(sl->mem + (size_t)b * stride);
             view->version = sl->version;
@@ -256,12 +287,22 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
     return rc;
 }
 
-static int ls_release(LayerStream *s, int layer, int dirty, FgError *err) {
+static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) {
+    Ctx *c = s->ctx;
+    int idx = layer_store_find(c->store, layer);
+    if (idx >= 0 && layer_store_n_blocks(c->store, idx) > 1)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d is read in %d row blocks, not "
+                       "whole", layer, layer_store_n_blocks(c->store, idx));
+    return ls_acquire_block(s, layer, 0, view, err);
+}
+
+static int ls_release_block(LayerStream *s, int layer, int block, int dirty, FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    int rc = FG_OK, v = resident(c, layer);
+    int rc = FG_OK, v = resident(c, layer, block);
     if (v < 0 || c->slots[v].pins == 0)
-        rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: releasing layer %d, which is not acquired", layer);
+        rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: releasing layer %d (block %d), which is "
+                     "not acquired", layer, block);
     else if (c->failed) {
         c->slots[v].pins--;
         rc = sticky(c, err);
@@ -273,12 +314,16 @@ static int ls_release(LayerStream *s, int layer, int dirty, FgError *err) {
                 rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d released dirty while "
                              "still pinned %d more times", layer, sl->pins);
             // A frozen layer (written by loads only) skips the versions it was not written in.
-            else enqueue(c, REQ_WRITE, v, sl->idx, sl->version = layer_store_layer(c->store, sl->idx)->frozen
-                                                                 ? c->aux_version : sl->version + 1);
+            else enqueue(c, REQ_WRITE, v, sl->idx, block, sl->version = layer_store_layer(c->store, sl->idx)->frozen
+                                                                        ? c->aux_version : sl->version + 1);
         }
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+static int ls_release(LayerStream *s, int layer, int dirty, FgError *err) {
+    return ls_release_block(s, layer, 0, dirty, err);
 }
 
 static int ls_write_aux(LayerStream *s, long version, const void *data, FgError *err) {
@@ -292,7 +337,7 @@ static int ls_write_aux(LayerStream *s, long version, const void *data, FgError 
     else {
         memcpy(c->aux_out, data, n);
         c->aux_busy = 1, c->aux_version = version;
-        enqueue(c, REQ_AUX, -1, -1, version);
+        enqueue(c, REQ_AUX, -1, -1, 0, version);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -321,7 +366,10 @@ static void free_ctx(Ctx *c) {
     free(c->slots);
     free(c->reads.q);
     free(c->writes.q);
-    free(c->layer_writes);
+    free(c->unit0);
+    free(c->unit_writes);
+    free(c->pend_version);
+    free(c->pend_written);
     fg_free(c->aux);
     fg_free(c->aux_out);
     layer_store_close(c->store);
@@ -359,7 +407,7 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int 
 
 size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int n_small,
                                       size_t small_count) {
-    size_t bytes = layer_store_max_slot_bytes(store);
+    size_t bytes = layer_store_max_block_slot_bytes(store);
     size_t small = (size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float));
     return (size_t)n_slots * bytes + (size_t)n_small * FG_MIN(small, bytes);
 }
@@ -367,7 +415,7 @@ size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int 
 int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, int n_small,
                                size_t small_count, void *memory, size_t memory_bytes, FgError *err) {
     memset(s, 0, sizeof *s);
-    size_t bytes = layer_store_max_slot_bytes(store);
+    size_t bytes = layer_store_max_block_slot_bytes(store);
     size_t small = FG_MIN((size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float)), bytes);
     size_t need = layer_stream_store_slots_bytes(store, n_slots, n_small, small_count);
     if (memory && ((uintptr_t)memory % 4096 || memory_bytes < need)) {
@@ -395,7 +443,12 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
         c->slots[i].mem = memory ? (unsigned char *)memory + at : dio_alloc(c->slots[i].bytes);
         at += c->slots[i].bytes;
     }
-    c->layer_writes = calloc((size_t)layer_store_n_layers(store), sizeof *c->layer_writes);
+    int n_layers = layer_store_n_layers(store), units = 0;
+    c->unit0 = calloc((size_t)n_layers, sizeof *c->unit0);
+    c->pend_version = calloc((size_t)n_layers, sizeof *c->pend_version);
+    c->pend_written = calloc((size_t)n_layers, sizeof *c->pend_written);
+    for (int i = 0; i < n_layers; i++) c->unit0[i] = units, units += layer_store_n_blocks(store, i), c->pend_version[i] = -1;
+    c->unit_writes = calloc((size_t)units, sizeof *c->unit_writes);
     for (int k = 0; k < 2; k++) {
         Queue *q = k ? &c->writes : &c->reads;
         q->cap = 8 * c->n + 8;
@@ -422,6 +475,8 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
     s->version = c->aux_version = layer_store_version(store);
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;
+    s->prefetch_block = ls_prefetch_block, s->acquire_block = ls_acquire_block;
+    s->release_block = ls_release_block;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;
     s->stats = ls_stats;
     return FG_OK;

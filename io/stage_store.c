@@ -8,10 +8,11 @@
 #include "layer_store.h"
 #include "layer_stream_store.h"
 
-// Version 0: each layer's initial weights (or zeros) through one slot-sized buffer.
+// Version 0: each layer's initial weights (or zeros) through one slot-sized buffer, a row block
+// at a time for a layer in blocks.
 static int write_version0(LayerStore *s, const LayerStreamSpec *spec, FgError *err) {
     int rc = FG_OK;
-    unsigned char *buf = dio_alloc(layer_store_max_slot_bytes(s));
+    unsigned char *buf = dio_alloc(layer_store_max_block_slot_bytes(s));
     size_t aux = layer_store_aux_bytes(s);
     if (aux) {
         unsigned char *zeros = dio_alloc(aux);
@@ -20,12 +21,25 @@ static int write_version0(LayerStore *s, const LayerStreamSpec *spec, FgError *e
     }
     for (int i = 0; i < layer_store_n_layers(s) && !rc; i++) {
         const StoreLayer *ly = layer_store_layer(s, i);
-        memset(buf, 0, layer_store_slot_bytes(s, i));
-        if (spec->fill_weights)
-            model_init_range(spec->model, ly->layer, ly->layer + 1, (float *)buf, spec->seed);
-        rc = layer_store_write(s, i, 0, buf, err);
+        for (int b = 0, n = layer_store_n_blocks(s, i); b < n && !rc; b++) {
+            size_t count = layer_store_block_floats(s, i, b);
+            size_t first = (size_t)b * layer_store_block_stride(s, i) / sizeof(float);
+            memset(buf, 0, layer_store_block_slot_bytes(s, i));
+            if (spec->fill_weights) model_init_part(spec->model, ly->layer, first, count, (float *)buf, spec->seed);
+            rc = layer_store_write_block(s, i, b, 0, buf, err);
+        }
     }
     fg_free(buf);
+    return rc;
+}
+
+// The model's row blocks (Layer.block_rows) of the store's layers.
+static int set_blocks(LayerStore *s, const Model *m, FgError *err) {
+    int rc = FG_OK;
+    for (int i = 0; i < layer_store_n_layers(s) && !rc; i++) {
+        const Layer *L = &m->layers[layer_store_layer(s, i)->layer];
+        if (L->block_rows) rc = layer_store_set_block(s, i, (size_t)L->block_rows * layer_row_floats(L), err);
+    }
     return rc;
 }
 
@@ -74,10 +88,12 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
     if (spec->reopen) {
         rc = layer_store_open_at(&s, spec->dir, spec->name, spec->version, err);
         if (!rc) rc = check_layout(s, spec, layers, n, err);
+        if (!rc) rc = set_blocks(s, spec->model, err);
     } else {
         mkdir(spec->dir, 0755);  // a new weights dir (any failure is reported by create)
         rc = check_room(spec, layers, n, err);
         if (!rc) rc = layer_store_create(&s, spec->dir, spec->name, n, layers, &opt, err);
+        if (!rc) rc = set_blocks(s, spec->model, err);
         if (!rc) rc = write_version0(s, spec, err);
     }
     if (rc) {

@@ -107,6 +107,51 @@ streamed "bp-1f1b, clipped" 1 mode=bp schedule=1f1b clip_norm=0.05
 streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
 streamed "fg+bp cv lag 1" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001
 
+# The token table in row blocks (table_block_rows, docs/out-of-core.md): the store, the waves and
+# op U take the table (embedding 1040 rows, head 1024) 512 rows at a time, so its slot and the
+# gradient buffer are a block's: the floor falls, and every mode still ends with the in-memory
+# weights of the same config, bitwise.
+blocks=(head_block=128 table_block_rows=512)
+streamed "bp-zb, the table in row blocks" 1 mode=bp schedule=zb "${blocks[@]}"
+streamed "fg, the table in row blocks" 1 mode=fg optimizer=sgd lr=0.0001 "${blocks[@]}"
+streamed "fg+bp cv lag 1, the table in row blocks" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001 "${blocks[@]}"
+# SIGKILL while fg writes the table's blocks back, then --resume-weights: the store reopens at a
+# whole version and the run ends with the in-memory weights (the resume is mid-run).
+killed=(--set mode=fg --set optimizer=sgd --set lr=0.0001 --set steps=40 --set print_every=1)
+for kv in "${blocks[@]}"; do killed+=(--set "$kv"); done
+rm -rf "$dir/flash" && mkdir -p "$dir/flash"
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" --mem-budget 2M \
+  --weights-dir "$dir/flash" >"$dir/killed.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q "step 6/" "$dir/killed.log" && break; sleep 0.05; done
+kill -KILL "$pid"; wait "$pid" 2>/dev/null
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" --mem-budget 2M \
+  --weights-dir "$dir/flash" --resume-weights --save-params "$dir/resumed.bin" >"$dir/resumed.log" 2>&1
+rc=$?
+"$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${killed[@]}" \
+  --save-params "$dir/straight.bin" >"$dir/straight.log" 2>&1
+at=$(grep -o "resumed from the layer stores .* at step [0-9]*" "$dir/resumed.log" | grep -o "[0-9]*$")
+why=""
+[ "$rc" -eq 0 ] || why="exit $rc: $(grep -m1 error "$dir/resumed.log")"
+[ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt 40 ] || why="$why not resumed mid-run (${at:-no step})"
+cmp -s "$dir/resumed.bin" "$dir/straight.bin" || why="$why weights differ"
+verdict "row blocks: SIGKILL mid-run (fg), --resume-weights at step ${at:-?}: the in-memory weights, bitwise" "$why"
+floor() {  # floor KEY=VALUE...: the smallest budget the refusal of a 1-byte budget names
+  local sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --mem-budget 1 \
+    --weights-dir "$dir/flash" >"$dir/floor.log" 2>&1
+  grep -o "at least [0-9]* bytes" "$dir/floor.log" | grep -o "[0-9]*" | head -n 1
+}
+whole=$(floor mode=bp head_block=128) in_blocks=$(floor mode=bp "${blocks[@]}")
+why=""
+grep -q "one slot of its largest layer, a row block (512 rows) of " "$dir/floor.log" || why="the refusal names no row block: $(grep -m1 error "$dir/floor.log")"
+# The table's slot (params, Adam's m and v) and its gradient buffer shrink from the embedding's
+# 1040 rows to a block's 512: at least 528 rows x 64 floats x 4 buffers less.
+saved=$((528 * 64 * 4 * 4))
+[ -n "$whole" ] && [ -n "$in_blocks" ] && [ $((whole - in_blocks)) -ge "$saved" ] || why="$why floor $in_blocks in blocks against $whole whole (less by $saved at least)"
+verdict "row blocks lower the floor (bp-zb: ${in_blocks:-?} bytes against ${whole:-?} with the table whole) and the refusal names the block" "$why"
+
 # Bad token files: an id outside the vocabulary, an odd size, text with a BPE vocabulary.
 expect_error() {  # expect_error LABEL NEEDLE ARGS...: exit 2 and NEEDLE in the message
   local label=$1 needle=$2; shift 2
@@ -121,4 +166,10 @@ expect_error "a token id >= vocab is refused by file and index" "big.bin: token 
 head -c 1001 "$dir/val.bin" >"$dir/odd.bin"
 expect_error "an odd-sized token file is refused" "odd.bin: 1001 bytes is an odd size" --set train_tokens="$dir/odd.bin"
 expect_error "data = text with vocab 50257 is refused" "vocab must be 256" --set data=text --set text_file="$dir/val.txt"
+expect_error "row blocks of the token table with activity tangents are refused by name" \
+  "table_block_rows = 256: fg and fg+bp run on row blocks of the token table with perturb = weight" \
+  --set mode=fg --set perturb=activity --set head_block=128 --set table_block_rows=256
+expect_error "row blocks that are not whole pages are refused, naming a size that works" \
+  "table_block_rows = 100: must be a multiple of head_block (100) and its rows of n_embd = 16 floats a multiple of 1024 floats (4 KiB pages); 1600 would do" \
+  --set head_block=100 --set table_block_rows=100
 finish

@@ -20,8 +20,13 @@ int layers_first_param(const Pipeline *p);
 
 // Acquires layer l's parts and starts reading the next layer with parameters in direction dir
 // (a streamed stage's read-ahead). Releases them, with the parts written in dirty.
+// A layer in row blocks (Layer.block_rows) is refused: its passes take block b at a time
+// (_block; a layer without blocks is its block 0).
 int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err);
 int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
+int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, LayerSlot *s,
+                         FgError *err);
+int layers_release_block(Pipeline *p, int l, int b, unsigned parts, unsigned dirty, FgError *err);
 // Whether this rank changes the layers it acquires: not a replica that reads its node's shared
 // slots (LayerSource.reads_only), whose I/O rank applies every change once.
 int layers_writes(const Pipeline *p);
@@ -66,12 +71,14 @@ float *update_estimate_of_layer(Pipeline *p, int l);
 // A streamed bp stage without clipping updates each layer in the backward wave.
 int update_in_backward(const Pipeline *p);
 
-// Acquires layer l for the forward pass: applies a pending update first (a streamed stage;
-// its weights are written back). Releases with layers_release (pipeline_layers.c).
-int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
-                               FgError *err);
+// Acquires block b of layer l (layer_block; 0: a layer without blocks) for the forward pass:
+// applies a pending update first (a streamed stage; its weights are written back). Releases
+// with layers_release_block (pipeline_layers.c).
+int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
+                               unsigned *dirty, FgError *err);
 
-// Layer l's gradient for op U. fresh: after the step's last B or Bw op on the layer, the new
+// Layer l's gradient for op U (of the slot's rows: a layer in row blocks is finished block by
+// block, in ascending order). fresh: after the step's last B or Bw op on the layer, the new
 // gradient: summed over the replicas (streamed: here; resident: the whole stage before),
 // averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
 // streamed without clipping updates the layer here. Fresh or kept from an earlier step: its

@@ -97,6 +97,8 @@ typedef struct {
     float *host_x;            // host: inputs as gathered from the dataset
     Label *host_labels;       // host: labels as gathered
     float *loss_d;            // host: one micro-batch's directional derivatives [K]
+    unsigned char *rows_state;  // a fused head in row blocks: each lane's running softmax
+                                // [max_group][stage_rows_state_bytes] (NULL: none)
 } LaneBuffers;
 
 // What backward ops need, kept from F (or Bi) to their last use: the stashes of activations

@@ -26,8 +26,10 @@
 
 enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_MAX_LAG = 2 };
 
-// One layer's buffers, each of the layer's param_count floats (NULL: not in this run).
+// One layer's buffers, each of the layer's param_count floats (NULL: not in this run), or of a
+// row block of it: floats [first, first + count) of each (Layer.block_rows; layer_block).
 typedef struct {
+    size_t first, count;
     float *params;
     float *state;          // optimizer state buffers, state_stride floats apart
     size_t state_stride;
@@ -74,12 +76,15 @@ struct LayerSource {
     // Streamed with two slot sizes only (0: one size): layers of more parameters than this take
     // a large slot, which the next of them is read into as soon as it is free.
     size_t large_above;
+    // Each call names a row block of the layer (layer_block: a layer without blocks is its
+    // block 0). A streamed layer in blocks holds one block in a slot and its blocks of a version
+    // are written in ascending order; its gradient accumulator (layer_buffer) is a block's.
     // Starts reading a layer that will be acquired soon (no-op when resident).
-    int (*prefetch)(LayerSource *s, int layer, unsigned parts, FgError *err);
+    int (*prefetch)(LayerSource *s, int layer, int block, unsigned parts, FgError *err);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.
-    int (*acquire)(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err);
+    int (*acquire)(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out, FgError *err);
     // Unpins the parts acquire pinned; dirty: those whose buffers were written.
-    int (*release)(LayerSource *s, int layer, unsigned parts, unsigned dirty, FgError *err);
+    int (*release)(LayerSource *s, int layer, int block, unsigned parts, unsigned dirty, FgError *err);
     // Weights written from now on belong to the state on which step next_step runs.
     int (*begin_version)(LayerSource *s, long next_step, FgError *err);
     // Resident (NULL when streamed, whose slots are copied): before an update of every layer,

@@ -233,12 +233,13 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     double norm2 = 0.0;
     int rc = FG_OK;
     if (!p->need.ref) return FG_OK;
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-        if (s.ref) norm2 += p->be->dot(p->be, s.ref, s.ref, p->model->layers[l].param_count);
-        rc = layers_release(p, l, LAYER_WEIGHTS, 0, err);
-    }
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
+            if (s.ref) norm2 += p->be->dot(p->be, s.ref, s.ref, s.count);
+            rc = layers_release_block(p, l, b, LAYER_WEIGHTS, 0, err);
+        }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, &norm2, 1, err);
     p->upd.ref_active = norm2 > 0;
     return rc;
@@ -267,6 +268,53 @@ static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, L
     return rc;
 }
 
+// The host buffers' rows of a block (LayerSlot.first, count) from the slot (to_host) or into it:
+// params, optimizer state, reference, as visit_slot orders them (CPU: blocks are not on a device).
+static void block_rows_copy(const Pipeline *p, const LayerSlot *s, float *const *host, int to_host) {
+    float *bufs[4] = {s->params};
+    int real = 1;
+    for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
+    if (s->ref) bufs[real++] = s->ref;
+    for (int k = 0; k < real; k++)
+        memcpy(to_host ? host[k] + s->first : bufs[k], to_host ? bufs[k] : host[k] + s->first,
+               s->count * sizeof(float));
+}
+
+// A layer in row blocks through visit as a whole: gathered block by block into host memory (a
+// table-sized copy for a checkpoint's or load's time: visiting by rows is not written), and
+// when writable written back block by block.
+static int visit_blocks(Pipeline *p, int l, int writable, LayerVisitor visit, void *arg, FgError *err) {
+    const Layer *L = &p->model->layers[l];
+    int n = 1 + p->need.opt_buffers + p->need.ref, rc = FG_OK;
+    float *host[4];
+    for (int k = 0; k < n; k++) host[k] = fg_alloc_floats(L->param_count);
+    for (int k = 0; k < n; k++) memset(host[k], 0, L->param_count * sizeof(float));
+    for (int pass = 0; pass < 1 + writable && !rc; pass++) {  // 0: gather, 1: write back
+        if (pass == 1 && (rc = visit(arg, L, host, err))) break;
+        for (int b = 0; b < layer_blocks(L) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
+            int writes = pass == 1 && layers_writes(p);
+            block_rows_copy(p, &s, host, !writes);
+            rc = layers_release_block(p, l, b, LAYER_WEIGHTS, writes ? LAYER_WEIGHTS : 0, err);
+        }
+    }
+    if (!rc && !writable) rc = visit(arg, L, host, err);
+    for (int k = 0; k < n; k++) fg_free(host[k]);
+    return rc;
+}
+
+// One layer through visit: its row blocks gathered (visit_blocks), or its slot.
+static int visit_layer(Pipeline *p, int l, int writable, LayerVisitor visit, void *arg, FgError *err) {
+    if (layer_blocks(&p->model->layers[l]) > 1) return visit_blocks(p, l, writable, visit, arg, err);
+    LayerSlot s;
+    int rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err);
+    if (rc) return rc;
+    rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
+    int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
+    return rc ? rc : rc2;
+}
+
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
                           FgError *err) {
     // Writing replaces the state, so a pending update is dropped, not applied.
@@ -276,14 +324,9 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // so once any trained layer has the new version, every frozen one has it too, and a load
     // cut short is found out at reopening instead of mixing the old base with the new weights.
     for (int pass = 0; pass < 1 + writable && !rc; pass++)
-        for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-            if (writable && p->model->layers[l].frozen != (pass == 0)) continue;
-            LayerSlot s;
-            if ((rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err))) break;
-            rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
-            int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
-            if (!rc) rc = rc2;
-        }
+        for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+            if (!writable || p->model->layers[l].frozen == (pass == 0))
+                rc = visit_layer(p, l, writable, visit, arg, err);
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
     return rc ? rc : pipeline_refresh_ref(p, err);

@@ -13,7 +13,11 @@ int layers_next_param(const Pipeline *p, int l, int dir) {
 int layers_first_param(const Pipeline *p) { return layers_next_param(p, p->stage.first - 1, 1); }
 
 int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err) {
-    return p->src.release(&p->src, l, parts, dirty, err);
+    return layers_release_block(p, l, 0, parts, dirty, err);
+}
+
+int layers_release_block(Pipeline *p, int l, int b, unsigned parts, unsigned dirty, FgError *err) {
+    return p->src.release(&p->src, l, b, parts, dirty, err);
 }
 
 int layers_writes(const Pipeline *p) { return !p->src.reads_only; }
@@ -21,12 +25,18 @@ int layers_writes(const Pipeline *p) { return !p->src.reads_only; }
 int layers_sync(Pipeline *p, FgError *err) { return p->src.sync ? p->src.sync(&p->src, err) : FG_OK; }
 
 // Reads ahead as deep as the slots allow: the disk stays busy while layers of little work
-// (norms, the small layers of a block) pass quickly.
-int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
-    int rc = p->src.acquire(&p->src, l, parts, s, err);
+// (norms, the small layers of a block) pass quickly. A layer in row blocks reads its next block
+// first.
+int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, LayerSlot *s,
+                         FgError *err) {
+    int rc = p->src.acquire(&p->src, l, b, parts, s, err);
     int depth = FG_MAX(p->src.read_ahead, 1);
+    if (!rc && b + 1 < layer_blocks(&p->model->layers[l])) {
+        rc = p->src.prefetch(&p->src, l, b + 1, parts, err);
+        depth--;
+    }
     for (int next = layers_next_param(p, l, dir), k = 0; !rc && next >= 0 && k < depth; k++) {
-        rc = p->src.prefetch(&p->src, next, parts, err);
+        rc = p->src.prefetch(&p->src, next, 0, parts, err);
         next = layers_next_param(p, next, dir);
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
@@ -34,10 +44,18 @@ int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, Fg
     for (int next = layers_next_param(p, l, dir); !rc && p->src.large_above && next >= 0;
          next = layers_next_param(p, next, dir))
         if (p->model->layers[next].param_count > p->src.large_above) {
-            rc = p->src.prefetch(&p->src, next, parts, err);
+            rc = p->src.prefetch(&p->src, next, 0, parts, err);
             break;
         }
     return rc;
+}
+
+int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {
+    if (layer_blocks(&p->model->layers[l]) > 1)
+        return fg_fail(err, FG_ERR_INTERNAL, "layer %s is in %d row blocks (table_block_rows): this "
+                       "pass takes it whole, which is not written", p->model->layers[l].name,
+                       layer_blocks(&p->model->layers[l]));
+    return layers_acquire_block(p, l, 0, dir, parts, s, err);
 }
 
 float *layers_kept(const Pipeline *p, long step, int l) {

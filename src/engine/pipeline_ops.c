@@ -241,6 +241,51 @@ static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
     for (int i = 0; i < n_d; i++) d[i] = h->d[i];
 }
 
+// Where lane a (i: its place in the group) writes layer l's output: its stash, or the lanes'
+// buffer of the layer's parity cur.
+static float *lane_output(const Pipeline *p, const Lane *a, int l, int i, int cur) {
+    return a->stash ? a->stash + stage_stash_offset(&p->stage, l + 1, a->rows)
+                    : p->work.act[cur] + (size_t)i * p->work.act_stride;
+}
+
+// A token table in row blocks (Layer.block_rows; CPU, weight tangents): each block acquired once
+// (with its pending update) and every lane through it; a fused head's lanes carry their running
+// softmax from block to block (p->work.rows_state) and are scored after the last block.
+static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgError *err) {
+    Stage *st = &p->stage;
+    const Layer *L = &p->model->layers[l];
+    const size_t state = stage_rows_state_bytes(st, l, p->cfg->training.micro_batch);
+    int cur = (l - st->first) & 1, rc = FG_OK, tangents = 0;
+    for (int b = 0; b < layer_blocks(L) && !rc; b++) {
+        LayerSlot s;
+        unsigned parts, dirty;
+        if ((rc = update_acquire_for_forward(p, l, b, &s, &parts, &dirty, err))) break;
+        for (int i = 0; i < n; i++) {
+            Lane *a = &lanes[i];
+            ParamTangents t;
+            const ParamTangents *tan = lane_tangents(p, step, l, &s, a, &t);  // the block's ref
+            float *ydot = tan ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+            tangents = tan != NULL;
+            stage_rows_forward(st, l, s.params, s.first, s.count, tan, a->x, a->xdot, a->labels,
+                               lane_output(p, a, l, i, cur), ydot, a->rows, p->work.rows_state + i * state);
+        }
+        rc = layers_release_block(p, l, b, parts, dirty, err);
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        Lane *a = &lanes[i];
+        float *y = lane_output(p, a, l, i, cur);
+        if (L->head_block) {
+            HeadScore h;
+            head_begin(p, step, a, &h);
+            stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
+            head_end(p, a, &h, tangents);
+        }
+        a->x = y;
+        a->xdot = tangents && !L->head_block ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+    }
+    return rc;
+}
+
 // The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
@@ -257,14 +302,17 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
         const Layer *L = &p->model->layers[l];
         LayerSlot s = {0};
         unsigned parts = 0, dirty = 0;
-        if (L->param_count && (rc = update_acquire_for_forward(p, l, &s, &parts, &dirty, err))) break;
+        if (layer_blocks(L) > 1) {
+            rc = forward_blocks(p, step, l, lanes, n, err);
+            continue;
+        }
+        if (L->param_count && (rc = update_acquire_for_forward(p, l, 0, &s, &parts, &dirty, err))) break;
         int cur = (l - st->first) & 1;
         for (int i = 0; i < n; i++) {
             Lane *a = &lanes[i];
             ParamTangents t;
             const ParamTangents *tangents = lane_tangents(p, step, l, &s, a, &t);
-            float *y = a->stash ? a->stash + stage_stash_offset(st, l + 1, a->rows)
-                                : p->work.act[cur] + (size_t)i * p->work.act_stride;
+            float *y = lane_output(p, a, l, i, cur);
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
@@ -387,6 +435,49 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     }
 }
 
+// backward_layer over a token table in row blocks (Layer.block_rows), the blocks ascending: each
+// lane's dx summed over them (block 0 starts it), the weight gradient a block at a time into
+// the block's accumulator, finished per block (summed, kept, stepped) after the step's last
+// B wave of a streamed stage.
+static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int zero, int last_w,
+                           FgError *err) {
+    const Layer *L = &p->model->layers[l];
+    const Backend *be = p->be;
+    Stage *st = &p->stage;
+    int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1, rc = FG_OK;
+    const size_t C = layer_row_floats(L);
+    for (int b = 0; b < layer_blocks(L) && !rc; b++) {
+        LayerSlot s;
+        unsigned parts = LAYER_WEIGHTS | LAYER_STEP, dirty = 0;
+        if ((rc = layers_acquire_block(p, l, b, -1, parts, &s, err))) break;
+        int r0 = (int)(s.first / C), rows = (int)(s.count / C);
+        if (zero) be->zero(be, s.grad, s.count * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            Lane *a = &p->work.lanes[i];
+            const float *x = lane_layer_input(p, a, l);
+            float *kept = !L->frozen && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
+            const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
+            if (a->kind == OP_BW) {
+                if (kept) stage_rows_backward(st, l, params, r0, rows, x, kept, NULL, s.grad, B);
+                continue;
+            }
+            float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
+            if (kept && b == 0) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
+            stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
+                                a->kind == OP_B && !L->frozen ? s.grad : NULL, B);
+        }
+        if (last_w && p->src.streamed) rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+        int rc2 = layers_release_block(p, l, b, parts, dirty, err);
+        if (!rc) rc = rc2;
+    }
+    for (int i = 0; i < n; i++) {
+        Lane *a = &p->work.lanes[i];
+        if (a->kind != OP_BW)
+            a->dy = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
+    }
+    return rc;
+}
+
 // recompute = stage: the stash of each B and Bi lane, rerun from the input its F kept with the
 // weights F ran with (those B differentiates at), as F computed it: F's primal is the plain
 // forward with or without tangents (every layer's jvp calls its forward). The stage's last
@@ -422,6 +513,10 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
+        if (layer_blocks(&p->model->layers[l]) > 1) {
+            rc = backward_blocks(p, step, total, l, n, zero, last_w, err);
+            continue;
+        }
         if (parts && (rc = layers_acquire(p, l, -1, parts, &s, err))) break;
         backward_layer(p, l, &s, n, zero);
         if (parts && last_w && p->src.streamed)

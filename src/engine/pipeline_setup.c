@@ -33,8 +33,9 @@ static int adjoints_in_flight(const Config *c) {
 static double head_bytes(const Pipeline *p) {
     const Layer *L = &p->model->layers[p->stage.last - 1];
     if (!L->head_block) return 0.0;
-    int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0;
-    return (double)head_loss_work_floats(L, p->cfg->training.micro_batch, p->K, n_mb) * sizeof(float);
+    int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0, B = p->cfg->training.micro_batch;
+    return (double)head_loss_work_floats(L, B, p->K, n_mb) * sizeof(float) +
+           (double)p->cfg->training.micro_batches * stage_rows_state_bytes(&p->stage, p->stage.last - 1, B);
 }
 
 // A resident stage that cannot fit this machine is refused before it allocates: an allocation
@@ -150,6 +151,11 @@ static void alloc_lanes(Pipeline *p, int group) {
     msg->inbox = alloc_counted(p, MEM_MESSAGES, (size_t)msg->n_inbox * msg->stride);
     msg->outbox = alloc_counted(p, MEM_MESSAGES, msg->stride);
     if (p->is_first) w->x_in = alloc_counted(p, MEM_LANES, (size_t)group * w->x_stride);
+    size_t state = stage_rows_state_bytes(&p->stage, p->stage.last - 1, p->cfg->training.micro_batch);
+    if (state) {
+        mem_account_add(&p->mem, MEM_LANES, (double)group * state);
+        w->rows_state = fg_alloc_bytes((size_t)group * state);
+    }
 }
 
 static void alloc_buffers(Pipeline *p) {
@@ -379,7 +385,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;
     p->n = p->stage.param_count;
-    for (int l = first[s]; l < first[s + 1]; l++) p->largest = FG_MAX(p->largest, m->layers[l].param_count);
+    p->largest = model_largest_block(m, first[s], first[s + 1]);  // a row block of a table in blocks
     size_t width = (size_t)m->max_width;
     p->work.act_stride = p->work.adj_stride = (size_t)B * width;
     p->work.tan_stride = (size_t)B * width * p->K;
@@ -442,7 +448,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
                        p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3],
-                       p->kept.lane_labels};
+                       p->kept.lane_labels, w->rows_state};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(w->lanes);
     cv_scale_free(&p->upd.cv);

@@ -80,20 +80,20 @@ static int tied_apart(const Pipeline *p, int l) {
     return tied_buffer(p, l) || tied_region(p, l) >= 0;
 }
 
-// A spilled tied copy's gradient into the layer-sized buffer (the estimate's, fg and fg+bp),
-// where gradient_of_layer finds it.
-static int tied_fetch(Pipeline *p, int l, FgError *err) {
+// A spilled tied copy's gradient (of the slot's rows) into the layer-sized buffer (the
+// estimate's, fg and fg+bp), where gradient_of_layer finds it.
+static int tied_fetch(Pipeline *p, int l, const LayerSlot *s, FgError *err) {
     int r = tied_region(p, l);
     if (r < 0) return FG_OK;
-    return p->src.tied_spill->read(p->src.tied_spill, r, 0, p->src.layer_buffer,
-                                   p->model->layers[l].param_count, err);
+    return p->src.tied_spill->read(p->src.tied_spill, r, s->first, p->src.layer_buffer, s->count, err);
 }
 
-// g, a tied copy's op-U gradient, onto flash (nothing when it is kept in memory).
-static int tied_keep(Pipeline *p, int l, const float *g, FgError *err) {
+// g, a tied copy's op-U gradient of the slot's rows, onto flash (nothing when it is kept in
+// memory).
+static int tied_keep(Pipeline *p, int l, const LayerSlot *s, const float *g, FgError *err) {
     int r = tied_region(p, l);
     if (r < 0) return FG_OK;
-    return p->src.tied_spill->write(p->src.tied_spill, r, 0, g, p->model->layers[l].param_count, err);
+    return p->src.tied_spill->write(p->src.tied_spill, r, s->first, g, s->count, err);
 }
 
 float *update_estimate_of_layer(Pipeline *p, int l) {
@@ -101,6 +101,13 @@ float *update_estimate_of_layer(Pipeline *p, int l) {
     if (tied) return tied;
     if (p->src.streamed) return p->upd.estimate;
     return p->upd.estimate + (p->model->layers[l].param_offset - p->stage.param_base);
+}
+
+// The slot's rows of layer l's estimate: a streamed stage's one layer buffer holds a block's
+// (the rows being formed), a tied copy's buffer and a resident stage's estimate the layer's.
+static float *estimate_rows(Pipeline *p, int l, const LayerSlot *s) {
+    float *e = update_estimate_of_layer(p, l);
+    return p->src.streamed && !tied_buffer(p, l) ? e : e + s->first;
 }
 
 // Whether layer l's estimate is in update_estimate_of_layer already: a resident stage's once op
@@ -114,7 +121,7 @@ static int estimate_formed(const Pipeline *p, int l) {
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
     if (tied_region(p, l) >= 0) return p->src.layer_buffer;  // tied_fetch put it there
-    return tied ? tied : p->upd.pending.tangents ? update_estimate_of_layer(p, l) : s->kept;
+    return tied ? tied + s->first : p->upd.pending.tangents ? estimate_rows(p, l, s) : s->kept;
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
@@ -124,16 +131,16 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 // optimizer state, no reference in its slot).
 static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
 
-int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts, unsigned *dirty,
-                               FgError *err) {
+int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
+                               unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
-    int rc = layers_acquire(p, l, 1, *parts, s, err);
+    int rc = layers_acquire_block(p, l, b, 1, *parts, s, err);
     if (rc || !u->active) return rc;
     if (layers_writes(p)) {
-        if ((rc = tied_fetch(p, l, err))) return rc;
+        if ((rc = tied_fetch(p, l, s, err))) return rc;
         *dirty = update_apply(p, l, s);
     }
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
@@ -142,7 +149,7 @@ int update_acquire_for_forward(Pipeline *p, int l, LayerSlot *s, unsigned *parts
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;  // the layer, or a row block of it
     int rc;
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
@@ -158,14 +165,17 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         be->copy(be, s->kept, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
-    // Replicas hold the same sum: one of them contributes its norm to the grid's sum.
-    if (p->tr->replica == 0 && needs_grad_norms(p))
-        p->scalars[scalars_grad_norms(p) + l] =
-            (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
+    // Replicas hold the same sum: one of them contributes its norm to the grid's sum. A layer
+    // in row blocks sums its blocks' dots in order, resident or streamed (the same bits).
+    if (p->tr->replica == 0 && needs_grad_norms(p)) {
+        double g2 = (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
+        double *norm = &p->scalars[scalars_grad_norms(p) + l];
+        *norm = s->first ? *norm + g2 : g2;
+    }
     // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
     int tied = !p->run.forms_estimate && tied_apart(p, l);
-    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l), s->grad, n * sizeof(float));
-    if (fresh && tied && (rc = tied_keep(p, l, s->grad, err))) return rc;
+    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
+    if (fresh && tied && (rc = tied_keep(p, l, s, s->grad, err))) return rc;
     if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
@@ -175,11 +185,11 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     return FG_OK;
 }
 
-// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l.
+// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l (of the slot's rows).
 static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, int adding) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (!s->ref) base_ref = 0.0f;  // a streamed frozen layer (its reference would be 0)
     if (u->base_kept != 0.0f) {
@@ -208,6 +218,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                          .replica_microbatches = p->cfg->training.micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
+                         .first = s->first, .count = s->count,
                          .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
     perturb->estimate(&p->stage, l, &e, upd);
     if (perturb->sets_estimate) add_base_terms(p, l, s, upd, 1);
@@ -223,12 +234,14 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
         if (p->src.streamed && !tied_apart(p, l)) continue;
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        form_estimate(p, l, &s, update_estimate_of_layer(p, l));
-        rc = tied_keep(p, l, update_estimate_of_layer(p, l), err);
-        int rc2 = layers_release(p, l, parts, 0, err);
-        rc = rc ? rc : rc2;
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
+            form_estimate(p, l, &s, estimate_rows(p, l, &s));
+            rc = tied_keep(p, l, &s, estimate_rows(p, l, &s), err);
+            int rc2 = layers_release_block(p, l, b, parts, 0, err);
+            rc = rc ? rc : rc2;
+        }
     }
     if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
@@ -290,17 +303,19 @@ static int tie_copies(Pipeline *p, FgError *err) {
     int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.
+    // Block 0 of a copy in row blocks: its pointers are where the layer starts (a resident
+    // stage's buffers are contiguous; a streamed one acquires no part here).
     unsigned parts = tied_apart(p, mine) ? 0 : LAYER_STEP;
     LayerSlot a, b;
-    if ((rc = layers_acquire(p, mine, 1, parts, &a, err))) return rc;
-    if (both && !(rc = layers_acquire(p, last, 1, parts, &b, err))) {
+    if ((rc = layers_acquire_block(p, mine, 0, 1, parts, &a, err))) return rc;
+    if (both && !(rc = layers_acquire_block(p, last, 0, 1, parts, &b, err))) {
         rc = tie_pieces(p, first, gradient_of_layer(p, first, &a), gradient_of_layer(p, last, &b), 1, err);
-        int rc2 = layers_release(p, last, parts, parts, err);
+        int rc2 = layers_release_block(p, last, 0, parts, parts, err);
         rc = rc ? rc : rc2;
     } else if (!both) {
         rc = tie_pieces(p, mine, gradient_of_layer(p, mine, &a), NULL, 0, err);
     }
-    int rc2 = layers_release(p, mine, parts, parts, err);
+    int rc2 = layers_release_block(p, mine, 0, parts, parts, err);
     return rc ? rc : rc2;
 }
 
@@ -312,10 +327,14 @@ static int tie_gradients(Pipeline *p, FgError *err) {
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
     for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
         if (!tied_apart(p, tied[i])) continue;
-        LayerSlot s;
-        if ((rc = layers_acquire(p, tied[i], 1, LAYER_WEIGHTS, &s, err))) break;
-        if ((rc = tied_fetch(p, tied[i], err))) break;
-        rc = layers_release(p, tied[i], LAYER_WEIGHTS, layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
+        for (int b = 0; b < layer_blocks(&m->layers[tied[i]]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, tied[i], b, 1, LAYER_WEIGHTS, &s, err)) ||
+                (rc = tied_fetch(p, tied[i], &s, err)))
+                break;
+            rc = layers_release_block(p, tied[i], b, LAYER_WEIGHTS,
+                                      layers_writes(p) ? update_apply(p, tied[i], &s) : 0, err);
+        }
     }
     return rc;
 }
@@ -323,7 +342,7 @@ static int tie_gradients(Pipeline *p, FgError *err) {
 unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
-    size_t n = p->model->layers[l].param_count;
+    size_t n = s->count;  // the layer, or a row block of it (bp: its tangents are not in blocks)
     unsigned dirty = LAYER_WEIGHTS;
     if (layer_frozen(p, l)) {  // resident: the swap left its weights in prev[0], and they stay
         if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
@@ -354,14 +373,15 @@ static int finish_stage_gradient(Pipeline *p, long step, long total, int fresh, 
         if ((rc = p->tr->wait_replica_sum(p->tr, err))) return rc;
         *waited += wall_seconds() - t;
     }
-    for (int l = layers_first_param(p); l >= 0; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        unsigned dirty = 0;
-        if ((rc = layers_acquire(p, l, 1, LAYER_STEP, &s, err)) ||
-            (rc = update_finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
-            (rc = layers_release(p, l, LAYER_STEP, dirty, err)))
-            return rc;
-    }
+    for (int l = layers_first_param(p); l >= 0; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]); b++) {
+            LayerSlot s;
+            unsigned dirty = 0;
+            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_STEP, &s, err)) ||
+                (rc = update_finish_layer_gradient(p, step, total, l, &s, fresh, &dirty, err)) ||
+                (rc = layers_release_block(p, l, b, LAYER_STEP, dirty, err)))
+                return rc;
+        }
     return FG_OK;
 }
 
@@ -409,40 +429,49 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
 
 enum { ROW_G2, ROW_GC, ROW_F2, ROW_FC, ROW_WIDTH };
 
+// The rows of one layer (or row block: its dots added to the layer's in block order) for
+// norm_pass: g's |g|^2 and g . c, and the plain fg estimate f's |f|^2 and f . c.
+static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, const float *fcoeff,
+                     double *row, FgError *err) {
+    const Backend *be = p->be;
+    size_t n = s->count;
+    float *upd = estimate_rows(p, l, s);
+    int rc = FG_OK;
+    if (!estimate_formed(p, l)) form_estimate(p, l, s, upd);
+    else if ((rc = tied_fetch(p, l, s, err))) return rc;
+    row[ROW_G2] += be->dot(be, upd, upd, n);  // from 0: the first block's (or layer's) dot
+    if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->kept, n);
+    if (!with_fg) return FG_OK;
+    // A streamed stage forms g again when it applies it: f may take its buffer (also when g, of
+    // a tied copy, is in tied_grad).
+    float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
+    be->zero(be, f, n * sizeof(float));
+    TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
+    stage_layer_add_tangents_part(&p->stage, l, key, p->run.all_microbatches, fcoeff, s->first, n, f);
+    row[ROW_F2] += be->dot(be, f, f, n);
+    row[ROW_FC] += p->upd.c_scale * be->dot(be, f, s->kept, n);
+    return FG_OK;
+}
+
 // One pass over the layers for |g| (clipping, the log) and the log's cosines to c: per layer
 // g (resident: kept for the update), and the plain fg estimate f = sum d/(NK) v.
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
-    const Backend *be = p->be;
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
     // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
     int with_fg = p->upd.want_stats && have_c && p->K && !p->run.keeps_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        size_t n = p->model->layers[l].param_count;
-        // The weights only for the reference: a streamed stage reads no more than the pass uses.
-        unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
-        LayerSlot s;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        float *upd = update_estimate_of_layer(p, l);
-        double *row = rows + (size_t)l * ROW_WIDTH;
-        if (!estimate_formed(p, l)) form_estimate(p, l, &s, upd);
-        else if ((rc = tied_fetch(p, l, err))) break;
-        row[ROW_G2] = be->dot(be, upd, upd, n);
-        if (have_c) row[ROW_GC] = p->upd.c_scale * be->dot(be, upd, s.kept, n);
-        if (with_fg) {
-            // A streamed stage forms g again when it applies it: f may take its buffer (also
-            // when g, of a tied copy, is in tied_grad).
-            float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
-            be->zero(be, f, n * sizeof(float));
-            TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
-            stage_layer_add_tangents(&p->stage, l, key, p->run.all_microbatches, fcoeff, f);
-            row[ROW_F2] = be->dot(be, f, f, n);
-            row[ROW_FC] = p->upd.c_scale * be->dot(be, f, s.kept, n);
+    // The weights only for the reference: a streamed stage reads no more than the pass uses.
+    unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
+            rc = norm_rows(p, l, &s, have_c, with_fg, fcoeff, rows + (size_t)l * ROW_WIDTH, err);
+            int rc2 = layers_release_block(p, l, b, parts, 0, err);
+            rc = rc ? rc : rc2;
         }
-        rc = layers_release(p, l, parts, 0, err);
-    }
     if (!rc) rc = p->tr->allreduce_sum(p->tr, rows, L * ROW_WIDTH, err);
     sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
     free(rows);
@@ -502,12 +531,13 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
     p->upd.pending.aged = p->tt.lags_kept > 0 && p->src.age_weights;
     if (p->upd.pending.aged) p->src.age_weights(&p->src);
-    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        LayerSlot s;
-        unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
-        if ((rc = layers_acquire(p, l, 1, parts, &s, err)) || (rc = tied_fetch(p, l, err))) break;
-        rc = layers_release(p, l, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
-    }
+    for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
+        for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
+            LayerSlot s;
+            unsigned parts = LAYER_WEIGHTS | LAYER_STEP;
+            if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err)) || (rc = tied_fetch(p, l, &s, err))) break;
+            rc = layers_release_block(p, l, b, parts, layers_writes(p) ? update_apply(p, l, &s) : 0, err);
+        }
     p->upd.pending.active = 0;
     return rc;
 }

@@ -25,18 +25,20 @@ typedef struct {
     float *params, *state, *ref, *grad, *prev[LAYER_MAX_LAG];
 } Resident;
 
-static int resident_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
-    (void)s, (void)layer, (void)parts, (void)err;
+static int resident_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
+    (void)s, (void)layer, (void)block, (void)parts, (void)err;
     return FG_OK;
 }
 
 static float *view(float *buf, size_t off) { return buf ? buf + off : NULL; }
 
-static int resident_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err) {
+static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out,
+                            FgError *err) {
     (void)err;
     Resident *r = s->ctx;
-    size_t off = r->model->layers[layer].param_offset - r->base;
     *out = (LayerSlot){0};
+    layer_block(&r->model->layers[layer], block, &out->first, &out->count);
+    size_t off = r->model->layers[layer].param_offset - r->base + out->first;
     if (parts & LAYER_WEIGHTS) {
         out->params = r->params + off;
         out->state = view(r->state, off);
@@ -50,9 +52,9 @@ static int resident_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
     return FG_OK;
 }
 
-static int resident_release(LayerSource *s, int layer, unsigned parts, unsigned dirty,
+static int resident_release(LayerSource *s, int layer, int block, unsigned parts, unsigned dirty,
                             FgError *err) {
-    (void)s, (void)layer, (void)parts, (void)dirty, (void)err;
+    (void)s, (void)layer, (void)block, (void)parts, (void)dirty, (void)err;
     return FG_OK;
 }
 

@@ -67,22 +67,22 @@ static int steps_of(const Streamed *st, int layer, unsigned parts) {
     return (parts & LAYER_STEP) && st->has_step && !st->m->layers[layer].frozen;
 }
 
-static int streamed_prefetch(LayerSource *s, int layer, unsigned parts, FgError *err) {
+static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK;
     if (!st->io) return FG_OK;
-    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch(&st->weights, layer, err);
-    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch(&st->step, layer, err);
+    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch_block(&st->weights, layer, block, err);
+    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch_block(&st->step, layer, block, err);
     return rc;
 }
 
 // The host views of a layer's parts: from the streams (the I/O rank), and when the slots are
 // shared, published to the node's other replicas, which take them after the barrier.
-static int acquire_views(Streamed *st, int layer, unsigned parts, LayerView *w, LayerView *v,
-                         FgError *err) {
+static int acquire_views(Streamed *st, int layer, int block, unsigned parts, LayerView *w,
+                         LayerView *v, FgError *err) {
     int rc = FG_OK;
-    if (st->io && (parts & LAYER_WEIGHTS)) rc = st->weights.acquire(&st->weights, layer, w, err);
-    if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire(&st->step, layer, v, err);
+    if (st->io && (parts & LAYER_WEIGHTS)) rc = st->weights.acquire_block(&st->weights, layer, block, w, err);
+    if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire_block(&st->step, layer, block, v, err);
     if (rc || !st->shared || !(parts & (LAYER_WEIGHTS | LAYER_STEP))) return rc;
     if (st->solo)
         return st->io ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "layer %d acquired by a replica "
@@ -98,12 +98,14 @@ static int acquire_views(Streamed *st, int layer, unsigned parts, LayerView *w, 
     return FG_OK;
 }
 
-static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot *out, FgError *err) {
+static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out,
+                            FgError *err) {
     Streamed *st = s->ctx;
     LayerView w, v;
-    int rc = acquire_views(st, layer, parts, &w, &v, err);
+    int rc = acquire_views(st, layer, block, parts, &w, &v, err);
     *out = (LayerSlot){0};
     if (rc) return rc;
+    layer_block(&st->m->layers[layer], block, &out->first, &out->count);
     if (parts & LAYER_WEIGHTS) {
         st->held_weights = w;
         float *bufs[4] = {NULL};
@@ -130,7 +132,7 @@ static int streamed_acquire(LayerSource *s, int layer, unsigned parts, LayerSlot
     return FG_OK;
 }
 
-static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned dirty,
+static int streamed_release(LayerSource *s, int layer, int block, unsigned parts, unsigned dirty,
                             FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK, rc2 = FG_OK;
@@ -143,10 +145,10 @@ static int streamed_release(LayerSource *s, int layer, unsigned parts, unsigned 
     if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
     if (!rc && (dirty & LAYER_STEP) && steps_of(st, layer, parts)) rc = stage_out(st, &st->held_step, st->dev_step, err);
     if (parts & LAYER_WEIGHTS)
-        rc2 = st->weights.release(&st->weights, layer, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
+        rc2 = st->weights.release_block(&st->weights, layer, block, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
     if (!rc) rc = rc2;
     if (steps_of(st, layer, parts))
-        rc2 = st->step.release(&st->step, layer, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
+        rc2 = st->step.release_block(&st->step, layer, block, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
     return rc ? rc : rc2;
 }
 
@@ -321,9 +323,16 @@ static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
     return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
 }
 
+// Floats of what a slot holds of a layer: the layer, or one of its row blocks (its largest).
+static size_t unit_floats(const Layer *L) {
+    size_t first, n;
+    layer_block(L, 0, &first, &n);
+    return n;
+}
+
 // Bytes of a layer's slot in the weights store.
 static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
-    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(L->param_count * sizeof(float));
+    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(unit_floats(L) * sizeof(float));
 }
 
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
@@ -331,9 +340,9 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     size_t weights = 0, trained = 0;
     for (int l = first; l < last; l++) {
         const Layer *L = &m->layers[l];
-        if (L->param_count > sp->largest) sp->largest = L->param_count, sp->largest_layer = l;
+        if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
         weights = FG_MAX(weights, weights_bytes(sp, L));
-        if (!L->frozen) trained = FG_MAX(trained, L->param_count);
+        if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
         *param_layers += L->param_count > 0;
         // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
         if ((l == m->tied_first || l == m->tied_last) && !m->layers[l].frozen)  // frozen: no step
@@ -341,8 +350,8 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     }
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     for (int l = first; l < last; l++)
-        if (m->layers[l].param_count && m->layers[l].param_count <= sp->largest / 2) {
-            sp->small = FG_MAX(sp->small, m->layers[l].param_count);
+        if (m->layers[l].param_count && unit_floats(&m->layers[l]) <= sp->largest / 2) {
+            sp->small = FG_MAX(sp->small, unit_floats(&m->layers[l]));
             sp->small_layers++;
         }
 }
@@ -394,14 +403,17 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - work_bytes;
     if (room < slots_floor(sp)) {
-        char faster[96] = "";
+        char faster[160] = "", name[96];
+        const Layer *L = &m->layers[sp->largest_layer];
+        if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
+        else snprintf(name, sizeof name, "%s", L->name);
         if (one_large_slot(sp))  // two large slots keep the table's copies in memory
             snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                     work_bytes + 2.0 * (double)slot + 2.0 * (double)small, m->layers[sp->largest_layer].name);
+                     work_bytes + 2.0 * (double)slot + 2.0 * (double)small, name);
         return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
                        "activations need %.0f bytes and %s of its largest layer, %s%s, %.0f more "
                        "(at least %.0f bytes%s)", c->layout.mem_budget, stage, work_bytes,
-                       one_large_slot(sp) ? "one slot" : "two slots", m->layers[sp->largest_layer].name,
+                       one_large_slot(sp) ? "one slot" : "two slots", name,
                        one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
                        work_bytes + slots_floor(sp), faster);
     }

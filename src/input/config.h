@@ -89,6 +89,8 @@ typedef struct {
     char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
     int io_every_step;     // a streamed stage prints each step's I/O line
     int stream;            // 1: every stage streams (with mem_budget), also one that fits in memory
+    int table_block_rows;  // > 0: a token table of more rows is read, computed and written this
+                           // many rows at a time (Layer.block_rows); 0: whole
 } LayoutConfig;
 
 typedef struct {

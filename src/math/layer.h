@@ -76,6 +76,8 @@ typedef struct {
     int lora_parts[3];    // lora: rows of the projection's parts (q, k, v / gate, up / one)
     int lora_mask;        // lora: bit i set: part i is adapted
     int frozen;           // parameters held fixed (config freeze): no tangents, steps of size 0
+    int block_rows;       // > 0: a token table (embedding, fused head) read, computed and written
+                          // in blocks of this many rows (layer_block; config table_block_rows)
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;
 } Layer;
@@ -86,6 +88,24 @@ static inline int layer_out_token(const Layer *L) { return L->out / layer_tokens
 static inline int layer_kv_heads(const Layer *L) { return L->kv_heads > 0 ? L->kv_heads : L->heads; }
 static inline int layer_head_dim(const Layer *L) {
     return L->head_dim > 0 ? L->head_dim : L->carry / L->heads;
+}
+
+// Row blocks of a token table (block_rows > 0): rows of C floats, block b = rows [b * block_rows,
+// ...) of the table (embedding: wte then wpe; the fused head: its vocab rows), the last one
+// shorter. A layer without blocks is one block of all its parameters.
+static inline size_t layer_row_floats(const Layer *L) {
+    return L->kind == LAYER_EMBEDDING ? (size_t)layer_out_token(L) : (size_t)layer_in_token(L);
+}
+static inline int layer_blocks(const Layer *L) {
+    if (!L->block_rows) return 1;
+    size_t block = (size_t)L->block_rows * layer_row_floats(L);
+    return (int)((L->param_count + block - 1) / block);
+}
+// Block b's first float and floats; its first row is *first / layer_row_floats(L).
+static inline void layer_block(const Layer *L, int b, size_t *first, size_t *count) {
+    size_t block = L->block_rows ? (size_t)L->block_rows * layer_row_floats(L) : L->param_count;
+    *first = (size_t)b * block;
+    *count = L->param_count - *first < block ? L->param_count - *first : block;
 }
 
 // The columns of an output token that a layer's parameters produce (activity perturbation

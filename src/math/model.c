@@ -182,31 +182,61 @@ Layer *add_lm_head(Model *m, int T, int C, int V, int classes, int fused_head, i
     return add_layer(m, L);
 }
 
-// p[i] ~ U(-bound, bound) from the init stream: Philox words keyed like a tangent, 24 bits each.
-static void init_uniform(TangentKey key, size_t n, float bound, float *p) {
-    for (size_t i = 0; i < n; i += 4) {
+// p[i - first] ~ U(-bound, bound) for i in [first, first + n) from the init stream: Philox words
+// keyed like a tangent, 24 bits each, word i / 4 for element i (any first: a row block).
+static void init_uniform(TangentKey key, size_t first, size_t n, float bound, float *p) {
+    for (size_t i = first / 4 * 4; i < first + n; i += 4) {
         Philox4 w = philox4x32_10((Philox4){{(uint32_t)(i / 4), key.layer, key.stream, 0x10A4u}},
                                   key.seed, (uint32_t)(i >> 34));
-        for (size_t j = 0; j < 4 && i + j < n; j++) {
+        for (size_t j = 0; j < 4 && i + j < first + n; j++) {
+            if (i + j < first) continue;
             float u = (float)(w.v[j] >> 8) * (1.0f / 16777216.0f);  // [0, 1)
-            p[i + j] = bound * (2.0f * u - 1.0f);
+            p[i + j - first] = bound * (2.0f * u - 1.0f);
         }
     }
 }
 
+// The floats [from, from + n) of layer l's parameters that tensor tv holds, initialised into out
+// (out[0]: the layer's float `from`).
+static void init_tensor_part(const Model *m, const TensorView *tv, size_t from, size_t n, float *out,
+                             uint32_t seed) {
+    size_t at = tv->offset - m->layers[tv->layer].param_offset, size = (size_t)tv->rows * tv->cols;
+    size_t lo = FG_MAX(at, from), hi = FG_MIN(at + size, from + n);
+    if (lo >= hi) return;
+    float *p = out + (lo - from);
+    for (size_t i = 0; i < hi - lo; i++) p[i] = tv->init_value;
+    TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = tv->init_key};
+    if (tv->init_uniform > 0) init_uniform(key, lo - at, hi - lo, tv->init_uniform, p);
+    if (tv->init_std > 0) tangent_axpy(key, lo - at, hi - lo, tv->init_std, p);
+}
+
+void model_init_part(const Model *m, int l, size_t first, size_t n, float *out, uint32_t seed) {
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].layer == l) init_tensor_part(m, &m->tensors[t], first, n, out, seed);
+}
+
 void model_init_range(const Model *m, int first, int last, float *params, uint32_t seed) {
     size_t base = model_range_offset(m, first);
-    for (int t = 0; t < m->n_tensors; t++) {
-        const TensorView *tv = &m->tensors[t];
-        if (tv->layer < first || tv->layer >= last) continue;
-        float *p = params + (tv->offset - base);
-        size_t n = (size_t)tv->rows * tv->cols;
-        for (size_t i = 0; i < n; i++) p[i] = tv->init_value;
-        TangentKey key = {.seed = seed, .stream = STREAM_INIT, .layer = tv->init_key};
-        if (tv->init_uniform > 0) init_uniform(key, n, tv->init_uniform, p);
-        if (tv->init_std <= 0) continue;
-        tangent_axpy(key, 0, n, tv->init_std, p);
+    for (int l = first; l < last; l++)
+        model_init_part(m, l, 0, m->layers[l].param_count, params + (m->layers[l].param_offset - base), seed);
+}
+
+void model_set_row_blocks(Model *m, int rows) {
+    for (int l = 0; l < m->n_layers && rows > 0; l++) {
+        Layer *L = &m->layers[l];
+        int table = L->kind == LAYER_EMBEDDING || L->head_block;
+        if (table && L->param_count > (size_t)rows * layer_row_floats(L)) L->block_rows = rows;
     }
+}
+
+size_t model_largest_block(const Model *m, int first, int last) {
+    size_t largest = 0;
+    for (int l = first; l < last; l++) {
+        size_t at, n;
+        layer_block(&m->layers[l], 0, &at, &n);
+        largest = FG_MAX(largest, n);
+    }
+    return largest;
 }
 
 void model_init_params(const Model *m, float *params, uint32_t seed) {

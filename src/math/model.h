@@ -94,6 +94,14 @@ int model_build_mlp(Model *m, const char *widths, const char *activation, FgErro
 void model_init_params(const Model *m, float *params, uint32_t seed);
 // The same values for layers [first, last) only, into their slice (a pipeline stage's).
 void model_init_range(const Model *m, int first, int last, float *params, uint32_t seed);
+// The initial values of floats [first, first + n) of layer l's parameters (a row block) into out,
+// those of model_init_range bit for bit.
+void model_init_part(const Model *m, int l, size_t first, size_t n, float *out, uint32_t seed);
+// Row blocks (config table_block_rows > 0): the token table's layers (embedding, fused head) of
+// more rows than `rows` get block_rows = rows; a layer's largest block in floats is then
+// model_largest_block.
+void model_set_row_blocks(Model *m, int rows);
+size_t model_largest_block(const Model *m, int first, int last);
 
 // Parameters owned by layers [first, last): where they start and how many.
 size_t model_range_offset(const Model *m, int first);

@@ -129,6 +129,7 @@ int train_build_model(const Config *c, int training, Model *m, FgError *err) {
     } else {
         rc = model_build_mlp(m, c->net.model, c->net.activation, err);
     }
+    if (!rc && training) model_set_row_blocks(m, c->layout.table_block_rows);
     return rc ? rc : apply_freeze(c->net.freeze, m, err);
 }
 

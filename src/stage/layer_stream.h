@@ -25,6 +25,7 @@ typedef struct {
     size_t count;       // floats per buffer
     int n_bufs;         // params + optimizer state (+ reference) buffers
     float *buf[4];      // buf[0]: params, then optimizer state, then the reference (cv, guided)
+    size_t first;       // a row block: the layer's float at buf[b][0] (0: the whole layer)
     long version;       // updates applied so far
 } LayerView;
 
@@ -62,6 +63,13 @@ struct LayerStream {
     int (*acquire)(LayerStream *s, int layer, LayerView *view, FgError *err);
     // Unpins; dirty: the contents become version + 1 and are written back asynchronously.
     int (*release)(LayerStream *s, int layer, int dirty, FgError *err);
+    // A layer in row blocks (Layer.block_rows; a slot holds one block) is read, pinned and
+    // written back a block at a time, the blocks of a version in ascending order; the layer has
+    // the version once its last block is written. Its acquire is refused; its prefetch reads
+    // its block 0. A layer without blocks is block 0.
+    int (*prefetch_block)(LayerStream *s, int layer, int block, FgError *err);
+    int (*acquire_block)(LayerStream *s, int layer, int block, LayerView *view, FgError *err);
+    int (*release_block)(LayerStream *s, int layer, int block, int dirty, FgError *err);
     // The auxiliary record of a version (e.g. the scalars of the pending forward-gradient
     // update), written before the first layer of that version; read_aux returns the one of
     // the version the stream opened at.

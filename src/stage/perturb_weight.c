@@ -31,10 +31,11 @@ static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
     st->be->jvp(st->be, &st->model->layers[l], p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
-// U: every replica's micro-batches, regenerated from the seed (no inputs kept).
+// U: every replica's micro-batches, regenerated from the seed (no inputs kept); of a row block
+// of the layer (e->count < its parameters).
 static void weight_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
-    stage_layer_add_tangents(st, l, tangent_key(e->seed, e->step, 0, l), e->all_microbatches,
-                             e->coeff, grad_l);
+    stage_layer_add_tangents_part(st, l, tangent_key(e->seed, e->step, 0, l), e->all_microbatches,
+                                  e->coeff, e->first, e->count, grad_l);
 }
 
 const PerturbationOps perturb_weight = {
@@ -46,6 +47,21 @@ void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,
     key.layer = (uint32_t)l;
     if (stage_layer_lowrank(st, L)) stage_lowrank_add_tangents(st, L, key, n_mb, coeff, grad_l);
     else st->be->tangent_axpy(st->be, key, n_mb, st->tangents, coeff, L->param_count, grad_l);
+}
+
+void stage_layer_add_tangents_part(const Stage *st, int l, TangentKey key, int n_mb,
+                                   const float *coeff, size_t first, size_t count, float *grad_l) {
+    if (first == 0 && count == st->model->layers[l].param_count) {
+        stage_layer_add_tangents(st, l, key, n_mb, coeff, grad_l);
+        return;
+    }
+    key.layer = (uint32_t)l;  // the CPU backend's order: micro-batch, then tangent
+    for (int b = 0; b < n_mb; b++)
+        for (int k = 0; k < st->tangents; k++) {
+            TangentKey kk = key;
+            kk.microbatch += (uint32_t)b, kk.k = (uint32_t)k;
+            tangent_axpy(kk, first, count, coeff[b * st->tangents + k], grad_l);
+        }
 }
 
 void stage_layer_tangent_dots(const Stage *st, int l, TangentKey key, int n_mb, const float *x_l,

@@ -26,6 +26,8 @@ typedef struct {
     const float *kept;       // what F kept of this layer (kept_floats' block) or NULL
     float fg_weight;         // the weight of fg's part (local losses: formed in F unweighted)
     float *work;             // [replica_microbatches * rows * widest layer] of scratch
+    size_t first, count;     // the floats of the layer estimated: all, or a row block's
+                             // (Layer.block_rows; weight tangents only)
 } PerturbEstimate;
 
 typedef struct {

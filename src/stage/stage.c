@@ -18,9 +18,8 @@ int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last
     st->param_count = model_range_count(m, first, last);
     st->max_rows = max_rows;
     st->tangents = tangents;
-    size_t largest = 0;
-    for (int l = first; l < last; l++) largest = FG_MAX(largest, m->layers[l].param_count);
-    if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * largest);
+    // One layer's tangents at a time, or a row block's of a table in blocks (stage_rows.c).
+    if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * model_largest_block(m, first, last));
     return FG_OK;
 }
 
@@ -96,11 +95,31 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
     if (ydot) *ydot = key ? xdot : NULL;
 }
 
+// A table in row blocks (Layer.block_rows) in a whole-layer call (stage_forward, the costs'
+// measurement): its blocks in order, with st->pdot a block's tangents.
+static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTangents *t,
+                                 const float *x, const float *xdot, float *y, float *ydot, int rows) {
+    const Layer *L = &st->model->layers[l];
+    void *state = fg_alloc_bytes(FG_MAX(stage_rows_state_bytes(st, l, rows), 1));
+    for (int b = 0; b < layer_blocks(L); b++) {
+        size_t first, count;
+        layer_block(L, b, &first, &count);
+        ParamTangents tb = t ? *t : (ParamTangents){0};
+        if (tb.ref) tb.ref += first;
+        if (tb.guide) tb.guide += first;
+        stage_rows_forward(st, l, p + first, first, count, t ? &tb : NULL, x, xdot,
+                           st->head ? st->head->labels : NULL, y, ydot, rows, state);
+    }
+    if (L->head_block) stage_rows_finish(st, l, state, st->head, t != NULL, y, rows);
+    fg_free(state);
+}
+
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                          const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
-    if (L->head_block) stage_head_forward(st, l, p, tangents, x, xdot, y, rows);
+    if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, x, xdot, y, ydot, rows);
+    else if (L->head_block) stage_head_forward(st, l, p, tangents, x, xdot, y, rows);
     else if (!tangents) be->forward(be, L, p, x, y, rows);
     else if (!L->param_count || L->frozen) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);

@@ -92,6 +92,27 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
 // record into rec [rows * tokens, HEAD_RECORD] (stage_head.c).
 void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
                         const float *x, const float *xdot, float *rec, int rows);
+// A token table in row blocks (Layer.block_rows > 0; stage_rows.c, CPU): ops F and B on its
+// floats [first, first + count) (whole rows; p, grad: those rows), called on the blocks in
+// ascending order, every number the whole layer's. F with weight tangents t (NULL: none; t's
+// guide and ref: the block's rows) also writes the embedding's ydot [K, rows, out]. A fused
+// head scores `labels` carrying each micro-batch's running softmax in `state`
+// (stage_rows_state_bytes) from block to block, and after the last block stage_rows_finish
+// writes its records into rec and h->loss, h->correct (with tangents h->d) from h->labels and
+// h->weight. Backward: dx is started by block 0 and added to by the others; the embedding's
+// input (token ids) has no adjoint.
+size_t stage_rows_state_bytes(const Stage *st, int l, int rows);
+void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t count,
+                        const ParamTangents *t, const float *x, const float *xdot,
+                        const Label *labels, float *y, float *ydot, int rows, void *state);
+void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, int tangents,
+                       float *rec, int rows);
+void stage_rows_backward(const Stage *st, int l, const float *p, int r0, int n, const float *x,
+                         const float *dy, float *dx, float *grad, int rows);
+// stage_layer_add_tangents on floats [first, first + count) of layer l (grad_l: those floats):
+// the whole layer through the backend, a row block (CPU) in the same order of adds.
+void stage_layer_add_tangents_part(const Stage *st, int l, TangentKey key, int n_mb,
+                                   const float *coeff, size_t first, size_t count, float *grad_l);
 // Where a stash keeps layer l's input (l = last: the stage's output), in floats.
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 

@@ -1,0 +1,74 @@
+// A token table in row blocks (Layer.block_rows > 0: the embedding or the fused head;
+// docs/out-of-core.md, "Row blocks of the token table"): ops F and B a block of rows at a time,
+// the blocks in ascending order, the numbers of the whole-layer calls bit for bit
+// (embedding_rows.h, head_loss.h), and with weight tangents the block's rows of them (the
+// config refuses the other perturbations). On the CPU only: the config refuses blocks on a
+// device, whose head has no row form.
+#include "embedding_rows.h"
+#include "head_loss.h"
+#include "perturbation.h"
+
+size_t stage_rows_state_bytes(const Stage *st, int l, int rows) {
+    const Layer *L = &st->model->layers[l];
+    return L->head_block && L->block_rows ? head_rows_state_bytes(L, rows, st->tangents) : 0;
+}
+
+// The K weight tangents' rows of the block [first, first + count) into st->pdot [K, count] (the
+// guide's rows replace tangent 0), each dotted with the reference's rows (t->ref: the block's).
+static void block_tangents(Stage *st, int l, const ParamTangents *t, size_t first, size_t count) {
+    TangentKey key = t->key;
+    key.layer = (uint32_t)l;
+    for (int k = 0; k < st->tangents; k++) {
+        key.k = (uint32_t)k;
+        float *dst = st->pdot + (size_t)k * count;
+        double ref_dot = 0.0;
+        if (k == 0 && t->guide) {
+            st->be->copy(st->be, dst, t->guide, count * sizeof(float));
+            if (t->ref) ref_dot = st->be->dot(st->be, t->ref, dst, count);
+        } else if (t->ref) {
+            ref_dot = tangent_fill_dot(key, first, count, dst, t->ref);
+        } else {
+            tangent_fill(key, first, count, dst);
+        }
+        if (t->ref) t->ref_dots[k] += ref_dot;
+    }
+}
+
+void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t count,
+                        const ParamTangents *t, const float *x, const float *xdot,
+                        const Label *labels, float *y, float *ydot, int rows, void *state) {
+    const Layer *L = &st->model->layers[l];
+    const int r0 = (int)(first / layer_row_floats(L)), n = (int)(count / layer_row_floats(L));
+    const int K = st->tangents, perturbed = t && !L->frozen;
+    if (perturbed) block_tangents(st, l, t, first, count);
+    if (L->head_block && t) {
+        HeadTangents ht = {.Wdot = perturbed ? st->pdot : NULL, .wdot_stride = count};
+        head_rows_jvp(L, p, r0, n, x, xdot, labels, rows, K, &ht, state);
+    } else if (L->head_block) {
+        head_rows_forward(L, p, r0, n, x, labels, rows, state);
+    } else {
+        embedding_rows_forward(L, p, r0, n, x, y, rows);
+        size_t plane = (size_t)rows * L->out;
+        if (t && !perturbed && r0 == 0) st->be->zero(st->be, ydot, (size_t)K * plane * sizeof(float));
+        for (int k = 0; perturbed && k < K; k++)  // ids carry no tangent: the table's alone
+            embedding_rows_forward(L, st->pdot + (size_t)k * count, r0, n, x, ydot + k * plane, rows);
+    }
+}
+
+void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, int tangents,
+                       float *rec, int rows) {
+    const Layer *L = &st->model->layers[l];
+    if (!L->head_block) return;
+    if (tangents)
+        h->loss = head_rows_jvp_finish(L, state, h->labels, rows, st->tangents, h->weight, 0, rec, h->d);
+    else
+        h->loss = head_rows_finish(L, state, h->labels, rows, h->weight, rec, &h->correct);
+    if (tangents) h->correct = 0;
+}
+
+void stage_rows_backward(const Stage *st, int l, const float *p, int r0, int n, const float *x,
+                         const float *dy, float *dx, float *grad, int rows) {
+    const Layer *L = &st->model->layers[l];
+    if (L->head_block) head_rows_backward(L, p, r0, n, x, dy, dx, grad, rows);
+    else if (grad) embedding_rows_backward(L, r0, n, x, dy, grad, rows);  // ids: no input adjoint
+}
