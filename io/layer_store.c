@@ -503,20 +503,25 @@ static int write_slot(LayerStore *s, int kind, int i, int slot, long version, co
     return rc ? rc : store_seal_slot(s, kind, i, slot, version, err);
 }
 
-int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
+int store_begin_layer_write(LayerStore *s, int i, long version, int *slot, FgError *err) {
     int rc = store_check_write(s, KIND_LAYER, i, version, err);
     if (rc) return rc;
-    int slot = s->cur[i] < 0 || n_copies(s, i) == 1 ? 0 : 1 - s->cur[i];
+    *slot = s->cur[i] < 0 || n_copies(s, i) == 1 ? 0 : 1 - s->cur[i];
     // The only copy's stamp goes before its data: a write cut short leaves the layer with no
     // version, never a stamp over torn data.
     if (n_copies(s, i) == 1 && s->cur[i] >= 0) {
         s->cur[i] = -1;
         memset(s->rec, 0, HDR_BYTES);
-        uint64_t at = s->hdr_off + (uint64_t)record_of(KIND_LAYER, i, slot, s->n) * HDR_BYTES;
+        uint64_t at = s->hdr_off + (uint64_t)record_of(KIND_LAYER, i, *slot, s->n) * HDR_BYTES;
         rc = dio_write(&s->f, s->rec, HDR_BYTES, at, err);
         if (!rc) rc = dio_sync(&s->f, err);
     }
-    s->ver[i][slot] = -1;  // its old contents are gone from here on, whatever happens
+    s->ver[i][*slot] = -1;  // its old contents are gone from here on, whatever happens
+    return rc;
+}
+
+int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err) {
+    int slot, rc = store_begin_layer_write(s, i, version, &slot, err);
     if (!rc) rc = write_slot(s, KIND_LAYER, i, slot, version, buf, layer_store_slot_bytes(s, i),
                              s->slot_off[i][slot], err);
     if (rc) return rc;

@@ -73,9 +73,7 @@ int layer_store_write_block(LayerStore *s, int i, int b, long version, const voi
     if (!s->block[i]) return layer_store_write(s, i, version, buf, err);
     int rc = FG_OK;
     if (b == 0) {
-        if ((rc = store_check_write(s, KIND_LAYER, i, version, err))) return rc;
-        s->pend_slot[i] = s->cur[i] < 0 ? 0 : 1 - s->cur[i];
-        s->ver[i][s->pend_slot[i]] = -1;  // its old contents are gone from here on
+        if ((rc = store_begin_layer_write(s, i, version, &s->pend_slot[i], err))) return rc;
         s->pend_ver[i] = version, s->pend_next[i] = 0;
     } else if (s->pend_ver[i] != version || s->pend_next[i] != b) {
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: block %d of version %ld of %s written "

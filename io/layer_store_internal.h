@@ -40,6 +40,9 @@ struct LayerStore {
 size_t store_stride(const LayerStore *s, int i);
 // The write rule (layer_store.h): version may be written now.
 int store_check_write(LayerStore *s, int kind, int i, long version, FgError *err);
+// The slot a write of layer i's version goes to (the other copy, or a frozen layer's only one,
+// whose stamp is cleared first), its old version forgotten.
+int store_begin_layer_write(LayerStore *s, int i, long version, int *slot, FgError *err);
 // After a slot's data: fdatasync, its stamp of version, fdatasync.
 int store_seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgError *err);
 
