@@ -13,8 +13,7 @@
 #include "transport_mpi.h"
 #include "transport_staged.h"
 #ifdef FGPIPE_HAVE_CUDA
-#include "backend_cuda.h"
-#include "nccl_setup.h"
+#include "cuda_module.h"
 #endif
 
 // What main made, to take down after the run (ctx NULL: not made).
@@ -25,6 +24,10 @@ typedef struct {
     Transport staged;       // wraps mpi (or nccl) for device buffers MPI cannot carry
     Storage storage;
     NodeShare share;        // replicas on one node share one layer store per stage (CPU)
+#ifdef FGPIPE_HAVE_CUDA
+    const CudaModule *cuda; // loaded for device = cuda only (cuda_module.h)
+    void *cuda_handle;
+#endif
 } Made;
 
 // The config's device: the CPU, or the GPU of the rank's index among the ranks on its node
@@ -33,14 +36,17 @@ static int make_backend(Made *made, const Config *c, const Backend **out, FgErro
     *out = &backend_cpu;
     if (c->layout.device == DEVICE_CPU) return FG_OK;
 #ifdef FGPIPE_HAVE_CUDA
+    int rc = cuda_module_load(&made->cuda, &made->cuda_handle, err);
+    if (rc) return rc;
+    const CudaModule *cuda = made->cuda;
     MPI_Comm node;
-    int local, count = backend_cuda_device_count();
+    int local, count = cuda->device_count();
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &local);
     MPI_Comm_free(&node);
-    int rc = backend_cuda_create(count ? local % count : 0, &made->gpu, err);
-    if (!rc && (rc = backend_cuda_set_precision(&made->gpu, c->layout.precision, err)))
-        backend_cuda_destroy(&made->gpu);
+    rc = cuda->create(count ? local % count : 0, &made->gpu, err);
+    if (!rc && (rc = cuda->set_precision(&made->gpu, c->layout.precision, err)))
+        cuda->destroy(&made->gpu), made->gpu.ctx = NULL;
     if (!rc) *out = &made->gpu;
     return rc;
 #else
@@ -59,7 +65,7 @@ static int make_transport(Made *made, const Config *c, const Backend *be, Transp
     *out = &made->mpi;
 #ifdef FGPIPE_HAVE_CUDA
     int nccl = 0;
-    if (be->on_device && (rc = nccl_setup(MPI_COMM_WORLD, &made->mpi, be, &made->nccl, &nccl, err)))
+    if (be->on_device && (rc = made->cuda->nccl_setup(MPI_COMM_WORLD, &made->mpi, be, &made->nccl, &nccl, err)))
         return rc;
     if (nccl) *out = &made->nccl;
 #endif
@@ -74,12 +80,13 @@ static void take_down(Made *made) {
     if (made->staged.ctx) transport_staged_free(&made->staged);
     if (made->storage.ctx) checkpoint_hdf5_free(&made->storage);
 #ifdef FGPIPE_HAVE_CUDA
-    if (made->nccl.ctx) nccl_setup_free(&made->nccl);
+    if (made->nccl.ctx) made->cuda->nccl_free(&made->nccl);
 #endif
     if (made->share.ctx) node_share_mpi_destroy(&made->share);
     if (made->mpi.ctx) transport_mpi_destroy(&made->mpi);
 #ifdef FGPIPE_HAVE_CUDA
-    if (made->gpu.ctx) backend_cuda_destroy(&made->gpu);
+    if (made->gpu.ctx) made->cuda->destroy(&made->gpu);
+    cuda_module_unload(made->cuda_handle);
 #endif
 }
 
