@@ -116,25 +116,48 @@ typedef struct {
     hid_t *dsets;
 } Tensors;
 
-static int transfer_layer(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+// Rows [row, row + rows) of a tensor between its dataset d and data: the whole dataset, or a
+// hyperslab of it (a row block of a token table), so a layer in blocks is written and read a
+// block at a time into the same file as a whole one.
+static herr_t transfer_rows(hid_t d, const TensorView *tv, int load, size_t row, size_t rows, float *data) {
+    if (row == 0 && rows == (size_t)tv->rows)
+        return load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
+                    : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    hsize_t dims[2], start[2] = {row, 0}, count[2] = {rows, (hsize_t)tv->cols};
+    hid_t file = H5Dget_space(d), mem = H5Screate_simple(tensor_rank(tv, dims), count, NULL);
+    herr_t h = H5Sselect_hyperslab(file, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (h >= 0)
+        h = load ? H5Dread(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data)
+                 : H5Dwrite(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data);
+    H5Sclose(mem);
+    H5Sclose(file);
+    return h;
+}
+
+// Floats [first, first + count) of layer L (LayerVisitor): the rows of each of its tensors that
+// the range covers, whole rows (a row block starts and ends at rows of every tensor it holds).
+static int transfer_layer(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
+                          FgError *err) {
     Tensors *ts = arg;
     const Model *m = ts->st->model;
     for (int b = 0; b < ts->st->n_buffers; b++)
         for (int t = 0; t < m->n_tensors; t++) {
             const TensorView *tv = &m->tensors[t];
-            if (tv->layer != L->index) continue;
             hid_t d = ts->dsets[b * m->n_tensors + t];
-            if (d < 0) continue;  // an adapter the checkpoint lacks (adapters_optional)
-            float *data = bufs[b] + (tv->offset - L->param_offset);
-            herr_t h = ts->load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
-                                : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-            if (h < 0) {
-                char name[256], note[96];
-                dataset_name(ts->st->buffers[b], tv, name, sizeof name);
-                return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s %s failed%s", ts->path,
-                               ts->load ? "reading" : "writing", name,
-                               ts->load ? " (truncated file?)" : hdf5io_space_note(ts->path, note, sizeof note));
-            }
+            if (tv->layer != L->index || d < 0) continue;  // d < 0: an adapter the checkpoint lacks
+            size_t at = tv->offset - L->param_offset, cols = (size_t)tv->cols;
+            size_t lo = FG_MAX(at, first), hi = FG_MIN(at + (size_t)tv->rows * cols, first + count);
+            if (lo >= hi) continue;
+            if ((lo - at) % cols || (hi - lo) % cols)
+                return fg_fail(err, FG_ERR_INTERNAL, "checkpoint %s: floats [%zu, %zu) of layer %s "
+                               "cut a row of %s", ts->path, first, first + count, L->name, tv->name);
+            float *data = bufs[b] + (lo - first);
+            if (transfer_rows(d, tv, ts->load, (lo - at) / cols, (hi - lo) / cols, data) >= 0) continue;
+            char name[256], note[96];
+            dataset_name(ts->st->buffers[b], tv, name, sizeof name);
+            return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s %s failed%s", ts->path,
+                           ts->load ? "reading" : "writing", name,
+                           ts->load ? " (truncated file?)" : hdf5io_space_note(ts->path, note, sizeof note));
         }
     return FG_OK;
 }

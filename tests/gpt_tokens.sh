@@ -119,6 +119,69 @@ streamed "fg+bp cv lag 1, the table in row blocks" 1 mode=fg+bp estimator=cv sel
 # The table frozen (freeze = embedding, the tied head with it): the store keeps one copy of it,
 # written block by block once by the load, never by a step; no tied gradient (TIED=0).
 TIED=0 streamed "bp-zb, the table frozen in row blocks" 1 mode=bp schedule=zb freeze=embedding "${blocks[@]}"
+floor() {  # floor KEY=VALUE...: the smallest budget the refusal of a 1-byte budget names
+  local sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --mem-budget 1 \
+    --weights-dir "$dir/flash" >"$dir/floor.log" 2>&1
+  grep -o "at least [0-9]* bytes" "$dir/floor.log" | grep -o "[0-9]*" | head -n 1
+}
+# Checkpoints, --save-params and loads of the table in row blocks go a block at a time (the
+# table's datasets by hyperslabs, the params file at the block's offset), and make the files a
+# whole table makes: a streamed run in blocks at the floor's budget writes the datasets and
+# --save-params of the same run in memory without blocks, bitwise (bp-zb: params and AdamW's m
+# and v; fg+bp cv: its reference too). That checkpoint loads streamed in blocks as in memory
+# without them: --init-from (weights) and --resume (all the state, 2 steps more), bitwise.
+small_ck=()
+for a in "${small[@]}"; do [ "$a" = --no-checkpoint ] || small_ck+=("$a"); done
+table_run() {  # table_run NAME BUDGET KEY=VALUE... [-- ARGS...]: $dir/NAME.h5 and .bin (BUDGET 0: in memory)
+  local name=$1 budget=$2 sets=() mem=(); shift 2
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do sets+=(--set "$1"); shift; done
+  [ $# -gt 0 ] && shift
+  [ "$budget" = 0 ] || { rm -rf "$dir/flash" && mkdir -p "$dir/flash" &&
+                         mem=(--mem-budget "$budget" --weights-dir "$dir/flash"); }
+  "$fgpipe" train --config "$config" "${base[@]}" "${small_ck[@]}" "${sets[@]}" "${mem[@]}" "$@" \
+    --checkpoint "$dir/$name.h5" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
+    echo "$name: exit $?: $(grep -m1 error "$dir/$name.log")"
+}
+same_h5() {  # same_h5 A B: the problems of two checkpoints' datasets, compared bitwise
+  py_check "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+def sets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
+    return out
+a, b = sets(sys.argv[1]), sets(sys.argv[2])
+bad = [k for k in a if k not in b or a[k].dtype != b[k].dtype or a[k].tobytes() != b[k].tobytes()]
+print(f"{len(a)} datasets against {len(b)}" if a.keys() != b.keys() else
+      f"{len(bad)} datasets differ: {bad[:3]}" if bad else
+      "" if any(k.startswith("optimizer/") for k in a) else "no optimizer state")
+PY
+}
+for c in "bp-zb|mode=bp schedule=zb" "fg+bp cv|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"; do
+  label=${c%%|*}
+  read -r -a sets <<<"${c#*|}"
+  budget=$(floor "${sets[@]}" "${blocks[@]}")
+  why=$(table_run ck-mem 0 "${sets[@]}" head_block=128)$(table_run ck-ooc "${budget:-1}" "${sets[@]}" "${blocks[@]}")
+  grep -q "row blocks\|streams its layers" "$dir/ck-ooc.log" || why="$why not streamed"
+  [ -z "$why" ] && why=$(same_h5 "$dir/ck-ooc.h5" "$dir/ck-mem.h5")
+  cmp -s "$dir/ck-ooc.bin" "$dir/ck-mem.bin" || why="$why --save-params differ"
+  [ "$label" = bp-zb ] || { h5ls -r "$dir/ck-ooc.h5" | grep -q "^/estimator/reference/wte" || why="$why no reference"; }
+  verdict "row blocks: $label's checkpoint and --save-params written a block at a time, streamed (budget ${budget:-?}) = whole, in memory, bitwise" "$why"
+done
+cp "$dir/ck-ooc.h5" "$dir/ck-blocks.h5"  # fg+bp cv's, with its reference
+why=$(table_run ld-none 0 "${sets[@]}" head_block=128 steps=6)  # what a load must change
+[ -z "$why" ] || verdict "row blocks: 6 steps without a load" "$why"
+for load in "--init-from" "--resume"; do
+  why=$(table_run ld-mem 0 "${sets[@]}" head_block=128 steps=6 -- "$load" "$dir/ck-blocks.h5")
+  why=$why$(table_run ld-ooc "${budget:-1}" "${sets[@]}" "${blocks[@]}" steps=6 -- "$load" "$dir/ck-blocks.h5")
+  [ -z "$why" ] && why=$(same_h5 "$dir/ld-ooc.h5" "$dir/ld-mem.h5")
+  cmp -s "$dir/ld-ooc.bin" "$dir/ld-mem.bin" || why="$why weights differ"
+  [ "$load" = --resume ] && ! grep -q "resumed from .* at step 4$" "$dir/ld-ooc.log" && why="$why not resumed at step 4"
+  [ "$load" = --init-from ] && cmp -s "$dir/ld-ooc.bin" "$dir/ld-none.bin" && why="$why the load changed nothing"
+  verdict "row blocks: $load of that checkpoint, streamed in blocks = in memory whole, bitwise" "$why"
+done
 # SIGKILL while fg writes the table's blocks back, then --resume-weights: the store reopens at a
 # whole version and the run ends with the in-memory weights (the resume is mid-run).
 killed=(--set mode=fg --set optimizer=sgd --set lr=0.0001 --set steps=40 --set print_every=1)
@@ -140,13 +203,6 @@ why=""
 [ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt 40 ] || why="$why not resumed mid-run (${at:-no step})"
 cmp -s "$dir/resumed.bin" "$dir/straight.bin" || why="$why weights differ"
 verdict "row blocks: SIGKILL mid-run (fg), --resume-weights at step ${at:-?}: the in-memory weights, bitwise" "$why"
-floor() {  # floor KEY=VALUE...: the smallest budget the refusal of a 1-byte budget names
-  local sets=()
-  for kv in "$@"; do sets+=(--set "$kv"); done
-  "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --mem-budget 1 \
-    --weights-dir "$dir/flash" >"$dir/floor.log" 2>&1
-  grep -o "at least [0-9]* bytes" "$dir/floor.log" | grep -o "[0-9]*" | head -n 1
-}
 whole=$(floor mode=bp head_block=128) in_blocks=$(floor mode=bp "${blocks[@]}")
 why=""
 grep -q "one slot of its largest layer, a row block (512 rows) of " "$dir/floor.log" || why="the refusal names no row block: $(grep -m1 error "$dir/floor.log")"

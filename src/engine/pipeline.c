@@ -245,9 +245,11 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
     return rc;
 }
 
-// One layer's checkpoint buffers through visit, as host memory (staged on a device). A streamed
-// frozen layer's slot holds its parameters alone: zeros stand for its optimizer state and
-// reference (a resident frozen layer's stay 0), and loaded ones are dropped.
+// One slot's checkpoint buffers (a whole layer, or a row block: floats [s->first, + s->count))
+// through visit, as host memory (staged on a device). A streamed frozen layer's slot holds its
+// parameters alone: zeros stand for its optimizer state and reference (a resident frozen
+// layer's stay 0), and loaded ones are dropped. A block is visited in the slot itself, so a
+// token table in row blocks passes through block-sized buffers, never a table-sized copy.
 static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, LayerVisitor visit,
                       void *arg, FgError *err) {
     const Backend *be = p->be;
@@ -255,64 +257,32 @@ static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, L
     int n = 1 + p->need.opt_buffers + p->need.ref, real = 1, rc = FG_OK;
     for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
     if (s->ref) bufs[real++] = s->ref;
-    size_t bytes = L->param_count * sizeof(float);
+    size_t bytes = s->count * sizeof(float);
     if (writable && !layers_writes(p)) real = 0;  // a replica sharing its node's slots: loaded, not kept
     for (int b = 0; b < n; b++)
-        host[b] = b >= real ? fg_alloc_floats(L->param_count) : be->on_device ? p->host_layer[b] : bufs[b];
+        host[b] = b >= real ? fg_alloc_floats(s->count) : be->on_device ? p->host_layer[b] : bufs[b];
     for (int b = 0; b < real && be->on_device; b++) be->download(be, host[b], bufs[b], bytes);
     if (be->on_device) rc = be->sync(be, err);
-    if (!rc) rc = visit(arg, L, host, err);
+    if (!rc) rc = visit(arg, L, s->first, s->count, host, err);
     for (int b = 0; !rc && writable && be->on_device && b < real; b++) be->upload(be, bufs[b], host[b], bytes);
     if (!rc && be->on_device) rc = be->sync(be, err);
     for (int b = real; b < n; b++) fg_free(host[b]);
     return rc;
 }
 
-// The host buffers' rows of a block (LayerSlot.first, count) from the slot (to_host) or into it:
-// params, optimizer state, reference, as visit_slot orders them (CPU: blocks are not on a device).
-static void block_rows_copy(const Pipeline *p, const LayerSlot *s, float *const *host, int to_host) {
-    float *bufs[4] = {s->params};
-    int real = 1;
-    for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
-    if (s->ref) bufs[real++] = s->ref;
-    for (int k = 0; k < real; k++)
-        memcpy(to_host ? host[k] + s->first : bufs[k], to_host ? bufs[k] : host[k] + s->first,
-               s->count * sizeof(float));
-}
-
-// A layer in row blocks through visit as a whole: gathered block by block into host memory (a
-// table-sized copy for a checkpoint's or load's time: visiting by rows is not written), and
-// when writable written back block by block.
-static int visit_blocks(Pipeline *p, int l, int writable, LayerVisitor visit, void *arg, FgError *err) {
-    const Layer *L = &p->model->layers[l];
-    int n = 1 + p->need.opt_buffers + p->need.ref, rc = FG_OK;
-    float *host[4];
-    for (int k = 0; k < n; k++) host[k] = fg_alloc_floats(L->param_count);
-    for (int k = 0; k < n; k++) memset(host[k], 0, L->param_count * sizeof(float));
-    for (int pass = 0; pass < 1 + writable && !rc; pass++) {  // 0: gather, 1: write back
-        if (pass == 1 && (rc = visit(arg, L, host, err))) break;
-        for (int b = 0; b < layer_blocks(L) && !rc; b++) {
-            LayerSlot s;
-            if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
-            int writes = pass == 1 && layers_writes(p);
-            block_rows_copy(p, &s, host, !writes);
-            rc = layers_release_block(p, l, b, LAYER_WEIGHTS, writes ? LAYER_WEIGHTS : 0, err);
-        }
-    }
-    if (!rc && !writable) rc = visit(arg, L, host, err);
-    for (int k = 0; k < n; k++) fg_free(host[k]);
-    return rc;
-}
-
-// One layer through visit: its row blocks gathered (visit_blocks), or its slot.
+// One layer through visit, block by block ascending (a layer without blocks is its block 0):
+// a load writes each block's new version as it goes, as the update does.
 static int visit_layer(Pipeline *p, int l, int writable, LayerVisitor visit, void *arg, FgError *err) {
-    if (layer_blocks(&p->model->layers[l]) > 1) return visit_blocks(p, l, writable, visit, arg, err);
-    LayerSlot s;
-    int rc = layers_acquire(p, l, 1, LAYER_WEIGHTS, &s, err);
-    if (rc) return rc;
-    rc = visit_slot(p, &p->model->layers[l], &s, writable, visit, arg, err);
-    int rc2 = layers_release(p, l, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
-    return rc ? rc : rc2;
+    const Layer *L = &p->model->layers[l];
+    int rc = FG_OK;
+    for (int b = 0; b < layer_blocks(L) && !rc; b++) {
+        LayerSlot s;
+        if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
+        rc = visit_slot(p, L, &s, writable, visit, arg, err);
+        int rc2 = layers_release_block(p, l, b, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
+        rc = rc ? rc : rc2;
+    }
+    return rc;
 }
 
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,

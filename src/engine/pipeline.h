@@ -56,7 +56,8 @@ int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order,
 int pipeline_apply_pending(Pipeline *p, FgError *err);
 
 // Calls visit for every layer of the stage with parameters, in order, with the layer's
-// checkpoint buffers as host memory: parameters, optimizer state buffers, the reference.
+// checkpoint buffers as host memory: parameters, optimizer state buffers, the reference; a
+// layer in row blocks block by block, in its slot (LayerVisitor).
 // Pending updates are applied first. writable (a load): what visit writes becomes the stage's
 // state, on which step next_step runs next (the run's first step).
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,

@@ -261,7 +261,7 @@ int model_visit_layers(const Model *m, int first, int last, float *const *buffer
         const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
         for (int b = 0; b < n_buffers; b++) bufs[b] = buffers[b] + (L->param_offset - base);
-        rc = visit(arg, L, bufs, err);
+        rc = visit(arg, L, 0, L->param_count, bufs, err);
     }
     return rc;
 }

@@ -108,9 +108,13 @@ size_t model_range_offset(const Model *m, int first);
 size_t model_range_count(const Model *m, int first, int last);
 
 // Layer by layer access to a stage's tensors (checkpoints, --save-params): visit is called for
-// each layer with parameters, in order, with bufs[b] the layer's slice of buffer b. A visitor
-// returns FG_OK to go on.
-typedef int (*LayerVisitor)(void *arg, const Layer *L, float *const *bufs, FgError *err);
+// each layer with parameters, in order, by ranges of its floats: bufs[b] holds floats
+// [first, first + count) of the layer's slice of buffer b (bufs[b][0] is float `first`). A layer
+// comes whole (first 0, count param_count) or, in row blocks, block by block ascending
+// (layer_block), so a token table passes through a block-sized buffer. A visitor returns FG_OK
+// to go on.
+typedef int (*LayerVisitor)(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
+                            FgError *err);
 // Over n_buffers buffers that each hold layers [first, last) in the flat layout (from
 // model_range_offset(m, first)).
 int model_visit_layers(const Model *m, int first, int last, float *const *buffers, int n_buffers,

@@ -33,7 +33,8 @@ typedef struct {
     int first, last;           // this stage's layers
     int n_buffers;
     const char *buffers[CHECKPOINT_MAX_BUFFERS];  // "params", "optimizer/m", ...
-    // Calls visit for each of the stage's layers with parameters, in order, with bufs[b] the
+    // Calls visit for each of the stage's layers with parameters, in order, by ranges of the
+    // layer (LayerVisitor: whole, or its row blocks ascending), with bufs[b] the range of the
     // layer's slice of buffers[b]; writable (a load): what visit writes there is kept. A load
     // sets step and seed before it writes.
     int (*visit_layers)(void *source, int writable, LayerVisitor visit, void *arg, FgError *err);

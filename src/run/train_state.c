@@ -122,11 +122,12 @@ typedef struct {
     double count;
 } NonFinite;
 
-static int count_non_finite(void *arg, const Layer *L, float *const *bufs, FgError *err) {
-    (void)err;
+static int count_non_finite(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
+                            FgError *err) {
+    (void)L, (void)first, (void)err;
     NonFinite *nf = arg;
     for (int b = 0; b < nf->n_buffers; b++)
-        for (size_t i = 0; i < L->param_count; i++) nf->count += !isfinite(bufs[b][i]);
+        for (size_t i = 0; i < count; i++) nf->count += !isfinite(bufs[b][i]);
     return FG_OK;
 }
 
@@ -179,12 +180,14 @@ int state_save_params(Pipeline *p, const char *path, FgError *err) {
     return rc ? rc : rc2;
 }
 
-// FNV-1a over the parameters, layer after layer (one slot at a time out of core).
-static int hash_layer(void *arg, const Layer *L, float *const *bufs, FgError *err) {
-    (void)err;
+// FNV-1a over the parameters, layer after layer (one slot at a time out of core); the ranges
+// come in order, so a layer in row blocks hashes as it would whole.
+static int hash_layer(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
+                      FgError *err) {
+    (void)L, (void)first, (void)err;
     uint64_t *h = arg;
     const unsigned char *b = (const unsigned char *)bufs[0];
-    for (size_t i = 0; i < L->param_count * sizeof(float); i++) *h = (*h ^ b[i]) * 1099511628211ull;
+    for (size_t i = 0; i < count * sizeof(float); i++) *h = (*h ^ b[i]) * 1099511628211ull;
     return FG_OK;
 }
 
@@ -216,10 +219,11 @@ typedef struct {
     const char *path;
 } ParamsFile;
 
-static int write_layer_params(void *arg, const Layer *L, float *const *bufs, FgError *err) {
+static int write_layer_params(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
+                              FgError *err) {
     ParamsFile *f = arg;
-    size_t bytes = L->param_count * sizeof(float);
-    if (pwrite(f->fd, bufs[0], bytes, (off_t)(L->param_offset * sizeof(float))) != (ssize_t)bytes)
+    size_t bytes = count * sizeof(float);
+    if (pwrite(f->fd, bufs[0], bytes, (off_t)((L->param_offset + first) * sizeof(float))) != (ssize_t)bytes)
         return fg_fail(err, FG_ERR_INPUT, "writing %s: %s", f->path, strerror(errno));
     return FG_OK;
 }
