@@ -39,7 +39,7 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
         if (!L->param_count || L->frozen) continue;
         PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
                              .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
-                             .fg_weight = 1.0f, .work = in->work,
+                             .fg_weight = 1.0f, .work = in->work, .first = 0, .count = L->param_count,
                              .kept = in->kept ? in->kept + stage_kept_offset(st, l, n_mb * rows) : NULL};
         stage_perturbation(st, l)->estimate(st, l, &e, g + (L->param_offset - st->param_base));
     }
