@@ -46,6 +46,18 @@ floor_budget() {  # floor_budget M KEY=VALUE...
   grep -oE "at least [0-9]* bytes" "$dir/probe.log" | grep -oE "[0-9]+" | sort -n | tail -n 1
 }
 
+# runs_differ A B: what differs between runs A and B (losses, --save-params, the checkpoint's
+# params and optimizer state), "" when they are the same, bitwise.
+runs_differ() {
+  local a=$1 b=$2 why=""
+  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why=" losses differ"
+  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    why="$why checkpoints differ"
+  echo "$why"
+}
+
 compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) against the floor (NAME-ooc)
   local name=$1 M=$2; shift 2
   local budget why="" a=$name-mem b=$name-ooc
@@ -57,11 +69,7 @@ compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) again
     why="exit $rc_mem / $rc_ooc: $(grep -h -m1 error "$dir/$a.log" "$dir/$b.log" | head -n 1)"
   elif [ "$(grep -c "streams its layers" "$dir/$b.log")" -lt "$M" ]; then why="not every stage streamed"
   else
-    cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="losses differ"
-    cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
-    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
-      h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
-      why="$why checkpoints differ"
+    why=$(runs_differ "$a" "$b")
   fi
   verdict "$name: LoRA streamed at the floor ($budget bytes) equals in memory, bitwise" "$why"
 }
@@ -195,11 +203,7 @@ resume_case() {  # resume_case NAME M KEY=VALUE...: stopped at 4 and resumed aga
   cp "$dir/$b.log" "$dir/$b-first.log"
   run "$b" "$M" "${budget:-1}" steps=8 "$@" -- --resume-weights || why="$why resume: exit $?: $(grep -m1 error "$dir/$b.log")"
   grep -q "resumed from the layer stores .* at step 4$" "$dir/$b.log" || why="$why not resumed at step 4"
-  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why="$why losses differ"
-  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
-  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
-    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
-    why="$why checkpoints differ"
+  why="$why$(runs_differ "$a" "$b")"
   verdict "$name: streamed LoRA stopped at step 4, --resume-weights to 8: the uninterrupted run, bitwise" "$why"
   local after; after=$(frozen_digest "$dir/$b.w")
   verdict "$name: resuming leaves the frozen base's bytes on flash as they were ($before)" \
