@@ -69,6 +69,7 @@ unpack)
   if ! /usr/bin/python3 -c 'import numpy, h5py' 2>/dev/null && [ -d "$venv" ]; then
     site=$(echo "$venv"/lib/python3*/site-packages) real=$(readlink -f "$venv/bin/python3")
     [ "$real" = /usr/bin/python3 ] && real=$(readlink -f /usr/bin/python3)
+    # shellcheck disable=SC2016  # the wrapper expands them when it runs
     printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$site" "$real" >/tmp/python3
     chmod +x /tmp/python3 && mv /tmp/python3 /usr/bin/python3
   fi
