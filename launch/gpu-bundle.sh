@@ -7,6 +7,7 @@
 #   there: launch/gpu-bundle.sh unpack   links build-gpu, build and /work/main to this tree,
 #                                        keeps only the carried libraries the machine lacks,
 #                                        finds cuBLAS and NCCL, and prints the env to source
+#   then:  eval "$(launch/gpu-bundle.sh unpack)"; FGPIPE_PREBUILT=1 launch/gpu-check.sh
 # Both trees must sit at the same path for ctest (its files hold absolute paths): unpack links
 # the path pack was run at to the tree it runs in.
 set -euo pipefail
