@@ -176,6 +176,7 @@ typedef struct {
     size_t n_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
     MemAccount mem;           // the stage's memory by owner, counted as it is allocated
+    double runtime;           // bytes of mem_budget the process holds besides the stage's own
 } Pipeline;
 
 // One micro-batch of an op group on its way through the stage's layers.

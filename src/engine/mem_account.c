@@ -1,6 +1,8 @@
 // Counting a stage's memory by owner, and the model of its activation sizes.
 #include "mem_account.h"
 
+#include <math.h>
+
 #include "head_loss.h"
 #include "layer_source.h"
 #include "perturbation.h"
@@ -8,7 +10,7 @@
 
 const char *const mem_owner_keys[N_MEM_OWNERS] = {
     "stash", "kept_adjoints", "kept_inputs", "loss_adjoints", "lanes", "messages",
-    "weights", "gradients", "optimizer", "tied_copies", "io_slots", "data"};
+    "weights", "gradients", "optimizer", "tied_copies", "io_slots", "data", "runtime"};
 
 void mem_account_add(MemAccount *a, MemOwner owner, double bytes) {
     a->current[owner] += bytes;
@@ -67,6 +69,14 @@ double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int
     }
     return sum;
 }
+
+double mem_runtime_bytes(const Config *c) {
+    if (c->layout.mem_runtime >= 0) return c->layout.mem_runtime;
+    const double mib = 1048576.0;
+    return ceil(fg_resident_bytes() / mib) * mib + RUNTIME_GROWTH;
+}
+
+double mem_runtime_margin(const Config *c) { return c->layout.mem_runtime >= 0 ? 0.0 : RUNTIME_MARGIN; }
 
 void mem_resident_bytes(const Config *c, const Model *m, int first, int last, double *out) {
     const LayerNeeds need = layer_needs(c);

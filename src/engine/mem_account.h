@@ -14,12 +14,13 @@
 // buffers. Then the rest of the stage: weights (and the weight versions kept for lagged ops),
 // gradients (also the estimate, the reference, delayed gradients), optimizer state, the tied
 // table's second copy (its weights, gradient and state, counted here and not above), the
-// slots of a streamed stage, the data set.
+// slots of a streamed stage, the data set. Last the runtime: what the process holds besides
+// the stage's own buffers (mem_runtime_bytes).
 typedef enum {
     MEM_STASH, MEM_KEPT_ADJOINTS, MEM_KEPT_INPUTS, MEM_LOSS_ADJOINTS, MEM_LANES, MEM_MESSAGES,
     N_MEM_ACTIVATIONS,
     MEM_WEIGHTS = N_MEM_ACTIVATIONS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_TIED, MEM_IO_SLOTS, MEM_DATA,
-    N_MEM_OWNERS
+    MEM_RUNTIME, N_MEM_OWNERS
 } MemOwner;
 
 // Their keys in summary.json's "memory_bytes" and fgpipe plan's JSON.
@@ -54,6 +55,19 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
 // kept inputs (a streamed stage applies its update a step later: 2); returns their sum.
 double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
                         int kept_copies, double *out);
+
+// The bytes of mem_budget the process holds besides a stage's own buffers: the program, its
+// libraries (MPI, HDF5, OpenBLAS) and the data. c->layout.mem_runtime when set (>= 0), else
+// this process's resident bytes now, rounded up to whole MiB, with RUNTIME_GROWTH for what the
+// runtime adds once the run starts (OpenBLAS's and MPI's buffers, HDF5's caches). Called before
+// the stage's first buffer.
+#define RUNTIME_GROWTH (16.0 * 1048576.0)
+double mem_runtime_bytes(const Config *c);
+// What a budget named as the smallest that works (a refusal's) adds for a measured runtime: it
+// differs between processes by a few hundred KB, so that another process's runtime may round
+// up to the next MiB; 0 where mem_runtime is set.
+#define RUNTIME_MARGIN (2.0 * 1048576.0)
+double mem_runtime_margin(const Config *c);
 
 // The resident layers [first, last) of a run of config c, by owner (out[N_MEM_OWNERS] += ...):
 // weights and the versions kept for lagged ops, the gradient, the reference and the estimate

@@ -73,8 +73,8 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
            (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
 }
 
-// Resident when everything fits mem_budget (or there is none) and stream is 0, else streamed
-// from weights_dir: decided (*streams_here) before anything is allocated, so that the
+// Resident when everything fits mem_budget with the runtime (or there is none) and stream is
+// 0, else streamed from weights_dir: decided (*streams_here) before anything is allocated, so that the
 // start-up's timing of the ops, which makes buffers of the stage's size, does not add to the
 // stage's own.
 static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err) {
@@ -83,7 +83,8 @@ static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_
     // Every stage of the pipeline learns how many stream before any store is opened: resuming
     // from the stores needs all of them (and their versions are agreed over the whole grid).
     int rc;
-    *streams_here = c->layout.mem_budget > 0 && (c->layout.stream || in_memory > c->layout.mem_budget);
+    *streams_here = c->layout.mem_budget > 0 &&
+                    (c->layout.stream || in_memory + p->runtime > c->layout.mem_budget);
     double n_streamed = *streams_here;
     if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
     p->n_streamed = (int)n_streamed;
@@ -96,9 +97,9 @@ static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers (mem_budget): grad_delay "
                        "needs every stage in memory", p->tr->stage);
     if (!streams || !streams->open)
-        return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes, more than mem_budget (%.0f), "
-                       "and this build cannot stream layers from local flash", p->tr->stage,
-                       in_memory, c->layout.mem_budget);
+        return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes with the runtime's %.0f, more "
+                       "than mem_budget (%.0f), and this build cannot stream layers from local flash",
+                       p->tr->stage, in_memory + p->runtime, p->runtime, c->layout.mem_budget);
     return FG_OK;
 }
 
@@ -108,20 +109,21 @@ static int open_source(Pipeline *p, const LayerStreams *streams, int streams_her
         return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
     long next_step = 0;
     int rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
-                                   streams, stage_needs_bytes(p, 1), &p->src, &next_step, err);
+                                   streams, stage_needs_bytes(p, 1), p->runtime, &p->src, &next_step, err);
     p->first_step = next_step;
     return rc;
 }
 
 // The layer source's buffers into the stage's account: resident, the weights (and versions kept
 // for lagged ops), gradient, reference and optimizer state of every layer, the tied table's
-// second copy apart; streamed, the slots mem_budget leaves after the work, and one layer's
-// gradient.
+// second copy apart; streamed, the slots mem_budget leaves after the work and the runtime, and
+// one layer's gradient.
 static void count_source(Pipeline *p) {
     const double f = sizeof(float);
     MemAccount *a = &p->mem;
     if (p->src.streamed) {
-        mem_account_add(a, MEM_IO_SLOTS, FG_MAX(p->cfg->layout.mem_budget - p->src.work_bytes, 0.0));
+        double slots = p->cfg->layout.mem_budget - p->src.work_bytes - p->runtime;
+        mem_account_add(a, MEM_IO_SLOTS, FG_MAX(slots, 0.0));
         if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest);
         return;
     }
@@ -378,6 +380,9 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->K = p->run.tangents;
     p->upd.c_scale = 1.0f;
     p->need = layer_needs(c);
+    // Before the stage's first buffer: what the process holds besides them.
+    p->runtime = mem_runtime_bytes(c);
+    mem_account_add(&p->mem, MEM_RUNTIME, p->runtime);
     if (m->fused_head && !be->head_forward)
         return fg_fail(err, FG_ERR_INPUT, "the %s backend has no fused head and loss (a model "
                        "built with fused_head; the run plan keeps it unfused there)", be->name);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layer_source.h"
+#include "mem_account.h"
 #include "slot_share.h"
 
 // The record of a weights-store version: the step whose forward wave runs on it.
@@ -393,29 +394,36 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
 }
 
 // spill: the tied copies' gradients go to a spill file, else they take memory (tied_grad).
+// The slots get what mem_budget leaves after the work and the process's runtime.
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
-                      int stage, double work_bytes, int spill, SlotPlan *sp, FgError *err) {
+                      int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
+                      FgError *err) {
     int param_layers;
     plan_sizes(c, m, first, last, sp, &param_layers);
     if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
     size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
-    double room = c->layout.mem_budget - work_bytes;
+    double room = c->layout.mem_budget - runtime - work_bytes;
     if (room < slots_floor(sp)) {
-        char faster[160] = "", name[96];
+        // A measured runtime varies between processes: the budget named leaves a margin for it.
+        const double margin = mem_runtime_margin(c);
+        runtime += margin;
+        char faster[160] = "", name[96], measured[64] = "";
+        if (margin > 0) snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
         const Layer *L = &m->layers[sp->largest_layer];
         if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
         else snprintf(name, sizeof name, "%s", L->name);
         if (one_large_slot(sp))  // two large slots keep the table's copies in memory
             snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                     work_bytes + 2.0 * (double)slot + 2.0 * (double)small, name);
-        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: its "
-                       "activations need %.0f bytes and %s of its largest layer, %s%s, %.0f more "
-                       "(at least %.0f bytes%s)", c->layout.mem_budget, stage, work_bytes,
+                     runtime + work_bytes + 2.0 * (double)slot + 2.0 * (double)small, name);
+        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
+                       "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
+                       "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
+                       c->layout.mem_budget, stage, runtime, measured, work_bytes,
                        one_large_slot(sp) ? "one slot" : "two slots", name,
                        one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
-                       work_bytes + slots_floor(sp), faster);
+                       runtime + work_bytes + slots_floor(sp), faster);
     }
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
     if (!sp->small) return FG_OK;
@@ -517,7 +525,7 @@ static int keep_tied(Streamed *st, const LayerStreams *ls, int stage, const Slot
 
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *ls, double work_bytes,
-                          LayerSource *out, long *next_step, FgError *err) {
+                          double runtime_bytes, LayerSource *out, long *next_step, FgError *err) {
     LayerNeeds need = layer_needs(c);
     SlotPlan sp;
     // A device computes on its own memory: it keeps the tied copies' gradients there; elsewhere
@@ -525,7 +533,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     // node's replicas share the store: each forms its own sums).
     int share = ls->share && c->layout.replicas > 1 && !be->on_device;
     int spill = ls->open_spill && !be->on_device;
-    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, spill, &sp, err);
+    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, runtime_bytes, spill, &sp, err);
     if (rc) return rc;
     size_t largest = sp.largest;
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;

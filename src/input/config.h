@@ -85,7 +85,9 @@ typedef struct {
     int precision;         // Precision (backend.h): the GEMMs' arithmetic on the GPU
     char boundaries[256];  // first layer of stages 1..M-1, "2,4,6"; "auto": balance by cost
     double mem_budget;     // bytes a stage may hold; a stage needing more streams its layers
-                           // from weights_dir (0: no limit)
+                           // from weights_dir (0: no limit); it covers the whole process
+    double mem_runtime;    // bytes of mem_budget the process holds besides the stage's own
+                           // buffers (program, libraries, data); -1: measured at start-up
     char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
     int io_every_step;     // a streamed stage prints each step's I/O line
     int stream;            // 1: every stage streams (with mem_budget), also one that fits in memory

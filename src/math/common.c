@@ -6,6 +6,7 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 // A message longer than err->msg keeps its head (what failed) and its tail (why), with the
 // middle (a long path or value) elided: the reason is never the part that is cut.
@@ -75,6 +76,16 @@ double fg_available_memory_bytes(void) {
         if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
     fclose(f);
     return kib * 1024.0;
+}
+
+double fg_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0.0;
+    double size = 0.0, pages = 0.0;
+    int got = fscanf(f, "%lf %lf", &size, &pages);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return got == 2 && page > 0 ? pages * (double)page : 0.0;
 }
 
 void fg_write_json_string(FILE *f, const char *s) {

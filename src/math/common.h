@@ -31,6 +31,8 @@ void fg_free(void *p);
 // The memory the kernel says a new process can use without swapping (MemAvailable), in bytes;
 // 0 when unknown.
 double fg_available_memory_bytes(void);
+// The bytes of this process now resident in memory (/proc/self/statm); 0 when unknown.
+double fg_resident_bytes(void);
 
 // a . b over n floats, accumulated in double in eight running sums added in a fixed order: the
 // same bits every call, without one chain of dependent adds (latency-bound).

@@ -246,7 +246,19 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
     fputs("],\n \"schedules\": [", f);
 }
 
+// The runtime every stage's process holds besides its buffers, as a run counts it against
+// mem_budget: mem_runtime, or measured here before the model is built (a run measures its own
+// later, with MPI and its data up: an estimate of it).
+static void count_runtime(CostSet *sets, double runtime, FILE *out) {
+    for (int i = 0; i < N_SETS; i++)
+        for (int s = 0; s < sets[i].cfg.layout.stages; s++) sets[i].resident[s][MEM_RUNTIME] = runtime;
+    fprintf(out, "runtime %.1f MiB per stage's process (the program, its libraries and data, counted "
+            "against mem_budget: %s)\n", runtime / 1048576.0, sets[0].cfg.layout.mem_runtime >= 0 ?
+            "mem_runtime" : "estimated from this process at start-up; a run measures its own");
+}
+
 int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *out, FgError *err) {
+    const double runtime = mem_runtime_bytes(cfg);  // before the plan's own buffers
     Model m;
     int rc = train_build_model(cfg, 1, &m, err);
     if (rc) return rc;
@@ -264,6 +276,7 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
         if (cfg->timetable.recompute == RECOMPUTE_STAGE)
             fprintf(out, "recompute = stage: bp's and fg+bp's Bi include the rerun of F, their "
                     "activations a stage input per micro-batch in flight and the reruns' stashes\n");
+        count_runtime(sets, runtime, out);
         for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
         if (json) json_cost_sets(json, sets);
         Figures figs[N_PLANNED];

@@ -91,11 +91,12 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         double store = (double)model_range_count(m, w->cs->layout[s], w->cs->layout[s + 1]) * store_bufs * sizeof(float);
         double slots = layer_source_streamed_floor(c, m, w->cs->layout[s], w->cs->layout[s + 1]);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
+        const double runtime = w->cs->resident[s][MEM_RUNTIME];  // the process's (plan.c)
         // The timetable's activations (stashes, kept inputs, lanes, messages) grow with the
         // micro-batch.
         double act = w->fig->activations[s] * scale;
         r.activations = FG_MAX(r.activations, act);
-        r.memory = FG_MAX(r.memory, act + slots + layer_work);
+        r.memory = FG_MAX(r.memory, act + slots + layer_work + runtime);
         r.read = FG_MAX(r.read, waves * store * w->stores);
         r.write = FG_MAX(r.write, store * w->stores);
     }
