@@ -137,8 +137,9 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
 
 // The layers [first, last) in stores under cfg->weights_dir opened through `streams`, with as
 // many slots as cfg->mem_budget leaves after work_bytes and runtime_bytes (the process's own,
-// mem_account.h; at least two, or an error naming the budget). streams->resume reopens the stores at the newest version every rank of the grid
-// holds (one sum over the grid) and sets *next_step; otherwise *next_step is 0.
+// mem_account.h; at least two, or an error naming the budget). streams->resume reopens the
+// stores at the newest version every rank of the grid holds (one sum over the grid) and sets
+// *next_step; otherwise *next_step is 0.
 int layer_source_streamed(const Backend *be, const Config *c, const Model *m, int first, int last,
                           Transport *t, const LayerStreams *streams, double work_bytes,
                           double runtime_bytes, LayerSource *out, long *next_step, FgError *err);

@@ -74,9 +74,9 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
 }
 
 // Resident when everything fits mem_budget with the runtime (or there is none) and stream is
-// 0, else streamed from weights_dir: decided (*streams_here) before anything is allocated, so that the
-// start-up's timing of the ops, which makes buffers of the stage's size, does not add to the
-// stage's own.
+// 0, else streamed from weights_dir: decided (*streams_here) before anything is allocated, so
+// that the start-up's timing of the ops, which makes buffers of the stage's size, does not add
+// to the stage's own.
 static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err) {
     const Config *c = p->cfg;
     double in_memory = stage_needs_bytes(p, 0);

@@ -393,6 +393,31 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
+// A budget without room for the smallest set of slots, refused naming the smallest that works.
+// A measured runtime varies between processes: the budget named leaves a margin for it.
+static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
+                         double runtime, const SlotPlan *sp, FgError *err) {
+    const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
+    const double small = (double)slot_bytes(sp, sp->small);
+    runtime += margin;
+    char faster[160] = "", name[96], measured[64] = "";
+    if (margin > 0)
+        snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
+    const Layer *L = &m->layers[sp->largest_layer];
+    if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
+    else snprintf(name, sizeof name, "%s", L->name);
+    if (one_large_slot(sp))  // two large slots keep the table's copies in memory
+        snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
+                 runtime + work_bytes + 2.0 * slot + 2.0 * small, name);
+    return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
+                   "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
+                   "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
+                   c->layout.mem_budget, stage, runtime, measured, work_bytes,
+                   one_large_slot(sp) ? "one slot" : "two slots", name,
+                   one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
+                   runtime + work_bytes + slots_floor(sp), faster);
+}
+
 // spill: the tied copies' gradients go to a spill file, else they take memory (tied_grad).
 // The slots get what mem_budget leaves after the work and the process's runtime.
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
@@ -405,26 +430,7 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - runtime - work_bytes;
-    if (room < slots_floor(sp)) {
-        // A measured runtime varies between processes: the budget named leaves a margin for it.
-        const double margin = mem_runtime_margin(c);
-        runtime += margin;
-        char faster[160] = "", name[96], measured[64] = "";
-        if (margin > 0) snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
-        const Layer *L = &m->layers[sp->largest_layer];
-        if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
-        else snprintf(name, sizeof name, "%s", L->name);
-        if (one_large_slot(sp))  // two large slots keep the table's copies in memory
-            snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                     runtime + work_bytes + 2.0 * (double)slot + 2.0 * (double)small, name);
-        return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
-                       "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
-                       "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
-                       c->layout.mem_budget, stage, runtime, measured, work_bytes,
-                       one_large_slot(sp) ? "one slot" : "two slots", name,
-                       one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
-                       runtime + work_bytes + slots_floor(sp), faster);
-    }
+    if (room < slots_floor(sp)) return refuse_budget(c, m, stage, work_bytes, runtime, sp, err);
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
     if (!sp->small) return FG_OK;
     // Two large slots when they fit (the large layers read one ahead, the table's copies kept
