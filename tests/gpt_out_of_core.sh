@@ -13,9 +13,11 @@ cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
 C=64 V=256 T=16
 # One sample per micro-batch and n_embd 64 (the weights grow as its square, the activations
 # linearly): the weights, not the activations, are what does not fit, on 1 and on 2 stages.
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=$C --set n_head=2 --set ctx=$T
       --set micro_batch=1 --set micro_batches=2 --set steps=10 --set warmup_steps=0
-      --set eval_every=0 --set print_every=1000000)
+      --set eval_every=0 --set print_every=1000000 --set mem_runtime=0)
 
 run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memory) into NAME/, NAME.bin
   local name=$1 M=$2 budget=$3; shift 3

@@ -14,10 +14,12 @@ for s in train val; do
   "$fgpipe" tokenize --vocab "$vocab" --in "$dir/$s.txt" --out "$dir/$s.bin" 2>"$dir/tok.err" ||
     { echo "FAIL: tokenize $s: $(tail -n 1 "$dir/tok.err")"; exit 1; }
 done
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
       --set vocab=50257 --set pad_vocab=64 --set n_layer=2 --set n_embd=16 --set n_head=2
       --set ctx=16 --set micro_batch=2 --set micro_batches=2 --set steps=15 --set warmup_steps=0 --set lr=0.01
-      --set eval_every=0 --set print_every=1000000)
+      --set eval_every=0 --set print_every=1000000 --set mem_runtime=0)
 
 run() {  # run NAME M KEY=VALUE...: trains into $dir/NAME/ and $dir/NAME.bin
   local name=$1 M=$2; shift 2

@@ -15,9 +15,11 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_lora: SKIPPED: no NVIDIA GPU here (nvidia-smi -L fails)" >&2; exit 77
 fi
 kjv_tokens 100000 90000
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
       --set warmup_steps=0 --set eval_every=0 --set print_every=1000000 --set micro_batch=2
-      --set micro_batches=3)
+      --set micro_batches=3 --set mem_runtime=0)
 lora=(lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down)
 
 run() {  # run NAME M DEVICE KEY=VALUE... [-- ARGS]: fails (with a FAIL line) when the run does

@@ -9,8 +9,10 @@
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_out_of_core: SKIPPED: no NVIDIA GPU here (nvidia-smi -L fails)" >&2; exit 77
 fi
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 base=(--set model=784-512-512-512-512-512-512-512-512-10 --set warmup_steps=0 --set steps=12
-      --set print_every=1 --set optimizer=sgd --set lr=0.0001 --device cuda)
+      --set print_every=1 --set optimizer=sgd --set lr=0.0001 --device cuda --set mem_runtime=0)
 # The budgets stream the stage through two or more slots (its layers in memory need more).
 cases=("fg|18M|mode=fg"
        "fgbp|24M|mode=fg+bp estimator=cv lag=0 select=2"

@@ -98,8 +98,10 @@ done
 # store (stage-0-17-node-<n>.h5, n = 0 and 1: one per host, none per replica; here both hosts
 # see one weights dir), the gradient sums cross the link as above, and the weights equal the 4
 # replicas in memory on one host.
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 ooc=(--set model=784-512-512-512-512-512-512-512-512-10 --set warmup_steps=0 --set print_every=1000000
-     --set steps=8 --set mode=bp --set schedule=1f1b)
+     --set steps=8 --set mode=bp --set schedule=1f1b --set mem_runtime=0)
 mkdir -p "$dir/ooc.w"
 timeout 180 ip netns exec "$ns1" unshare --uts /bin/sh -c 'hostname node1; exec "$@"' sh \
   "$root/launch/fgpipe-run" --fgpipe "$fgpipe" --stages 1 --replicas 4 --ranks-per-node 2 \

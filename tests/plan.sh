@@ -112,12 +112,13 @@ refused() {  # refused LABEL NEEDLE ARGS...: exit 2 and NEEDLE on stderr
 refused "a missing costs file is refused" "No such file" --costs "$dir/none.json"
 echo '{"mode": "bp", "stages": 2}' >"$dir/old.json"
 # plan --batches: against the micro-batch, memory grows and the bandwidth needed falls; each
-# mode names its choice; a slow disk makes bp flash-bound at every size within the budget.
+# mode names its choice; a slow disk makes bp flash-bound at every size within the budget
+# (mem_runtime=0: the stages' own bytes, not the process's measured runtime besides).
 mkdir -p "$dir/flash"
-"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set mem_runtime=0 --batches \
   --mem-budget 8M --weights-dir "$dir/flash" >"$dir/batches.txt" 2>&1
 rc=$?
-"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set mem_runtime=0 --batches \
   --mem-budget 8M --weights-dir "$dir/flash" --disk-bw 0.001 >"$dir/slow.txt" 2>&1
 verdict "plan --batches: memory up and bandwidth down with the batch, one choice per mode" "$(py_check "$dir/batches.txt" "$rc" "$dir/slow.txt" <<'PY'
 import sys
@@ -138,7 +139,7 @@ print("; ".join(problems))
 PY
 )"
 # A budget no micro-batch fits: each mode names what micro_batch 1 needs.
-"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --batches \
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set mem_runtime=0 --batches \
   --mem-budget 64K --weights-dir "$dir/flash" --disk-bw 1 >"$dir/tiny.txt" 2>&1
 n=$(grep -c -- "-> none fits mem_budget: micro_batch 1 needs [0-9.]* GB per stage" "$dir/tiny.txt")
 verdict "plan --batches under a budget nothing fits: each of the 3 modes names micro_batch 1's need" \
@@ -152,7 +153,7 @@ verdict "plan --batches under a budget nothing fits: each of the 3 modes names m
 # its timed cost: comparing crossovers of separately timed runs would test this machine's noise);
 # a store per replica would move R times the bytes and turn compute-bound at R times the batch.
 for R in 1 2 4; do
-  "$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set replicas=$R \
+  "$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set mem_runtime=0 --set replicas=$R \
     --batches --mem-budget 8M --weights-dir "$dir/flash" --disk-bw 0.1 >"$dir/r$R.txt" 2>&1 ||
     echo "exit $?" >>"$dir/r$R.txt"
 done

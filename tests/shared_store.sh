@@ -16,11 +16,13 @@
 mlp=$config gpt=$(dirname "$config")/gpt-kjv.conf
 root=$(dirname "$config")/../..
 cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+# mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
+# the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 mlp_base=(--set model=784-512-512-512-512-512-512-512-512-10 --set warmup_steps=0 --set steps=6
-          --set print_every=1)
+          --set print_every=1 --set mem_runtime=0)
 gpt_base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=64 --set n_head=2
           --set ctx=16 --set micro_batch=1 --set micro_batches=2 --set steps=6 --set warmup_steps=0
-          --set eval_every=0 --set print_every=1)
+          --set eval_every=0 --set print_every=1 --set mem_runtime=0)
 
 run() {  # run CONF OUT M R BUDGET SETS... [-- ARGS]: M stages x R replicas (BUDGET -: in memory)
   local conf=$1 out=$2 M=$3 R=$4 budget=$5; shift 5
