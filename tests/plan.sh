@@ -144,6 +144,26 @@ PY
 n=$(grep -c -- "-> none fits mem_budget: micro_batch 1 needs [0-9.]* GB per stage" "$dir/tiny.txt")
 verdict "plan --batches under a budget nothing fits: each of the 3 modes names micro_batch 1's need" \
   "$([ "$n" -eq 3 ] || echo "$n of 3 modes: $(grep -m1 -E 'none|error' "$dir/tiny.txt")")"
+# The runtime a run counts against mem_budget (mem_runtime; here set, 64 MiB): plan names it and
+# counts it in --batches' memory, every row 0.067 GB more than with mem_runtime = 0.
+"$fgpipe" plan --config "$config" --set model=784-256-256-256-10 --set stages=2 --set mem_runtime=67108864 \
+  --batches --mem-budget 64K --weights-dir "$dir/flash" --disk-bw 1 >"$dir/runtime.txt" 2>&1
+verdict "plan counts mem_runtime: named, and 64 MiB more in --batches' memory" "$(py_check "$dir/tiny.txt" "$dir/runtime.txt" <<'PY'
+import sys
+def rows(path):
+    text = open(path).read()
+    out = {(f[0], f[1]): float(f[3]) for f in (l.split() for l in text.splitlines())
+           if len(f) >= 10 and f[0] in ("bp-zb", "fg", "fg+bp") and f[1].isdigit()}
+    return text, out
+_, base = rows(sys.argv[1])
+text, more = rows(sys.argv[2])
+problems = [] if "runtime 64.0 MiB per stage's process" in text else ["no runtime line"]
+if not base or sorted(base) != sorted(more): problems.append(f"rows {len(base)} and {len(more)}")
+bad = [k for k in base if k in more and abs(more[k] - base[k] - 0.067) > 0.0015]
+if bad: problems.append(f"memory not 0.067 GB more: {bad[:3]}")
+print("; ".join(problems))
+PY
+)"
 
 # plan --batches with R replicas on one node sharing one store, at a fixed disk: the bytes moved
 # per step (so the I/O time) are the same for R = 1, 2 and 4; the node's tokens/s at a
