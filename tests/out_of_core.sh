@@ -197,8 +197,9 @@ refused "budget below the floor (two slots of the largest layer, or one and two 
 refused "--resume-weights without a store: refused" "no layer store" \
   --mem-budget 14M --weights-dir "$dir" --resume-weights
 refused "mem_budget without weights_dir: refused" "weights_dir is not" --mem-budget 14M
+run 1 "$dir/tiny" - mode=fg optimizer=sgd lr=0.0001 steps=1 model=784-16-10  # its checkpoint
 refused "--resume from another model's checkpoint, out of core: refused" "is of another model: it has model = 784-16-10" \
-  --mem-budget 14M --weights-dir "$dir" --resume "$dir/rss-tiny"
+  --mem-budget 14M --weights-dir "$dir" --resume "$dir/tiny"
 # A full disk: a 24 MiB tmpfs cannot hold the 2-slot store of a 14.9 M-parameter stage: refused
 # before anything is written, naming the bytes it has and needs.
 full="$dir/full"
