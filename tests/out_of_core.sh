@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Out-of-core stages (--mem-budget, --weights-dir): training that streams every stage's layers
 # from a layer store through two or three slots equals training in memory byte for byte (losses
-# and final weights) for fg, fg+bp and bp on 1 and 2 stages; the peak RSS stays under the budget
-# plus the fixed overhead of a process without a model; SIGKILL mid-run, then --resume-weights,
+# and final weights) for fg, fg+bp and bp on 1 and 2 stages; the peak RSS stays under a budget
+# that counts the process's runtime (mem_runtime); SIGKILL mid-run, then --resume-weights,
 # ends with the uninterrupted run's weights; a missing or full weights dir and a budget too small
 # are refused with exit 2 and a message naming the problem.
 # usage: out_of_core.sh FGPIPE CONFIG
