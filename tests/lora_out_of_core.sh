@@ -17,9 +17,13 @@
 kjv_tokens 60000 50000
 # n_embd 96, one sample of 16 tokens per micro-batch: the weights, not the activations, are
 # what does not fit (a streamed stage keeps a wave's activations), on 1 and on 2 stages.
+# mem_runtime=0: the budgets here are the stage's own bytes, not the process's: the floor a
+# measured runtime's refusal names has a 2 MiB margin, in which a small stage fits in memory
+# (docs/out-of-core.md, "The runtime")
 base=(--set data=tokens --set train_tokens="$dir/train.bin" --set val_tokens="$dir/val.bin"
       --set n_embd=96 --set intermediate_size=256 --set ctx=16 --set micro_batch=1
-      --set micro_batches=2 --set warmup_steps=0 --set eval_every=0 --set print_every=1000000)
+      --set micro_batches=2 --set warmup_steps=0 --set eval_every=0 --set print_every=1000000
+      --set mem_runtime=0)
 lora=(lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down)
 
 run() {  # run NAME M BUDGET KEY=VALUE... [-- ARGS]: M stages (BUDGET -: in memory) into NAME/, NAME.bin
