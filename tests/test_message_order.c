@@ -122,7 +122,7 @@ static void test_every_timetable(void **state) {
                         costs_for(kind, M, f, b, u);
                         for (int s = 0; s < M; s++) half[s] = b[s] / 2;
                         ScheduleSpec spec = {M, N, modes[im].mode, modes[im].lag,
-                                             modes[im].mode == SCHED_FG_BP ? sels[is] : -1, f, half, half, u};
+                                             modes[im].mode == SCHED_FG_BP ? sels[is] : -1, f, half, half, u, 0};
                         Schedule S;
                         FgError err = {0};
                         if (schedule_build(&spec, &S, &err)) fail_msg("schedule_build: %s", err.msg);
@@ -148,7 +148,7 @@ static void test_every_timetable(void **state) {
 static void test_detects_reordering(void **state) {
     (void)state;
     double f[2] = {1, 1}, b[2] = {1, 1}, u[2] = {0, 0};
-    ScheduleSpec spec = {2, 4, SCHED_BP_GPIPE, 0, -1, f, b, b, u};
+    ScheduleSpec spec = {2, 4, SCHED_BP_GPIPE, 0, -1, f, b, b, u, 0};
     Schedule S;
     FgError err = {0};
     assert_int_equal(schedule_build(&spec, &S, &err), FG_OK);

@@ -54,7 +54,7 @@ static void make_costs(Costs *c, int kind, int M, uint64_t seed) {
 static ScheduleSpec spec_of(const Costs *c, int M, int N, ScheduleMode mode, int lag, int select) {
     const int fg = mode == SCHED_FG;
     return (ScheduleSpec){M, N, mode, lag, select, c->f, fg ? NULL : c->bi, fg ? NULL : c->bw,
-                          c->u};
+                          c->u, 0};
 }
 
 #define SPEC_FMT "M=%d N=%d %s lag %d select %d"

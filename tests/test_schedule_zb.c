@@ -2,7 +2,8 @@
 // N <= 64 under several cost sets (checked by schedule_check and again here: every micro-batch
 // once through F, Bi and Bw on every stage, each op after its inputs, one op at a time, the
 // stash bound), Bw in micro-batch order (what makes its weights 1F1B's, byte for byte:
-// tests/pipeline_equivalence.sh), and the bubble it leaves against 1F1B's.
+// tests/pipeline_equivalence.sh), and the bubble it leaves against 1F1B's; with recompute
+// (bw_redoes_bi) every Bw, also fg+bp's, planned at Bi's cost and its own.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,11 +39,17 @@ static void make_costs(Costs *c, int kind, int M, uint64_t seed) {
     }
 }
 
-static void build(const Costs *c, int M, int N, ScheduleMode mode, Schedule *S) {
-    const ScheduleSpec sp = {M, N, mode, 0, 0, c->f, c->bi, c->bw, c->u};
+// Explicit fg+bp (select >= 0) at lag, or auto (-1); redo: bw_redoes_bi.
+static void build_spec(const Costs *c, int M, int N, ScheduleMode mode, int lag, int select, int redo,
+                       Schedule *S) {
+    const ScheduleSpec sp = {M, N, mode, lag, select, c->f, c->bi, c->bw, c->u, redo};
     FgError err = {0};
     if (schedule_build(&sp, S, &err)) fail_msg("build %s M=%d N=%d: %s", schedule_mode_name(mode), M, N, err.msg);
     if (schedule_check(S, &sp, &err)) fail_msg("check %s M=%d N=%d: %s", schedule_mode_name(mode), M, N, err.msg);
+}
+
+static void build(const Costs *c, int M, int N, ScheduleMode mode, Schedule *S) {
+    build_spec(c, M, N, mode, 0, 0, 0, S);
 }
 
 static const ScheduledOp *find(const Schedule *S, int s, OpKind kind, int b) {
@@ -55,7 +62,7 @@ static const ScheduledOp *find(const Schedule *S, int s, OpKind kind, int b) {
 }
 
 // Written independently of schedule_check: returns stage s's most stashes held at once.
-static int verify_stage(const Schedule *S, const Costs *c, int s) {
+static int verify_stage(const Schedule *S, const Costs *c, int s, int redo) {
     const int M = S->M, N = S->N;
     const double eps = 1e-9 * S->makespan;
     const ScheduledOp *ops;
@@ -67,7 +74,8 @@ static int verify_stage(const Schedule *S, const Costs *c, int s) {
         const ScheduledOp *o = &ops[i];
         assert_int_equal(o->lag, 0);
         assert_true(o->kind == OP_F || o->kind == OP_BI || o->kind == OP_BW);
-        const double cost = o->kind == OP_F ? c->f[s] : o->kind == OP_BI ? c->bi[s] : c->bw[s];
+        const double bw = c->bw[s] + (redo ? c->bi[s] : 0.0);
+        const double cost = o->kind == OP_F ? c->f[s] : o->kind == OP_BI ? c->bi[s] : bw;
         assert_true(fabs(o->end - o->start - cost) <= eps);
         if (i > 0) assert_true(o->start >= ops[i - 1].end - eps);
         const int b = o->microbatch;
@@ -105,11 +113,13 @@ static void test_invariants(void **state) {
             for (int kind = 0; kind < N_COSTS; kind++) {
                 Costs c;
                 make_costs(&c, kind, M, (uint64_t)(M * 131 + N));
-                Schedule S;
-                build(&c, M, N, SCHED_BP_ZB, &S);
-                for (int s = 0; s < M; s++) verify_stage(&S, &c, s);
-                schedule_free(&S);
-                built++;
+                for (int redo = 0; redo < 2; redo++) {
+                    Schedule S;
+                    build_spec(&c, M, N, SCHED_BP_ZB, 0, 0, redo, &S);
+                    for (int s = 0; s < M; s++) verify_stage(&S, &c, s, redo);
+                    schedule_free(&S);
+                    built++;
+                }
             }
     printf("# %d zb timetables verified\n", built);
 }
@@ -169,11 +179,36 @@ static void test_stash_bound(void **state) {
     schedule_free(&ofob);
 }
 
+// fg+bp with recompute (auto, and explicit at lag 0 and 1): schedule_check holds every op to
+// its planned cost, and here each Bw lasts Bi's cost and its own.
+static void test_bw_redoes_bi(void **state) {
+    (void)state;
+    const int selects[][2] = {{-1, 1}, {2, 0}, {2, 1}};  // select, lag
+    for (int M = 1; M <= 4; M++)
+        for (int k = 0; k < 3; k++) {
+            Costs c;
+            make_costs(&c, COSTS_RANDOM, M, (uint64_t)(M * 7 + k));
+            Schedule S;
+            build_spec(&c, M, 8, SCHED_FG_BP, selects[k][1], selects[k][0], 1, &S);
+            int n_bw = 0;
+            for (int i = 0; i < S.n_ops; i++) {
+                const ScheduledOp *o = &S.ops[i];
+                if (o->kind != OP_BW) continue;
+                const double planned = c.bi[o->stage] + c.bw[o->stage];
+                assert_true(fabs(o->end - o->start - planned) <= 1e-9 * S.makespan);
+                n_bw++;
+            }
+            if (!n_bw && selects[k][0] > 0) fail_msg("M=%d select %d: no Bw op", M, selects[k][0]);
+            schedule_free(&S);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariants),
         cmocka_unit_test(test_bubble_against_1f1b),
         cmocka_unit_test(test_stash_bound),
+        cmocka_unit_test(test_bw_redoes_bi),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

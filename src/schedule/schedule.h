@@ -53,7 +53,14 @@ typedef struct {
     int select;         // fg+bp: -1 auto, or n >= 0 chains (micro-batches 0..n-1, n <= N)
     // [M] each: F (> 0), Bi and Bw (> 0; bp's B costs Bi + Bw; NULL in fg), update (>= 0).
     const double *cost_f, *cost_bi, *cost_bw, *cost_u;
+    int bw_redoes_bi;   // recompute: a Bw op first redoes its Bi (the rerun and the input
+                        // adjoints) from the kept input and output adjoint: cost_bi + cost_bw
 } ScheduleSpec;
+
+// The planned seconds of a Bw op of stage s (ScheduleSpec.bw_redoes_bi).
+static inline double schedule_cost_bw(const ScheduleSpec *sp, int s) {
+    return sp->cost_bw[s] + (sp->bw_redoes_bi ? sp->cost_bi[s] : 0.0);
+}
 
 typedef struct {
     OpKind kind;
