@@ -102,9 +102,9 @@ typedef struct {
 } LaneBuffers;
 
 // What backward ops need, kept from F (or Bi) to their last use: the stashes of activations
-// (recompute: the stage's input from F to B or Bi, then the rerun's stash from Bi to Bw),
-// the last stage's loss adjoints and Bi's kept adjoints, by the step of their F (mod rings)
-// and micro-batch, and the buffers free for reuse.
+// (recompute: the stage's input, from F to B or Bw), the last stage's loss adjoints and Bi's
+// kept adjoints, by the step of their F (mod rings) and micro-batch, and the buffers free for
+// reuse.
 typedef struct {
     unsigned char *keeps;     // [n_phases][N]: F of micro-batch b in phase p keeps a stash
     float *dz[SCHED_MAX_LAG + 1];
@@ -114,8 +114,7 @@ typedef struct {
     float **free_stash, **free_adj;
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
     // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
-    // backward op), B's or Bi's rerun the stash of the layers after it (Bi's: rerun[][]).
-    float *rerun[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    // backward op); each backward op reruns the stash of the layers after it, for itself.
     float **free_input;
     int n_free_input, n_input_alloc;
 } StashPool;
@@ -193,7 +192,8 @@ typedef struct Lane {
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
     float *input;             // recompute: the stage's input, kept from F for B's rerun
-    float *keep;              // Bi, Bw: each parameter layer's output adjoint
+    float *keep;              // Bi, Bw: each parameter layer's output adjoint (recompute: the
+                              // stage's output adjoint, from which Bw redoes Bi)
     const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
                               // (host)
     float loss;               // F through a fused head: the mean loss, and its hits

@@ -20,6 +20,11 @@ void mem_account_add(MemAccount *a, MemOwner owner, double bytes) {
     if (a->activations > a->activation_peak) a->activation_peak = a->activations;
 }
 
+size_t kept_adjoint_floats(const Stage *st, int B, int recompute, int is_last) {
+    if (!recompute) return stage_adjoint_floats(st, B);
+    return is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out;
+}
+
 // The sizes as pipeline_setup.c allocates them: a lane holds ping-pong activations, tangents
 // (K) and adjoints (not fg) of B rows at the model's widest layer, and stage 0's inputs; a
 // message slot holds the widest activations with their tangents, or a stage's inputs.
@@ -30,7 +35,7 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
     const double f = sizeof(float), width = (double)B * m->max_width, x = (double)B * m->in_features;
     const int grad = layer_needs(c).grad;
     ActivationSizes z = {.stash = f * (double)stage_stash_floats(st, B),
-                         .adjoint = f * (double)stage_adjoint_floats(st, B),
+                         .adjoint = f * (double)kept_adjoint_floats(st, B, run.recompute, is_last),
                          .rings = config_timetable_lag(c) + 1};
     if (run.recompute) z.input = f * (double)B * m->layers[st->first].in;
     if (run.keeps_inputs) {
@@ -49,10 +54,9 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
 
 double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
                         int kept_copies, double *out) {
-    // recompute: an input per micro-batch in flight, and the rest of a stash (a rerun) per
-    // kept adjoint (Bi's rerun lives until Bw), or one while a B runs
-    double stash = z->input > 0.0 ? stashes * z->input + (stashes ? FG_MAX(adjoints, 1) : 0) *
-                                                         (z->stash - z->input)
+    // recompute: an input per micro-batch in flight, and the rerun of the op running (a
+    // resident stage runs one backward op at a time; each frees its rerun at its end)
+    double stash = z->input > 0.0 ? stashes * z->input + (stashes ? z->stash - z->input : 0.0)
                                   : stashes * z->stash;
     double v[N_MEM_ACTIVATIONS] = {
         [MEM_STASH] = stash, [MEM_KEPT_ADJOINTS] = adjoints * z->adjoint,

@@ -34,11 +34,17 @@ typedef struct {
 // bytes > 0: allocated (or taken from a pool); < 0: freed (given back).
 void mem_account_add(MemAccount *a, MemOwner owner, double bytes);
 
+// Floats that Bi keeps for Bw of one micro-batch of B rows: each parameter layer's output
+// adjoint; with recompute the stage's output adjoint alone, from which (and the kept input)
+// Bw redoes Bi, and none on the last stage, whose dz stays for the step anyway.
+size_t kept_adjoint_floats(const Stage *st, int B, int recompute, int is_last);
+
 // What a stage's activation memory is made of, from its config and layers.
 typedef struct {
     double stash, adjoint;   // one micro-batch's stash (stage_stash_floats), kept adjoints
     double input;            // recompute = stage: one micro-batch's stage input, kept from F
-                             // to its last B op; the rest of a stash is a rerun's (0: none)
+                             // to its last B op; the rest of a stash is the rerun of the one
+                             // B, Bi or Bw op running (0: none)
     double kept, kept_work;  // one copy of a step's kept inputs; U's work block (0: none)
     double local_lane;       // local losses folded in F: a lane's linear input (and the estimate)
     double loss_adjoints;    // the last stage's dz of one step (0: none)

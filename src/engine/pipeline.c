@@ -106,6 +106,8 @@ void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
     cost[COST_F] = mean_op_seconds(tt, OP_F, planned[COST_F * M + s]);
     cost[COST_BI] = mean_op_seconds(tt, OP_BI, planned[COST_BI * M + s]);
     cost[COST_BW] = mean_op_seconds(tt, OP_BW, planned[COST_BW * M + s]);
+    const double bi = planned[COST_BI * M + s], bw = planned[COST_BW * M + s];
+    if (tt->op_count[OP_BW] && p->run.recompute) cost[COST_BW] *= bw / (bi + bw);  // its share of Bi's redo
     cost[COST_U] = mean_op_seconds(tt, OP_U, planned[COST_U * M + s]);
     cost[COST_ZERO] = 0.0;
     if (tt->op_count[OP_B]) {  // a whole B: shared between Bi and Bw as planned
@@ -313,6 +315,6 @@ double pipeline_stash_bytes(const Pipeline *p) {
     double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
                   (double)stage_kept_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
     double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
-    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs +
-            (double)p->pool.n_adj_alloc * stage_adjoint_floats(&p->stage, B) + kept) * sizeof(float);
+    double adjoints = (double)p->pool.n_adj_alloc * kept_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
+    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + kept) * sizeof(float);
 }

@@ -16,8 +16,8 @@ static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.ring
 
 // ---------------------------------------------------------------------------------------------
 // Stashes: a stage keeps one per micro-batch it will backpropagate, from F until its B (or
-// Bw); Bi keeps the adjoints Bw needs until Bw. Freed buffers are reused, so memory grows with
-// the number in flight, not with N.
+// Bw); Bi keeps the adjoints Bw needs until Bw (recompute: the stage's output adjoint alone).
+// Freed buffers are reused, so memory grows with the number in flight, not with N.
 
 // Floats of one micro-batch's buffers; their bytes go into the stage's account
 // (mem_account.h) as they are taken and given back.
@@ -31,7 +31,12 @@ size_t ops_stash_floats(const Pipeline *p) {
 }
 
 static size_t adj_floats(const Pipeline *p) {
-    return stage_adjoint_floats(&p->stage, p->cfg->training.micro_batch);
+    return kept_adjoint_floats(&p->stage, p->cfg->training.micro_batch, p->run.recompute, p->is_last);
+}
+
+// Whether Bi keeps adjoints for Bw: with recompute the last stage's Bw reads dz, kept anyway.
+static int keeps_adjoints(const Pipeline *p) {
+    return adj_floats(p) > 0;
 }
 
 static float *stash_take(Pipeline *p) {
@@ -59,7 +64,7 @@ static void adj_give(Pipeline *p, float *s) {
 }
 
 // recompute = stage: F keeps the stage's input [B, in] alone, until the micro-batch's last
-// backward op; B's (or Bi's) rerun fills a stash of the layers after it.
+// backward op; every B, Bi and Bw op reruns the layers after it into a stash of its own.
 static float *input_take(Pipeline *p) {
     mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)input_floats(p));
     if (p->pool.n_free_input) return p->pool.free_input[--p->pool.n_free_input];
@@ -80,32 +85,35 @@ static float *lane_layer_input(const Pipeline *p, const Lane *a, int l) {
     return l == st->first ? a->input : a->stash + stage_stash_offset(st, l, B) - input_floats(p);
 }
 
-// A backward lane's buffers: the stash of its micro-batch's F, and its input adjoint (the
-// loss's on the last stage, else a message).
+// A backward lane's buffers: the stash of its micro-batch's F (recompute: its input, and a
+// stash for the op's rerun), and its output adjoint: the loss's on the last stage, else a
+// message. With recompute Bw redoes Bi from the input and the output adjoint, which Bi keeps
+// (the last stage's dz stays for the step).
 static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     const int B = p->cfg->training.micro_batch, C = pipeline_adjoint_width(p);
     const int r = ring(p, step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
-    if (p->run.recompute) {  // F kept the input; B's or Bi's rerun makes the rest, Bw reuses Bi's
-        a->input = a->stash;
-        if (a->kind == OP_BW) a->stash = p->pool.rerun[r][mb], p->pool.rerun[r][mb] = NULL;
-        else a->stash = a->input ? stash_take(p) : NULL;
-        if (a->kind == OP_BI) p->pool.rerun[r][mb] = a->stash;
-    }
-    if (a->kind == OP_BI) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
+    if (p->run.recompute) a->input = a->stash, a->stash = a->input ? stash_take(p) : NULL;
+    if (a->kind == OP_BI && keeps_adjoints(p)) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
     if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
     if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
-    if (!a->stash || (p->run.recompute && !a->input) || (a->kind == OP_BW && !a->keep))
+    const int no_keep = a->kind == OP_BW && keeps_adjoints(p) && !a->keep;
+    if (!a->stash || (p->run.recompute && !a->input) || no_keep)
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
-    if (a->kind == OP_BW) return FG_OK;
     if (p->is_last) {
         a->dy = p->pool.dz[r] + (size_t)mb * B * p->model->tokens * C;
+        return FG_OK;
+    }
+    if (a->kind == OP_BW) {
+        a->dy = p->run.recompute ? a->keep : NULL;
         return FG_OK;
     }
     const float *msg = NULL;
     int rc = messages_take(p, step, &msg, err);
     a->dy = msg;
+    if (!rc && p->run.recompute && a->keep)  // for Bw: the message's slot is reused
+        p->be->copy(p->be, a->keep, msg, adj_floats(p) * sizeof(float));
     return rc;
 }
 
@@ -408,9 +416,18 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
     return rc;
 }
 
+// Where Bi keeps layer l's output adjoint for Bw (NULL: none; a layer without a weight
+// gradient, or with recompute, where Bw redoes Bi instead).
+static float *lane_kept_adjoint(const Pipeline *p, const Lane *a, int l) {
+    const Layer *L = &p->model->layers[l];
+    if (!a->keep || p->run.recompute || !L->param_count || L->frozen) return NULL;
+    return a->keep + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
+}
+
 // One layer of the backward ops for every lane: B both halves, Bi the input adjoint (keeping
-// the layer's output adjoint for Bw), Bw the weight gradient. zero: the step's first
-// gradient (it starts here).
+// the layer's output adjoint for Bw), Bw the weight gradient; with recompute Bw redoes Bi's
+// half too (the same calls on the same inputs: the same bits), but for the stage's input.
+// zero: the step's first gradient (it starts here).
 static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Layer *L = &p->model->layers[l];
     const Backend *be = p->be;
@@ -420,17 +437,19 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
         const float *x = lane_layer_input(p, a, l);
-        // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
-        float *kept = L->param_count && !L->frozen && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
+        float *kept = lane_kept_adjoint(p, a, l);
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
-        if (a->kind == OP_BW) {  // reads no weights, but a fused head recomputes its logits
+        // Bw reads no weights, but a fused head recomputes its logits
+        if (a->kind == OP_BW && !p->run.recompute) {
             if (kept) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, kept, NULL, s->grad, B);
             continue;
         }
-        float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
+        const int sends = !p->is_first && a->kind != OP_BW;
+        float *dx = l == st->first && !sends ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
-        be->backward(be, L, params, x, a->dy, dx, a->kind == OP_B && !L->frozen ? s->grad : NULL, B);
+        // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
+        be->backward(be, L, params, x, a->dy, dx, a->kind != OP_BI && !L->frozen ? s->grad : NULL, B);
         a->dy = dx;
     }
 }
@@ -455,7 +474,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
         for (int i = 0; i < n; i++) {
             Lane *a = &p->work.lanes[i];
             const float *x = lane_layer_input(p, a, l);
-            float *kept = !L->frozen && a->keep ? a->keep + stage_adjoint_offset(st, l, B) : NULL;
+            float *kept = lane_kept_adjoint(p, a, l);  // never recomputed (config.c)
             const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
             if (a->kind == OP_BW) {
                 if (kept) stage_rows_backward(st, l, params, r0, rows, x, kept, NULL, s.grad, B);
@@ -478,11 +497,11 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     return rc;
 }
 
-// recompute = stage: the stash of each B and Bi lane, rerun from the input its F kept with the
-// weights F ran with (those B differentiates at), as F computed it: F's primal is the plain
-// forward with or without tangents (every layer's jvp calls its forward). The stage's last
-// layer is not rerun: B reads layer inputs only, and its output went to the loss or the next
-// stage.
+// recompute = stage: the stash of each lane (B, Bi or Bw), rerun from the input its F kept
+// with the weights F ran with (those B differentiates at), as F computed it: F's primal is the
+// plain forward with or without tangents (every layer's jvp calls its forward). The stage's
+// last layer is not rerun: B reads layer inputs only, and its output went to the loss or the
+// next stage.
 static int rerun_forward(Pipeline *p, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
@@ -492,7 +511,6 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
         if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         for (int i = 0; i < n; i++) {
             const Lane *a = &p->work.lanes[i];
-            if (a->kind == OP_BW) continue;
             stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL,
                                 lane_layer_input(p, a, l), NULL,
                                 lane_layer_input(p, a, l + 1), NULL, a->rows);
@@ -529,9 +547,10 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     size_t n_dx = (size_t)B * p->model->layers[st->first].in;
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &p->work.lanes[i];
-        if (a->kind != OP_BI) stash_give(p, a->stash);
+        // Bi's rerun goes at its end too (recompute): Bw makes its own
+        if (a->kind != OP_BI || p->run.recompute) stash_give(p, a->stash);
         if (a->kind != OP_BI && a->input) input_give(p, a->input);
-        if (a->kind == OP_BW) adj_give(p, a->keep);
+        if (a->kind == OP_BW && a->keep) adj_give(p, a->keep);
         // Not to a step after the run's last: nobody would take it.
         if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)
             rc = p->tr->send(p->tr, p->tr->stage - 1,

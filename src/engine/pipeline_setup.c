@@ -434,7 +434,6 @@ int pipeline_free(Pipeline *p, FgError *err) {
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) {
             be->free(be, p->pool.stash[i][b]);
             be->free(be, p->pool.kept_adj[i][b]);
-            be->free(be, p->pool.rerun[i][b]);
         }
     for (int i = 0; i < p->pool.n_free_stash; i++) be->free(be, p->pool.free_stash[i]);
     for (int i = 0; i < p->pool.n_free_adj; i++) be->free(be, p->pool.free_adj[i]);

@@ -27,7 +27,7 @@ ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs)
     const int select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
     return (ScheduleSpec){M, c->training.micro_batches, schedule_mode(c), config_timetable_lag(c),
                           select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
-                          costs + COST_U * M};
+                          costs + COST_U * M, run_plan(c, 1).recompute};
 }
 
 double pipeline_weighed_exact_rate(const Schedule *S, double lag_cost) {

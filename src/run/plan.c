@@ -274,8 +274,9 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
                 cfg->layout.replicas, cfg->layout.replicas > 1 ? "s" : "", m.n_params,
                 threads ? threads : "unset");
         if (cfg->timetable.recompute == RECOMPUTE_STAGE)
-            fprintf(out, "recompute = stage: bp's and fg+bp's Bi include the rerun of F, their "
-                    "activations a stage input per micro-batch in flight and the reruns' stashes\n");
+            fprintf(out, "recompute = stage: bp's and fg+bp's Bi include the rerun of F, a split Bw "
+                    "redoes Bi (its cost and Bi's), their activations a stage input per micro-batch "
+                    "in flight, the stage's output adjoint from Bi to Bw and one rerun's stash\n");
         count_runtime(sets, runtime, out);
         for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
         if (json) json_cost_sets(json, sets);

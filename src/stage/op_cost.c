@@ -108,7 +108,9 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         double dz_seconds = scores && !fused ? time_loss(st, y, K ? ydot : NULL, labels, dy, rows) : 0.0;
         rc = be->sync(be, err);
         t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
-        if (setup->recompute)  // B's rerun: the plain forward, in Bi's time
+        // B's rerun: the plain forward, in Bi's time (a split Bw redoes Bi: the timetable plans
+        // it at cost_bi + cost_bw, ScheduleSpec.bw_redoes_bi)
+        if (setup->recompute)
             stage_forward(st, w_lagged ? w_lagged : w, NULL, x, NULL, rows, stash, &y, &ydot);
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
                              adjoints, rows);

@@ -28,7 +28,8 @@ typedef struct {
     const OptimizerConfig *optimizer;  // U steps it over the parameters (NULL: U is the
                                        // tangents' part alone)
     int lagged_weights;    // Bi reads a weight version of its own (the timetable's B ops lag)
-    int recompute;         // Bi first reruns the stage's plain forward (recompute = stage)
+    int recompute;         // Bi first reruns the stage's plain forward (recompute = stage; a
+                           // split Bw redoes that and Bi, planned as cost_bi + cost_bw)
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
