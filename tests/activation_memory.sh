@@ -4,10 +4,11 @@
 # adjoints, lanes, messages; summary.json's activation_peak_bytes), and fgpipe plan --costs of
 # the same run (the run's stage cuts and timetable) plans the same figure within 10% per stage:
 # the main job's MLP on 1 and 4 stages in bp-1f1b, bp-zb (each also with recompute = stage),
-# fg (weight, activity, local losses) and fg+bp, and
-# a small byte GPT on 1 and 2 stages. The peaks are ordered as the timetables imply: 1F1B's
-# stage 0 keeps more than its last stage, GPipe's stashes are all N on every stage, fg keeps no
-# stash, activity keeps inputs that weight perturbation does not, local losses fewer.
+# fg (weight, activity, local losses) and fg+bp (also with recompute, and select = 1 with it),
+# and a small byte GPT on 1 and 2 stages (bp-zb, fg+bp, fg+bp with recompute). The peaks are
+# ordered as the timetables imply: 1F1B's stage 0 keeps more than its last stage, GPipe's
+# stashes are all N on every stage, fg keeps no stash, activity keeps inputs that weight
+# perturbation does not, local losses fewer.
 #
 # usage: activation_memory.sh FGPIPE MLP_CONFIG   (the GPT config: gpt-kjv.conf beside it)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -60,7 +61,8 @@ cases=("1f1b|bp-1f1b|mode=bp schedule=1f1b" "zb|bp-zb|mode=bp schedule=zb"
        "gpipe|bp-gpipe|mode=bp schedule=gpipe" "fgw|fg|mode=fg perturb=weight"
        "fga|fg|mode=fg perturb=activity" "fgl|fg|mode=fg perturb=activity local_groups=8"
        "fgbp|fg+bp|mode=fg+bp"
-       "1f1b-rc|bp-1f1b|mode=bp schedule=1f1b recompute=stage" "zb-rc|bp-zb|mode=bp schedule=zb recompute=stage")
+       "1f1b-rc|bp-1f1b|mode=bp schedule=1f1b recompute=stage" "zb-rc|bp-zb|mode=bp schedule=zb recompute=stage"
+       "fgbp-rc|fg+bp|mode=fg+bp recompute=stage" "fgbp1-rc|fg+bp|mode=fg+bp select=1 recompute=stage")
 for M in 1 4; do
   for c in "${cases[@]}"; do
     IFS='|' read -r name schedule sets <<<"$c"
@@ -77,6 +79,9 @@ for M in 1 2; do
   run "gpt$M-fgbp" "$M" gpt mode=fg+bp
   verdict "GPT, $M stage(s), fg+bp: planned activations within 10% of the run's" \
     "$(planned_as_run "gpt$M-fgbp" fg+bp)"
+  run "gpt$M-fgbp-rc" "$M" gpt mode=fg+bp recompute=stage
+  verdict "GPT, $M stage(s), fg+bp with recompute: planned activations within 10% of the run's" \
+    "$(planned_as_run "gpt$M-fgbp-rc" fg+bp)"
 done
 
 keep=$(field mlp4-1f1b activation_peak_bytes 0) rc=$(field mlp4-1f1b-rc activation_peak_bytes 0)

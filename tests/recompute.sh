@@ -3,8 +3,9 @@
 # micro-batch in flight and reruns its forward before the micro-batch's backward. The runs end
 # with byte-identical losses and parameters to recompute = none: bp in every schedule and fg+bp's
 # bubble backprop, on 1, 2 and 4 stages, the MLP and the byte GPT; the runs keep less (their
-# summary's stash_bytes_stage), fgpipe plan counts less, and a mode or option that cannot
-# take it is refused by name.
+# summary's stash_bytes_stage; a split backward keeps the stage's output adjoint alone from Bi
+# to Bw, which redoes Bi), fgpipe plan counts less, and a mode or option that cannot take it is
+# refused by name.
 #
 # usage: recompute.sh FGPIPE CONFIG   (CONFIG: the MLP's; the GPT's is gpt-kjv.conf beside it)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -54,7 +55,7 @@ cases=(
   "mlp|fgbp-auto|4|mode=fg+bp ${sgd[*]}"
   "gpt|gpt-bp-1f1b|1 2 4|mode=bp schedule=1f1b"
   "gpt|gpt-bp-zb|2 4|mode=bp schedule=zb"
-  "gpt|gpt-fgbp-cv-lag1-sel1|2|mode=fg+bp estimator=cv select=1 lag=1 ${sgd[*]}"
+  "gpt|gpt-fgbp-cv-lag1-sel1|1 2 4|mode=fg+bp estimator=cv select=1 lag=1 ${sgd[*]}"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r model name stages sets <<<"$c"
@@ -77,6 +78,24 @@ if sys.argv[3].startswith("gpt"):  # 1F1B on 2 stages: stage 0 keeps 2 of 4, the
     none, rc = none[:1], rc[:1]
 if not all(r < n for r, n in zip(rc, none)):
     print(f"recompute {rc} against none {none} bytes")
+PY
+  )"
+done
+
+# A split backward (fg+bp, zb) with recompute: Bi keeps the stage's output adjoint alone for
+# Bw, none on the last stage (Bw reads its dz), and the largest stage keeps no more (the
+# timetables differ: Bw is planned longer, so a stage may hold more of the smaller buffers).
+for name in fgbp-cv-lag1-sel2-M4 bp-zb-M4 gpt-fgbp-cv-lag1-sel1-M2; do
+  verdict "$name: recompute keeps no more activations, the last stage no adjoints for Bw" "$(
+    py_check "$dir/$name.json" "$dir/$name-rc.json" <<'PY'
+import json, sys
+none, rc = (json.load(open(p)) for p in sys.argv[1:3])
+peak_none, peak_rc = none["activation_peak_bytes"], rc["activation_peak_bytes"]
+kept_none, kept_rc = none["memory_bytes"]["kept_adjoints"], rc["memory_bytes"]["kept_adjoints"]
+if max(peak_rc) > max(peak_none):
+    print(f"activation peaks: recompute {peak_rc} against none {peak_none} bytes")
+if kept_rc[-1] != 0 or kept_none[-1] <= 0:
+    print(f"kept adjoints: recompute {kept_rc} against none {kept_none} bytes")
 PY
   )"
 done
