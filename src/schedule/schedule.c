@@ -68,7 +68,7 @@ double schedule_planned_cost(const ScheduleSpec *sp, const ScheduledOp *o) {
     case OP_F: return sp->cost_f[o->stage];
     case OP_B: return sp->cost_bi[o->stage] + sp->cost_bw[o->stage];
     case OP_BI: return sp->cost_bi[o->stage];
-    case OP_BW: return schedule_cost_bw(sp, o->stage);
+    case OP_BW: return timetable_cost_bw(sp, o->stage);
     case OP_U: return sp->cost_u[o->stage];
     }
     return 0.0;

@@ -57,11 +57,6 @@ typedef struct {
                         // adjoints) from the kept input and output adjoint: cost_bi + cost_bw
 } ScheduleSpec;
 
-// The planned seconds of a Bw op of stage s (ScheduleSpec.bw_redoes_bi).
-static inline double schedule_cost_bw(const ScheduleSpec *sp, int s) {
-    return sp->cost_bw[s] + (sp->bw_redoes_bi ? sp->cost_bi[s] : 0.0);
-}
-
 typedef struct {
     OpKind kind;
     int stage;

@@ -74,7 +74,7 @@ static int place(const Fill *f, int s, double ready, double c, int last_q, int l
 }
 
 static void put(Fill *f, OpKind kind, int s, const Chain *ch, int q, double t, int pos) {
-    const double c = kind == OP_BI ? f->sp->cost_bi[s] : schedule_cost_bw(f->sp, s);
+    const double c = kind == OP_BI ? f->sp->cost_bi[s] : timetable_cost_bw(f->sp, s);
     timetable_segment_insert(&f->b, q % f->b.S->n_phases, s, pos,
                              (ScheduledOp){kind, s, ch->b, q - ch->source, t, t + c});
 }
@@ -108,7 +108,7 @@ static void place_inputs(Fill *f, int i, int explicit_lag, int with_bw) {
         if (prev) r = FG_MAX(r, prev->bi_q[s] * f->T + prev->bi_t[s] + sp->cost_bi[s]);
         int q, pos;
         double t;
-        const double c = sp->cost_bi[s] + (with_bw ? schedule_cost_bw(sp, s) : 0.0);
+        const double c = sp->cost_bi[s] + (with_bw ? timetable_cost_bw(sp, s) : 0.0);
         if (!place(f, s, r, c, last_q, 0, &q, &t, &pos))
             return;
         // Link order across periods too: before the first chain's op of the next period.
@@ -130,7 +130,7 @@ static void place_weight(Fill *f, int i, int s, int late) {
     int q, pos;
     double t;
     double ready = ch->bi_q[s] * f->T + ch->bi_t[s] + sp->cost_bi[s];
-    if (place(f, s, ready, schedule_cost_bw(sp, s), ch->source + sp->lag, late, &q, &t, &pos)) {
+    if (place(f, s, ready, timetable_cost_bw(sp, s), ch->source + sp->lag, late, &q, &t, &pos)) {
         put(f, OP_BW, s, ch, q, t, pos);
         ch->bw_q[s] = q, ch->bw_t[s] = t;
         return;
@@ -196,7 +196,7 @@ static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *
         out->n_chains += ch->bw_q[M - 1] >= 0;
         int fits = 1;
         for (int s = 0; s < M; s++)
-            fits &= ch->bw_q[s] >= 0 && ch->bw_q[s] * f.T + ch->bw_t[s] + schedule_cost_bw(sp, s) <=
+            fits &= ch->bw_q[s] >= 0 && ch->bw_q[s] * f.T + ch->bw_t[s] + timetable_cost_bw(sp, s) <=
                                             (ch->bw_q[s] * f.T + out->last_f) * (1 + 1e-12);
         out->n_fit += fits;
     }
@@ -214,7 +214,7 @@ static Score build_shape(const ScheduleSpec *sp, const Shape *sh, const double *
 static int most_chains(const ScheduleSpec *sp, const double *end_f, int phases) {
     const int M = sp->M, N = sp->N;
     const double idle = end_f[M * N - 1] - N * sp->cost_f[M - 1];
-    const int per_step = (int)floor(idle / (sp->cost_bi[M - 1] + schedule_cost_bw(sp, M - 1)) + 1e-9);
+    const int per_step = (int)floor(idle / (sp->cost_bi[M - 1] + timetable_cost_bw(sp, M - 1)) + 1e-9);
     return FG_MIN(phases * N, phases * (per_step + 1));
 }
 

@@ -15,6 +15,8 @@ typedef struct {
 
 int schedule_validate(const ScheduleSpec *sp, FgError *err);
 int schedule_is_bp(ScheduleMode mode);
+// The planned seconds of a Bw op of stage s (ScheduleSpec.bw_redoes_bi).
+double timetable_cost_bw(const ScheduleSpec *sp, int s);
 
 // End times of F(s,b) in the pure-FG timetable, end_f[s*N+b]: each F as soon as it can.
 void timetable_fg_ends(const ScheduleSpec *sp, double *end_f);

@@ -11,6 +11,10 @@ int schedule_is_bp(ScheduleMode mode) {
     return mode == SCHED_BP_GPIPE || mode == SCHED_BP_1F1B || mode == SCHED_BP_ZB;
 }
 
+double timetable_cost_bw(const ScheduleSpec *sp, int s) {
+    return sp->cost_bw[s] + (sp->bw_redoes_bi ? sp->cost_bi[s] : 0.0);
+}
+
 // Each F starts as soon as its input has arrived and the stage has finished the micro-batch
 // before.
 double timetable_fg_start(const double *end_f, int N, int s, int b) {
