@@ -14,6 +14,7 @@
 # usage: bench/bench_finetune_ooc.sh [SIZE [BUDGET [STEPS [CTX [CHECKPOINT]]]]]
 #   defaults: 124m 2600M 6 128; DIR=/var/tmp/fgpipe-finetune (flash: ~2 GB per 124M, 4.4x that
 #   for the store's two slots per layer); OMP_NUM_THREADS defaults to 1 (a core left for I/O).
+#   SETS="key=value ..." adds config keys to both runs (e.g. table_block_rows=4096).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-124m} budget=${2:-2600M} steps=${3:-6} ctx=${4:-128} checkpoint=${5:-}
@@ -32,6 +33,7 @@ head -c 20000 "$val" >"$dir/val-small.bin"  # the end-of-run evaluation is not t
 common=(--config "$config" --init-from "$checkpoint" --set ctx="$ctx" --set steps="$steps"
         --set micro_batches=4 --set micro_batch=1 --set train_tokens="$train"
         --set val_tokens="$dir/val-small.bin" --set print_every=1000000 --no-checkpoint)
+for kv in ${SETS:-}; do common+=(--set "$kv"); done
 rm -rf "$dir/flash" && mkdir -p "$dir/flash"
 build/fgpipe train "${common[@]}" --summary-json "$dir/mem.json" >"$dir/mem.log" 2>&1
 build/fgpipe train "${common[@]}" --mem-budget "$budget" --weights-dir "$dir/flash" \
