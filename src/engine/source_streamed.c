@@ -395,6 +395,10 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
 
 // A budget without room for the smallest set of slots, refused naming the smallest that works.
 // A measured runtime varies between processes: the budget named leaves a margin for it.
+// Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
+// one written back): plan_slots gives up a second large slot that would leave fewer.
+enum { SMALL_SLOTS_OVERLAP = 3 };
+
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
                          double runtime, const SlotPlan *sp, FgError *err) {
     const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
@@ -408,7 +412,7 @@ static int refuse_budget(const Config *c, const Model *m, int stage, double work
     else snprintf(name, sizeof name, "%s", L->name);
     if (one_large_slot(sp))  // two large slots keep the table's copies in memory
         snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                 runtime + work_bytes + 2.0 * slot + 2.0 * small, name);
+                 runtime + work_bytes + 2.0 * slot + SMALL_SLOTS_OVERLAP * small, name);
     return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
                    "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
                    "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
@@ -420,13 +424,20 @@ static int refuse_budget(const Config *c, const Model *m, int stage, double work
 
 // spill: the tied copies' gradients go to a spill file, else they take memory (tied_grad).
 // The slots get what mem_budget leaves after the work and the process's runtime.
+
+// The small slots that fit room beside n_large large ones (at most one per small layer).
+static int small_slots_left(const SlotPlan *sp, double room, int n_large) {
+    double small = (double)slot_bytes(sp, sp->small);
+    return (int)FG_MIN((room - n_large * (double)sp->large_bytes) / small, (double)sp->small_layers);
+}
+
 static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
                       int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
                       FgError *err) {
     int param_layers;
     plan_sizes(c, m, first, last, sp, &param_layers);
     if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
-    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
+    size_t slot = sp->large_bytes;
     // A device also holds a copy of the layer it computes on.
     if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
     double room = c->layout.mem_budget - runtime - work_bytes;
@@ -435,9 +446,13 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     if (!sp->small) return FG_OK;
     // Two large slots when they fit (the large layers read one ahead, the table's copies kept
     // across the step), the rest small, or all large when as many large slots serve as well;
-    // below that one large slot, which the large layers take in turns.
-    int n_large = FG_MIN(sp->n_slots, 2);
-    int n_small = (int)FG_MIN((room - n_large * (double)slot) / (double)small, (double)sp->small_layers);
+    // below that one large slot, which the large layers take in turns; also when a second
+    // large slot would leave fewer than SMALL_SLOTS_OVERLAP small ones (GPT-2 1.5B at 3G:
+    // 2 large + 1 small streamed the small layers one at a time, at 0.71 of its bound).
+    int n_large = FG_MIN(sp->n_slots, 2), n_small = small_slots_left(sp, room, n_large);
+    int overlap = FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers);
+    if (n_large == 2 && n_small < overlap && small_slots_left(sp, room, 1) >= overlap)
+        n_large = 1, n_small = small_slots_left(sp, room, 1);
     if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
     else sp->n_slots = n_large, sp->n_small = n_small;
     return FG_OK;
