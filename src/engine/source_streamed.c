@@ -444,11 +444,9 @@ static int plan_slots(const Backend *be, const Config *c, const Model *m, int fi
     if (room < slots_floor(sp)) return refuse_budget(c, m, stage, work_bytes, runtime, sp, err);
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
     if (!sp->small) return FG_OK;
-    // Two large slots when they fit (the large layers read one ahead, the table's copies kept
-    // across the step), the rest small, or all large when as many large slots serve as well;
-    // below that one large slot, which the large layers take in turns; also when a second
-    // large slot would leave fewer than SMALL_SLOTS_OVERLAP small ones (GPT-2 1.5B at 3G:
-    // 2 large + 1 small streamed the small layers one at a time, at 0.71 of its bound).
+    // Two large slots when they fit (the table's copies kept across the step), the rest small,
+    // or all large when as many serve as well; else one, which the large layers take in turns
+    // (also when two leave too few small slots: GPT-2 1.5B at 3G, 0.71 of its bound with 2 + 1).
     int n_large = FG_MIN(sp->n_slots, 2), n_small = small_slots_left(sp, room, n_large);
     int overlap = FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers);
     if (n_large == 2 && n_small < overlap && small_slots_left(sp, room, 1) >= overlap)
