@@ -393,12 +393,12 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
-// A budget without room for the smallest set of slots, refused naming the smallest that works.
-// A measured runtime varies between processes: the budget named leaves a margin for it.
 // Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
 // one written back): plan_slots gives up a second large slot that would leave fewer.
 enum { SMALL_SLOTS_OVERLAP = 3 };
 
+// A budget without room for the smallest set of slots, refused naming the smallest that works.
+// A measured runtime varies between processes: the budget named leaves a margin for it.
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
                          double runtime, const SlotPlan *sp, FgError *err) {
     const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
