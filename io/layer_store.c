@@ -66,10 +66,12 @@ long layer_store_version(const LayerStore *s) {
     return s->aux_bytes && s->aux_cur >= 0 ? s->aux_ver[s->aux_cur] : frozen;
 }
 
-int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, StoreLayer *out) {
+int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, int skip,
+                                 StoreLayer *out) {
     int n = 0;
     for (int l = first; l < last; l++) {
-        if (!m->layers[l].param_count || (frozen == STORE_FROZEN_SKIP && m->layers[l].frozen)) continue;
+        if (!m->layers[l].param_count || l == skip || (frozen == STORE_FROZEN_SKIP && m->layers[l].frozen))
+            continue;
         memset(&out[n], 0, sizeof out[n]);
         snprintf(out[n].name, sizeof out[n].name, "%s", m->layers[l].name);
         out[n].layer = l;

@@ -57,8 +57,10 @@ typedef struct LayerStore LayerStore;
 int layer_store_create(LayerStore **out, const char *dir, const char *name, int n_layers,
                        const StoreLayer *layers, const StoreOptions *opt, FgError *err);
 // The store's layers for a stage [first, last) of the model: layers without parameters skipped;
-// the model's frozen layers as `frozen` says (LayerStreamSpec.frozen).
-int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, StoreLayer *out);
+// the model's frozen layers as `frozen` says (LayerStreamSpec.frozen); layer `skip` (-1: none)
+// left out (LayerStreamSpec.tied_once).
+int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen, int skip,
+                                 StoreLayer *out);
 
 // Opens an existing store (its layout comes from the file) and recovers its consistent version.
 int layer_store_open(LayerStore **out, const char *dir, const char *name, FgError *err);

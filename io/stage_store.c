@@ -81,7 +81,8 @@ static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int
 int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, FgError *err) {
     (void)arg;
     StoreLayer layers[MODEL_MAX_LAYERS];
-    int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, spec->frozen, layers);
+    int skip = spec->tied_once ? spec->model->tied_last : -1;
+    int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, spec->frozen, skip, layers);
     StoreOptions opt = {.n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes, .preallocate = 1};
     LayerStore *s = NULL;
     int rc;

@@ -151,7 +151,11 @@ for (first, last), (wpath, spath) in sorted(stages.items()):
                 if f"slot{1 - k}/{l}.{name}" not in f: out.append(f"adapter {name}: one copy")
                 if max(stamps) != 9: out.append(f"adapter {name}: version {max(stamps)}, not 9")
             at += int(count)
-if at != params.size: out.append(f"the stores hold {at} parameters, the run saved {params.size}")
+# bp on a stage holding both copies of a tied table keeps it once: the head reads the embedding's
+tail = params.size - at
+once = "the tied copies kept once" in open(log).read() and 0 < tail <= at and \
+    np.array_equal(params[-tail:].view(np.uint32), params[:tail].view(np.uint32))
+if at != params.size and not once: out.append(f"the stores hold {at} parameters, the run saved {params.size}")
 lines = re.findall(r"stage (\d) out of core: .* a step read ([0-9.]+) GB and wrote ([0-9.]+) GB", open(log).read())
 if len(lines) != len(stages): out.append(f"{len(lines)} out-of-core lines for {len(stages)} stages")
 firsts = sorted(stages)

@@ -71,6 +71,9 @@ struct LayerSource {
     // Or, where the streams offer spill files (a CPU stage; each replica its own), on flash:
     // region i of tied_spill holds what tied_grad[i] would (tied_grad NULL then).
     LayerSpill *tied_spill;
+    // Streamed only: the tied copies are one in the store (bp, both on this stage): the head
+    // reads the embedding's, and the embedding's step alone writes it (slot_plan.h's twin).
+    int tied_once;
     // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
     int read_ahead;
     // Streamed with two slot sizes only (0: one size): layers of more parameters than this take

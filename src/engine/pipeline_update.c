@@ -281,7 +281,7 @@ static int tie_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgErr
         if (both) be->copy(be, yk, xk, k * sizeof(float));
         int r = tied_region(p, mine), rl = both ? tied_region(p, m->tied_last) : -1;
         if (r >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, r, o, xk, k, err);
-        if (!rc && rl >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
+        if (!rc && rl >= 0 && !p->src.tied_once) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
     }
     be->free(be, bx);
     be->free(be, by);
@@ -321,12 +321,12 @@ static int tie_copies(Pipeline *p, FgError *err) {
 
 // bp's tied copies are summed as soon as the gradients are complete, before op U's flush: a
 // streamed stage that steps its layers in the backward wave (update_in_backward) steps the
-// copies, which waited for the sum, here, in the version that wave wrote.
+// copies, which waited for the sum, here, in the version that wave wrote (kept once: one step).
 static int tie_gradients(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
     for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
-        if (!tied_apart(p, tied[i])) continue;
+        if (!tied_apart(p, tied[i]) || (i == 1 && p->src.tied_once)) continue;
         for (int b = 0; b < layer_blocks(&m->layers[tied[i]]) && !rc; b++) {
             LayerSlot s;
             if ((rc = layers_acquire_block(p, tied[i], b, 1, LAYER_WEIGHTS, &s, err)) ||

@@ -12,6 +12,7 @@
 
 #include "layer_source.h"
 #include "mem_account.h"
+#include "slot_plan.h"
 #include "slot_share.h"
 
 // The record of a weights-store version: the step whose forward wave runs on it.
@@ -45,7 +46,13 @@ typedef struct {
     int shared, io, solo;     // solo: the I/O rank reads alone (LayerSource.solo)
     SlotShare share;
     LayerSpill spill;         // the tied copies' gradients (LayerSource.tied_spill)
+    int twin;                 // the tied head when the store keeps the tied copies once (-1: not)
 } Streamed;
+
+// The store's layer for a layer: the twin reads and pins the embedding's copy.
+static int stored(const Streamed *st, int layer) {
+    return layer == st->twin ? st->m->tied_first : layer;
+}
 
 // The host view's buffers on the device (uploaded), or the host view itself on the CPU.
 static float *stage_in(Streamed *st, const LayerView *v, float *dev, int b) {
@@ -72,7 +79,7 @@ static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned part
     Streamed *st = s->ctx;
     int rc = FG_OK;
     if (!st->io) return FG_OK;
-    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch_block(&st->weights, layer, block, err);
+    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch_block(&st->weights, stored(st, layer), block, err);
     if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch_block(&st->step, layer, block, err);
     return rc;
 }
@@ -82,7 +89,8 @@ static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned part
 static int acquire_views(Streamed *st, int layer, int block, unsigned parts, LayerView *w,
                          LayerView *v, FgError *err) {
     int rc = FG_OK;
-    if (st->io && (parts & LAYER_WEIGHTS)) rc = st->weights.acquire_block(&st->weights, layer, block, w, err);
+    if (st->io && (parts & LAYER_WEIGHTS))
+        rc = st->weights.acquire_block(&st->weights, stored(st, layer), block, w, err);
     if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire_block(&st->step, layer, block, v, err);
     if (rc || !st->shared || !(parts & (LAYER_WEIGHTS | LAYER_STEP))) return rc;
     if (st->solo)
@@ -143,10 +151,11 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
         (rc = slot_share_barrier(&st->share, err)))
         return rc;
     if (!st->io) return FG_OK;
+    if (layer == st->twin) dirty &= ~(unsigned)LAYER_WEIGHTS;  // the embedding's step writes it
     if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
     if (!rc && (dirty & LAYER_STEP) && steps_of(st, layer, parts)) rc = stage_out(st, &st->held_step, st->dev_step, err);
     if (parts & LAYER_WEIGHTS)
-        rc2 = st->weights.release_block(&st->weights, layer, block, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
+        rc2 = st->weights.release_block(&st->weights, stored(st, layer), block, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
     if (!rc) rc = rc2;
     if (steps_of(st, layer, parts))
         rc2 = st->step.release_block(&st->step, layer, block, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
@@ -301,171 +310,6 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
     return rc;
 }
 
-static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
-
-// The stage's layers as slots: the largest layer sets a large slot's size, and the budget beside
-// the stage's work how many fit (at least two: one computing, one in flight). Where the largest
-// layers dwarf the others (a GPT's token table beside its blocks' matrices), two large slots
-// are made and the rest of the budget goes to small slots for the layers of at most half the
-// largest: many more of those fit, so the small layers are read far ahead.
-// A frozen layer's slot holds its parameters alone (a read-only base streams one buffer).
-typedef struct {
-    size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
-                                     // (0: no small slots), of the tied copies held here
-    size_t large_bytes;       // a large slot in both stores: the largest layer's weights slot
-                              // and the largest trained layer's step slot
-    int largest_layer;        // the model's index of the largest layer
-    int small_layers;         // layers that fit a small slot
-    int n_weights, n_step;    // buffers per trained layer in the weights store and the step store
-    int n_slots, n_small;
-} SlotPlan;
-
-static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
-    return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
-}
-
-// Floats of what a slot holds of a layer: the layer, or one of its row blocks (its largest).
-static size_t unit_floats(const Layer *L) {
-    size_t first, n;
-    layer_block(L, 0, &first, &n);
-    return n;
-}
-
-// Bytes of a layer's slot in the weights store.
-static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
-    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(unit_floats(L) * sizeof(float));
-}
-
-static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
-    *param_layers = 0;
-    size_t weights = 0, trained = 0;
-    for (int l = first; l < last; l++) {
-        const Layer *L = &m->layers[l];
-        if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
-        weights = FG_MAX(weights, weights_bytes(sp, L));
-        if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
-        *param_layers += L->param_count > 0;
-        // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
-        if ((l == m->tied_first || l == m->tied_last) && !m->layers[l].frozen)  // frozen: no step
-            sp->tied[l == m->tied_last] = m->layers[l].param_count;
-    }
-    sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
-    for (int l = first; l < last; l++)
-        if (m->layers[l].param_count && unit_floats(&m->layers[l]) <= sp->largest / 2) {
-            sp->small = FG_MAX(sp->small, unit_floats(&m->layers[l]));
-            sp->small_layers++;
-        }
-}
-
-// The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
-// it and two small ones when that is less (the token table's copies are never pinned at once:
-// one large slot serves both, read again when the other was in it).
-static int one_large_slot(const SlotPlan *sp) {
-    return sp->small && 2 * slot_bytes(sp, sp->small) < sp->large_bytes;
-}
-
-static double slots_floor(const SlotPlan *sp) {
-    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
-    return one_large_slot(sp) ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
-}
-
-// Bytes of one version of the stage's layers in both stores.
-static double stage_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
-    double bytes = 0.0;
-    for (int l = first; l < last; l++)
-        bytes += (double)(m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) *
-                 (double)m->layers[l].param_count * sizeof(float);
-    return bytes;
-}
-
-static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
-                       int *param_layers) {
-    LayerNeeds need = layer_needs(c);
-    *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
-                     .n_step = need.keep_grad + need.prev};
-    plan_layers(m, first, last, sp, param_layers);
-}
-
-double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last) {
-    SlotPlan sp;
-    int param_layers;
-    plan_sizes(c, m, first, last, &sp, &param_layers);
-    return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
-}
-
-// Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
-// one written back): plan_slots gives up a second large slot that would leave fewer.
-enum { SMALL_SLOTS_OVERLAP = 3 };
-
-// A budget without room for the smallest set of slots, refused naming the smallest that works.
-// A measured runtime varies between processes: the budget named leaves a margin for it.
-static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
-                         double runtime, const SlotPlan *sp, FgError *err) {
-    const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
-    const double small = (double)slot_bytes(sp, sp->small);
-    runtime += margin;
-    char faster[160] = "", name[96], measured[64] = "";
-    if (margin > 0)
-        snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
-    const Layer *L = &m->layers[sp->largest_layer];
-    if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
-    else snprintf(name, sizeof name, "%s", L->name);
-    if (one_large_slot(sp))  // two large slots keep the table's copies in memory
-        snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                 runtime + work_bytes + 2.0 * slot + SMALL_SLOTS_OVERLAP * small, name);
-    return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
-                   "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
-                   "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
-                   c->layout.mem_budget, stage, runtime, measured, work_bytes,
-                   one_large_slot(sp) ? "one slot" : "two slots", name,
-                   one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
-                   runtime + work_bytes + slots_floor(sp), faster);
-}
-
-// spill: the tied copies' gradients go to a spill file, else they take memory (tied_grad).
-// The slots get what mem_budget leaves after the work and the process's runtime.
-
-// The small slots that fit room beside n_large large ones (at most one per small layer).
-static int small_slots_left(const SlotPlan *sp, double room, int n_large) {
-    double small = (double)slot_bytes(sp, sp->small);
-    return (int)FG_MIN((room - n_large * (double)sp->large_bytes) / small, (double)sp->small_layers);
-}
-
-static int plan_slots(const Backend *be, const Config *c, const Model *m, int first, int last,
-                      int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
-                      FgError *err) {
-    int param_layers;
-    plan_sizes(c, m, first, last, sp, &param_layers);
-    if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
-    size_t slot = sp->large_bytes;
-    // A device also holds a copy of the layer it computes on.
-    if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
-    double room = c->layout.mem_budget - runtime - work_bytes;
-    if (room < slots_floor(sp)) return refuse_budget(c, m, stage, work_bytes, runtime, sp, err);
-    sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
-    if (!sp->small) return FG_OK;
-    // Two large slots when they fit (the table's copies kept across the step), the rest small,
-    // or all large when as many serve as well; else one, which the large layers take in turns
-    // (also when two leave too few small slots: GPT-2 1.5B at 3G, 0.71 of its bound with 2 + 1).
-    int n_large = FG_MIN(sp->n_slots, 2), n_small = small_slots_left(sp, room, n_large);
-    int overlap = FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers);
-    if (n_large == 2 && n_small < overlap && small_slots_left(sp, room, 1) >= overlap)
-        n_large = 1, n_small = small_slots_left(sp, room, 1);
-    if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
-    else sp->n_slots = n_large, sp->n_small = n_small;
-    return FG_OK;
-}
-
-// " (2 of A MB, N of B MB ...)" when the plan has small slots, else "".
-static const char *small_note(const SlotPlan *sp, char *note, size_t size) {
-    note[0] = 0;
-    if (sp->n_small)
-        snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
-                 "parameters)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
-                 slot_bytes(sp, sp->small) / 1e6, sp->small);
-    return note;
-}
-
 // Replicas on one node share the stage's store (LayerStreams.share, CPU memory): the group
 // agrees on what it streams and maps one block of slots, which only its I/O rank's streams use.
 static int share_slots(Streamed *st, const LayerStreams *ls, const Transport *t, const Model *m,
@@ -474,8 +318,8 @@ static int share_slots(Streamed *st, const LayerStreams *ls, const Transport *t,
     st->io = 1;
     if (!ls->share || t->replicas == 1 || st->be->on_device) return FG_OK;
     st->shared = 1;
-    size_t per_buf = (size_t)sp->n_slots * page_round(sp->largest * sizeof(float)) +
-                     (size_t)sp->n_small * page_round(sp->small * sizeof(float));
+    size_t per_buf = (size_t)sp->n_slots * slot_plan_page_round(sp->largest * sizeof(float)) +
+                     (size_t)sp->n_small * slot_plan_page_round(sp->small * sizeof(float));
     size_t bytes[SHARE_STORES] = {sp->n_weights * per_buf, sp->n_step * per_buf};
     int rc = slot_share_open(&st->share, ls->share, bytes, err);
     if (rc) return rc;
@@ -510,9 +354,10 @@ static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *
         snprintf(shared, sizeof shared, ", shared by the stage's %d replicas on node %d (%s)",
                  st->share.node->size, st->share.node->node,
                  st->io ? "this rank reads and writes them" : "its I/O rank reads and writes them");
-    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s\n",
+    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s%s\n",
             t->stage, st->cfg->layout.weights_dir, st->name, sp->n_slots + sp->n_small,
-            small_note(sp, small, sizeof small), shared, note[0] ? ": " : "", note);
+            slot_plan_note(sp, small, sizeof small),
+            sp->twin >= 0 ? ", the tied copies kept once" : "", shared, note[0] ? ": " : "", note);
 }
 
 static int trains_any(const Model *m, int first, int last) {
@@ -552,12 +397,12 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     // node's replicas share the store: each forms its own sums).
     int share = ls->share && c->layout.replicas > 1 && !be->on_device;
     int spill = ls->open_spill && !be->on_device;
-    int rc = plan_slots(be, c, m, first, last, t->stage, work_bytes, runtime_bytes, spill, &sp, err);
+    int rc = slot_plan_make(be, c, m, first, last, t->stage, work_bytes, runtime_bytes, spill, &sp, err);
     if (rc) return rc;
     size_t largest = sp.largest;
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
-    st->be = be, st->cfg = c, st->m = m, st->need = need;
+    st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin;
     st->kept_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
@@ -565,8 +410,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                          .begin_version = streamed_begin_version, .flush = streamed_flush,
                          .report = streamed_report, .io_stats = streamed_io_stats,
                          .close = streamed_close, .work_bytes = work_bytes,
-                         .read_ahead = n_slots - 1,
-                         .flash_bytes = stage_flash_bytes(&sp, m, first, last)};
+                         .read_ahead = n_slots - 1, .tied_once = sp.twin >= 0,
+                         .flash_bytes = slot_plan_flash_bytes(&sp, m, first, last)};
     // Replicas on one node share its stores (named by the node); without sharing each replica
     // has its own.
     char suffix[24] = "";
@@ -581,7 +426,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
-                            .frozen = STORE_FROZEN_READ_ONLY,
+                            .frozen = STORE_FROZEN_READ_ONLY, .tied_once = sp.twin >= 0,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
                             .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
                             .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS],

@@ -102,6 +102,8 @@ typedef struct {
                                // store): a new store checks the flash has room for all of them,
     double later_bytes;        // and for these bytes of spill files (the tied copies')
     int frozen;                // the model's frozen layers (STORE_FROZEN_*)
+    int tied_once;             // the model's tied copies (both in [first, last)) kept once: the
+                               // store has no tied_last, whose reader takes tied_first's
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
     int n_slots;               // slots of the largest layer

@@ -1,0 +1,171 @@
+// Slots of a streamed stage (slot_plan.h).
+#include "slot_plan.h"
+
+#include <stdio.h>
+
+#include "layer_source.h"
+#include "mem_account.h"
+
+size_t slot_plan_page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+static size_t page_round(size_t bytes) { return slot_plan_page_round(bytes); }
+
+static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
+    return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
+}
+
+// Floats of what a slot holds of a layer: the layer, or one of its row blocks (its largest).
+static size_t unit_floats(const Layer *L) {
+    size_t first, n;
+    layer_block(L, 0, &first, &n);
+    return n;
+}
+
+// Bytes of a layer's slot in the weights store.
+static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
+    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(unit_floats(L) * sizeof(float));
+}
+
+// The layers the stores keep: all but the twin (the tied head reading the embedding's copy).
+static int kept(const SlotPlan *sp, const Model *m, int l) {
+    return m->layers[l].param_count && l != sp->twin;
+}
+
+static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
+    *param_layers = 0;
+    size_t weights = 0, trained = 0;
+    for (int l = first; l < last; l++) {
+        const Layer *L = &m->layers[l];
+        if (!kept(sp, m, l)) continue;
+        if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
+        weights = FG_MAX(weights, weights_bytes(sp, L));
+        if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
+        ++*param_layers;
+        // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
+        if (l == m->tied_first && !L->frozen) sp->tied[0] = L->param_count;  // frozen: no step
+    }
+    if (m->tied_last >= first && m->tied_last < last && !m->layers[m->tied_last].frozen)
+        sp->tied[1] = m->layers[m->tied_last].param_count;
+    sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
+    for (int l = first; l < last; l++) {
+        if (!kept(sp, m, l)) continue;
+        if (unit_floats(&m->layers[l]) > sp->largest / 2) {
+            sp->large_layers++;
+        } else {
+            sp->small = FG_MAX(sp->small, unit_floats(&m->layers[l]));
+            sp->small_layers++;
+        }
+    }
+}
+
+// The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
+// it and two small ones when that is less (the token table's copies are never pinned at once:
+// one large slot serves both, read again when the other was in it, unless they are one).
+static int one_large_slot(const SlotPlan *sp) {
+    return sp->small && 2 * slot_bytes(sp, sp->small) < sp->large_bytes;
+}
+
+static double slots_floor(const SlotPlan *sp) {
+    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
+    return one_large_slot(sp) ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
+}
+
+double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
+    double bytes = 0.0;
+    for (int l = first; l < last; l++)
+        if (kept(sp, m, l))
+            bytes += (double)(m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) *
+                 (double)m->layers[l].param_count * sizeof(float);
+    return bytes;
+}
+
+static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
+                       int *param_layers) {
+    LayerNeeds need = layer_needs(c);
+    *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
+                     .n_step = need.keep_grad + need.prev, .twin = -1};
+    // bp steps both copies of a tied table with one sum, from one state, and keeps nothing else
+    // per layer (no step store, no reference): one copy on flash serves both, and stays in its
+    // slot from the embedding's backward to the head's forward (docs/out-of-core.md).
+    int both = m->tied_first >= first && m->tied_first < last && m->tied_last >= first && m->tied_last < last;
+    if (m->tied_first >= 0 && both && c->method.mode == MODE_BP && !sp->n_step && !need.ref)
+        sp->twin = m->tied_last;
+    plan_layers(m, first, last, sp, param_layers);
+}
+
+double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last) {
+    SlotPlan sp;
+    int param_layers;
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
+}
+
+// Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
+// one written back): slot_plan_make gives up a second large slot that would leave fewer.
+enum { SMALL_SLOTS_OVERLAP = 3 };
+
+// A budget without room for the smallest set of slots, refused naming the smallest that works.
+// A measured runtime varies between processes: the budget named leaves a margin for it.
+static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
+                         double runtime, const SlotPlan *sp, FgError *err) {
+    const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
+    const double small = (double)slot_bytes(sp, sp->small);
+    runtime += margin;
+    char faster[160] = "", name[96], measured[64] = "";
+    if (margin > 0)
+        snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
+    const Layer *L = &m->layers[sp->largest_layer];
+    if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
+    else snprintf(name, sizeof name, "%s", L->name);
+    if (one_large_slot(sp) && sp->large_layers > 1)  // two keep the table's copies in memory
+        snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
+                 runtime + work_bytes + 2.0 * slot + SMALL_SLOTS_OVERLAP * small, name);
+    return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
+                   "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
+                   "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
+                   c->layout.mem_budget, stage, runtime, measured, work_bytes,
+                   one_large_slot(sp) ? "one slot" : "two slots", name,
+                   one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
+                   runtime + work_bytes + slots_floor(sp), faster);
+}
+
+// The small slots that fit room beside n_large large ones (at most one per small layer).
+static int small_slots_left(const SlotPlan *sp, double room, int n_large) {
+    double small = (double)slot_bytes(sp, sp->small);
+    return (int)FG_MIN((room - n_large * (double)sp->large_bytes) / small, (double)sp->small_layers);
+}
+
+int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first, int last,
+                   int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
+                   FgError *err) {
+    int param_layers;
+    plan_sizes(c, m, first, last, sp, &param_layers);
+    if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
+    size_t slot = sp->large_bytes;
+    // A device also holds a copy of the layer it computes on.
+    if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
+    double room = c->layout.mem_budget - runtime - work_bytes;
+    if (room < slots_floor(sp)) return refuse_budget(c, m, stage, work_bytes, runtime, sp, err);
+    sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
+    if (!sp->small) return FG_OK;
+    // Two large slots when they fit (the table's copies kept across the step), the rest small,
+    // or all large when as many serve as well; else one, which the large layers take in turns
+    // (also when two leave too few small slots: GPT-2 1.5B at 3G, 0.71 of its bound with 2 + 1),
+    // and when there is one large layer (the table kept once) for the second to hold.
+    int n_large = FG_MIN(sp->n_slots, 2), n_small = small_slots_left(sp, room, n_large);
+    int overlap = FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers);
+    if (n_large == 2 && (n_small < overlap || sp->large_layers == 1) && small_slots_left(sp, room, 1) >= overlap)
+        n_large = 1, n_small = small_slots_left(sp, room, 1);
+    if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
+    else sp->n_slots = n_large, sp->n_small = n_small;
+    return FG_OK;
+}
+
+const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size) {
+    note[0] = 0;
+    if (sp->n_small)
+        snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
+                 "parameters)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
+                 slot_bytes(sp, sp->small) / 1e6, sp->small);
+    return note;
+}
+

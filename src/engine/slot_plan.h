@@ -1,0 +1,43 @@
+// How a streamed stage's memory budget becomes slots (docs/out-of-core.md): the largest layer
+// sets a large slot's size, and the budget beside the stage's work and the process's runtime
+// how many fit. Where the largest layers dwarf the others (a GPT's token table beside its
+// blocks' matrices), the rest of the budget goes to small slots for the layers of at most half
+// the largest: many more of those fit, so the small layers are read far ahead.
+#ifndef FGPIPE_SLOT_PLAN_H
+#define FGPIPE_SLOT_PLAN_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "config.h"
+#include "model.h"
+
+typedef struct {
+    size_t largest, small, tied[2];  // floats of the largest layer, of the largest small one
+                                     // (0: no small slots), of the tied copies held here
+    size_t large_bytes;       // a large slot in both stores: the largest layer's weights slot
+                              // and the largest trained layer's step slot
+    int largest_layer;        // the model's index of the largest layer
+    int small_layers;         // layers that fit a small slot
+    int large_layers;         // layers that take a large slot (the tied copies kept once: one)
+    int twin;                 // tied_last when the store keeps the tied copies once, else -1
+    int n_weights, n_step;    // buffers per trained layer in the weights store and the step store
+    int n_slots, n_small;
+} SlotPlan;
+
+size_t slot_plan_page_round(size_t bytes);
+
+// The plan for the stage's layers [first, last) within c->layout.mem_budget, less work_bytes
+// and runtime (spill: the tied copies' gradients go to a spill file, else they take memory);
+// a budget without room for the smallest set of slots is refused naming the smallest that works.
+int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first, int last,
+                   int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
+                   FgError *err);
+
+// Bytes of one version of the stage's layers in both stores.
+double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last);
+
+// " (2 of A MB, N of B MB ...)" when the plan has small slots, else "".
+const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size);
+
+#endif
