@@ -146,6 +146,29 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }
 
+// The tied copies kept once (bp, LayerSource.tied_once): the head's gradient, kept apart since
+// its wave, added into the embedding's, the sum tie_pieces forms (x + 1 y), over the slot's rows
+// of the table (the embedding's first vocab x C floats; the GPT's positions follow).
+static int add_head_gradient(Pipeline *p, LayerSlot *s, FgError *err) {
+    const Backend *be = p->be;
+    int last = p->model->tied_last, r = tied_region(p, last);
+    size_t table = p->model->layers[last].param_count;
+    size_t n = s->first < table ? FG_MIN(s->count, table - s->first) : 0;
+    if (r < 0) {
+        if (n) be->axpy(be, s->grad, 1.0f, tied_buffer(p, last) + s->first, n);
+        return FG_OK;
+    }
+    float *piece = backend_alloc_floats(be, TIE_PIECE);
+    int rc = FG_OK;
+    for (size_t o = 0; o < n && !rc; o += TIE_PIECE) {
+        size_t k = FG_MIN((size_t)TIE_PIECE, n - o);
+        if (!(rc = p->src.tied_spill->read(p->src.tied_spill, r, s->first + o, piece, k, err)))
+            be->axpy(be, s->grad + o, 1.0f, piece, k);
+    }
+    be->free(be, piece);
+    return rc;
+}
+
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
@@ -174,6 +197,12 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     }
     // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
     int tied = !p->run.forms_estimate && tied_apart(p, l);
+    // Kept once: the embedding, the copy the backward wave reaches last, takes the head's
+    // gradient and steps as the other layers do; op U has nothing left to do for them.
+    if (fresh && tied && p->src.tied_once && l == p->model->tied_first) {
+        if ((rc = add_head_gradient(p, s, err))) return rc;
+        tied = 0;
+    }
     if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
     if (fresh && tied && (rc = tied_keep(p, l, s, s->grad, err))) return rc;
     if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
@@ -281,7 +310,7 @@ static int tie_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgErr
         if (both) be->copy(be, yk, xk, k * sizeof(float));
         int r = tied_region(p, mine), rl = both ? tied_region(p, m->tied_last) : -1;
         if (r >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, r, o, xk, k, err);
-        if (!rc && rl >= 0 && !p->src.tied_once) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
+        if (!rc && rl >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
     }
     be->free(be, bx);
     be->free(be, by);
@@ -321,12 +350,13 @@ static int tie_copies(Pipeline *p, FgError *err) {
 
 // bp's tied copies are summed as soon as the gradients are complete, before op U's flush: a
 // streamed stage that steps its layers in the backward wave (update_in_backward) steps the
-// copies, which waited for the sum, here, in the version that wave wrote (kept once: one step).
+// copies, which waited for the sum, here, in the version that wave wrote.
 static int tie_gradients(Pipeline *p, FgError *err) {
+    if (p->src.tied_once) return FG_OK;  // summed and stepped in the backward wave
     const Model *m = p->model;
     int rc = tie_copies(p, err), tied[2] = {m->tied_first, m->tied_last};
     for (int i = 0; i < 2 && !rc && update_in_backward(p); i++) {
-        if (!tied_apart(p, tied[i]) || (i == 1 && p->src.tied_once)) continue;
+        if (!tied_apart(p, tied[i])) continue;
         for (int b = 0; b < layer_blocks(&m->layers[tied[i]]) && !rc; b++) {
             LayerSlot s;
             if ((rc = layers_acquire_block(p, tied[i], b, 1, LAYER_WEIGHTS, &s, err)) ||
