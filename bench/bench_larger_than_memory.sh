@@ -20,8 +20,10 @@
 #   the store (two slots per layer) and 13 GB more while importing (the safetensors file and
 #   the checkpoint). OMP_NUM_THREADS defaults to 1 (a core left for the I/O threads).
 #   Takes about 12 minutes per run on a 2-core machine with a 1-1.5 GB/s disk.
+#   RUNS="random replicas" runs only those (default: all three).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 budget=${1:-3G} steps=${2:-6} ctx=${3:-64} size=${4:-1.5b}
 dir=${DIR:-/var/tmp/fgpipe-ltm}
 config=launch/configs/gpt2-$size.conf
@@ -51,16 +53,19 @@ run() {  # NAME [LAUNCHER ... --] [ARGS]: one streamed run into $dir/NAME.{log,j
     rm -rf "$dir/flash"
 }
 
-run random
-checkpoint=$dir/gpt2-$size-ctx$ctx.h5
-bench/gpt2-random-checkpoint.sh "$size" "$ctx" "$checkpoint"
-run imported --init-from "$checkpoint"
-rm -f "$checkpoint"  # 6.5 GB; the shared store needs the room
+runs=(${RUNS:-random imported replicas})
+selected random "${runs[@]}" && run random
+if selected imported "${runs[@]}"; then
+  checkpoint=$dir/gpt2-$size-ctx$ctx.h5
+  bench/gpt2-random-checkpoint.sh "$size" "$ctx" "$checkpoint"
+  run imported --init-from "$checkpoint"
+  rm -f "$checkpoint"  # 6.5 GB; the shared store needs the room
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-run replicas mpirun -np 2 --bind-to none -x OMP_NUM_THREADS -- --set replicas=2 \
-  --set train_tokens="$dir/windows2.bin" --set val_tokens="$dir/windows2.bin"
+selected replicas "${runs[@]}" && run replicas mpirun -np 2 --bind-to none -x OMP_NUM_THREADS -- \
+  --set replicas=2 --set train_tokens="$dir/windows2.bin" --set val_tokens="$dir/windows2.bin"
 
-/usr/bin/python3 - "$dir" "$size" "$budget" "$ctx" random imported replicas <<'PY'
+/usr/bin/python3 - "$dir" "$size" "$budget" "$ctx" "${runs[@]}" <<'PY'
 import json, re, sys
 d, size, budget, ctx, *names = sys.argv[1:]
 units = {"K": 2**10, "M": 2**20, "G": 2**30}

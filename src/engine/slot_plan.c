@@ -57,16 +57,23 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     }
 }
 
+// Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
+// one written back): the floor has them (with two, GPT-2 124M streamed at 0.83 of its bound,
+// with three at 0.93), and slot_plan_make gives up a second large slot that would leave fewer.
+enum { SMALL_SLOTS_OVERLAP = 3 };
+
+static int overlap_slots(const SlotPlan *sp) { return FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers); }
+
 // The smallest stage that streams: two slots of the largest layer, or, with small slots, one of
-// it and two small ones when that is less (the token table's copies are never pinned at once:
-// one large slot serves both, read again when the other was in it, unless they are one).
+// it and overlap_slots small ones when that is less (the token table's copies are never pinned
+// at once: one large slot serves both, read again when the other was in it, unless they are one).
 static int one_large_slot(const SlotPlan *sp) {
-    return sp->small && 2 * slot_bytes(sp, sp->small) < sp->large_bytes;
+    return sp->small && (size_t)overlap_slots(sp) * slot_bytes(sp, sp->small) < sp->large_bytes;
 }
 
 static double slots_floor(const SlotPlan *sp) {
     size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
-    return one_large_slot(sp) ? (double)slot + 2.0 * (double)small : 2.0 * (double)slot;
+    return one_large_slot(sp) ? (double)slot + overlap_slots(sp) * (double)small : 2.0 * (double)slot;
 }
 
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
@@ -99,10 +106,6 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
-// Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
-// one written back): slot_plan_make gives up a second large slot that would leave fewer.
-enum { SMALL_SLOTS_OVERLAP = 3 };
-
 // A budget without room for the smallest set of slots, refused naming the smallest that works.
 // A measured runtime varies between processes: the budget named leaves a margin for it.
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
@@ -110,21 +113,23 @@ static int refuse_budget(const Config *c, const Model *m, int stage, double work
     const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
     const double small = (double)slot_bytes(sp, sp->small);
     runtime += margin;
-    char faster[160] = "", name[96], measured[64] = "";
+    char faster[160] = "", name[96], measured[64] = "", smalls[48] = "";
     if (margin > 0)
         snprintf(measured, sizeof measured, ", measured, %.0f MiB of it a margin", margin / 1048576.0);
     const Layer *L = &m->layers[sp->largest_layer];
     if (L->block_rows) snprintf(name, sizeof name, "a row block (%d rows) of %s", L->block_rows, L->name);
     else snprintf(name, sizeof name, "%s", L->name);
+    if (one_large_slot(sp))
+        snprintf(smalls, sizeof smalls, ", and %d of its smaller ones", overlap_slots(sp));
     if (one_large_slot(sp) && sp->large_layers > 1)  // two keep the table's copies in memory
         snprintf(faster, sizeof faster, "; %.0f bytes with two slots of %s",
-                 runtime + work_bytes + 2.0 * slot + SMALL_SLOTS_OVERLAP * small, name);
+                 runtime + work_bytes + 2.0 * slot + overlap_slots(sp) * small, name);
     return fg_fail(err, FG_ERR_INPUT, "mem_budget %.0f bytes is too small for stage %d: the "
                    "runtime takes %.0f bytes (mem_runtime%s), its activations need %.0f bytes "
                    "and %s of its largest layer, %s%s, %.0f more (at least %.0f bytes%s)",
                    c->layout.mem_budget, stage, runtime, measured, work_bytes,
                    one_large_slot(sp) ? "one slot" : "two slots", name,
-                   one_large_slot(sp) ? ", and two of its smaller ones" : "", slots_floor(sp),
+                   smalls, slots_floor(sp),
                    runtime + work_bytes + slots_floor(sp), faster);
 }
 
@@ -152,7 +157,7 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     // (also when two leave too few small slots: GPT-2 1.5B at 3G, 0.71 of its bound with 2 + 1),
     // and when there is one large layer (the table kept once) for the second to hold.
     int n_large = FG_MIN(sp->n_slots, 2), n_small = small_slots_left(sp, room, n_large);
-    int overlap = FG_MIN(SMALL_SLOTS_OVERLAP, sp->small_layers);
+    int overlap = overlap_slots(sp);
     if (n_large == 2 && (n_small < overlap || sp->large_layers == 1) && small_slots_left(sp, room, 1) >= overlap)
         n_large = 1, n_small = small_slots_left(sp, room, 1);
     if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
