@@ -13,7 +13,7 @@ extern "C" {
 
 // Scratch buffers of the layers, one per use, so that no two live uses share one.
 enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, WORK_HEAD_Z, WORK_HEAD_ZD, WORK_HEAD_ROWS,
-       CUDA_WORK_SLOTS };
+       WORK_SUMS, CUDA_WORK_SLOTS };
 
 typedef struct {
     int device;
