@@ -151,5 +151,8 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
 // its smallest set of slots (layer_source_streamed refuses a budget without room for them;
 // the tied copies' gradients wait on flash, tied_spill, except on a device).
 double layer_source_streamed_floor(const Config *c, const Model *m, int first, int last);
+// Parameters of layers [first, last) in a streamed stage's weights store: the tied head's are
+// not there when the stage keeps the tied copies once (LayerSource.tied_once).
+size_t layer_source_streamed_params(const Config *c, const Model *m, int first, int last);
 
 #endif

@@ -106,6 +106,14 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
+size_t layer_source_streamed_params(const Config *c, const Model *m, int first, int last) {
+    SlotPlan sp;
+    int param_layers;
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    size_t n = model_range_count(m, first, last);
+    return sp.twin >= 0 ? n - m->layers[sp.twin].param_count : n;
+}
+
 // A budget without room for the smallest set of slots, refused naming the smallest that works.
 // A measured runtime varies between processes: the budget named leaves a margin for it.
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,

@@ -88,7 +88,8 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         size_t largest = 0;
         for (int l = w->cs->layout[s]; l < w->cs->layout[s + 1]; l++)
             largest = FG_MAX(largest, m->layers[l].param_count);
-        double store = (double)model_range_count(m, w->cs->layout[s], w->cs->layout[s + 1]) * store_bufs * sizeof(float);
+        double store = (double)layer_source_streamed_params(c, m, w->cs->layout[s], w->cs->layout[s + 1]) *
+                       store_bufs * sizeof(float);
         double slots = layer_source_streamed_floor(c, m, w->cs->layout[s], w->cs->layout[s + 1]);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
         const double runtime = w->cs->resident[s][MEM_RUNTIME];  // the process's (plan.c)
