@@ -30,6 +30,8 @@ int layers_release_block(Pipeline *p, int l, int b, unsigned parts, unsigned dir
 // Whether this rank changes the layers it acquires: not a replica that reads its node's shared
 // slots (LayerSource.reads_only), whose I/O rank applies every change once.
 int layers_writes(const Pipeline *p);
+// Whether layer l is one of the stage's.
+int layers_held(const Pipeline *p, int l);
 // Shared slots: every replica of the node reaches this point (LayerSource.sync); else nothing.
 int layers_sync(Pipeline *p, FgError *err);
 // What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for

@@ -22,6 +22,8 @@ int layers_release_block(Pipeline *p, int l, int b, unsigned parts, unsigned dir
 
 int layers_writes(const Pipeline *p) { return !p->src.reads_only; }
 
+int layers_held(const Pipeline *p, int l) { return l >= p->stage.first && l < p->stage.last; }
+
 int layers_sync(Pipeline *p, FgError *err) { return p->src.sync ? p->src.sync(&p->src, err) : FG_OK; }
 
 // Reads ahead as deep as the slots allow: the disk stays busy while layers of little work

@@ -13,10 +13,7 @@
 #include "estimator.h"
 #include "engine_ops.h"
 #include "progress.h"
-
-// Floats per piece of the tied copies' sum (and per message between the end stages): a
-// multiple of SPILL_ALIGN_FLOATS.
-enum { TIE_PIECE = 1 << 20 };
+#include "tied_copies.h"
 
 size_t scalars_d(const Pipeline *p) { (void)p; return 1; }
 
@@ -53,47 +50,6 @@ static void sum_layer_rows(const double *rows, const float *weights, int n_layer
         double w = weights ? weights[l] : 1.0;
         for (int i = 0; i < width; i++) out[i] += w * rows[(size_t)l * width + i];
     }
-}
-
-// A streamed stage's memory for the op-U gradient of a copy of the tied embedding
-// (LayerSource.tied_grad), or NULL: not a tied layer, resident, or not on this stage.
-static float *tied_buffer(const Pipeline *p, int l) {
-    const Model *m = p->model;
-    if (m->tied_first < 0) return NULL;
-    return l == m->tied_first ? p->src.tied_grad[0] : l == m->tied_last ? p->src.tied_grad[1] : NULL;
-}
-
-static int holds_layer(const Pipeline *p, int l) {
-    return l >= p->stage.first && l < p->stage.last;
-}
-
-// A streamed stage's copy of the tied embedding whose op-U gradient waits on flash
-// (LayerSource.tied_spill): its region of the spill file, or -1.
-static int tied_region(const Pipeline *p, int l) {
-    const Model *m = p->model;
-    if (!p->src.tied_spill || m->tied_first < 0 || !holds_layer(p, l)) return -1;
-    return l == m->tied_first ? 0 : l == m->tied_last ? 1 : -1;
-}
-
-// A tied copy whose op-U gradient is kept apart from the layer source (memory or flash).
-static int tied_apart(const Pipeline *p, int l) {
-    return tied_buffer(p, l) || tied_region(p, l) >= 0;
-}
-
-// A spilled tied copy's gradient (of the slot's rows) into the layer-sized buffer (the
-// estimate's, fg and fg+bp), where gradient_of_layer finds it.
-static int tied_fetch(Pipeline *p, int l, const LayerSlot *s, FgError *err) {
-    int r = tied_region(p, l);
-    if (r < 0) return FG_OK;
-    return p->src.tied_spill->read(p->src.tied_spill, r, s->first, p->src.layer_buffer, s->count, err);
-}
-
-// g, a tied copy's op-U gradient of the slot's rows, onto flash (nothing when it is kept in
-// memory).
-static int tied_keep(Pipeline *p, int l, const LayerSlot *s, const float *g, FgError *err) {
-    int r = tied_region(p, l);
-    if (r < 0) return FG_OK;
-    return p->src.tied_spill->write(p->src.tied_spill, r, s->first, g, s->count, err);
 }
 
 float *update_estimate_of_layer(Pipeline *p, int l) {
@@ -146,29 +102,6 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }
 
-// The tied copies kept once (bp, LayerSource.tied_once): the head's gradient, kept apart since
-// its wave, added into the embedding's, the sum tie_pieces forms (x + 1 y), over the slot's rows
-// of the table (the embedding's first vocab x C floats; the GPT's positions follow).
-static int add_head_gradient(Pipeline *p, LayerSlot *s, FgError *err) {
-    const Backend *be = p->be;
-    int last = p->model->tied_last, r = tied_region(p, last);
-    size_t table = p->model->layers[last].param_count;
-    size_t n = s->first < table ? FG_MIN(s->count, table - s->first) : 0;
-    if (r < 0) {
-        if (n) be->axpy(be, s->grad, 1.0f, tied_buffer(p, last) + s->first, n);
-        return FG_OK;
-    }
-    float *piece = backend_alloc_floats(be, TIE_PIECE);
-    int rc = FG_OK;
-    for (size_t o = 0; o < n && !rc; o += TIE_PIECE) {
-        size_t k = FG_MIN((size_t)TIE_PIECE, n - o);
-        if (!(rc = p->src.tied_spill->read(p->src.tied_spill, r, s->first + o, piece, k, err)))
-            be->axpy(be, s->grad + o, 1.0f, piece, k);
-    }
-    be->free(be, piece);
-    return rc;
-}
-
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
@@ -200,7 +133,7 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // Kept once: the embedding, the copy the backward wave reaches last, takes the head's
     // gradient and steps as the other layers do; op U has nothing left to do for them.
     if (fresh && tied && p->src.tied_once && l == p->model->tied_first) {
-        if ((rc = add_head_gradient(p, s, err))) return rc;
+        if ((rc = tied_add_head_gradient(p, s, err))) return rc;
         tied = 0;
     }
     if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
@@ -279,44 +212,6 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     return rc;
 }
 
-// Piece [o, o + k) of tied copy l's gradient: at g + o in memory, or read from flash into buf.
-static int tie_piece(Pipeline *p, int l, float *g, float *buf, size_t o, size_t k, float **out,
-                     FgError *err) {
-    int r = tied_region(p, l);
-    *out = r < 0 ? g + o : buf;
-    return r < 0 ? FG_OK : p->src.tied_spill->read(p->src.tied_spill, r, o, buf, k, err);
-}
-
-// The sum x += y (y: the other copy, here or on the other end stage), then y = x, a piece at a
-// time: the same bits as whole (elementwise), and no copy needs a second table-sized buffer.
-static int tie_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgError *err) {
-    const Backend *be = p->be;
-    const Model *m = p->model;
-    size_t n = m->layers[m->tied_last].param_count;
-    float *bx = backend_alloc_floats(be, TIE_PIECE), *by = backend_alloc_floats(be, TIE_PIECE);
-    int other = mine == m->tied_first ? p->tr->stages - 1 : 0, tag = message_tag(MSG_TIED, 0, 0), h;
-    int rc = FG_OK;
-    for (size_t o = 0; o < n && !rc; o += TIE_PIECE) {
-        size_t k = FG_MIN((size_t)TIE_PIECE, n - o);
-        float *xk, *yk = by;
-        if ((rc = tie_piece(p, mine, x, bx, o, k, &xk, err))) break;
-        if (both) rc = tie_piece(p, m->tied_last, y, by, o, k, &yk, err);
-        // backend memory both ways: the GPU's buffers never reach the host here
-        else if (!(rc = p->tr->post_recv(p->tr, other, tag, by, k, &h, err)) &&
-                 !(rc = p->tr->send(p->tr, other, tag, xk, k, err)))
-            rc = p->tr->wait_recv(p->tr, h, err);
-        if (rc) break;
-        be->axpy(be, xk, 1.0f, yk, k);  // x + 1 y == x + y: the same bits on every backend
-        if (both) be->copy(be, yk, xk, k * sizeof(float));
-        int r = tied_region(p, mine), rl = both ? tied_region(p, m->tied_last) : -1;
-        if (r >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, r, o, xk, k, err);
-        if (!rc && rl >= 0) rc = p->src.tied_spill->write(p->src.tied_spill, rl, o, xk, k, err);
-    }
-    be->free(be, bx);
-    be->free(be, by);
-    return rc;
-}
-
 // The GPT's tied token embedding (docs/gpt.md): wte, the first vocab x C floats of the
 // embedding layer (first stage), and lm_head.weight (last stage) are two copies that start
 // equal. Each gets the sum of both gradients or estimates, so they stay equal bit for bit
@@ -327,9 +222,9 @@ static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int first = m->tied_first, last = m->tied_last, rc;
     // A frozen table (a LoRA base) takes no step: nothing to sum, nothing to write.
-    if (first < 0 || m->layers[first].frozen || !(holds_layer(p, first) || holds_layer(p, last)))
+    if (first < 0 || m->layers[first].frozen || !(layers_held(p, first) || layers_held(p, last)))
         return FG_OK;
-    int mine = holds_layer(p, first) ? first : last, both = holds_layer(p, first) && holds_layer(p, last);
+    int mine = layers_held(p, first) ? first : last, both = layers_held(p, first) && layers_held(p, last);
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.
     // Block 0 of a copy in row blocks: its pointers are where the layer starts (a resident
@@ -338,11 +233,11 @@ static int tie_copies(Pipeline *p, FgError *err) {
     LayerSlot a, b;
     if ((rc = layers_acquire_block(p, mine, 0, 1, parts, &a, err))) return rc;
     if (both && !(rc = layers_acquire_block(p, last, 0, 1, parts, &b, err))) {
-        rc = tie_pieces(p, first, gradient_of_layer(p, first, &a), gradient_of_layer(p, last, &b), 1, err);
+        rc = tied_sum_pieces(p, first, gradient_of_layer(p, first, &a), gradient_of_layer(p, last, &b), 1, err);
         int rc2 = layers_release_block(p, last, 0, parts, parts, err);
         rc = rc ? rc : rc2;
     } else if (!both) {
-        rc = tie_pieces(p, mine, gradient_of_layer(p, mine, &a), NULL, 0, err);
+        rc = tied_sum_pieces(p, mine, gradient_of_layer(p, mine, &a), NULL, 0, err);
     }
     int rc2 = layers_release_block(p, mine, 0, parts, parts, err);
     return rc ? rc : rc2;
