@@ -192,7 +192,7 @@ refused() {  # refused LABEL PATTERN ARGS...: the run exits 2 and its error matc
 touch "$dir/a-file"
 refused "weights dir under a file: refused" "weights dir $dir/a-file/w.*Not a directory" \
   --mem-budget 14M --weights-dir "$dir/a-file/w"
-refused "budget below the floor (two slots of the largest layer, or one and two small ones): refused naming the layer and the minimum" "is too small for stage 0.*slots\? of its largest layer, fc[0-9]*.*, [0-9]* more (at least [0-9]* bytes" \
+refused "budget below the floor (two slots of the largest layer, or one and three small ones): refused naming the layer and the minimum" "is too small for stage 0.*slots\? of its largest layer, fc[0-9]*.*, [0-9]* more (at least [0-9]* bytes" \
   --mem-budget 4M --weights-dir "$dir"
 refused "--resume-weights without a store: refused" "no layer store" \
   --mem-budget 14M --weights-dir "$dir" --resume-weights
