@@ -109,6 +109,23 @@ for name in bp-M1-ooc fg-activity-M2-ooc fgbp-cv-lag1-M2-ooc; do
     verdict "$name: wte and lm_head.weight equal" "they differ (or no params: $(grep -m1 error "$dir/$name.log"))"
 done
 
+# bp keeps the tied copies once on a stage that holds both (its weights store has no lm_head:
+# one copy on flash, read and written); with a step store (bp with clip_norm), in fg and fg+bp
+# (their reference and kept gradient differ per copy) and on 2 stages each copy keeps its own.
+heads() {  # heads NAME: the weights stores of NAME's run that list lm_head
+  /usr/bin/python3 -c "
+import glob, sys, h5py
+print(sum(b'lm_head' in list(h5py.File(p, 'r')['index_name'][...]) for p in glob.glob(sys.argv[1] + '/stage-*.h5')))" "$dir/$1.w"
+}
+why=""
+grep -q "the tied copies kept once" "$dir/bp-M1-ooc.log" && [ "$(heads bp-M1-ooc)" = 0 ] ||
+  why="bp on 1 stage: $(grep -m1 -o 'streams its layers.*' "$dir/bp-M1-ooc.log"), $(heads bp-M1-ooc) stores with lm_head"
+for name in bp-clip-M1-ooc fg-M1-ooc fgbp-cv-lag1-M1-ooc bp-M2-ooc; do
+  ! grep -q "the tied copies kept once" "$dir/$name.log" && [ "$(heads "$name")" = 1 ] ||
+    why="$why; $name keeps them once ($(heads "$name") stores with lm_head)"
+done
+verdict "bp keeps a stage's tied copies once (no lm_head in its store); clip_norm, fg, fg+bp and 2 stages keep both" "$why"
+
 # A fine-tune of a streaming GPT: --init-from a trained checkpoint (another seed, fresh
 # optimizer state) with the embedding frozen equals the in-memory fine-tune, and wte, wpe (the
 # first (V + T) x C floats) and the tied head (the last V x C) stay bit for bit.
