@@ -130,9 +130,9 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     }
     // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
     int tied = !p->run.forms_estimate && tied_apart(p, l);
-    // Kept once: the embedding, the copy the backward wave reaches last, takes the head's
+    // Kept once (bp): the embedding, the copy the backward wave reaches last, takes the head's
     // gradient and steps as the other layers do; op U has nothing left to do for them.
-    if (fresh && tied && p->src.tied_once && l == p->model->tied_first) {
+    if (fresh && p->src.tied_once && l == p->model->tied_first && !layer_frozen(p, l)) {
         if ((rc = tied_add_head_gradient(p, s, err))) return rc;
         tied = 0;
     }

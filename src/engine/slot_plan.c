@@ -41,7 +41,8 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
         ++*param_layers;
         // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
-        if (l == m->tied_first && !L->frozen) sp->tied[0] = L->param_count;  // frozen: no step
+        // Kept once, the embedding's gradient stays in the layer buffer: it steps in its wave.
+        if (l == m->tied_first && !L->frozen && sp->twin < 0) sp->tied[0] = L->param_count;
     }
     if (m->tied_last >= first && m->tied_last < last && !m->layers[m->tied_last].frozen)
         sp->tied[1] = m->layers[m->tied_last].param_count;

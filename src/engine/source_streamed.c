@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "layer_source.h"
-#include "mem_account.h"
 #include "slot_plan.h"
 #include "slot_share.h"
 
