@@ -1,4 +1,4 @@
-// Causal attention on the GPU (attention_math.h; layer_attention.c is the reference), tiled
+// Causal attention on the GPU in FP32 (attention_math.h; layer_attention.c is the reference), tiled
 // the flash-attention way on FP32 CUDA cores (explicit fmaf, no tensor cores, no atomics).
 // A block of 256 threads (16 x 16) takes a 64-row query tile of one (b, h) and walks the key
 // tiles up to the causal limit with Q, K and V staged in shared memory; a thread keeps a
@@ -231,10 +231,9 @@ static bool head_ok(const Backend *be, const AttnShape &s, const char *what) {
     return false;
 }
 
-void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B) {
-    AttnShape s = attn_shape(L, B);
-    copy_rows(be, y, s.out, x, s.in, s.C, (size_t)B * s.T, "attention: carry");
-    if (!head_ok(be, s, "attention") || !B || !s.T) return;
+static void tiled_forward(const Backend *be, const AttnShape *sp, const float *x, float *y) {
+    const AttnShape &s = *sp;
+    if (!head_ok(be, s, "attention")) return;
     if (s.hs <= 64) forward_launch<64, false>(be, s, x, y, NULL, NULL, "attention");
     else forward_launch<128, false>(be, s, x, y, NULL, NULL, "attention");
 }
@@ -342,15 +341,10 @@ static void jvp_launch(const Backend *be, const AttnShape &s, const float *x, co
     launch_check(be, "attention jvp");
 }
 
-void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
-                        float *ydot, int B, int K) {
-    AttnShape s = attn_shape(L, B);
-    if (!xdot) {
-        zero_floats(be, ydot, (size_t)K * B * L->out, "attention jvp: zero");
-        return;
-    }
-    copy_rows(be, ydot, s.out, xdot, s.in, s.C, (size_t)K * B * s.T, "attention jvp: carry");
-    if (!head_ok(be, s, "attention jvp") || !B || !s.T || !K) return;
+static void tiled_jvp(const Backend *be, const AttnShape *sp, const float *x, const float *xdot,
+                      float *ydot, int K) {
+    const AttnShape &s = *sp;
+    if (!head_ok(be, s, "attention jvp")) return;
     if (s.hs <= 64) jvp_launch<64>(be, s, x, xdot, ydot, K);
     else jvp_launch<128>(be, s, x, xdot, ydot, K);
 }
@@ -491,14 +485,43 @@ static void backward_launch(const Backend *be, const AttnShape &s, const float *
     launch_check(be, "attention backward: dk, dv");
 }
 
-void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
-                             float *dx, int B) {
-    AttnShape s = attn_shape(L, B);
-    size_t rows = (size_t)B * s.H * s.T;
-    copy_rows(be, dx, s.in, dy, s.out, s.C, (size_t)B * s.T, "attention backward: carry");
-    if (!head_ok(be, s, "attention backward") || !rows) return;
+static void tiled_backward(const Backend *be, const AttnShape *sp, const float *x, const float *dy,
+                           float *dx) {
+    const AttnShape &s = *sp;
+    if (!head_ok(be, s, "attention backward")) return;
+    size_t rows = (size_t)s.B * s.H * s.T;
     float4 *stats = (float4 *)cuda_workspace(be, WORK_ROWS, rows * sizeof(float4));
     if (!stats) return;  // noted by cuda_workspace
     if (s.hs <= 64) backward_launch<64>(be, s, x, dy, dx, stats);
     else backward_launch<128>(be, s, x, dy, dx, stats);
+}
+
+const AttentionKernels attention_tiled = {tiled_forward, tiled_jvp, tiled_backward};
+
+// ---------------------------------------------------------------------------------------------
+// The layer's entry points: the carried columns, then the kernels the precision chose
+// (backend_cuda_set_precision: these tiles for FP32, attention_gemm.cu's tensor cores else).
+
+void cuda_attention_forward(const Backend *be, const Layer *L, const float *x, float *y, int B) {
+    AttnShape s = attn_shape(L, B);
+    copy_rows(be, y, s.out, x, s.in, s.C, (size_t)B * s.T, "attention: carry");
+    if (B && s.T) cuda_ctx(be)->attention->forward(be, &s, x, y);
+}
+
+void cuda_attention_jvp(const Backend *be, const Layer *L, const float *x, const float *xdot,
+                        float *ydot, int B, int K) {
+    AttnShape s = attn_shape(L, B);
+    if (!xdot) {
+        zero_floats(be, ydot, (size_t)K * B * L->out, "attention jvp: zero");
+        return;
+    }
+    copy_rows(be, ydot, s.out, xdot, s.in, s.C, (size_t)K * B * s.T, "attention jvp: carry");
+    if (B && s.T && K) cuda_ctx(be)->attention->jvp(be, &s, x, xdot, ydot, K);
+}
+
+void cuda_attention_backward(const Backend *be, const Layer *L, const float *x, const float *dy,
+                             float *dx, int B) {
+    AttnShape s = attn_shape(L, B);
+    copy_rows(be, dx, s.in, dy, s.out, s.C, (size_t)B * s.T, "attention backward: carry");
+    if (B && s.T) cuda_ctx(be)->attention->backward(be, &s, x, dy, dx);
 }

@@ -1,6 +1,6 @@
 // The CUDA backend: one stream per stage, memory, error reporting, and the Backend table.
-// Kernels live in layers_cuda.cu, sequence_cuda.cu, attention_cuda.cu, gemm_cuda.cu,
-// gemm_lt.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
+// Kernels live in layers_cuda.cu, sequence_cuda.cu, attention_cuda.cu, attention_gemm.cu,
+// gemm_cuda.cu, gemm_lt.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +154,8 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
         return fg_fail(err, FG_ERR_INTERNAL, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
     c->device = device;
+    c->precision = PRECISION_FP32;
+    c->attention = &attention_tiled;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
         return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
@@ -208,6 +210,7 @@ extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *e
     if (s != CUBLAS_STATUS_SUCCESS)
         return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: cublasSetMathMode: %s", c->device, cublasGetStatusString(s));
     c->precision = precision;
+    c->attention = precision == PRECISION_FP32 ? &attention_tiled : &attention_gemm;
     return FG_OK;
 }
 

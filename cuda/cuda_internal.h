@@ -10,10 +10,20 @@
 extern "C" {
 #include "backend.h"
 }
+#include "attention_math.h"
 
 // Scratch buffers of the layers, one per use, so that no two live uses share one.
 enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, WORK_HEAD_Z, WORK_HEAD_ZD, WORK_HEAD_ROWS,
-       WORK_SUMS, CUDA_WORK_SLOTS };
+       WORK_SUMS, WORK_ATT_P, WORK_ATT_D, CUDA_WORK_SLOTS };
+
+// One way to compute causal attention (after the carried columns): the tiled FP32 kernels
+// (attention_cuda.cu) or scores through tensor-core GEMMs (attention_gemm.cu).
+typedef struct {
+    void (*forward)(const Backend *be, const AttnShape *s, const float *x, float *y);
+    void (*jvp)(const Backend *be, const AttnShape *s, const float *x, const float *xdot, float *ydot, int K);
+    void (*backward)(const Backend *be, const AttnShape *s, const float *x, const float *dy, float *dx);
+} AttentionKernels;
+extern const AttentionKernels attention_tiled, attention_gemm;
 
 typedef struct {
     int device;
@@ -31,6 +41,7 @@ typedef struct {
     void *work[CUDA_WORK_SLOTS];       // scratch of the layers (cuda_workspace)
     size_t work_cap[CUDA_WORK_SLOTS];  // bytes
     int precision;            // Precision (config.h): the GEMMs' inputs, FP32 / TF32 / BF16
+    const AttentionKernels *attention;  // chosen with the precision
     char error[256];          // the first failure since the last sync, "" when none
 } CudaCtx;
 

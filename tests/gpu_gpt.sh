@@ -7,7 +7,8 @@
 #   operation; the tied embedding's copies are summed across the end stages);
 # - the GPU's per-step losses follow the CPU's within 2e-3 relative over the 50 steps (FP32:
 #   GEMMs and row sums add in another order; Adam and 50 steps amplify the last bits a little).
-# Then precision = tf32 and bf16 (bp): the losses stay within 2% of the fp32 GPU run's.
+# Then precision = tf32 and bf16 (bp): the losses stay within 2% of the fp32 GPU run's, and 2
+# stages give the parameters of 1 byte for byte (attention on tensor cores included).
 # Exit 77 (ctest: skipped) without a GPU or without the CUDA build.
 # usage: gpu_gpt.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -57,9 +58,13 @@ for c in "${cases[@]}"; do
   within "$tag: GPU losses follow the CPU's over 50 steps" "$(worst "$tag-gpu1" "$tag-cpu1")" 2e-3
 done
 
-# Tensor-core precisions against FP32 on the GPU: the same 50 bp steps.
+# Tensor-core precisions against FP32 on the GPU: the same 50 bp steps, on 1 and 2 stages.
 for precision in tf32 bf16; do
-  run "bp-$precision" 1 cuda mode=bp precision=$precision || continue
+  run "bp-$precision" 1 cuda mode=bp precision=$precision &&
+    run "bp-$precision-2" 2 cuda mode=bp precision=$precision || continue
   within "bp precision = $precision: losses within 2% of fp32's" "$(worst "bp-$precision" bp-gpu1)" 0.02
+  cmp -s "$dir/bp-$precision.bin" "$dir/bp-$precision-2.bin"
+  verdict "bp precision = $precision: 2 GPU stages give the parameters of 1, byte for byte" \
+    "$([ $? -eq 0 ] || echo "2 GPU stages differ from 1")"
 done
 finish

@@ -5,7 +5,8 @@
 // tangent, no parameter tangent), backward (fused, dp only, Bi alone, Bw alone without the
 // weights); then whole GPTs: the bp gradient (fused and Bi + Bw), the loss and the fg
 // directional derivatives along the same regenerated tangents; tf32 and bf16 within their
-// bounds; the bias fused into cuBLASLt's GEMM epilogue (carry, residual, no bias) in each.
+// bounds; the bias fused into cuBLASLt's GEMM epilogue (carry, residual, no bias) in each;
+// attention on tensor cores in tf32 and bf16.
 // Tolerance 1e-4 relative to max(1, the largest CPU magnitude): FP32 sums in another order
 // (GEMMs, the softmax's and LayerNorm's row sums). Without a GPU it exits 77 (skipped).
 #include <stdarg.h>
@@ -96,6 +97,47 @@ static void test_precisions(void **state) {
     assert_int_equal(backend_cuda_set_precision(&gpu, PRECISION_FP32, &err), FG_OK);
     fg_free(p), fg_free(x), fg_free(y);
     gpu.free(&gpu, g_p), gpu.free(&gpu, g_x), gpu.free(&gpu, g_y);
+}
+
+// Attention on tensor cores (tf32, bf16: cuda/attention_gemm.cu, scores through GEMMs): every
+// op within the precision's bound of the CPU, a head of 160 features (beyond the FP32 tiles'
+// 128) among the shapes; the forward repeats bit for bit and differs from FP32's (the path is on).
+static void test_attention_tensor_cores(void **state) {
+    (void)state;
+    int shapes[][4] = {{1, 1, 4, 1}, {2, 40, 64, 4}, {1, 300, 128, 2}, {2, 33, 160, 1}};  // B, T, C, H
+    const int precisions[] = {PRECISION_TF32, PRECISION_BF16};
+    const double tols[] = {1e-2, 5e-2};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int B = shapes[sh][0], T = shapes[sh][1], C = shapes[sh][2], H = shapes[sh][3];
+        Model m = gpt_model(1, C, H, T);
+        const Layer *A = &m.layers[3];
+        assert_string_equal(A->name, "h.0.attn");
+        size_t nx = (size_t)B * A->in, ny = (size_t)B * A->out;
+        float *x = layer_input(A, B, 5), *g_x = on_gpu(x, nx), *g_y = backend_alloc_floats(&gpu, ny);
+        float *fp32 = NULL;
+        FgError err = {0};
+        if (C / H <= 128) {  // the FP32 tiles' limit
+            gpu.forward(&gpu, A, NULL, g_x, g_y, B);
+            fp32 = from_gpu(g_y, ny);
+        }
+        for (int i = 0; i < 2; i++) {
+            if (backend_cuda_set_precision(&gpu, precisions[i], &err)) fail_msg("%s", err.msg);
+            char tag[64];
+            snprintf(tag, sizeof tag, "precision %d T=%d C=%d H=%d", precisions[i], T, C, H);
+            check_layer_ops(A, B, 2, tols[i], tag);
+            gpu.forward(&gpu, A, NULL, g_x, g_y, B);
+            float *once = from_gpu(g_y, ny);
+            gpu.forward(&gpu, A, NULL, g_x, g_y, B);
+            float *twice = from_gpu(g_y, ny);
+            if (memcmp(once, twice, ny * sizeof(float)) != 0) fail_msg("%s: forward not repeatable", tag);
+            if (fp32 && T > 1 && memcmp(once, fp32, ny * sizeof(float)) == 0)
+                fail_msg("%s: forward has FP32's bits: the tensor-core path did not run", tag);
+            fg_free(once), fg_free(twice);
+        }
+        assert_int_equal(backend_cuda_set_precision(&gpu, PRECISION_FP32, &err), FG_OK);
+        fg_free(x), fg_free(fp32);
+        gpu.free(&gpu, g_x), gpu.free(&gpu, g_y);
+    }
 }
 
 // The linears' bias as cuBLASLt's epilogue (cuda/gemm_lt.cu) in every precision: c_attn (bias,
@@ -226,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_whole_gpt),
         cmocka_unit_test(test_precisions),
         cmocka_unit_test(test_fused_bias),
+        cmocka_unit_test(test_attention_tensor_cores),
     };
     return run_gpu_tests("test_cuda_gpt", tests, sizeof tests / sizeof tests[0]);
 }

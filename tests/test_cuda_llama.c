@@ -61,10 +61,33 @@ static void test_whole_llama(void **state) {
     }
 }
 
+// Grouped-query attention on tensor cores (tf32, bf16: cuda/attention_gemm.cu) within the
+// precision's bound of the CPU, every op, on every shape.
+static void test_attention_tensor_cores(void **state) {
+    (void)state;
+    const int precisions[] = {PRECISION_TF32, PRECISION_BF16};
+    const double tols[] = {1e-2, 5e-2};
+    for (int i = 0; i < 2; i++) {
+        FgError err = {0};
+        if (backend_cuda_set_precision(&gpu, precisions[i], &err)) fail_msg("%s", err.msg);
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            Model m = llama_model(SHAPES[s]);
+            char tag[64];
+            snprintf(tag, sizeof tag, "precision %d H=%d Hkv=%d T=%d", precisions[i], SHAPES[s][2],
+                     SHAPES[s][3], SHAPES[s][6]);
+            for (int l = 0; l < m.n_layers; l++)
+                if (m.layers[l].kind == LAYER_ATTENTION) check_layer_ops(&m.layers[l], 2, 2, tols[i], tag);
+        }
+    }
+    FgError err = {0};
+    assert_int_equal(backend_cuda_set_precision(&gpu, PRECISION_FP32, &err), FG_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_layers),
         cmocka_unit_test(test_whole_llama),
+        cmocka_unit_test(test_attention_tensor_cores),
     };
     return run_gpu_tests("test_cuda_llama", tests, sizeof tests / sizeof tests[0]);
 }
