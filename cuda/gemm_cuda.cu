@@ -9,12 +9,14 @@
 #include "cuda_internal.h"
 
 // dst [batch][cols][rows] (packed) = bf16 of the column-major src (ld, stride between matrices).
+// A block row (blockIdx.y) per column: one division per column, none per element.
 __global__ void to_bf16_kernel(const float *src, int ld, long long stride, int rows, int cols,
                                int batch, __nv_bfloat16 *dst) {
-    size_t per = (size_t)rows * cols, n = per * batch;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t b = i / per, j = i % per / rows, r = i % rows;
-        dst[i] = __float2bfloat16(src[b * stride + j * ld + r]);
+    for (size_t c = blockIdx.y; c < (size_t)cols * batch; c += gridDim.y) {
+        const float *from = src + c / cols * stride + c % cols * (size_t)ld;
+        __nv_bfloat16 *to = dst + c * rows;
+        for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x)
+            to[r] = __float2bfloat16(from[r]);
     }
 }
 
@@ -24,7 +26,9 @@ static GemmArg16 to_bf16(const Backend *be, GemmArg a, int rows, int cols, int b
     int copies = a.stride ? batch : 1;
     size_t n = (size_t)rows * cols * copies;
     __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_workspace(be, slot, n * sizeof(__nv_bfloat16));
-    to_bf16_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(a.p, a.ld, a.stride, rows, cols, copies, dst);
+    unsigned threads = rows >= 256 ? 256 : (unsigned)(rows + 31) / 32 * 32;
+    dim3 grid(grid_for((size_t)rows, threads, 8), grid_for((size_t)cols * copies, 1, 65535));
+    if (n) to_bf16_kernel<<<grid, threads, 0, cuda_ctx(be)->stream>>>(a.p, a.ld, a.stride, rows, cols, copies, dst);
     launch_check(be, "gemm: conversion to bf16");
     GemmArg16 out = {dst, rows, a.stride ? (long long)rows * cols : 0};
     return out;
