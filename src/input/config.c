@@ -459,8 +459,21 @@ void config_write(const Config *c, FILE *f) {
     }
 }
 
-const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
-                                  size_t size) {
+// The first of keys[0..n) on which a and b differ, with both values; NULL when they agree.
+static const char *first_difference(const Config *a, const Config *b, const char *const *keys,
+                                    int n, char *value_a, char *value_b, size_t size) {
+    for (int i = 0; i < n; i++) {
+        const ConfigKey *k = find_key(keys[i]);
+        key_value(a, k, value_a, size);
+        key_value(b, k, value_b, size);
+        if (strcmp(value_a, value_b)) return k->name;
+    }
+    return NULL;
+}
+
+// lora: 1 compares LoRA's keys always, 0 only when a has adapters (a base loads under new ones).
+static const char *model_mismatch(const Config *a, const Config *b, int lora, char *value_a,
+                                  char *value_b, size_t size) {
     // Not pad_vocab: the table's rows are checked as the tensors load (256 rows pad to 256).
     static const char *const keys[] = {"data", "model", "n_layer", "n_embd", "n_head", "ctx",
                                        "vocab", "activation"};
@@ -468,18 +481,27 @@ const char *config_model_mismatch(const Config *a, const Config *b, char *value_
         "rope_theta", "rope_scaling_factor", "rope_scaling_low_freq_factor",
         "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings",
         "rms_norm_eps", "qk_norm", "tie_embeddings"};
-    int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
-    int llama = strcmp(a->net.model, "llama") == 0 ? (int)(sizeof llama_keys / sizeof *llama_keys) : 0;
-    // LoRA's keys when both have adapters: a base checkpoint (rank 0) loads under new ones.
     static const char *const lora_keys[] = {"lora_rank", "lora_alpha", "lora_targets"};
-    int lora = a->net.lora_rank > 0 && b->net.lora_rank > 0 ? 3 : 0;
-    for (int i = 0; i < n + llama + lora; i++) {
-        const ConfigKey *k = find_key(i < n ? keys[i] : i < n + llama ? llama_keys[i - n] : lora_keys[i - n - llama]);
-        key_value(a, k, value_a, size);
-        key_value(b, k, value_b, size);
-        if (strcmp(value_a, value_b)) return k->name;
-    }
-    return NULL;
+    int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
+    const char *key = first_difference(a, b, keys, n, value_a, value_b, size);
+    if (!key && strcmp(a->net.model, "llama") == 0)
+        key = first_difference(a, b, llama_keys, 11, value_a, value_b, size);
+    if (!key && (lora || a->net.lora_rank > 0))
+        key = first_difference(a, b, lora_keys, a->net.lora_rank || b->net.lora_rank ? 3 : 0,
+                               value_a, value_b, size);
+    return key;
+}
+
+const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
+                                  size_t size) {
+    return model_mismatch(a, b, 0, value_a, value_b, size);
+}
+
+const char *config_store_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
+                                  size_t size) {
+    static const char *const keys[] = {"pad_vocab", "freeze", "optimizer", "seed", "mode"};
+    const char *key = model_mismatch(a, b, 1, value_a, value_b, size);
+    return key ? key : first_difference(a, b, keys, 5, value_a, value_b, size);
 }
 
 void config_write_help(FILE *f) {

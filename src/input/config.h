@@ -151,9 +151,14 @@ void config_write(const Config *c, FILE *f);
 // Writes the key reference (name, accepted values, help) for --help.
 void config_write_help(FILE *f);
 
-// The first key that defines the model (data, model, its shape, the MLP's activation) on which
-// a and b differ, with both values; NULL when they agree.
+// The first key that defines the model (data, model, its shape, the MLP's activation, and
+// LoRA's keys when a has adapters: b must keep them) on which a and b differ, with both values;
+// NULL when they agree. a: the stored config (a checkpoint's), b: the run's.
 const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
+                                  size_t size);
+// The same for a layer store's config a (--resume-weights): every key its bytes depend on (the
+// model, LoRA's keys always, pad_vocab, freeze, optimizer, seed, mode).
+const char *config_store_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
                                   size_t size);
 
 OptimizerConfig config_optimizer(const Config *c);

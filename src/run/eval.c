@@ -5,6 +5,7 @@
 
 #include "checkpoint_model.h"
 #include "layer.h"
+#include "out_file.h"
 #include "text_data.h"
 
 typedef struct {
@@ -28,15 +29,12 @@ static int open_file(const EvalArgs *a, const Model *m, int T, TextCorpus *tc, F
 }
 
 static int write_logits(const char *path, const float *logits, const Model *m, int T, FgError *err) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "eval --logits %s: cannot create", path);
-    int bad = 0;
+    OutFile o;
+    FILE *f = out_file_open(&o, "eval --logits", path, err);
+    if (!f) return FG_ERR_INPUT;
     for (int t = 0; t < T; t++)  // the vocabulary's columns, not the padding
-        bad |= fwrite(logits + (size_t)t * m->logit_stride, sizeof(float), (size_t)m->classes, f) !=
-               (size_t)m->classes;
-    bad |= fclose(f) != 0;
-    if (bad) remove(path);
-    return bad ? fg_fail(err, FG_ERR_INPUT, "eval --logits %s: write failed (disk full?)", path) : FG_OK;
+        fwrite(logits + (size_t)t * m->logit_stride, sizeof(float), (size_t)m->classes, f);
+    return out_file_commit(&o, err);
 }
 
 // Windows of T tokens run through the model at its own ctx: the positions after T are padding
@@ -73,15 +71,15 @@ static int score_windows(const EvalArgs *a, CheckpointModel *cm, const TextCorpu
 }
 
 static int write_summary(const EvalArgs *a, const EvalTotals *t, int T, FgError *err) {
-    FILE *f = fopen(a->summary_path, "w");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "eval --summary-json %s: cannot create", a->summary_path);
+    OutFile o;
+    FILE *f = out_file_open(&o, "eval --summary-json", a->summary_path, err);
+    if (!f) return FG_ERR_INPUT;
     double loss = t->loss_sum / (double)t->tokens;
     fprintf(f, "{\"loss\": %.8f, \"accuracy\": %.6f, \"windows\": %ld, \"tokens\": %ld, \"ctx\": %d",
             loss, (double)t->correct / (double)t->tokens, t->windows, t->tokens, T);
     if (a->text_path) fprintf(f, ", \"bits_per_byte\": %.8f", loss / M_LN2);
     fputs("}\n", f);
-    return fclose(f) ? fg_fail(err, FG_ERR_INPUT, "eval --summary-json %s: write failed",
-                               a->summary_path) : FG_OK;
+    return out_file_commit(&o, err);
 }
 
 int eval_checkpoint(const EvalArgs *a, Storage *io, FILE *out, FgError *err) {

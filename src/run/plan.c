@@ -264,8 +264,10 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
     if (rc) return rc;
     CostSet *sets = calloc(N_SETS, sizeof *sets);
     FILE *json = NULL;
-    if (!(rc = make_cost_sets(cfg, be, &m, a, sets, err)) && a->json_path && !(json = fopen(a->json_path, "w")))
-        rc = fg_fail(err, FG_ERR_INPUT, "--json %s: cannot write it", a->json_path);
+    OutFile json_file;
+    if (!(rc = make_cost_sets(cfg, be, &m, a, sets, err)) && a->json_path &&
+        !(json = out_file_open(&json_file, "plan --json", a->json_path, err)))
+        rc = FG_ERR_INPUT;
     if (!rc) {
         const char *threads = getenv("OMP_NUM_THREADS");
         fprintf(out, "fgpipe plan: %d stages, %d micro-batches of %d, %d replica%s, %zu parameters; "
@@ -288,7 +290,8 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
     }
     if (json) {
         fputs("]}\n", json);
-        if (fclose(json) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--json %s: write failed", a->json_path);
+        if (rc) out_file_abort(&json_file);
+        else rc = out_file_commit(&json_file, err);
     }
     free(sets);
     return rc;

@@ -37,7 +37,7 @@ typedef struct {
     double *step_times, recent[WINDOW], train_time;
     double start_loss;  // the run's first step's (check_divergence)
     double *busy;            // [stages][3]: seconds of F, B, U ops in the last step
-    FILE *loss_csv;
+    LineFile loss_csv;       // .fd -1: none
     StepLog log;
     Progress prog;
     LayerStreamStats io_from;  // a streamed stage's I/O when the bound's steps began
@@ -214,11 +214,9 @@ static int open_outputs(Run *r, FgError *err) {
     if (dir) {
         if (mkdir(dir, 0755) && errno != EEXIST)
             return fg_fail(err, FG_ERR_INPUT, "--out %s: %s", dir, strerror(errno));
-        FILE *cf = report_open_in_dir(dir, "config.txt", err);
-        if (!cf) return FG_ERR_INPUT;
-        config_write(c, cf);
-        fclose(cf);
-        if (!(r->loss_csv = report_open_loss_csv(dir, r->first_step, err))) return FG_ERR_INPUT;
+        if ((rc = report_write_config(c, dir, err)) ||
+            (rc = report_start_loss_csv(&r->loss_csv, dir, r->first_step, err)))
+            return rc;
     }
     if (r->out.log_path) {
         char mode[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
@@ -258,10 +256,26 @@ static void plan_figures(Run *r) {
     res->bubble_used_by_b = st.bubble_used_by_b;
 }
 
+// The checkpoint a run reads (--resume, --init-from), checked by every stage before any file
+// is touched (a streamed stage's store, --out): a refused run leaves them all as they were.
+static int check_inputs(Run *r, FgError *err) {
+    Transport *t = r->env->tr;
+    const char *path = r->in.resume_path ? r->in.resume_path : r->in.init_from;
+    int rc = !path ? FG_OK : state_check_input(r->cfg, &r->model, r->env->storage, path,
+                                               r->in.resume_path != NULL, r->res->layout, t->stage,
+                                               t->stages, r->total, err);
+    double bad = rc != FG_OK;
+    FgError ignored = {0};
+    int rc2 = t->allreduce_sum_world(t, &bad, 1, rc ? &ignored : err);
+    if (rc || rc2) return rc ? rc : rc2;
+    return bad > 0 ? fg_fail(err, FG_ERR_INPUT, "another stage refused checkpoint %s (its message "
+                             "names why)", path) : FG_OK;
+}
+
 static int open_run(Run *r, FgError *err) {
     const TrainEnv *e = r->env;
     int rc, want_stats = r->out.log_path && e->storage;
-    if ((rc = load_model_and_data(r, err)) ||
+    if ((rc = load_model_and_data(r, err)) || (rc = check_inputs(r, err)) ||
         (rc = pipeline_init(&r->p, e->be, r->cfg, &r->model, r->res->layout, e->tr, &r->train,
                             e->streams, want_stats, err)))
         return rc;
@@ -328,9 +342,10 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
         for (int s = 0; s < M; s++) used[s] = schedule_stage_bubbles(&measured, s).bubble_used;
         report_free_measured(&measured);
         if (rc) return rc;
-        if (r->loss_csv)
-            fprintf(r->loss_csv, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr, sr->seconds,
-                    ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
+        char row[256];
+        snprintf(row, sizeof row, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr,
+                 sr->seconds, ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
+        if (r->loss_csv.fd >= 0 && (rc = line_file_append(&r->loss_csv, row, err))) return rc;
         StepRecord rec = {step, sr->loss, lr, sr->estimate_norm, sr->exact_norm, sr->cos_estimate_exact,
                           sr->cos_fg_exact, sr->variance_reduction, sr->seconds, ms.makespan,
                           ms.bubble_fraction, ms.bubble_used_by_b, sr->cv_beta_median, r->busy, used};
@@ -346,8 +361,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
 // a checkpoint are dropped on resume, rows missing before it would be lost for good.
 static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgError *err) {
     int rc = FG_OK;
-    if (r->loss_csv && fflush(r->loss_csv))
-        rc = fg_fail(err, FG_ERR_INPUT, "writing loss.csv in --out failed: %s", strerror(errno));
+    if (r->loss_csv.fd >= 0) rc = line_file_sync(&r->loss_csv, err);
     if (!rc && r->log.ctx) rc = r->log.flush(&r->log, err);
     if (!rc) rc = state_save_checkpoint(&r->p, r->env->storage, path, r->res->layout, next_step, err);
     return rc;
@@ -485,7 +499,7 @@ static int finish_run(Run *r, FgError *err) {
 // The stage's last writes can fail at close (a full disk): that fails the run too.
 static int close_run(Run *r, int rc, FgError *err) {
     FgError close_err = {0};
-    if (r->loss_csv) fclose(r->loss_csv);
+    line_file_close(&r->loss_csv);
     if (pipeline_free(&r->p, rc ? &close_err : err) && !rc) rc = err->code ? err->code : FG_ERR_INPUT;
     fg_free(r->order);
     fg_free(r->step_times);
@@ -502,7 +516,7 @@ int train_run(const Config *cfg, const TrainEnv *env, const TrainInputs *in,
         return fg_fail(err, FG_ERR_INPUT, "--resume, --checkpoint-every and --log need checkpoint "
                        "storage, which this build of fgpipe does not have");
     Run *r = calloc(1, sizeof *r);
-    *r = (Run){.cfg = cfg, .env = env, .res = res};
+    *r = (Run){.cfg = cfg, .env = env, .res = res, .loss_csv = {.fd = -1}};
     if (in) r->in = *in;
     if (out) r->out = *out;
     memset(res, 0, sizeof *res);

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "out_file.h"
 #include "pipeline.h"
 #include "train.h"
 
@@ -15,6 +16,11 @@ int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int 
                           FgError *err);
 // Only the weights (--init-from): any seed, the run starts at step 0 with fresh optimizer state.
 int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err);
+// Checks, before the run touches any file, that the stage (layout[stage]..) can load
+// `path`: resume, as state_load_checkpoint does (the run has `total` steps); else as
+// state_load_weights. Reads the checkpoint's config and tensor shapes, not its tensors.
+int state_check_input(const Config *c, const Model *m, Storage *io, const char *path, int resume,
+                      const int *layout, int stage, int stages, long total, FgError *err);
 // A checkpoint of the state on which step next_step runs (collective over the pipeline):
 // replica 0 writes it; called on every rank (pipeline_solo).
 int state_save_checkpoint(Pipeline *p, Storage *io, const char *path, const int *layout, long next_step,
@@ -44,8 +50,10 @@ int layout_cut(const Config *c, const Model *m, int M, const double *layer_cost,
                double *work, FgError *err);
 
 char *report_config_text(const Config *c);  // the resolved config in file syntax (free it)
-FILE *report_open_in_dir(const char *dir, const char *name, FgError *err);
-FILE *report_open_loss_csv(const char *dir, long first_step, FgError *err);
+// --out's config.txt (whole or absent) and loss.csv (whole lines; a resume keeps the rows
+// before first_step).
+int report_write_config(const Config *c, const char *dir, FgError *err);
+int report_start_loss_csv(LineFile *lf, const char *dir, long first_step, FgError *err);
 void report_print_layout(const Model *m, const TrainResult *res, int M, const Pipeline *p);
 // The stage's memory account into the run's figures (stage s's column; data: the rank's data).
 void report_memory_of_stage(const MemAccount *a, double data, int s, StageFigures *out);

@@ -24,39 +24,40 @@ size_t peak_rss_bytes(void) {
     return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
 }
 
-FILE *report_open_in_dir(const char *dir, const char *name, FgError *err) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) fg_fail(err, FG_ERR_INPUT, "cannot write %s: %s", path, strerror(errno));
-    return f;
+int report_write_config(const Config *c, const char *dir, FgError *err) {
+    char path[4096 + 16];
+    snprintf(path, sizeof path, "%s/config.txt", dir);
+    OutFile o;
+    FILE *f = out_file_open(&o, "--out", path, err);
+    if (!f) return FG_ERR_INPUT;
+    config_write(c, f);
+    return out_file_commit(&o, err);
 }
 
 // loss.csv, started over; a resumed run keeps the rows of the steps before its first one, so a
-// requeued job writing into the same directory continues the file.
-FILE *report_open_loss_csv(const char *dir, long first_step, FgError *err) {
-    char path[1024], line[512], *kept = NULL;
+// requeued job writing into the same directory continues the file. Replaced whole: a full disk
+// leaves the old file.
+int report_start_loss_csv(LineFile *lf, const char *dir, long first_step, FgError *err) {
+    char path[4096 + 16], line[512], *kept = NULL;
     size_t kept_len = 0;
     snprintf(path, sizeof path, "%s/loss.csv", dir);
     FILE *old = first_step > 0 ? fopen(path, "r") : NULL;
-    if (old) {
-        FILE *mem = open_memstream(&kept, &kept_len);
-        while (fgets(line, sizeof line, old)) {
-            char *end;
-            long step = strtol(line, &end, 10);
-            if (end != line && *end == ',' && step < first_step) fputs(line, mem);
-        }
-        fclose(old);
-        fclose(mem);
+    FILE *mem = open_memstream(&kept, &kept_len);
+    fputs("step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n", mem);
+    while (old && fgets(line, sizeof line, old)) {
+        char *end;
+        long step = strtol(line, &end, 10);
+        size_t n = strlen(line);
+        // Whole rows only (an older fgpipe may have left a cut one).
+        if (end != line && *end == ',' && step < first_step && n && line[n - 1] == '\n') fputs(line, mem);
     }
-    FILE *f = report_open_in_dir(dir, "loss.csv", err);
-    if (f) {
-        fprintf(f, "step,loss,lr,seconds,makespan,bubble,bubble_used_by_b\n");
-        if (kept) fputs(kept, f);
-    }
+    if (old) fclose(old);
+    fclose(mem);
+    int rc = line_file_start(lf, "loss.csv in --out", path, kept, err);
     free(kept);
-    return f;
+    return rc;
 }
+
 
 // The seconds the timetable gives an F op of stage s.
 static double planned_f(const Schedule *S, int s) {
@@ -195,13 +196,14 @@ void report_free_measured(Schedule *m) {
 // Planned (pid 0) and measured (pid 1) timelines as Chrome trace JSON.
 int report_write_trace(const Schedule *planned, const Schedule *measured, const char *path,
                        FgError *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "--trace %s: %s", path, strerror(errno));
+    OutFile o;
+    FILE *f = out_file_open(&o, "--trace", path, err);
+    if (!f) return FG_ERR_INPUT;
     const Schedule *both[2] = {planned, measured};
     const char *labels[2] = {"planned", "measured"};
     int rc = schedule_write_chrome_traces(both, labels, 2, f, err);
-    if (fclose(f) && !rc) rc = fg_fail(err, FG_ERR_INPUT, "--trace %s: write failed", path);
-    return rc;
+    if (rc) out_file_abort(&o);
+    return rc ? rc : out_file_commit(&o, err);
 }
 
 // , "name": [v0, v1, ...]: whole numbers whole, others with 4 decimals.
@@ -232,8 +234,9 @@ static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
 
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
     char mode[CONFIG_NAME_MAX], perturb[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
-    FILE *f = fopen(path, "w");
-    if (!f) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: %s", path, strerror(errno));
+    OutFile file;
+    FILE *f = out_file_open(&file, "--summary-json", path, err);
+    if (!f) return FG_ERR_INPUT;
     fprintf(f, "{\"mode\": \"%s\", \"perturb\": \"%s\", \"estimator\": \"%s\", \"shrink\": %g, "
             "\"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
             config_choice_name("mode", c->method.mode, mode),
@@ -277,8 +280,7 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     json_array(f, "bubble_used_by_b_stage_measured", r->per_stage.bubble_used_measured, r->stages);
     write_op_costs(f, c, r);
     fputs("}\n", f);
-    if (fclose(f)) return fg_fail(err, FG_ERR_INPUT, "--summary-json %s: write failed", path);
-    return FG_OK;
+    return out_file_commit(&file, err);
 }
 
 void report_io_bound(const Config *c, const Transport *t, const LayerSource *src, const IoBound *b,

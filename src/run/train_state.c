@@ -17,7 +17,8 @@
 // else follows from the config, the seed and the step. The tensors come from
 // pipeline_visit_layers (out of core: one slot at a time).
 typedef struct {
-    Pipeline *p;
+    Pipeline *p;       // NULL: a check before the run touches anything (state_check_input)
+    const Config *cfg;
     CheckpointState st;
     const char *path;  // a load's
     long total;        // a load's: the run's steps
@@ -26,8 +27,8 @@ typedef struct {
 
 static int stage_visit_layers(void *source, int writable, LayerVisitor visit, void *arg, FgError *err) {
     StageCheckpoint *sc = source;
-    const Config *c = sc->p->cfg;
-    if (sc->weights_only) return pipeline_visit_layers(sc->p, writable, 0, visit, arg, err);
+    const Config *c = sc->cfg;
+    if (sc->weights_only) return sc->p ? pipeline_visit_layers(sc->p, writable, 0, visit, arg, err) : FG_OK;
     // Checked before the state is overwritten (an out-of-core stage's store).
     if (writable && sc->st.seed != c->training.seed)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s was written with seed %u, the config has seed %u",
@@ -35,7 +36,7 @@ static int stage_visit_layers(void *source, int writable, LayerVisitor visit, vo
     if (writable && sc->st.step >= sc->total)
         return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is at step %ld; the run has only %ld steps",
                        sc->path, sc->st.step, sc->total);
-    return pipeline_visit_layers(sc->p, writable, sc->st.step, visit, arg, err);
+    return sc->p ? pipeline_visit_layers(sc->p, writable, sc->st.step, visit, arg, err) : FG_OK;
 }
 
 // What a user of the weights needs besides them (docs/checkpoints.md).
@@ -58,14 +59,17 @@ static ModelCard model_card(const Config *c, const Model *m) {
     return card;
 }
 
-static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout, const char *config_text) {
-    const Config *c = p->cfg;
-    *sc = (StageCheckpoint){.p = p};
+// The stage's layers [first, last) of model m; p NULL: a check, which reads no tensor and no
+// estimator sums.
+static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const Config *c, const Model *m,
+                             int first, int last, int stages, const int *layout,
+                             const char *config_text) {
+    *sc = (StageCheckpoint){.p = p, .cfg = c};
     CheckpointState *st = &sc->st;
-    *st = (CheckpointState){.model = p->model, .first = p->stage.first, .last = p->stage.last,
+    *st = (CheckpointState){.model = m, .first = first, .last = last,
                             .visit_layers = stage_visit_layers, .source = sc, .seed = c->training.seed,
-                            .config_text = config_text, .stages = p->tr->stages, .layout = layout,
-                            .card = model_card(c, p->model)};
+                            .config_text = config_text, .stages = stages, .layout = layout,
+                            .card = model_card(c, m)};
     st->buffers[st->n_buffers++] = "params";
     if (c->optim.optimizer == OPT_ADAM) {
         st->buffers[st->n_buffers++] = "optimizer/m";
@@ -73,8 +77,12 @@ static void checkpoint_state(StageCheckpoint *sc, Pipeline *p, const int *layout
     } else {
         st->buffers[st->n_buffers++] = "optimizer/velocity";
     }
-    if (p->need.ref) st->buffers[st->n_buffers++] = "estimator/reference";
-    st->cv_sums = p->upd.cv.sums, st->n_cv_sums = 2 * p->upd.cv.n_layers;
+    if (layer_needs(c).ref) st->buffers[st->n_buffers++] = "estimator/reference";
+    if (p) st->cv_sums = p->upd.cv.sums, st->n_cv_sums = 2 * p->upd.cv.n_layers;
+}
+
+static void pipeline_checkpoint(StageCheckpoint *sc, Pipeline *p, const int *layout, const char *text) {
+    checkpoint_state(sc, p, p->cfg, p->model, p->stage.first, p->stage.last, p->tr->stages, layout, text);
 }
 
 // A checkpoint of another model is refused by the key that differs, before any tensor is read:
@@ -88,7 +96,13 @@ static int check_same_model(const Config *now, Storage *io, const char *path, Fg
     free(text);
     const char *key = rc ? NULL : config_model_mismatch(&stored, now, stored_value, now_value,
                                                         sizeof stored_value);
-    if (key)
+    if (key && stored.net.lora_rank > 0 && now->net.lora_rank == 0)
+        rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s holds LoRA adapters (lora_rank = %d, "
+                     "lora_alpha = %g, lora_targets = %s) that this run, without lora_rank, would "
+                     "drop: set those keys to go on with them, or merge them into the base first "
+                     "(tools/fgpipe-convert export)", path, stored.net.lora_rank,
+                     stored.net.lora_alpha, stored.net.lora_targets);
+    else if (key)
         rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s is of another model: it has %s = %s, the "
                      "config %s = %s", path, key, stored_value, key, now_value);
     return rc;
@@ -99,19 +113,37 @@ int state_load_checkpoint(Pipeline *p, Storage *io, const char *path, const int 
     int rc = check_same_model(p->cfg, io, path, err);
     if (rc) return rc;
     StageCheckpoint sc;
-    checkpoint_state(&sc, p, layout, NULL);
+    pipeline_checkpoint(&sc, p, layout, NULL);
     sc.path = path, sc.total = total;
     return io->load(io, &sc.st, path, err);
+}
+
+// --init-from: the parameters alone, at any seed; a base model's checkpoint under new LoRA
+// adapters leaves them at their initial values.
+static void weights_only(StageCheckpoint *sc) {
+    sc->weights_only = 1, sc->st.n_buffers = 1;  // "params"
+    sc->st.n_cv_sums = 0;  // the weights alone: the estimator starts without history
+    sc->st.adapters_optional = 1;
 }
 
 int state_load_weights(Pipeline *p, Storage *io, const char *path, const int *layout, FgError *err) {
     int rc = check_same_model(p->cfg, io, path, err);
     if (rc) return rc;
     StageCheckpoint sc;
-    checkpoint_state(&sc, p, layout, NULL);
-    sc.path = path, sc.weights_only = 1, sc.st.n_buffers = 1;  // "params"
-    sc.st.n_cv_sums = 0;  // the weights alone: the estimator starts without history
-    sc.st.adapters_optional = 1;  // a base model's checkpoint under new LoRA adapters
+    pipeline_checkpoint(&sc, p, layout, NULL);
+    sc.path = path;
+    weights_only(&sc);
+    return io->load(io, &sc.st, path, err);
+}
+
+int state_check_input(const Config *c, const Model *m, Storage *io, const char *path, int resume,
+                      const int *layout, int stage, int stages, long total, FgError *err) {
+    int rc = check_same_model(c, io, path, err);
+    if (rc) return rc;
+    StageCheckpoint sc;
+    checkpoint_state(&sc, NULL, c, m, layout[stage], layout[stage + 1], stages, layout, NULL);
+    sc.path = path, sc.total = total;
+    if (!resume) weights_only(&sc);
     return io->load(io, &sc.st, path, err);
 }
 
@@ -152,7 +184,7 @@ static int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int
     if (rc) return rc;
     char *text = report_config_text(p->cfg);
     StageCheckpoint sc;
-    checkpoint_state(&sc, p, layout, text);
+    pipeline_checkpoint(&sc, p, layout, text);
     sc.st.step = next_step;
     double t0 = wall_seconds();
     rc = io->save(io, &sc.st, path, err);
