@@ -4,6 +4,7 @@
 # keeps running sums in the checkpoint besides the reference); a job killed with
 # SIGKILL while writing checkpoints leaves one that loads; bad checkpoint files are refused with
 # exit code 2 and a message naming the problem.  usage: checkpoint_restart.sh FGPIPE CONFIG
+# FGPIPE_TIER=quick: bp stopped on 4 stages and resumed on 2; rest: everything else.
 . "$(dirname "$0")/lib.sh" "$@"
 base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set steps=300 --set print_every=1000000)
 
@@ -33,12 +34,15 @@ train_and_stop() {
 for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv cv_scale=auto lag=0 select=2 optimizer=sgd lr=0.0001" \
             "fg-local|mode=fg perturb=activity local_groups=4 tangents=2 optimizer=sgd lr=0.0001"; do
   name=${mode%%|*}; read -r -a sets <<<"${mode#*|}"
+  [ "$name" = bp ] || in_tier rest || continue
+  resume_on="4 2 1"  # quick: bp on 2 only; rest: what quick leaves out
+  if [ "$tier" = quick ]; then resume_on=2; elif [ "$tier" = rest ] && [ "$name" = bp ]; then resume_on="4 1"; fi
   train 4 "$dir/$name-straight" "${sets[@]}" >"$dir/$name-straight.log" 2>&1
   train_and_stop "$dir/$name-stopped" "${sets[@]}"; rc=$?
   step=$(grep -o "stopped by a signal after step [0-9]*" "$dir/$name-stopped.log" | grep -o "[0-9]*$")
   verdict "$name: SIGUSR1 stops the run with exit 0 and a checkpoint (step ${step:-?})" \
     "$([ "$rc" -eq 0 ] && [ -n "$step" ] && [ -f "$dir/$name-stopped/checkpoint.h5" ] || echo "exit $rc, log: $(tail -n 2 "$dir/$name-stopped.log")")"
-  for M in 4 2 1; do
+  for M in $resume_on; do
     train "$M" "$dir/$name-resumed$M" "${sets[@]}" -- --resume "$dir/$name-stopped" >"$dir/$name-resumed$M.log" 2>&1
     why=
     cmp -s "$dir/$name-straight.bin" "$dir/$name-resumed$M.bin" || why="weights differ"
@@ -49,6 +53,7 @@ for mode in "bp|mode=bp schedule=1f1b" "fgbp|mode=fg+bp estimator=cv cv_scale=au
            <(cut -d, -f1-3 "$dir/$name-resumed$M/loss.csv" | tail -n +2) || why="$why losses differ"
     verdict "$name: stopped on 4 stages, resumed on $M = uninterrupted (weights, optimizer state, losses bitwise)" "$why"
   done
+  in_tier rest || continue
   # Resumed into its own directory, as a requeued Slurm job is: loss.csv keeps the rows before
   # the checkpoint and continues, so the whole file is the uninterrupted run's.
   train 2 "$dir/$name-stopped" "${sets[@]}" -- --resume "$dir/$name-stopped" >"$dir/$name-requeued.log" 2>&1
@@ -59,7 +64,7 @@ done
 
 # SIGKILL at arbitrary moments of a run that checkpoints every step: what is left loads.
 good=$dir/crash/checkpoint.h5
-for delay in 0.7 0.9 1.1 1.3; do
+in_tier rest && for delay in 0.7 0.9 1.1 1.3; do
   train 2 "$dir/crash" mode=bp -- --checkpoint-every 1 >"$dir/crash.log" 2>&1 &
   pid=$!; sleep "$delay"; pkill -KILL -f "$fgpipe train" ; wait "$pid" 2>/dev/null
   [ -f "$good" ] || continue
@@ -69,6 +74,7 @@ for delay in 0.7 0.9 1.1 1.3; do
 done
 
 # Bad files: exit 2 and a message that names the problem.
+in_tier rest || finish
 refuse() {  # refuse LABEL NEEDLE FILE SETS...
   local label=$1 needle=$2 file=$3; shift 3
   train 2 "$dir/bad" "$@" -- --resume "$file" >"$dir/bad.log" 2>&1; local rc=$?
