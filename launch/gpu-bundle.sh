@@ -8,6 +8,9 @@
 #                                        keeps only the carried libraries the machine lacks,
 #                                        finds cuBLAS and NCCL, and prints the env to source
 #   then:  eval "$(launch/gpu-bundle.sh unpack)"; FGPIPE_PREBUILT=1 launch/gpu-check.sh
+# llm.c's train_gpt2cu (bench/bench_gpu_llmc.sh's anchor) is never built or packed by fgpipe:
+# one built elsewhere sits in the ignored .gpu-llmc/ and is carried with .gpu/; unpack then
+# exports LLMC_BIN=.gpu-llmc/train_gpt2cu (no binary there: the bench skips llm.c and says so).
 # Both trees must sit at the same path for ctest (its files hold absolute paths): unpack links
 # the path pack was run at to the tree it runs in.
 set -euo pipefail
@@ -58,7 +61,7 @@ unpack)
     if ldconfig -p | grep -q "^[[:space:]]$(basename "$lib") "; then rm -f "$lib"; fi
   done
   libs=$root/.gpu/lib
-  for name in libcublas.so.13 libnccl.so.2 libcudart.so.13; do
+  for name in libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudart.so.13; do
     ldconfig -p | grep -q "^[[:space:]]$name " && continue
     hit=$(find /usr/local/cuda*/ /usr/lib /opt -name "$name" 2>/dev/null | head -n 1)
     [ -n "$hit" ] && libs=$libs:$(dirname "$hit")
@@ -75,6 +78,9 @@ unpack)
     chmod +x /tmp/python3 && mv /tmp/python3 /usr/bin/python3
   fi
   echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+  if [ -f .gpu-llmc/train_gpt2cu ]; then
+    chmod +x .gpu-llmc/train_gpt2cu && echo "export LLMC_BIN=$root/.gpu-llmc/train_gpt2cu"
+  fi
   ;;
 *) echo "usage: launch/gpu-bundle.sh pack|unpack" >&2; exit 2 ;;
 esac
