@@ -1,3 +1,5 @@
+// The Transport of a run on one stage and one replica (transport_local(), transport.h): no
+// neighbours, so a send or receive is an internal error, and the sums are the values themselves.
 #include "transport.h"
 
 static int local_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
