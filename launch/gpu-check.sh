@@ -6,10 +6,12 @@
 # against staged messages with 2
 # or more GPUs) and prints the GPU benchmark tables: the MLP's (fgpipe-bench-cuda; the NCCL
 # table needs 2 GPUs) and the GPT's (bench/bench_gpu_gpt.sh: tokens/s, MFU, peak GPU memory
-# per model, mode and precision). The tests' failures do not stop the benchmarks; the exit
-# status is the tests'.
-# usage: launch/gpu-check.sh [ROWS_PER_MICROBATCH] [GPT_STEPS]
-#   FGPIPE_PREBUILT=1 skips the build (a machine that cannot build: launch/gpu-bundle.sh)
+# per model, mode and precision) and fgpipe beside llm.c on GPT-2 124M's real shape
+# (bench/bench_gpu_llmc.sh; llm.c's rows need LLMC_BIN, a train_gpt2cu built elsewhere). The
+# tests' failures do not stop the benchmarks; the exit status is the tests'.
+# usage: launch/gpu-check.sh [ROWS_PER_MICROBATCH] [GPT_STEPS] [LLMC_STEPS]
+#   FGPIPE_PREBUILT=1 skips the build (a machine that cannot build: launch/gpu-bundle.sh);
+#   MLP_BENCH=0 skips the MLP's table; MODELS, PRECISIONS as bench_gpu_gpt.sh takes them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nvcc >/dev/null || { echo "gpu-check: nvcc not on PATH" >&2; exit 2; }
@@ -18,6 +20,7 @@ nvidia-smi -L || { echo "gpu-check: no GPU visible (nvidia-smi -L failed)" >&2; 
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 rc=0
 (cd build && ctest -L gpu --output-on-failure) || rc=$?
-build/fgpipe-bench-cuda "${1:-256}"
+[ "${MLP_BENCH:-1}" = 0 ] || build/fgpipe-bench-cuda "${1:-256}"
 bench/bench_gpu_gpt.sh "${2:-10}"
+bench/bench_gpu_llmc.sh "${3:-8}" || echo "gpu-check: bench_gpu_llmc.sh: some rows FAILED" >&2
 exit $rc
