@@ -34,7 +34,7 @@ if [ -n "$nsys" ]; then
     "$out/gpt.nsys-rep" 2>&1 | cut -c1-220 | head -n 150
 elif [ -n "$ncu" ]; then
   echo "profile_gpu_gpt: $ncu (no nsys): kernel times only, each kernel serialised"
-  mpirun "${MPI_FLAGS[@]}" "$ncu" --metrics gpu__time_duration.sum --csv --page raw -c 2500 \
+  mpirun "${MPI_FLAGS[@]}" "$ncu" --metrics gpu__time_duration.sum --csv --page raw -c "${NCU_KERNELS:-2500}" \
     "${run[@]}" >"$out/ncu.csv" 2>"$out/run.txt" || true
   /usr/bin/python3 - "$out/ncu.csv" <<'PY'
 import csv, collections, sys
