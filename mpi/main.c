@@ -10,6 +10,7 @@
 #include "node_share_mpi.h"
 #include "layer_spill.h"
 #include "stage_store.h"
+#include "store_lock.h"
 #include "transport_mpi.h"
 #include "transport_staged.h"
 #ifdef FGPIPE_HAVE_CUDA
@@ -115,6 +116,7 @@ static int run(RunArgs *args) {
     made.storage = checkpoint_hdf5(transport_mpi_comm(&made.mpi));
     env.storage = &made.storage;
     LayerStreams streams = {.arg = NULL, .open = stage_store_open, .open_spill = layer_spill_open,
+                           .lock = store_lock_take, .unlock = store_lock_release,
                            .resume = args->resume_weights};
     // Streamed stages of replicas on one node share a store: its slots are host memory the
     // ranks map (a device backend computes on its own copies, which the others cannot see).

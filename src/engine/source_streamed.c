@@ -13,6 +13,7 @@
 #include "layer_source.h"
 #include "slot_plan.h"
 #include "slot_share.h"
+#include "store_settings.h"
 
 // The record of a weights-store version: the step whose forward wave runs on it.
 typedef struct {
@@ -46,6 +47,8 @@ typedef struct {
     SlotShare share;
     LayerSpill spill;         // the tied copies' gradients (LayerSource.tied_spill)
     int twin;                 // the tied head when the store keeps the tied copies once (-1: not)
+    int lock;                 // the store's lock (LayerStreams.lock; -1: none), released at close
+    void (*unlock)(int lock);
 } Streamed;
 
 // The store's layer for a layer: the twin reads and pins the embedding's copy.
@@ -252,6 +255,7 @@ static int streamed_close(LayerSource *s, FgError *err) {
     st->be->free(st->be, st->grad);
     for (int i = 0; i < 2; i++) st->be->free(st->be, s->tied_grad[i]);
     if (st->spill.ctx) st->spill.close(&st->spill);
+    if (st->lock >= 0 && st->unlock) st->unlock(st->lock);  // after the last write
     st->be->free(st->be, st->dev_weights);
     st->be->free(st->be, st->dev_step);
     free(st);
@@ -275,14 +279,33 @@ static int open_store(Streamed *st, int rc, const LayerStreams *ls, const LayerS
     return slot_share_outcome(&st->share, rc, version, sizeof *version, path, err);
 }
 
+// Before the I/O rank touches the weights store: its lock (one run per store), and resuming,
+// the settings it was made with against the config's.
+static int claim_store(Streamed *st, const LayerStreams *ls, FgError *err) {
+    const char *dir = st->cfg->layout.weights_dir;
+    int rc = ls->lock ? ls->lock(dir, st->name, &st->lock, err) : FG_OK;
+    st->unlock = ls->unlock;
+    return !rc && ls->resume ? store_settings_check(st->cfg, dir, st->name, err) : rc;
+}
+
+// A new store's settings, written by the I/O rank; every rank of the group learns the outcome.
+static int record_settings(Streamed *st, FgError *err) {
+    const char *dir = st->cfg->layout.weights_dir;
+    int rc = st->io ? store_settings_write(st->cfg, dir, st->name, err) : FG_OK;
+    char path[sizeof st->cfg->layout.weights_dir + 80];
+    store_path(st, st->name, path, sizeof path);
+    return st->shared ? slot_share_outcome(&st->share, rc, NULL, 0, path, err) : rc;
+}
+
 // Opens the weights store: new, or (resuming) at the newest version every rank still holds.
 static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, LayerStreamSpec *spec,
                         long *next_step, FgError *err) {
     int n = t->stages * t->replicas, me = t->replica * t->stages + t->stage, rc;
     spec->reopen = ls->resume, spec->version = -1;
-    if ((rc = open_store(st, FG_OK, ls, spec, &st->weights, &st->version, err))) return rc;
+    rc = st->io ? claim_store(st, ls, err) : FG_OK;
+    if ((rc = open_store(st, rc, ls, spec, &st->weights, &st->version, err))) return rc;
     *next_step = 0;
-    if (!ls->resume) return FG_OK;
+    if (!ls->resume) return record_settings(st, err);
     // Stages (and replicas) that crashed one version apart go back to the older one.
     double *v = calloc((size_t)n, sizeof(double)), target;
     v[me] = (double)st->version;
@@ -305,6 +328,11 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s was written with seed %u and mode %u; "
                      "the config has seed %u and mode %d", path, rec.seed, rec.mode,
                      c->training.seed, c->method.mode);
+    // Known here when steps is set (epochs wait for the data): refused before the step store
+    // is made.
+    if (!rc && c->training.steps > 0 && rec.next_step >= c->training.steps)
+        rc = fg_fail(err, FG_ERR_INPUT, "the layer stores in %s are at step %lld; the run has only "
+                     "%d steps", c->layout.weights_dir, (long long)rec.next_step, c->training.steps);
     if (!rc) *next_step = (long)rec.next_step;
     return rc;
 }
@@ -401,7 +429,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     size_t largest = sp.largest;
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
-    st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin;
+    st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
     st->kept_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,

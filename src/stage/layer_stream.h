@@ -161,6 +161,10 @@ typedef struct {
     // engine keeps such buffers in memory).
     int (*open_spill)(const char *dir, const char *name, int n_regions, const size_t *floats,
                       LayerSpill *out, FgError *err);
+    // One run per store (NULL: no locks): takes DIR/NAME.lock before the store is touched,
+    // refusing one that a live run holds; released at close.
+    int (*lock)(const char *dir, const char *name, int *handle, FgError *err);
+    void (*unlock)(int handle);
     int resume;                // continue from the stores already in weights_dir
     NodeShare *share;          // NULL: every replica keeps its own stores
 } LayerStreams;
