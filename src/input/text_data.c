@@ -87,7 +87,35 @@ int token_file_ids(const uint8_t *data, size_t bytes, int width, const char *wha
     return FG_OK;
 }
 
-// One file of tokens as a split: a whole number of tokens, at least one window.
+// The largest of n ids (little-endian, as the file holds them on every machine fgpipe runs on):
+// a branch-free pass the compiler vectorises, so a whole file is checked at memory speed.
+static uint32_t max_id16(const uint16_t *v, size_t n) {
+    uint16_t m = 0;
+    for (size_t i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+static uint32_t max_id32(const uint32_t *v, size_t n) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+// Every id of the split below the vocabulary, checked once at start over the whole file (not
+// only in the windows a run happens to draw); the first one beyond is named.
+static int check_ids(const TextCorpus *tc, const TokenSplit *s, const char *what, FgError *err) {
+    if (tc->token_bytes == 1 || (tc->token_bytes == 2 && tc->vocab >= 65536)) return FG_OK;
+    uint32_t top = tc->token_bytes == 2 ? max_id16((const uint16_t *)s->at, s->n)
+                                        : max_id32((const uint32_t *)s->at, s->n);
+    if (top < (uint32_t)tc->vocab) return FG_OK;
+    size_t i = 0;
+    while (i < s->n && (uint32_t)token_at(tc, s, i) < (uint32_t)tc->vocab) i++;
+    return fg_fail(err, FG_ERR_INPUT, "%s %s: token %zu is %u, outside the vocabulary of %d "
+                   "(vocab; the largest id in the file is %u): the file was tokenized for another "
+                   "model", what, s->path, i, (unsigned)token_at(tc, s, i), tc->vocab, top);
+}
+
+// One file of tokens as a split: a whole number of tokens, at least one window, every id in
+// the vocabulary.
 static int map_tokens(TextCorpus *tc, int slot, TokenSplit *s, const char *what, const char *path,
                       FgError *err) {
     int rc = map_file(tc, slot, what, path, tc->token_bytes > 1 ?
@@ -102,7 +130,7 @@ static int map_tokens(TextCorpus *tc, int slot, TokenSplit *s, const char *what,
         return fg_fail(err, FG_ERR_INPUT, "%s %s: %zu tokens are too few for one window of ctx + "
                        "1 = %d tokens", what, path, n, tc->ctx + 1);
     set_split(s, (const uint8_t *)tc->map[slot] + offset, n, path);
-    return FG_OK;
+    return check_ids(tc, s, what, err);
 }
 
 int token_file_load(TextCorpus *tc, const char *path, int token_bytes, int ctx, int vocab,
