@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -292,14 +293,30 @@ static int h5_save(Storage *io, const CheckpointState *st, const char *path, FgE
     return rc;
 }
 
+// A checkpoint opened for reading; < 0 with err naming the cause (missing, a directory, not
+// HDF5 or cut short).
+static hid_t open_checkpoint(const char *path, FgError *err) {
+    struct stat sb;
+    if (stat(path, &sb) || access(path, R_OK))
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s", path, strerror(errno)), -1;
+    if (S_ISDIR(sb.st_mode)) {
+        char inside[4096 + 16];
+        snprintf(inside, sizeof inside, "%s/checkpoint.h5", path);
+        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s is a directory, not a checkpoint file%s%s",
+                       path, access(inside, F_OK) ? "" : ": did you mean ", access(inside, F_OK) ? "" : inside), -1;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        fg_fail(err, FG_ERR_INPUT, "checkpoint %s: not an HDF5 file, or truncated (%lld bytes)",
+                path, (long long)sb.st_size);
+    return f;
+}
+
 static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *err) {
     (void)io;
     const Model *m = st->model;
-    if (access(path, R_OK))
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s", path, strerror(errno));
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: not an HDF5 file, or truncated", path);
+    hid_t f = open_checkpoint(path, err);
+    if (f < 0) return FG_ERR_INPUT;
     long long version = -1, step = -1, seed = -1;
     int rc = FG_OK;
     if (get_attr_i64(f, "format_version", &version) || version != CHECKPOINT_FORMAT_VERSION)
@@ -361,11 +378,8 @@ static char *get_attr_str(hid_t obj, const char *name) {
 static int h5_load_config(Storage *io, const char *path, char **text, FgError *err) {
     (void)io;
     *text = NULL;
-    if (access(path, R_OK))
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s", path, strerror(errno));
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: not an HDF5 file, or truncated", path);
+    hid_t f = open_checkpoint(path, err);
+    if (f < 0) return FG_ERR_INPUT;
     *text = get_attr_str(f, "config");
     H5Fclose(f);
     if (!*text)

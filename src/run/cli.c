@@ -14,76 +14,104 @@
 #include "tokenize.h"
 #include "train.h"
 
+// Each subcommand's usage (`fgpipe SUBCOMMAND --help`); `fgpipe --help` prints them all and
+// the config keys.
+static const char USAGE_TRAIN[] =
+    "usage: fgpipe train --config FILE [--set key=value ...] [--out DIR]\n"
+    "                    [--summary-json FILE] [--trace FILE]\n"
+    "       mpirun -np M fgpipe train ... --set stages=M   (one pipeline stage per rank)\n"
+    "       mpirun -np M*R fgpipe train ... --set stages=M --set replicas=R\n"
+    "                                       (R data-parallel pipelines; launch/fgpipe-run)\n"
+    "\n"
+    "  --config FILE        key = value lines (launch/configs/fashion-mnist-mlp.conf)\n"
+    "  --set key=value      override one config key (repeatable)\n"
+    "  --out DIR            write config.txt (resolved config) and loss.csv there\n"
+    "  --summary-json FILE  write the run's result as one JSON object\n"
+    "  --trace FILE         write the planned and measured timeline of the last step\n"
+    "                       (Chrome trace JSON: open in Perfetto or chrome://tracing)\n"
+    "  --save-params FILE   write the final parameters as raw float32 (flat layout)\n"
+    "  --checkpoint FILE    write an HDF5 checkpoint at the end (default with --out:\n"
+    "                       DIR/checkpoint.h5); SIGTERM or SIGUSR1 write it at the next\n"
+    "                       step boundary and end the run with exit code 0\n"
+    "  --checkpoint-every S also every S steps\n"
+    "  --no-checkpoint      write none (not even the default one of --out)\n"
+    "  --log FILE           per-step HDF5 log: loss, gradient norms and cosines to the\n"
+    "                       exact gradient, variance reduction, bubble use, op times\n"
+    "                       (docs/log.md; plots: tools/fgpipe-report)\n"
+    "  --device cpu|cuda    where the stages compute (the config key device)\n"
+    "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
+    "                       number of stages\n"
+    "  --init-from FILE     start from a checkpoint's weights (any stage count) at step\n"
+    "                       0 with fresh optimizer state: fine-tuning, transfer learning\n"
+    "  --mem-budget BYTES   memory per stage (suffix K, M, G: powers of 1024); a stage\n"
+    "                       needing more streams its layers from --weights-dir\n"
+    "  --weights-dir DIR    local flash for the layer stores of such stages\n"
+    "  --resume-weights     continue from the layer stores in --weights-dir (after a crash\n"
+    "                       or a stop: they always hold a whole step)\n";
+static const char USAGE_GENERATE[] =
+    "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
+    "                       [--temperature T] [--top-k K] [--seed S]\n"
+    "                       [--vocab DIR | --tokenizer JSON]\n"
+    "  samples N tokens (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
+    "  bytes for vocab 256, GPT-2's BPE (DIR: encoder.json, vocab.bpe; default\n"
+    "  data/gpt2) for vocab 50257, a Hugging Face tokenizer.json's tokens (Llama 3,\n"
+    "  Qwen3); temperature 0 takes the most likely token; top-k 0 samples among all\n";
+static const char USAGE_EVAL[] =
+    "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
+    "                   [--batch B] [--summary-json F] [--logits F]\n"
+    "  on one rank: the mean loss in nats per token over every non-overlapping window\n"
+    "  of T + 1 tokens of a file (T: the model's ctx unless smaller), and next-token\n"
+    "  accuracy; --text reads bytes as tokens (byte-level models: also bits per byte);\n"
+    "  --logits writes the first window's logits, float32 [T][vocab]\n";
+static const char USAGE_TOKENIZE[] =
+    "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR | --tokenizer JSON]\n"
+    "                       [--decode]\n"
+    "  byte-level BPE: UTF-8 text -> little-endian token ids (--decode: back): GPT-2's\n"
+    "  (DIR holds encoder.json and vocab.bpe; default data/gpt2: launch/gpt2-vocab.sh),\n"
+    "  or a Hugging Face tokenizer.json's (Llama 3, Qwen3: launch/hf-tokenizer.sh);\n"
+    "  uint16 up to 65536 tokens, else uint32 after an 8-byte header FGTOKU32\n";
+static const char USAGE_PLAN[] =
+    "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
+    "                   [--measured]] [--json FILE] [--batches --mem-budget BYTES\n"
+    "                   (--weights-dir DIR | --disk-bw GB/s)]\n"
+    "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
+    "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
+    "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
+    "  are timed here one stage at a time (any number of stages), or for the mode of a\n"
+    "  run taken from its summary.json (--costs: its timetable exactly; --measured: with\n"
+    "  the op times the run measured). --batches: for a stage streaming its weights\n"
+    "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
+    "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
+    "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
+    "  share one store: where the step turns compute-bound, the largest that fits\n";
+
+static const struct {
+    const char *name, *text;
+} USAGES[] = {{"train", USAGE_TRAIN}, {"generate", USAGE_GENERATE}, {"eval", USAGE_EVAL},
+              {"tokenize", USAGE_TOKENIZE}, {"plan", USAGE_PLAN}};
+enum { N_USAGES = sizeof USAGES / sizeof *USAGES };
+
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: fgpipe train --config FILE [--set key=value ...] [--out DIR]\n"
-            "                    [--summary-json FILE] [--trace FILE]\n"
-            "       mpirun -np M fgpipe train ... --set stages=M   (one pipeline stage per rank)\n"
-            "       mpirun -np M*R fgpipe train ... --set stages=M --set replicas=R\n"
-            "                                       (R data-parallel pipelines; launch/fgpipe-run)\n"
-            "\n"
-            "  --config FILE        key = value lines (launch/configs/fashion-mnist-mlp.conf)\n"
-            "  --set key=value      override one config key (repeatable)\n"
-            "  --out DIR            write config.txt (resolved config) and loss.csv there\n"
-            "  --summary-json FILE  write the run's result as one JSON object\n"
-            "  --trace FILE         write the planned and measured timeline of the last step\n"
-            "                       (Chrome trace JSON: open in Perfetto or chrome://tracing)\n"
-            "  --save-params FILE   write the final parameters as raw float32 (flat layout)\n"
-            "  --checkpoint FILE    write an HDF5 checkpoint at the end (default with --out:\n"
-            "                       DIR/checkpoint.h5); SIGTERM or SIGUSR1 write it at the next\n"
-            "                       step boundary and end the run with exit code 0\n"
-            "  --checkpoint-every S also every S steps\n"
-            "  --no-checkpoint      write none (not even the default one of --out)\n"
-            "  --log FILE           per-step HDF5 log: loss, gradient norms and cosines to the\n"
-            "                       exact gradient, variance reduction, bubble use, op times\n"
-            "                       (docs/log.md; plots: tools/fgpipe-report)\n"
-            "  --device cpu|cuda    where the stages compute (the config key device)\n"
-            "  --resume FILE|DIR    continue from a checkpoint (DIR: DIR/checkpoint.h5), on any\n"
-            "                       number of stages\n"
-            "  --init-from FILE     start from a checkpoint's weights (any stage count) at step\n"
-            "                       0 with fresh optimizer state: fine-tuning, transfer learning\n"
-            "  --mem-budget BYTES   memory per stage (suffix K, M, G: powers of 1024); a stage\n"
-            "                       needing more streams its layers from --weights-dir\n"
-            "  --weights-dir DIR    local flash for the layer stores of such stages\n"
-            "  --resume-weights     continue from the layer stores in --weights-dir (after a crash\n"
-            "                       or a stop: they always hold a whole step)\n"
-            "\n"
-            "usage: fgpipe generate --checkpoint FILE [--prompt TEXT] [--tokens N]\n"
-            "                       [--temperature T] [--top-k K] [--seed S]\n"
-            "                       [--vocab DIR | --tokenizer JSON]\n"
-            "  samples N tokens (default 256) from a GPT checkpoint (model = gpt) on one rank:\n"
-            "  bytes for vocab 256, GPT-2's BPE (DIR: encoder.json, vocab.bpe; default\n"
-            "  data/gpt2) for vocab 50257, a Hugging Face tokenizer.json's tokens (Llama 3,\n"
-            "  Qwen3); temperature 0 takes the most likely token; top-k 0 samples among all\n"
-            "\n"
-            "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
-            "                   [--batch B] [--summary-json F] [--logits F]\n"
-            "  on one rank: the mean loss in nats per token over every non-overlapping window\n"
-            "  of T + 1 tokens of a file (T: the model's ctx unless smaller), and next-token\n"
-            "  accuracy; --text reads bytes as tokens (byte-level models: also bits per byte);\n"
-            "  --logits writes the first window's logits, float32 [T][vocab]\n"
-            "\n"
-            "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR | --tokenizer JSON]\n"
-            "                       [--decode]\n"
-            "  byte-level BPE: UTF-8 text -> little-endian token ids (--decode: back): GPT-2's\n"
-            "  (DIR holds encoder.json and vocab.bpe; default data/gpt2: launch/gpt2-vocab.sh),\n"
-            "  or a Hugging Face tokenizer.json's (Llama 3, Qwen3: launch/hf-tokenizer.sh);\n"
-            "  uint16 up to 65536 tokens, else uint32 after an 8-byte header FGTOKU32\n\n"
-            "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
-            "                   [--measured]] [--json FILE] [--batches --mem-budget BYTES\n"
-            "                   (--weights-dir DIR | --disk-bw GB/s)]\n"
-            "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
-            "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
-            "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
-            "  are timed here one stage at a time (any number of stages), or for the mode of a\n"
-            "  run taken from its summary.json (--costs: its timetable exactly; --measured: with\n"
-            "  the op times the run measured). --batches: for a stage streaming its weights\n"
-            "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
-            "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
-            "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
-            "  share one store: where the step turns compute-bound, the largest that fits\n"
-            "\nconfig keys:\n");
+    for (int i = 0; i < N_USAGES; i++) fprintf(f, "%s%s", i ? "\n" : "", USAGES[i].text);
+    fprintf(f, "\nconfig keys:\n");
     config_write_help(f);
+}
+
+// `fgpipe SUBCOMMAND ... --help`: that subcommand's usage (train's and plan's with the config
+// keys) on stdout; 0 when argv asks for it, -1 when not.
+static int subcommand_help(int argc, char **argv) {
+    int asked = 0;
+    for (int i = 2; i < argc; i++) asked |= strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+    for (int i = 0; i < N_USAGES && asked; i++)
+        if (strcmp(argv[1], USAGES[i].name) == 0) {
+            fputs(USAGES[i].text, stdout);
+            if (i == 0 || i == N_USAGES - 1) {
+                printf("\nconfig keys:\n");
+                config_write_help(stdout);
+            }
+            return 0;
+        }
+    return -1;
 }
 
 // Set by SIGTERM / SIGUSR1 (Slurm's warning before the time limit); read at step boundaries.
@@ -315,6 +343,7 @@ int cli_read_checkpoint(const RunArgs *a, Storage *io) {
 int cli_parse(int argc, char **argv, RunArgs *a) {
     FgError err = {0};
     *a = (RunArgs){0};
+    if (argc >= 2 && subcommand_help(argc, argv) == 0) return 0;
     if (argc >= 2 && strcmp(argv[1], "generate") == 0)
         return parse_generate(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
     if (argc >= 2 && strcmp(argv[1], "eval") == 0)
@@ -323,14 +352,8 @@ int cli_parse(int argc, char **argv, RunArgs *a) {
         return tokenize_command(argc - 2, argv + 2, &err) ? cli_fail(&err) : 0;
     if (argc >= 2 && strcmp(argv[1], "plan") == 0)
         return parse_plan(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
-    if (argc >= 2 && strcmp(argv[1], "train") == 0) {
-        for (int i = 2; i < argc; i++)
-            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-                usage(stdout);
-                return 0;
-            }
+    if (argc >= 2 && strcmp(argv[1], "train") == 0)
         return parse_train(argc - 2, argv + 2, a, &err) ? cli_fail(&err) : -1;
-    }
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
                       strcmp(argv[1], "help") == 0)) {
         usage(stdout);

@@ -44,6 +44,25 @@ static int check_writable(const NamedPath *o, const char *out_dir, FgError *err)
     return rc;
 }
 
+// weights_dir: a directory (made, one level, when missing); --resume-weights: an existing one.
+static int check_weights_dir(const RunArgs *a, FgError *err) {
+    const char *dir = a->cfg.layout.weights_dir;
+    struct stat sb;
+    if (a->cfg.layout.mem_budget <= 0 || !dir[0]) return FG_OK;
+    if (!stat(dir, &sb) && !S_ISDIR(sb.st_mode))
+        return fg_fail(err, FG_ERR_INPUT, "--weights-dir %s is %s, not a directory: name a "
+                       "directory on local flash (made if missing)", dir,
+                       S_ISREG(sb.st_mode) ? "a file" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)
+                       ? "a device" : "not a directory");
+    if (stat(dir, &sb) && a->resume_weights)
+        return fg_fail(err, FG_ERR_INPUT, "--resume-weights: --weights-dir %s: %s (no layer "
+                       "stores to continue from)", dir, strerror(errno));
+    if (!stat(dir, &sb)) return access(dir, W_OK | X_OK) ? fg_fail(err, FG_ERR_INPUT, "--weights-dir "
+                                     "%s: cannot write in it: %s", dir, strerror(errno)) : FG_OK;
+    NamedPath made = {"--weights-dir", dir};  // made at start: its parent must take it
+    return check_writable(&made, NULL, err);
+}
+
 int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err) {
     const TrainOutputs *o = &a->out;
     // --out's files: config.txt and loss.csv (config_path: checked against them below).
@@ -81,5 +100,5 @@ int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err) {
                              out->flag, out->path);
         if (!rc) rc = check_writable(out, o->out_dir, err);
     }
-    return rc;
+    return rc ? rc : check_weights_dir(a, err);
 }
