@@ -4,6 +4,7 @@
 # Systems, or Nsight Compute where only it is installed; prints the kernels by total GPU time,
 # the CUDA API calls by time (synchronisations show a host-bound step), and the run's wall time.
 # usage: bench/profile_gpu_gpt.sh [OUTDIR] [MODE] [PRECISION]   (MODE: bp | fg | fg+bp)
+#   VOCAB=50257: GPT-2's head (the bytes are its first 256 ids); NCU_KERNELS: launches timed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -19,8 +20,15 @@ nsys=$(find_tool nsys) ncu=$(find_tool ncu)
 case $nsys in */nsight-compute/*) nsys= ;; esac  # a helper of ncu, not Nsight Systems
 declare -A MODE=([bp]="mode=bp schedule=gpipe" [fg]="mode=fg perturb=weight"
                  [fg+bp]="mode=fg+bp perturb=weight estimator=cv select=1")
-sets=(model=gpt n_layer=12 n_embd=768 n_head=12 ctx=1024 micro_batch=4 micro_batches=2
+sets=(model=gpt n_layer=12 n_embd=768 n_head=12 ctx=1024 micro_batch=4 micro_batches=2 vocab="${VOCAB:-256}"
       precision="$precision" ${MODE[$mode]} steps="$steps" warmup_steps=0 eval_every=0)
+if [ "${VOCAB:-256}" != 256 ]; then  # random token ids (bare uint16, text_data.h) for a larger head
+  /usr/bin/python3 -c 'import random, struct, sys; r = random.Random(1); v = int(sys.argv[3])
+for path, n in (sys.argv[1], 1 << 18), (sys.argv[2], 1 << 14):
+    open(path, "wb").write(struct.pack("<%dH" % n, *(r.randrange(v) for _ in range(n))))' \
+    "$out/train.bin" "$out/val.bin" "$VOCAB"
+  sets+=(data=tokens train_tokens="$out/train.bin" val_tokens="$out/val.bin")
+fi
 args=(); for kv in "${sets[@]}"; do args+=(--set "$kv"); done
 cat docs/*.md README.md >"$out/corpus.txt"
 run=("$fgpipe" train --config "$config" --set text_file="$out/corpus.txt" "${args[@]}"
@@ -39,6 +47,7 @@ elif [ -n "$ncu" ]; then
   /usr/bin/python3 - "$out/ncu.csv" <<'PY'
 import csv, collections, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+rows = rows[[i for i, r in enumerate(rows) if "Kernel Name" in r][0]:]  # the program's own lines before
 head = rows[0]; name, t = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
 total = collections.defaultdict(float); count = collections.Counter()
 for r in rows[2:]:

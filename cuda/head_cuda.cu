@@ -1,8 +1,10 @@
 // The GPT's head fused with its loss on the GPU (src/math/head_loss.h; the CPU's is
 // head_loss.c): per block of HEAD_BLOCK_COLUMNS vocabulary columns one cuBLAS GEMM over all
-// rows, then one thread per row with head_math.h's formulas (the CPU's own); the rows' losses,
-// hits and derivatives are summed on the host in order, as on the CPU. Row-major z = x W_blockᵀ
-// is column-major zᵀ = W_block xᵀ (layers_cuda.cu's linear).
+// rows, then one warp per row with head_math.h's per-column formulas (the CPU's own): a lane
+// takes columns lane, lane + 32, ... in order and the butterfly adds the lanes (in double, as
+// the CPU's sums), so a row's sums differ from the CPU's in their last bits only, and repeat bit
+// for bit. The rows' losses, hits and derivatives are summed on the host in order, as on the
+// CPU. Row-major z = x W_blockᵀ is column-major zᵀ = W_block xᵀ (layers_cuda.cu's linear).
 #include "cuda_internal.h"
 #include "head_loss.h"
 #include "head_math.h"
@@ -32,10 +34,56 @@ static void block_gemm(const Backend *be, const HeadShape *h, const float *W, lo
               (long long)rows * nb, batch);
 }
 
+// Rows (warps) per block of the row kernels.
+enum { HEAD_WARPS = 8 };
+
+static unsigned warp_row_blocks(int rows) { return (unsigned)((rows + HEAD_WARPS - 1) / HEAD_WARPS); }
+
+static __device__ inline double warp_sum_double(double v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The block's largest logit and its column, the first on ties (fg_head_running's arg max):
+// each lane's first largest in column order, then the larger, or the smaller column, by pairs.
+static __device__ inline void warp_argmax(const float *z, int nb, float *value, int *column) {
+    float bv = -INFINITY;
+    int bj = -1;
+    for (int j = threadIdx.x % 32; j < nb; j += 32)
+        if (bj < 0 || z[j] > bv) bv = z[j], bj = j;
+    for (int o = 16; o > 0; o /= 2) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int j = __shfl_xor_sync(0xffffffffu, bj, o);
+        if (j >= 0 && (bj < 0 || v > bv || (v == bv && j < bj))) bv = v, bj = j;
+    }
+    *value = bv, *column = bj;
+}
+
+// fg_head_running by a warp: every lane returns the new state, lane 0 stores it.
+static __device__ RunningRow head_running_warp(RunningRow *run, const float *z, int j0, int nb, int label) {
+    float bv;
+    int bj;
+    warp_argmax(z, nb, &bv, &bj);
+    RunningRow s = *run;
+    if (j0 == 0) {
+        s.zmax = bv, s.zlabel = 0.0f, s.sum = 0.0, s.best = bj;
+    } else if (bv > s.zmax) {
+        s.sum *= exp((double)s.zmax - (double)bv);
+        s.zmax = bv;
+        s.best = j0 + bj;
+    }
+    double part = 0.0;
+    for (int j = threadIdx.x % 32; j < nb; j += 32) part += expf(z[j] - s.zmax);
+    s.sum += warp_sum_double(part);
+    if (label >= j0 && label < j0 + nb) s.zlabel = z[label - j0];
+    if (threadIdx.x % 32 == 0) *run = s;
+    return s;
+}
+
 __global__ void head_running_kernel(RunningRow *run, const float *z, const Label *labels, int rows,
                                     int j0, int nb) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
+    int r = blockIdx.x * HEAD_WARPS + threadIdx.x / 32;
+    if (r < rows) head_running_warp(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
 }
 
 // out[r] = row r's loss, out[rows + r] = its hit; rec its record.
@@ -48,21 +96,29 @@ __global__ void head_record_kernel(const RunningRow *run, const Label *labels, i
     out[rows + r] = hit;
 }
 
+// fg_head_jvp_block by a warp per row: row_d [K, rows] += sum_j (p_j - [j == label]) zd_k,j.
 __global__ void head_jvp_kernel(const float *rec, const float *z, const float *zd, int rows,
                                 int j0, int nb, int K, double *row_d) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.x * HEAD_WARPS + threadIdx.x / 32;
     if (r >= rows) return;
-    for (int k = 0; k < K; k++)
-        row_d[(size_t)k * rows + r] = fg_head_jvp_block(rec + (size_t)r * HEAD_RECORD, z + (size_t)r * nb,
-                                                        zd + ((size_t)k * rows + r) * nb, j0, nb,
-                                                        row_d[(size_t)k * rows + r]);
+    int label;
+    SoftmaxRow s = fg_head_row(rec + (size_t)r * HEAD_RECORD, &label);
+    const float *zr = z + (size_t)r * nb;
+    for (int k = 0; k < K; k++) {
+        const float *zk = zd + ((size_t)k * rows + r) * nb;
+        double part = 0.0;
+        for (int j = threadIdx.x % 32; j < nb; j += 32) part += (double)fg_xent_grad(s, zr, label - j0, j) * zk[j];
+        part = warp_sum_double(part);
+        if (threadIdx.x % 32 == 0) row_d[(size_t)k * rows + r] += part;
+    }
 }
 
+// dz of a block in place, a block of threads per row (no division per element).
 __global__ void head_adjoint_kernel(const float *rec, int rows, int j0, int nb, float *z) {
-    size_t n = (size_t)rows * nb;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / nb;
-        z[i] = fg_head_adjoint(rec + r * HEAD_RECORD, z[i], j0, (int)(i % nb), rows);
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *q = rec + (size_t)r * HEAD_RECORD;
+        float *zr = z + (size_t)r * nb;
+        for (int j = threadIdx.x; j < nb; j += blockDim.x) zr[j] = fg_head_adjoint(q, zr[j], j0, j, rows);
     }
 }
 
@@ -77,7 +133,7 @@ static float pass_stats(const Backend *be, const HeadShape *h, const float *W, c
     for (int b = 0; b < h->n_blocks; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
         block_gemm(be, h, W, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
-        head_running_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, z, labels, h->rows, j0, nb);
+        head_running_kernel<<<warp_row_blocks(h->rows), 32 * HEAD_WARPS, 0, stream>>>(run, z, labels, h->rows, j0, nb);
         launch_check(be, "fused head: running softmax");
     }
     double *out = cuda_partials(be, 2 * (size_t)h->rows);
@@ -130,22 +186,32 @@ static float jvp_one_block(const Backend *be, const Layer *L, const HeadShape *h
                                  (size_t)h->rows * nb);
     double *row_d = cuda_partials(be, (size_t)K * h->rows);  // after pass_stats read its own
     cuda_check(be, cudaMemsetAsync(row_d, 0, (size_t)K * h->rows * sizeof(double), stream), "fused head: zero d");
-    head_jvp_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(rec, z, zd, h->rows, 0, nb, K, row_d);
+    head_jvp_kernel<<<warp_row_blocks(h->rows), 32 * HEAD_WARPS, 0, stream>>>(rec, z, zd, h->rows, 0, nb, K, row_d);
     launch_check(be, "fused head: derivatives");
     fg_head_derivatives(cuda_download_partials(be, (size_t)K * h->rows), h->rows, K, t && t->activity, d);
     return loss;
 }
 
+// fg_head_running and fg_head_running_jvp by a warp per row.
 __global__ void head_online_kernel(RunningRow *run, double *S, float *zl, const float *z,
                                    const float *zd, const Label *labels, int rows, int j0, int nb,
                                    int K) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.x * HEAD_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= rows) return;
     const float *zr = z + (size_t)r * nb;
     float old = run[r].zmax;
-    fg_head_running(&run[r], zr, j0, nb, labels[r]);
-    fg_head_running_jvp(&run[r], old, S + r, zl + r, (size_t)rows, K, zr, zd + (size_t)r * nb,
-                        (size_t)rows * nb, j0, nb, labels[r]);
+    int label = labels[r];
+    RunningRow s = head_running_warp(&run[r], zr, j0, nb, label);
+    double rescale = j0 > 0 && s.zmax > old ? exp((double)old - (double)s.zmax) : 1.0;
+    for (int k = 0; k < K; k++) {
+        const float *zk = zd + (size_t)k * rows * nb + (size_t)r * nb;
+        double part = 0.0;
+        for (int j = lane; j < nb; j += 32) part += (double)expf(zr[j] - s.zmax) * zk[j];
+        part = warp_sum_double(part);
+        size_t at = (size_t)k * rows + r;
+        if (lane == 0) S[at] = (j0 > 0 ? S[at] * rescale : 0.0) + part;
+        if (lane == 0 && label >= j0 && label < j0 + nb) zl[at] = zk[label - j0];
+    }
 }
 
 __global__ void head_online_d_kernel(const RunningRow *run, const double *S, const float *zl,
@@ -173,7 +239,8 @@ static float jvp_online(const Backend *be, const Layer *L, const HeadShape *h, c
         if (t && t->activity)
             cuda_tangent_add_columns(be, *t->activity, K, h->rows, (size_t)L->vocab, j0, nb, NULL, 0, 1, zd,
                                      (size_t)h->rows * nb);
-        head_online_kernel<<<row_blocks(h->rows), 128, 0, stream>>>(run, S, zl, z, zd, labels, h->rows, j0, nb, K);
+        head_online_kernel<<<warp_row_blocks(h->rows), 32 * HEAD_WARPS, 0, stream>>>(run, S, zl, z, zd, labels,
+                                                                                     h->rows, j0, nb, K);
         launch_check(be, "fused head: online softmax and derivatives");
     }
     double *out = cuda_partials(be, 2 * (size_t)h->rows + kr);
@@ -204,9 +271,8 @@ void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const
     float *dz = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * widest_block(&h) * sizeof(float));
     for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
-        size_t n = (size_t)h.rows * nb;
         block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, dz, 1, "fused head backward: logits");
-        head_adjoint_kernel<<<grid_for(n, 256, 65535), 256, 0, cuda_ctx(be)->stream>>>(rec, h.rows, j0, nb, dz);
+        head_adjoint_kernel<<<grid_for((size_t)h.rows, 1, 65535), 256, 0, cuda_ctx(be)->stream>>>(rec, h.rows, j0, nb, dz);
         launch_check(be, "fused head backward: dz");
         if (dx) {  // dxᵀ [C, rows] (+)= W_blockᵀ dzᵀ
             GemmArg A = {W + (size_t)j0 * h.C, h.C, 0}, G = {dz, nb, 0};
