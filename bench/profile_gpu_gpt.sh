@@ -50,8 +50,9 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
 rows = rows[[i for i, r in enumerate(rows) if "Kernel Name" in r][0]:]  # the program's own lines before
 head = rows[0]; name, t = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
 total = collections.defaultdict(float); count = collections.Counter()
+ns = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(rows[1][t], 1)  # the units row
 for r in rows[2:]:
-    try: total[r[name][:90]] += float(r[t]); count[r[name][:90]] += 1
+    try: total[r[name][:90]] += float(r[t].replace(",", "")) * ns; count[r[name][:90]] += 1
     except ValueError: pass
 s = sum(total.values())
 for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:40]:
