@@ -9,15 +9,40 @@
 #include "cuda_internal.h"
 
 // dst [batch][cols][rows] (packed) = bf16 of the column-major src (ld, stride between matrices).
-// A block row (blockIdx.y) per column: one division per column, none per element.
+// A block takes `per` columns (256 / per threads each): one division per column, none per
+// element, and short columns (a head's 64 features) still fill the block.
 __global__ void to_bf16_kernel(const float *src, int ld, long long stride, int rows, int cols,
-                               int batch, __nv_bfloat16 *dst) {
-    for (size_t c = blockIdx.y; c < (size_t)cols * batch; c += gridDim.y) {
+                               int batch, int per, __nv_bfloat16 *dst) {
+    int lane = threadIdx.x % (blockDim.x / per), width = blockDim.x / per;
+    for (size_t c = (size_t)blockIdx.y * per + threadIdx.x / width; c < (size_t)cols * batch; c += (size_t)gridDim.y * per) {
         const float *from = src + c / cols * stride + c % cols * (size_t)ld;
         __nv_bfloat16 *to = dst + c * rows;
-        for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x)
-            to[r] = __float2bfloat16(from[r]);
+        for (int r = blockIdx.x * width + lane; r < rows; r += gridDim.x * width) to[r] = __float2bfloat16(from[r]);
     }
+}
+
+// The same for a packed, 16-byte aligned source of n4 x 4 floats: four at a time.
+__global__ void to_bf16_flat_kernel(const float4 *src, size_t n4, __nv_bfloat162 *dst) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = src[i];
+        dst[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+        dst[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+static void convert(const Backend *be, GemmArg a, int rows, int cols, int copies, __nv_bfloat16 *dst) {
+    size_t n = (size_t)rows * cols * copies;
+    cudaStream_t stream = cuda_ctx(be)->stream;
+    bool packed = a.ld == rows && (copies == 1 || a.stride == (long long)rows * cols);
+    if (packed && n % 4 == 0 && (uintptr_t)a.p % 16 == 0) {
+        to_bf16_flat_kernel<<<grid_for(n / 4, 256, 65535), 256, 0, stream>>>((const float4 *)a.p, n / 4,
+                                                                             (__nv_bfloat162 *)dst);
+    } else {
+        int width = rows >= 256 ? 256 : (rows + 31) / 32 * 32, per = 256 / width;
+        dim3 grid(grid_for((size_t)rows, width, 8), grid_for((size_t)cols * copies, per, 65535));
+        to_bf16_kernel<<<grid, width * per, 0, stream>>>(a.p, a.ld, a.stride, rows, cols, copies, per, dst);
+    }
+    launch_check(be, "gemm: conversion to bf16");
 }
 
 // The operand in bf16 in scratch slot `slot`: packed (ld = rows), one copy when it is shared
@@ -26,10 +51,7 @@ static GemmArg16 to_bf16(const Backend *be, GemmArg a, int rows, int cols, int b
     int copies = a.stride ? batch : 1;
     size_t n = (size_t)rows * cols * copies;
     __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_workspace(be, slot, n * sizeof(__nv_bfloat16));
-    unsigned threads = rows >= 256 ? 256 : (unsigned)(rows + 31) / 32 * 32;
-    dim3 grid(grid_for((size_t)rows, threads, 8), grid_for((size_t)cols * copies, 1, 65535));
-    if (n) to_bf16_kernel<<<grid, threads, 0, cuda_ctx(be)->stream>>>(a.p, a.ld, a.stride, rows, cols, copies, dst);
-    launch_check(be, "gemm: conversion to bf16");
+    if (n && dst) convert(be, a, rows, cols, copies, dst);
     GemmArg16 out = {dst, rows, a.stride ? (long long)rows * cols : 0};
     return out;
 }
