@@ -24,6 +24,7 @@ import numpy as np
 
 import fgpipe_convert_lora
 import fgpipe_safetensors as safetensors
+import fgpipe_stream as stream
 from fgpipe_safetensors import BadInput
 
 ARCHITECTURES = {"LlamaForCausalLM": ("llama", 0), "Qwen3ForCausalLM": ("qwen3", 1)}
@@ -105,12 +106,16 @@ def expected_shapes(s):  # Hugging Face's names and shapes
 
 
 def check_tensors(folder, s, t):
+    """t: {name: Tensor or array}; checked before anything is written (a tied head compared
+    block by block)."""
     for name in list(t):
         if name.endswith("rotary_emb.inv_freq"):  # a buffer older files carry: recomputed
             del t[name]
     shapes = expected_shapes(s)
     if s["tie"] and "lm_head.weight" in t:
-        if not np.array_equal(t.pop("lm_head.weight"), t.get("model.embed_tokens.weight")):
+        head, table = t.pop("lm_head.weight"), t.get("model.embed_tokens.weight")
+        same = head.equals(table) if isinstance(head, safetensors.Tensor) else np.array_equal(head, table)
+        if not same:
             raise BadInput(f"{folder}: tie_word_embeddings, but lm_head.weight is not model.embed_tokens.weight")
     biases = sorted(k for k in t if k.endswith(".bias"))
     if biases:
@@ -141,32 +146,34 @@ def config_text(s, ctx, pad_vocab, seed):
 
 
 def import_hf(folder, out, seed, pad_vocab, ctx):
+    """Streams: the shards' headers are read and checked, the disk's room checked, then each
+    tensor is memory-mapped, widened and written block by block (fgpipe_stream)."""
     if pad_vocab < 1:
         raise BadInput(f"--pad-vocab {pad_vocab}: must be at least 1 (1: no padding)")
     s = read_shape(folder)
     ctx = ctx or min(s["max_position_embeddings"], DEFAULT_CTX)
     if not 1 <= ctx <= s["max_position_embeddings"]:
         raise BadInput(f"--ctx {ctx}: must be 1 to max_position_embeddings {s['max_position_embeddings']}")
-    t = safetensors.read_dir(folder)
+    t = safetensors.open_dir(folder)
     check_tensors(folder, s, t)
     V, C = s["vocab_size"], s["hidden_size"]
     Vp = -(-V // pad_vocab) * pad_vocab
-    table = np.zeros((Vp, C), dtype="<f4")  # the pad rows stay zero: no id reaches them
-    table[:V] = t.pop("model.embed_tokens.weight")
-    head = table
-    if not s["tie"]:
-        head = np.zeros((Vp, C), dtype="<f4")
-        head[:V] = t.pop("lm_head.weight")
-    t = {k[len("model."):]: v for k, v in t.items()}
-    t["embed_tokens.weight"], t["lm_head.weight"] = table, head
+    table = t.pop("model.embed_tokens.weight")
+    head = table if s["tie"] else t.pop("lm_head.weight")
+    plan = {k[len("model."):]: (v.shape, v.rows) for k, v in t.items()}
+    # the token table and the head: zero pad rows (no id reaches them) up to Vp
+    plan["embed_tokens.weight"] = ((Vp, C), stream.padded(table.rows, V, (Vp, C)))
+    plan["lm_head.weight"] = ((Vp, C), stream.padded(head.rows, V, (Vp, C)))
+    stream.check_room(out, stream.h5_bytes([shape for shape, _ in plan.values()]),
+                      "the checkpoint (float32)", replaced=[out])
     try:
         f = h5py.File(out, "w")
     except OSError as e:
         raise BadInput(f"{out}: cannot create it ({e})")
     with f:
-        for name, v in sorted(t.items()):
+        for name, (shape, get) in sorted(plan.items()):
             group, _, tensor = name.rpartition(".")
-            f.create_dataset(f"params/{group}/{tensor}", data=np.ascontiguousarray(v, dtype="<f4"))
+            stream.write_dataset(f, f"params/{group}/{tensor}", shape, get)
         L = s["num_hidden_layers"]
         n_layers = 1 + (10 if s["qk_norm"] else 9) * L + 2  # embed_tokens, the blocks, norm, lm_head
         for k, v in {"format_version": 1, "step": 0, "seed": seed, "stages": 1}.items():
@@ -239,28 +246,52 @@ def read_checkpoint(src):
     return c, V, tensors
 
 
+def checkpoint_config(f):
+    return dict(line.split(" = ", 1) for line in f.attrs["config"].decode().splitlines() if " = " in line)
+
+
+def checkpoint_datasets(f):  # {"layers.0.self_attn.q_proj.weight": dataset}, nothing read
+    found = {}
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            group, tensor = name.rsplit("/", 1)
+            found[f"{group}.{tensor}"] = obj
+
+    f["params"].visititems(visit)
+    return found
+
+
 def export_hf(src, out, dtype):
-    """A LoRA checkpoint exports merged: W + (alpha / r) B A (fgpipe_convert_lora.py)."""
-    c, V, params = read_checkpoint(src)
-    if fgpipe_convert_lora.lora_settings(c)[0] > 0:
-        params = fgpipe_convert_lora.merge(params, c)
-    tensors = {}
-    for name, v in params.items():
-        if name.startswith(("embed_tokens.", "lm_head.")):
-            v = v[:V]  # the pad rows are fgpipe's, not the model's
-        if not name.startswith("lm_head."):
-            tensors[f"model.{name}"] = v
-        elif c.get("tie_embeddings", "1") != "1":
-            tensors["lm_head.weight"] = v
-    try:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "config.json"), "w") as g:
-            json.dump(hf_config(c, dtype), g, indent=2)
-    except OSError as e:
-        raise BadInput(f"{out}: {e.strerror}")
-    safetensors.write(os.path.join(out, "model.safetensors"), tensors, dtype)
+    """A LoRA checkpoint exports merged: W + (alpha / r) B A (fgpipe_convert_lora.py). Streams:
+    the header from the datasets' shapes, then each tensor block by block."""
+    with h5py.File(src, "r") as f:
+        c, V = checkpoint_config(f), int(f.attrs["vocab"])
+        params = {k: (ds.shape, stream.h5_rows(ds)) for k, ds in checkpoint_datasets(f).items()}
+        if fgpipe_convert_lora.lora_settings(c)[0] > 0:
+            params = fgpipe_convert_lora.merge_stream(checkpoint_datasets(f), c)
+        entries = []
+        for name, (shape, get) in params.items():
+            if name.startswith(("embed_tokens.", "lm_head.")):
+                shape = (min(V, shape[0]),) + tuple(shape[1:])  # the pad rows are fgpipe's, not the model's
+            if not name.startswith("lm_head."):
+                entries.append((f"model.{name}", shape, get))
+            elif c.get("tie_embeddings", "1") != "1":
+                entries.append(("lm_head.weight", shape, get))
+        path = os.path.join(out, "model.safetensors")
+        stream.check_room(path, safetensors.file_bytes([e[1] for e in entries], [e[0] for e in entries], dtype)
+                          + 4096, f"model.safetensors ({dtype})", replaced=[path])
+        try:
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "config.json"), "w") as g:
+                json.dump(hf_config(c, dtype), g, indent=2)
+        except OSError as e:
+            raise BadInput(f"{out}: {e.strerror}")
+        safetensors.write_stream(path, entries, dtype)
 
 
-def export_lora(src, out):
-    c, _, params = read_checkpoint(src)
+def export_lora(src, out):  # the adapters alone are read (small), not the base
+    with h5py.File(src, "r") as f:
+        c = checkpoint_config(f)
+        params = {k: ds[...] for k, ds in checkpoint_datasets(f).items() if ".lora_" in k}
     fgpipe_convert_lora.export_lora(params, c, out)

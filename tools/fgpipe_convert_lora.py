@@ -6,7 +6,8 @@ base_model.model.<Hugging Face module>.lora_A.weight [r, in] and .lora_B.weight 
 (module: model.layers.N.self_attn.q_proj, ...) and adapter_config.json (r, lora_alpha,
 target_modules, peft_type LORA, task_type CAUSAL_LM).
 merge: the base weights with W + (lora_alpha / r) B A in place of each adapted W (in float64,
-rounded once to float32), for `export` of a LoRA checkpoint.
+rounded once to float32), for `export` of a LoRA checkpoint; merge_stream the same, computed
+block by block of rows as the export writes them.
 """
 import json
 import os
@@ -14,6 +15,7 @@ import os
 import numpy as np
 
 import fgpipe_safetensors as safetensors
+import fgpipe_stream as stream
 from fgpipe_safetensors import BadInput
 
 MODULES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -52,6 +54,23 @@ def merge(tensors, c):
         merged = W.astype(np.float64) + (alpha / rank) * (B.astype(np.float64) @ A.astype(np.float64))
         base[module + ".weight"] = merged.astype(np.float32)
     return base
+
+
+def merge_stream(datasets, c):
+    """merge's result without reading it: {name: (shape, get)} of the base tensors (HDF5
+    datasets), each adapted weight's rows r0..r1 computed as merge computes them."""
+    rank, alpha, _ = lora_settings(c)
+    base, adapters = split(datasets)
+    out = {k: (ds.shape, stream.h5_rows(ds)) for k, ds in base.items()}
+    for module, (A, B) in adapters.items():
+        W = base[module + ".weight"]
+        a = A[...].astype(np.float64)  # [r, in]: small
+
+        def rows(r0, r1, W=W, B=B, a=a):
+            merged = W[r0:r1].astype(np.float64) + (alpha / rank) * (B[r0:r1].astype(np.float64) @ a)
+            return merged.astype(np.float32)
+        out[module + ".weight"] = (W.shape, rows)
+    return out
 
 
 def export_lora(tensors, c, out):
