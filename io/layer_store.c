@@ -91,6 +91,7 @@ static void alloc_buffers(LayerStore *s) {
 void layer_store_close(LayerStore *s) {
     if (!s) return;
     dio_close(&s->f);
+    if (s->final_path[0]) unlink(s->path);  // never published: the old store stays the store
     fg_free(s->rec);
     fg_free(s->aux_buf);
     free(s);
@@ -316,6 +317,10 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
     for (int i = 0; i < n_layers; i++) s->cur[i] = -1, s->ver[i][0] = s->ver[i][1] = -1;
     s->aux_cur = -1, s->aux_ver[0] = s->aux_ver[1] = -1;
     snprintf(s->path, sizeof s->path, "%s/%s.h5", dir, name);
+    if (opt->staged) {
+        memcpy(s->final_path, s->path, sizeof s->path);
+        snprintf(s->path, sizeof s->path, "%s/%s.new.h5", dir, name);
+    }
     alloc_buffers(s);
     unlink(s->path);  // a new store: never reuse the blocks (or stamps) of an old one
     int rc = write_layout(s, err);
@@ -341,6 +346,21 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
         return rc;
     }
     *out = s;
+    return FG_OK;
+}
+
+int layer_store_publish(LayerStore *s, FgError *err) {
+    if (!s->final_path[0]) return FG_OK;
+    if (rename(s->path, s->final_path))
+        return fg_fail(err, FG_ERR_INPUT, "layer store %s: renaming it %s failed: %s", s->path,
+                       s->final_path, strerror(errno));
+    memcpy(s->path, s->final_path, sizeof s->path);
+    s->final_path[0] = 0;
+    char dir[sizeof s->path];
+    memcpy(dir, s->path, sizeof dir);
+    *strrchr(dir, '/') = 0;  // the path is DIR/NAME.h5
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) fsync(fd), close(fd);
     return FG_OK;
 }
 

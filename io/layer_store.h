@@ -47,6 +47,9 @@ typedef struct {
     size_t aux_bytes;  // per-version auxiliary blob (0: none)
     int preallocate;   // reserve the file's blocks at creation (fallocate): a full disk fails
                        // at creation, not in the middle of a run
+    int staged;        // made as DIR/NAME.new.h5 and renamed over DIR/NAME.h5 by
+                       // layer_store_publish: until then an old store of that name stays whole,
+                       // and a close before it removes the new one (a refused run)
 } StoreOptions;
 
 typedef struct LayerStore LayerStore;
@@ -68,6 +71,9 @@ int layer_store_open(LayerStore **out, const char *dir, const char *name, FgErro
 int layer_store_open_at(LayerStore **out, const char *dir, const char *name, long version,
                         FgError *err);
 void layer_store_close(LayerStore *s);
+// A staged store becomes DIR/NAME.h5 (its data already on disk; the rename then synced);
+// nothing for any other.
+int layer_store_publish(LayerStore *s, FgError *err);
 
 int layer_store_n_layers(const LayerStore *s);
 const StoreLayer *layer_store_layer(const LayerStore *s, int i);

@@ -33,7 +33,8 @@ struct LayerStore {
     DioFile f;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
     unsigned char *aux_buf;
-    char path[1024];  // DIR/NAME.h5
+    char path[1024];  // DIR/NAME.h5 (DIR/NAME.new.h5 until published)
+    char final_path[1024];  // "" or, a store made staged (StoreOptions.staged), DIR/NAME.h5
 };
 
 // Bytes of a layer's buffer in its slot: its floats padded to DIO_ALIGN.

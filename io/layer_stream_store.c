@@ -393,6 +393,13 @@ static int ls_close(LayerStream *s, FgError *err) {
     return rc;
 }
 
+// With the I/O threads idle (flushed) the store's path changes under no request.
+static int ls_publish(LayerStream *s, FgError *err) {
+    Ctx *c = s->ctx;
+    int rc = ls_flush(s, err);
+    return rc ? rc : layer_store_publish(c->store, err);
+}
+
 static void ls_stats(LayerStream *s, LayerStreamStats *out) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
@@ -478,6 +485,7 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
     s->prefetch_block = ls_prefetch_block, s->acquire_block = ls_acquire_block;
     s->release_block = ls_release_block;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;
+    s->publish = ls_publish;
     s->stats = ls_stats;
     return FG_OK;
 }

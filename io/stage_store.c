@@ -83,7 +83,8 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
     StoreLayer layers[MODEL_MAX_LAYERS];
     int skip = spec->tied_once ? spec->model->tied_last : -1;
     int n = layer_store_layers_for_stage(spec->model, spec->first, spec->last, spec->frozen, skip, layers);
-    StoreOptions opt = {.n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes, .preallocate = 1};
+    StoreOptions opt = {.n_bufs = spec->n_bufs, .aux_bytes = spec->aux_bytes, .preallocate = 1,
+                        .staged = spec->staged};
     LayerStore *s = NULL;
     int rc;
     if (spec->reopen) {

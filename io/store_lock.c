@@ -26,17 +26,36 @@ static void read_holder(int fd, char *out, size_t size) {
     out[strcspn(out, "\n")] = 0;
 }
 
+// Opens the lock file into *fd (-1: it cannot be) and flocks it: 0, or the errno of the
+// failure (EWOULDBLOCK: held; *fd stays open to read the holder). Locked, it must still be the
+// file at path: a holder that released removed the one it held, and another run may have made
+// a new one since.
+static int lock_path(const char *path, int *fd) {
+    for (int tries = 0; tries < 8; tries++) {
+        if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) return errno;
+        if (flock(*fd, LOCK_EX | LOCK_NB)) return errno;
+        struct stat a, b;
+        if (!fstat(*fd, &a) && !stat(path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return 0;
+        close(*fd);
+    }
+    *fd = -1;
+    return EAGAIN;
+}
+
+static void lock_file_path(const char *dir, const char *name, char *out, size_t size) {
+    snprintf(out, size, "%s/%s.lock", dir, name);
+}
+
 int store_lock_take(const char *dir, const char *name, int *handle, FgError *err) {
     char path[4096 + 96], holder[256], self[256];
     *handle = -1;
     mkdir(dir, 0755);  // a new weights dir (open below reports any failure)
-    snprintf(path, sizeof path, "%s/%s.lock", dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    lock_file_path(dir, name, path, sizeof path);
+    int fd, e = lock_path(path, &fd);
+    if (e && fd < 0)
         return fg_fail(err, FG_ERR_INPUT, "weights dir %s: cannot make the store's lock %s: %s",
-                       dir, path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB)) {
-        int e = errno;
+                       dir, path, strerror(e));
+    if (e) {
         read_holder(fd, holder, sizeof holder);
         close(fd);
         if (e == EWOULDBLOCK)
@@ -49,7 +68,7 @@ int store_lock_take(const char *dir, const char *name, int *handle, FgError *err
         return FG_OK;
     }
     read_holder(fd, holder, sizeof holder);
-    if (holder[0])  // a holder releases by emptying the file: this one ended without doing so
+    if (holder[0])  // a holder releases by removing the file: this one ended without doing so
         fprintf(stderr, "fgpipe: note: took over the lock %s from %s, which ended without "
                 "releasing it (killed or crashed)\n", path, holder);
     describe_self(self, sizeof self);
@@ -63,8 +82,10 @@ int store_lock_take(const char *dir, const char *name, int *handle, FgError *err
     return FG_OK;
 }
 
-void store_lock_release(int handle) {
+void store_lock_release(const char *dir, const char *name, int handle) {
+    char path[4096 + 96];
     if (handle < 0) return;
-    if (ftruncate(handle, 0)) {}  // empty: released, not left by a dead run
+    lock_file_path(dir, name, path, sizeof path);
+    unlink(path);  // while held: a run that opened it meanwhile finds it gone (lock_path)
     close(handle);
 }

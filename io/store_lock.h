@@ -9,6 +9,7 @@
 // a live process: refused, naming its pid, host and start time. Left by a dead one (the file
 // still names it): taken over, with a note on stderr.
 int store_lock_take(const char *dir, const char *name, int *handle, FgError *err);
-void store_lock_release(int handle);
+// Removes the lock file, then lets go: a run leaves no lock behind (a killed one leaves its).
+void store_lock_release(const char *dir, const char *name, int handle);
 
 #endif

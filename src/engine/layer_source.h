@@ -97,6 +97,10 @@ struct LayerSource {
     void (*age_weights)(LayerSource *s);
     // Waits for every write; returns the first I/O error.
     int (*flush)(LayerSource *s, FgError *err);
+    // Streamed, once the run is accepted (every input checked, the outputs open): a new
+    // weights store replaces the old one of its name, and its settings record is written
+    // (store_settings.h). NULL or nothing to do: resident, or a reopened store.
+    int (*publish)(LayerSource *s, FgError *err);
     // One line of statistics on stderr (streamed: bytes moved, waits), or nothing.
     void (*report)(LayerSource *s, const char *who);
     // Streamed only: the I/O so far, both stores and the spill file (tied_spill) together.

@@ -304,6 +304,10 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     return rc ? rc : pipeline_refresh_ref(p, err);
 }
 
+int pipeline_publish(Pipeline *p, FgError *err) {
+    return p->src.publish ? p->src.publish(&p->src, err) : FG_OK;
+}
+
 int pipeline_solo(Pipeline *p, int on, FgError *err) {
     if (!p->src.solo) return FG_OK;
     int rc = on ? pipeline_apply_pending(p, err) : FG_OK;

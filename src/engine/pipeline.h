@@ -55,6 +55,10 @@ int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order,
 // Applies an update still pending (streamed stages), so the weights are those of the run so far.
 int pipeline_apply_pending(Pipeline *p, FgError *err);
 
+// The run is accepted: a streamed stage's new store replaces the old one of its name (until
+// now a refused run left it whole; LayerSource.publish). Collective over a node's replicas.
+int pipeline_publish(Pipeline *p, FgError *err);
+
 // Calls visit for every layer of the stage with parameters, in order, with the layer's
 // checkpoint buffers as host memory: parameters, optimizer state buffers, the reference; a
 // layer in row blocks block by block, in its slot (LayerVisitor).

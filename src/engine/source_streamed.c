@@ -47,8 +47,9 @@ typedef struct {
     SlotShare share;
     LayerSpill spill;         // the tied copies' gradients (LayerSource.tied_spill)
     int twin;                 // the tied head when the store keeps the tied copies once (-1: not)
+    int made;                 // the weights store is new: published by streamed_publish
     int lock;                 // the store's lock (LayerStreams.lock; -1: none), released at close
-    void (*unlock)(int lock);
+    void (*unlock)(const char *dir, const char *name, int lock);
 } Streamed;
 
 // The store's layer for a layer: the twin reads and pins the embedding's copy.
@@ -255,7 +256,8 @@ static int streamed_close(LayerSource *s, FgError *err) {
     st->be->free(st->be, st->grad);
     for (int i = 0; i < 2; i++) st->be->free(st->be, s->tied_grad[i]);
     if (st->spill.ctx) st->spill.close(&st->spill);
-    if (st->lock >= 0 && st->unlock) st->unlock(st->lock);  // after the last write
+    // After the streams' last write.
+    if (st->lock >= 0 && st->unlock) st->unlock(st->cfg->layout.weights_dir, st->name, st->lock);
     st->be->free(st->be, st->dev_weights);
     st->be->free(st->be, st->dev_step);
     free(st);
@@ -288,10 +290,16 @@ static int claim_store(Streamed *st, const LayerStreams *ls, FgError *err) {
     return !rc && ls->resume ? store_settings_check(st->cfg, dir, st->name, err) : rc;
 }
 
-// A new store's settings, written by the I/O rank; every rank of the group learns the outcome.
-static int record_settings(Streamed *st, FgError *err) {
+// The new stores take their names (the step store's is always new), then the weights store's
+// settings are recorded, by the I/O rank; every rank of the group learns the outcome.
+static int streamed_publish(LayerSource *s, FgError *err) {
+    Streamed *st = s->ctx;
     const char *dir = st->cfg->layout.weights_dir;
-    int rc = st->io ? store_settings_write(st->cfg, dir, st->name, err) : FG_OK;
+    int rc = FG_OK;
+    if (st->io && st->has_step && st->step.publish) rc = st->step.publish(&st->step, err);
+    if (!rc && st->io && st->made && st->weights.publish) rc = st->weights.publish(&st->weights, err);
+    if (!rc && st->io && st->made) rc = store_settings_write(st->cfg, dir, st->name, err);
+    st->made = 0;
     char path[sizeof st->cfg->layout.weights_dir + 80];
     store_path(st, st->name, path, sizeof path);
     return st->shared ? slot_share_outcome(&st->share, rc, NULL, 0, path, err) : rc;
@@ -305,7 +313,8 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
     rc = st->io ? claim_store(st, ls, err) : FG_OK;
     if ((rc = open_store(st, rc, ls, spec, &st->weights, &st->version, err))) return rc;
     *next_step = 0;
-    if (!ls->resume) return record_settings(st, err);
+    st->made = !ls->resume;
+    if (!ls->resume) return FG_OK;
     // Stages (and replicas) that crashed one version apart go back to the older one.
     double *v = calloc((size_t)n, sizeof(double)), target;
     v[me] = (double)st->version;
@@ -435,6 +444,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
                          .acquire = streamed_acquire, .release = streamed_release,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,
+                         .publish = streamed_publish,
                          .report = streamed_report, .io_stats = streamed_io_stats,
                          .close = streamed_close, .work_bytes = work_bytes,
                          .read_ahead = n_slots - 1, .tied_once = sp.twin >= 0,
@@ -453,6 +463,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
                             .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
+                            .staged = 1,
                             .frozen = STORE_FROZEN_READ_ONLY, .tied_once = sp.twin >= 0,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
                             .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,

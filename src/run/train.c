@@ -284,7 +284,9 @@ static int open_run(Run *r, FgError *err) {
     if (e->tr->stage == 0 && e->tr->replica == 0 && warning) fprintf(stderr, "fgpipe: warning: %s\n", warning);
     if (e->tr->stage == 0 && e->tr->replica == 0)
         report_print_layout(&r->model, r->res, e->tr->stages, &r->p);
-    if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err))) return rc;
+    if ((rc = find_first_step(r, err)) || (rc = open_outputs(r, err)) ||
+        (rc = pipeline_publish(&r->p, err)))  // accepted: a new store replaces the old
+        return rc;
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));
     r->busy = calloc((size_t)3 * e->tr->stages, sizeof(double));

@@ -96,7 +96,7 @@ static int check_same_model(const Config *now, Storage *io, const char *path, Fg
     free(text);
     const char *key = rc ? NULL : config_model_mismatch(&stored, now, stored_value, now_value,
                                                         sizeof stored_value);
-    if (key && stored.net.lora_rank > 0 && now->net.lora_rank == 0)
+    if (key && strcmp(key, "lora_rank") == 0 && now->net.lora_rank == 0)
         rc = fg_fail(err, FG_ERR_INPUT, "checkpoint %s holds LoRA adapters (lora_rank = %d, "
                      "lora_alpha = %g, lora_targets = %s) that this run, without lora_rank, would "
                      "drop: set those keys to go on with them, or merge them into the base first "

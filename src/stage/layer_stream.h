@@ -79,8 +79,12 @@ struct LayerStream {
     // an error every call fails with it; the store keeps its last consistent version.
     int (*flush)(LayerStream *s, FgError *err);
     void (*stats)(LayerStream *s, LayerStreamStats *out);
-    // Flushes, stops the I/O thread, frees the slots and closes the store.
+    // Flushes, stops the I/O thread, frees the slots and closes the store (a staged store
+    // never published is removed: the old one of its name stays).
     int (*close)(LayerStream *s, FgError *err);
+    // A store made staged (LayerStreamSpec.staged) takes its name once the run is accepted;
+    // nothing for any other.
+    int (*publish)(LayerStream *s, FgError *err);
 };
 
 // What a stage asks for when it goes out of core: a store of its layers [first, last) with
@@ -104,6 +108,8 @@ typedef struct {
     int frozen;                // the model's frozen layers (STORE_FROZEN_*)
     int tied_once;             // the model's tied copies (both in [first, last)) kept once: the
                                // store has no tied_last, whose reader takes tied_first's
+    int staged;                // a new store is made beside an old one of its name and replaces
+                               // it only at publish: a run refused before leaves the old whole
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
     int n_slots;               // slots of the largest layer
@@ -164,7 +170,7 @@ typedef struct {
     // One run per store (NULL: no locks): takes DIR/NAME.lock before the store is touched,
     // refusing one that a live run holds; released at close.
     int (*lock)(const char *dir, const char *name, int *handle, FgError *err);
-    void (*unlock)(int handle);
+    void (*unlock)(const char *dir, const char *name, int handle);
     int resume;                // continue from the stores already in weights_dir
     NodeShare *share;          // NULL: every replica keeps its own stores
 } LayerStreams;
