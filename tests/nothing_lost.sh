@@ -24,7 +24,7 @@ train() {  # train NAME ARGS...: one rank, its output in NAME.log, its exit code
   timeout 120 "$fgpipe" train --config "$config" "${base[@]}" "$@" >"$dir/$name.log" 2>&1
   rc=$?
 }
-sums() { (cd "$dir" && sha256sum w/*.h5 w/*.conf run0/* 2>&1); }
+sums() { (cd "$dir" && sha256sum w/* run0/* 2>&1); }
 
 # refused LABEL PATTERN: the last run exited 2 with PATTERN in its message, and every file of
 # the store and of run0 holds the bytes it held before.
@@ -51,6 +51,12 @@ last=resume-cut; train $last "${lora[@]}" "${streamed[@]}" --out "$dir/run0" --r
 refused "--resume of a cut checkpoint leaves them as they were" "cut.h5: not an HDF5 file, or truncated"
 last=init-other; train $last "${lora[@]}" "${streamed[@]}" --out "$dir/run0" --init-from "$dir/other/checkpoint.h5"
 refused "--init-from another model's checkpoint leaves them as they were" "another model: it has n_embd = 48"
+# A refusal found once the run's new store is made (its timetable): that store is dropped, the
+# old one stays.
+last=no-bubble; train $last "${lora[@]}" "${streamed[@]}" --out "$dir/run0" --set mode=fg+bp --set perturb=weight \
+  --set estimator=mix --set shrink=0 --set select=0
+refused "a refusal after the new store is made (no bubble for fg+bp) leaves the old store whole" \
+  "backpropagates no micro-batch"
 /usr/bin/python3 - "$dir" <<'PY'
 import sys, numpy as np
 d = sys.argv[1]

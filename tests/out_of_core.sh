@@ -197,7 +197,7 @@ refused() {  # refused LABEL PATTERN ARGS...: the run exits 2 and its error matc
   verdict "$label" "$([ "$rc" -eq 2 ] && grep -q "$pattern" "$dir/refused.log" || echo "exit $rc: $(grep error "$dir/refused.log")")"
 }
 touch "$dir/a-file"
-refused "weights dir under a file: refused" "weights dir $dir/a-file/w.*Not a directory" \
+refused "weights dir under a file: refused" "weights-dir $dir/a-file/w: $dir/a-file is not a directory" \
   --mem-budget 14M --weights-dir "$dir/a-file/w"
 refused "budget below the floor (two slots of the largest layer, or one and three small ones): refused naming the layer and the minimum" "is too small for stage 0.*slots\? of its largest layer, fc[0-9]*.*, [0-9]* more (at least [0-9]* bytes" \
   --mem-budget 4M --weights-dir "$dir"
