@@ -74,7 +74,7 @@ int store_lock_take(const char *dir, const char *name, int *handle, FgError *err
     describe_self(self, sizeof self);
     size_t n = strlen(self);
     if (ftruncate(fd, 0) || pwrite(fd, self, n, 0) != (ssize_t)n) {
-        int e = errno;
+        e = errno;
         close(fd);
         return fg_fail(err, FG_ERR_INPUT, "writing the store's lock %s: %s", path, strerror(e));
     }
