@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs launch/gpu-check.sh's tests and benchmarks on a GPU machine that cannot build fgpipe
 # (no parallel HDF5, no cmocka, no network): build here, carry the bundle, unpack there.
-#   here:  launch/gpu-bundle.sh pack     builds build-gpu/ (sm_90, no -march=native) and fills
+#   here:  launch/gpu-bundle.sh pack     builds build-gpu/ (sm_90, no -march=native, OpenBLAS) and fills
 #                                        .gpu/: binaries, ctest files, the shared libraries
 #                                        the other machine may lack, Fashion-MNIST
 #   there: launch/gpu-bundle.sh unpack   links build-gpu, build and /work/main to this tree,
@@ -18,8 +18,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 case "${1:-}" in
 pack)
+  # OpenBLAS for the CPU's GEMMs: oneDNN's library (38 MB) would not fit the 64 MiB a call carries
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFGPIPE_CUDA=ON -DFGPIPE_NATIVE=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DFGPIPE_CPU_GEMM=openblas >/dev/null
   cmake --build build-gpu -j"$(nproc)"
   rm -rf .gpu && mkdir -p .gpu/lib .gpu/fashion-mnist
   # the build tree without objects: executables, the module, ctest's files

@@ -7,7 +7,8 @@ packages=(
   zlib1g-dev libcmocka-dev                 # gzip IDX files, unit tests
   libpcre2-dev ca-certificates nodejs      # GPT-2's BPE pre-tokenizer; its vocabulary and
                                            # reference encoder (launch/gpt2-vocab.sh, tests/bpe.sh)
-  libopenblas-dev libopenblas-openmp-dev   # GEMM (the OpenMP build shares our thread pool)
+  libopenblas-dev libopenblas-openmp-dev   # BLAS (the OpenMP build shares our thread pool)
+  libdnnl-dev                              # the CPU's GEMMs (oneDNN: AVX-512, bf16)
   openmpi-bin libopenmpi-dev               # pipeline ranks
   libhdf5-openmpi-dev hdf5-tools           # checkpoints and logs (parallel HDF5), h5dump
   python3-h5py python3-numpy python3-matplotlib  # analysis only, never on the training path

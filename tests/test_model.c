@@ -227,11 +227,13 @@ static void test_batched_tangents_match_single(void **state) {
             float l3 = net_directional(&n, &st3, step, d3);
             float l1 = net_directional(&n, &st1, step, &d1);
             assert_true(l3 == l1);
-            // Tangent 0 of a K = 3 stage is the tangent of a K = 1 stage.
-            assert_true(fabs(d3[0] - d1) <= 1e-6 * fabs(d1) + 1e-9);
+            // Tangent 0 of a K = 3 stage is the tangent of a K = 1 stage. Within 1e-5 relative:
+            // the K tangents' rows go through one GEMM of K times the rows, whose kernels (oneDNN's)
+            // block the sums by the row count; a wrong tangent would differ by O(1).
+            assert_true(fabs(d3[0] - d1) <= 1e-5 * fabs(d1) + 1e-9);
             for (uint32_t k = 0; k < 3; k++) {
                 float single = directional_one(&n, step, k);
-                if (!(fabs(d3[k] - single) <= 1e-6 * fabs(single) + 1e-9))
+                if (!(fabs(d3[k] - single) <= 1e-5 * fabs(single) + 1e-9))
                     fail_msg("%s step %u k %u: batched %.9g vs single %.9g", ACTIVATIONS[a], step,
                              k, d3[k], single);
             }

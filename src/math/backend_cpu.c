@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 
+#include "gemm.h"
 #include "backend.h"
 #include "head_loss.h"
 
@@ -42,7 +42,7 @@ static void cpu_matmul(const Backend *be, int trans_a, int trans_b, int m, int n
                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                        float *C, int ldc) {
     (void)be;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+    fg_sgemm(trans_a, trans_b,
                 m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -2,9 +2,9 @@
 // over all of the call's rows, then the row formulas of loss_math.h on the block. Rows run in
 // parallel inside a block, each into its own slots; sums over rows run in order afterwards, so
 // the result does not depend on the thread count.
+#include "gemm.h"
 #include "head_loss.h"
 
-#include <cblas.h>
 #include <math.h>
 
 #include "head_math.h"
@@ -26,7 +26,7 @@ static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->c
 // z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ, W the table's rows from r0 on.
 static void block_logits(const HeadShape *h, const float *x, const float *W, int r0, int j0, int nb,
                          int rows, float beta, float *z) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nb, h->C, 1.0f, x, h->C,
+    fg_sgemm(0, 1, rows, nb, h->C, 1.0f, x, h->C,
                 W + (size_t)(j0 - r0) * h->C, h->C, beta, z, nb);
 }
 
@@ -112,7 +112,7 @@ static void block_tangents(const Layer *L, const HeadShape *h, const float *W, i
         float *zk = zd + k * plane;
         if (t->Wdot) block_logits(h, x, t->Wdot + k * stride, r0, j0, nb, h->rows, 1.0f, zk);
         if (t->At)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->rows, nb, t->rank,
+            fg_sgemm(0, 0, h->rows, nb, t->rank,
                         1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
                         t->At + (size_t)k * t->rank * L->vocab + j0, L->vocab, 1.0f, zk, nb);
         if (t->activity) {
@@ -237,10 +237,10 @@ void head_rows_backward(const Layer *L, const float *W, int r0, int n, const flo
         block_logits(&h, x, W, r0, j0, nb, h.rows, 0.0f, dz);
         block_adjoint(&h, rec, j0, nb, dz);
         if (dx)  // the table's first block starts the sum
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h.rows, h.C, nb, 1.0f, dz, nb,
+            fg_sgemm(0, 0, h.rows, h.C, nb, 1.0f, dz, nb,
                         W + at, h.C, b ? 1.0f : 0.0f, dx, h.C);
         if (dW)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, dz, nb, x,
+            fg_sgemm(1, 0, nb, h.C, h.rows, 1.0f, dz, nb, x,
                         h.C, 1.0f, dW + at, h.C);
     }
     fg_free(dz);
@@ -308,7 +308,7 @@ void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, in
                 block_activity(kk, L->vocab, mb_rows, coeff + ((size_t)m * K + k) * B, T, j0, nb,
                                G + (size_t)m * mb_rows * nb);
             }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
+        fg_sgemm(1, 0, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
                     1.0f, dW + (size_t)j0 * h.C, h.C);
     }
     fg_free(G);

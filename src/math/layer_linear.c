@@ -3,11 +3,11 @@
 // With carry c (a transformer block, layer.h) a token is [x (c), h (k)] and the output
 // [x, h W^T + b] or, residual, x + h W^T + b (then n = c). Every product is one GEMM over all
 // rows, reading the branch with the token's stride.
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "head_loss.h"
 #include "linear_shape.h"
 
@@ -26,7 +26,7 @@ static void copy_carry(const LinearShape *s, const float *x, float *y, int rows)
 // y's branch (+)= x's branch W^T over `rows` tokens; accumulate, or residual: add.
 static void branch_matmul(const LinearShape *s, const float *x, const float *W, float *y,
                           int rows, int accumulate) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, s->n, s->k, 1.0f, x + s->c, s->in,
+    fg_sgemm(0, 1, rows, s->n, s->k, 1.0f, x + s->c, s->in,
                 W, s->k, accumulate ? 1.0f : 0.0f, y + s->out_offset, s->out);
 }
 
@@ -100,14 +100,14 @@ static void linear_backward(const Layer *L, const float *p, const float *x, cons
     if (dx) {
         for (int r = 0; s.c && r < s.rows; r++)
             memcpy(dx + (size_t)r * s.in, dy + (size_t)r * s.out, (size_t)s.c * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, s.k, s.n, 1.0f, dy_branch,
+        fg_sgemm(0, 0, s.rows, s.k, s.n, 1.0f, dy_branch,
                     s.out, p, s.k, 0.0f, dx + s.c, s.in);
         for (int r = 0; s.in > s.c + s.k && r < s.rows; r++)
             memcpy(dx + (size_t)r * s.in + s.c + s.k, dy_branch + (size_t)r * s.out,
                    (size_t)(s.in - s.c - s.k) * sizeof(float));
     }
     if (!dp) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.n, s.k, s.rows, 1.0f, dy_branch, s.out,
+    fg_sgemm(1, 0, s.n, s.k, s.rows, 1.0f, dy_branch, s.out,
                 x + s.c, s.in, 1.0f, dp, s.k);
     if (L->no_bias) return;
     float *db = dp + (size_t)s.n * s.k;

@@ -9,9 +9,9 @@
 //   jvp:      Udot = hdot A^T + h Adot^T;  deltadot_j = s (Udot_j B_j^T + U_j Bdot_j^T)
 //   backward: dU_j = s ddelta_j B_j;  dh = dy_h + dU A;  dA += dU^T h;  dB_j += s ddelta_j^T U_j
 // The weight half reads A and B (layer_grad_reads_params).
-#include <cblas.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "lora_shape.h"
 
 static size_t lora_param_count(const Layer *L) {
@@ -23,7 +23,7 @@ static const float *part_B(const LoraShape *s, const float *p, int j) { return p
 
 // U (+)= h A^T over rows tokens of stride `in` (h at column C), A [P r, k].
 static void lora_down(const LoraShape *s, const float *x, const float *A, float *U, float beta) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->rows, s->P * s->r, s->k, 1.0f,
+    fg_sgemm(0, 1, (int)s->rows, s->P * s->r, s->k, 1.0f,
                 x + s->C, s->in, A, s->k, beta, U, s->P * s->r);
 }
 
@@ -31,7 +31,7 @@ static void lora_down(const LoraShape *s, const float *x, const float *A, float 
 static void lora_up(const LoraShape *s, const float *U, const float *p, float scale, float *y,
                     float beta) {
     for (int j = 0; j < s->P; j++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->rows, s->n[j], s->r, scale,
+        fg_sgemm(0, 1, (int)s->rows, s->n[j], s->r, scale,
                     U + (size_t)j * s->r, s->P * s->r, part_B(s, p, j), s->r, beta,
                     y + s->in + s->off[j], s->out);
 }
@@ -83,21 +83,21 @@ static void lora_backward(const Layer *L, const float *p, const float *x, const 
     size_t width = (size_t)s.P * s.r;
     float *U = fg_alloc_floats(2 * s.rows * width), *dU = U + s.rows * width;
     for (int j = 0; j < s.P; j++)  // dU_j = s ddelta_j B_j
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s.rows, s.r, s.n[j],
+        fg_sgemm(0, 0, (int)s.rows, s.r, s.n[j],
                     L->lora_scale, dy + s.in + s.off[j], s.out, part_B(&s, p, j), s.r, 0.0f,
                     dU + (size_t)j * s.r, (int)width);
     if (dx) {
         for (size_t i = 0; i < s.rows; i++)
             memcpy(dx + i * s.in, dy + i * s.out, (size_t)s.in * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s.rows, s.k, (int)width, 1.0f,
+        fg_sgemm(0, 0, (int)s.rows, s.k, (int)width, 1.0f,
                     dU, (int)width, p, s.k, 1.0f, dx + s.C, s.in);
     }
     if (dp) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)width, s.k, (int)s.rows, 1.0f,
+        fg_sgemm(1, 0, (int)width, s.k, (int)s.rows, 1.0f,
                     dU, (int)width, x + s.C, s.in, 1.0f, dp, s.k);
         lora_down(&s, x, p, U, 0.0f);
         for (int j = 0; j < s.P; j++)  // dB_j += s ddelta_j^T U_j
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.n[j], s.r, (int)s.rows,
+            fg_sgemm(1, 0, s.n[j], s.r, (int)s.rows,
                         L->lora_scale, dy + s.in + s.off[j], s.out, U + (size_t)j * s.r,
                         (int)width, 1.0f, (float *)part_B(&s, dp, j), s.r);
     }
