@@ -1,7 +1,7 @@
 // The CPU's one matrix product: every FP32 GEMM of the layers, the head and the backend goes
 // through fg_sgemm, so the library behind it is chosen in one place (FGPIPE_CPU_GEMM at
-// configure time: oneDNN's sgemm by default, 2.3x OpenBLAS's on GPT-2's shapes here:
-// docs/results/cpu.md; OpenBLAS where oneDNN is missing).
+// configure time): oneDNN's sgemm by default, 1.5x OpenBLAS's on GPT-2's shapes on a quiet
+// 2-core machine here (docs/results/cpu.md); OpenBLAS with -DFGPIPE_CPU_GEMM=openblas.
 #ifndef FGPIPE_GEMM_H
 #define FGPIPE_GEMM_H
 
