@@ -5,6 +5,9 @@
 //     default MLP and a wide one (4 x 8192), on the GPU and, for the default MLP, on the CPU.
 //  3. With 2 GPUs and NCCL: the share of the messages between two stages hidden behind compute.
 // usage: fgpipe-bench-cuda [ROWS]   (rows per micro-batch, default 256)
+//        fgpipe-bench-cuda link     the host link's bandwidth alone: copies of 256 MiB to and
+//        from the GPU from page-locked memory (a streamed stage's slots) and from pageable
+//        memory, each the best of 5 (bench/bench_gpu_stream.sh's PCIe bound)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -275,7 +278,45 @@ static void hidden_table(int rows) {
     for (int i = 0; i < 2; i++) printf("| %-26s | %s |\n", models[i], why);
 }
 
+// GB/s of the best of 5 copies of bytes, to the device (to_device) or back.
+static double link_gbps(void *host, void *dev, size_t bytes, int to_device) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    float best = 1e30f;
+    for (int i = 0; i < 5; i++) {
+        cudaEventRecord(a, 0);
+        if (to_device) cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, 0);
+        else cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, 0);
+        cudaEventRecord(b, 0);
+        cudaEventSynchronize(b);
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        if (ms < best) best = ms;
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return bytes / (best * 1e-3) / 1e9;
+}
+
+static int link_table(void) {
+    const size_t bytes = (size_t)256 << 20;
+    void *dev, *pinned, *pageable = malloc(bytes);
+    if (cudaMalloc(&dev, bytes) != cudaSuccess || cudaMallocHost(&pinned, bytes) != cudaSuccess || !pageable) {
+        fprintf(stderr, "fgpipe-bench-cuda: cannot allocate %zu bytes for the link test\n", bytes);
+        return 1;
+    }
+    memset(pinned, 1, bytes), memset(pageable, 1, bytes);
+    printf("| host memory | to the GPU GB/s | from the GPU GB/s |\n|---|---|---|\n");
+    printf("| page-locked | %.1f | %.1f |\n", link_gbps(pinned, dev, bytes, 1), link_gbps(pinned, dev, bytes, 0));
+    printf("| pageable    | %.1f | %.1f |\n", link_gbps(pageable, dev, bytes, 1), link_gbps(pageable, dev, bytes, 0));
+    cudaFree(dev), cudaFreeHost(pinned), free(pageable);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "link")) {
+        if (backend_cuda_device_count() == 0) return 77;
+        return link_table();
+    }
     int rows = argc > 1 ? atoi(argv[1]) : 256;
     if (backend_cuda_device_count() == 0) {
         fprintf(stderr, "fgpipe-bench-cuda: no CUDA GPU visible; nothing to measure\n");

@@ -14,6 +14,9 @@
 #   layer's input for its backward; fg with weight perturbation keeps none).
 # fg is weight perturbation, K = 1; fg+bp on one stage backpropagates `select` = 1 of the
 # micro-batches (no bubbles on one stage: the B ops add to the step).
+# A third model, llama1b (MODELS="llama1b"), is Llama-3.2-1B's shape (launch/configs/
+# llama-3.2-1b.conf: vocab 128256, tied, ctx 1024, 2 x 2 sequences) on random token ids, bp
+# only (issue 52's target: 35% MFU in bf16).
 # usage: bench/bench_gpu_gpt.sh [S]   (default 10 steps; MODELS="default gpt2" PRECISIONS=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,14 +32,26 @@ declare -A SHAPE=([default]="4 128 4 128 4 4" [gpt2]="12 768 12 1024 4 2")  # L 
 declare -A MODE=([bp]="mode=bp schedule=gpipe" [fg]="mode=fg perturb=weight"
                  [fg+bp]="mode=fg+bp perturb=weight estimator=cv select=1")
 
-train() {  # train OUT STEPS SETS...: one run; its summary in OUT.json, peak GPU MiB in OUT.mem
-  local out=$1 steps=$2; shift 2
+declare -A SHAPE_L=([llama1b]="16 2048 32 1024 2 2")
+declare -A CONF=([default]=$config [gpt2]=$config [llama1b]=launch/configs/llama-3.2-1b.conf)
+declare -A DATA=([default]="text_file=$dir/corpus.txt" [gpt2]="text_file=$dir/corpus.txt"
+                 [llama1b]="train_tokens=$dir/llama-train.bin val_tokens=$dir/llama-val.bin")
+declare -A MODES=([default]="bp fg fg+bp" [gpt2]="bp fg fg+bp" [llama1b]="bp")
+/usr/bin/python3 -c "
+import numpy as np, sys
+r = np.random.default_rng(1)
+r.integers(0, 128256, 1 << 20).astype(np.uint32).tofile(sys.argv[1] + '/llama-train.bin')
+r.integers(0, 128256, 1025).astype(np.uint32).tofile(sys.argv[1] + '/llama-val.bin')" "$dir"
+
+train() {  # train OUT MODEL STEPS SETS...: one run; its summary in OUT.json, peak GPU MiB in OUT.mem
+  local out=$1 model=$2 steps=$3; shift 3
+  local data=(); for kv in ${DATA[$model]}; do data+=(--set "$kv"); done
   local args=(); for kv in "$@"; do args+=(--set "$kv"); done
   local base; base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 50 >"$out.smi" &
   local smi=$!
   mpi_flags 1
-  mpirun "${MPI_FLAGS[@]}" "$fgpipe" train --config "$config" --set text_file="$dir/corpus.txt" \
+  mpirun "${MPI_FLAGS[@]}" "$fgpipe" train --config "${CONF[$model]}" "${data[@]}" \
     "${args[@]}" --device cuda --set steps="$steps" --set warmup_steps=0 --set eval_every=0 \
     --set print_every=1000000 --no-checkpoint --out "$out" --summary-json "$out.json" >"$out.txt" 2>&1
   local rc=$?
@@ -50,15 +65,21 @@ echo "peak TFLOP/s assumed: fp32 ${PEAK[fp32]}, tf32 ${PEAK[tf32]}, bf16 ${PEAK[
 printf '| %-7s | %-5s | %-4s | %-10s | %-6s | %-13s | %-15s |\n' model mode prec tokens/s MFU "peak GPU MiB" "fg saves (MiB)"
 printf '|%s|%s|%s|%s|%s|%s|%s|\n' --------- ------- ------ ------------ -------- --------------- -----------------
 for model in ${MODELS:-default gpt2}; do
-  read -r L C H T B N <<<"${SHAPE[$model]}"
-  params=$(( 256 * C + T * C + L * (12 * C * C + 13 * C) + 2 * C ))
-  shape=(model=gpt n_layer=$L n_embd=$C n_head=$H ctx=$T micro_batch=$B micro_batches=$N)
+  if [ "$model" = llama1b ]; then  # the published shape: q, o 2048 x 2048, k, v 2048 x 512, MLP 3 x 2048 x 8192
+    read -r L C H T B N <<<"${SHAPE_L[$model]}"
+    params=$(( 128256 * C + L * (2 * C * C + 2 * C * 512 + 3 * C * 8192 + 2 * C) + C ))
+    shape=(ctx=$T micro_batch=$B micro_batches=$N)
+  else
+    read -r L C H T B N <<<"${SHAPE[$model]}"
+    params=$(( 256 * C + T * C + L * (12 * C * C + 13 * C) + 2 * C ))
+    shape=(model=gpt n_layer=$L n_embd=$C n_head=$H ctx=$T micro_batch=$B micro_batches=$N)
+  fi
   for precision in ${PRECISIONS:-fp32 tf32 bf16}; do
     declare -A mem=()
-    for mode in bp fg fg+bp; do
+    for mode in ${MODES[$model]}; do
       sets=("${shape[@]}" precision="$precision" ${MODE[$mode]})
       r=$dir/$model-$mode-$precision
-      if ! train "$r-a" "$S" "${sets[@]}" || ! train "$r-b" $((2 * S)) "${sets[@]}"; then
+      if ! train "$r-a" "$model" "$S" "${sets[@]}" || ! train "$r-b" "$model" $((2 * S)) "${sets[@]}"; then
         printf '| %-7s | %-5s | %-4s | failed: %s |\n' "$model" "$mode" "$precision" \
           "$(grep -m1 -h error "$r-a.txt" "$r-b.txt" 2>/dev/null || echo "see $r-*.txt")"
         continue

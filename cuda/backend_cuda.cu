@@ -53,9 +53,65 @@ static void cu_zero(const Backend *be, void *dst, size_t bytes) {
     cuda_check(be, cudaMemsetAsync(dst, 0, bytes, cuda_ctx(be)->stream), "cudaMemsetAsync");
 }
 
+// A streamed stage's host slots: page-locked (registered) memory, 4 KiB-aligned for direct I/O.
+static void *cu_host_alloc(const Backend *be, size_t bytes) {
+    size_t size = (bytes + 4095) / 4096 * 4096;
+    void *p = aligned_alloc(4096, size ? size : 4096);
+    if (!p) {
+        fprintf(stderr, "fgpipe: error: out of host memory allocating %zu bytes of slots\n", bytes);
+        abort();
+    }
+    cuda_check(be, cudaHostRegister(p, size ? size : 4096, cudaHostRegisterDefault), "page-locking host slots");
+    return p;
+}
+
+static void cu_host_free(const Backend *be, void *p) {
+    if (!p) return;
+    cuda_check(be, cudaHostUnregister(p), "releasing page-locked host slots");
+    free(p);
+}
+
+static cudaStream_t on(const CudaCtx *c, int stream) {
+    return stream == BACKEND_COPY_STREAM ? c->copy_stream : c->stream;
+}
+
+static void cu_copy_async(const Backend *be, void *dst, const void *src, size_t bytes, int to_device) {
+    CudaCtx *c = cuda_ctx(be);
+    cuda_check(be, cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                   c->copy_stream), to_device ? "copy of a layer to the GPU" : "copy of a layer from the GPU");
+}
+
+static void *cu_fence_new(const Backend *be) {
+    cudaEvent_t e = NULL;
+    cuda_check(be, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return (void *)e;
+}
+
+static void cu_fence_free(const Backend *be, void *fence) {
+    if (fence) cuda_check(be, cudaEventDestroy((cudaEvent_t)fence), "cudaEventDestroy");
+}
+
+static void cu_fence_mark(const Backend *be, void *fence, int stream) {
+    cuda_check(be, cudaEventRecord((cudaEvent_t)fence, on(cuda_ctx(be), stream)), "cudaEventRecord");
+}
+
+static void cu_fence_wait(const Backend *be, void *fence, int stream) {
+    cuda_check(be, cudaStreamWaitEvent(on(cuda_ctx(be), stream), (cudaEvent_t)fence, 0), "cudaStreamWaitEvent");
+}
+
+static int cu_sync(const Backend *be, FgError *err);
+
+static int cu_fence_sync(const Backend *be, void *fence, FgError *err) {
+    cuda_check(be, cudaEventSynchronize((cudaEvent_t)fence), "a copy of a layer");
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->error[0]) return FG_OK;
+    return cu_sync(be, err);  // reports it
+}
+
 static int cu_sync(const Backend *be, FgError *err) {
     CudaCtx *c = cuda_ctx(be);
     cuda_check(be, cudaStreamSynchronize(c->stream), "a queued GPU operation");
+    cuda_check(be, cudaStreamSynchronize(c->copy_stream), "a queued copy of a layer");
     if (!c->error[0]) return FG_OK;
     fg_fail(err, FG_ERR_INTERNAL, "%s", c->error);
     c->error[0] = 0;
@@ -160,7 +216,13 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
         free(c);
         return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
     }
+    if ((e = cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return fg_fail(err, FG_ERR_INTERNAL, "GPU %d: creating the copy stream: %s", device, cudaGetErrorString(e));
+    }
     if (create_blas(c, err)) {
+        cudaStreamDestroy(c->copy_stream);
         cudaStreamDestroy(c->stream);
         free(c);
         return FG_ERR_INTERNAL;
@@ -175,6 +237,14 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.upload = cu_upload;
     b.download = cu_download;
     b.copy = cu_copy;
+    b.host_alloc = cu_host_alloc;
+    b.host_free = cu_host_free;
+    b.copy_async = cu_copy_async;
+    b.fence_new = cu_fence_new;
+    b.fence_free = cu_fence_free;
+    b.fence_mark = cu_fence_mark;
+    b.fence_wait = cu_fence_wait;
+    b.fence_sync = cu_fence_sync;
     b.zero = cu_zero;
     b.scale = cuda_scale;
     b.axpy = cuda_axpy;
@@ -222,6 +292,7 @@ extern "C" void backend_cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c) return;
     cudaStreamSynchronize(c->stream);
+    cudaStreamSynchronize(c->copy_stream);
     cudaFree(c->partial);
     cudaFreeHost(c->host_partial);
     cudaFree(c->coeff);
@@ -229,6 +300,7 @@ extern "C" void backend_cuda_destroy(Backend *be) {
     cudaFree(c->lt_work);
     cublasLtDestroy(c->lt);
     cublasDestroy(c->blas);
+    cudaStreamDestroy(c->copy_stream);
     cudaStreamDestroy(c->stream);
     free(c);
     be->ctx = NULL;

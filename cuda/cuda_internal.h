@@ -28,6 +28,7 @@ extern const AttentionKernels attention_tiled, attention_gemm;
 typedef struct {
     int device;
     cudaStream_t stream;      // all compute of the stage, in order
+    cudaStream_t copy_stream; // a streamed stage's layers to and from page-locked host slots
     cublasHandle_t blas;
     cublasLtHandle_t lt;      // the GEMMs with a fused bias (gemm_lt.cu)
     void *lt_work;            // cuBLASLt's workspace, owned here: no hidden per-stream one

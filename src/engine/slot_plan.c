@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 
+#include "device_lanes.h"
 #include "layer_source.h"
 #include "mem_account.h"
 
@@ -38,6 +39,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         if (!kept(sp, m, l)) continue;
         if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
         weights = FG_MAX(weights, weights_bytes(sp, L));
+        sp->lane_weights = FG_MAX(sp->lane_weights, (size_t)(L->frozen ? 1 : sp->n_weights) * unit_floats(L));
         if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
         ++*param_layers;
         // A tied embedding's copies keep their gradient apart (tied_grad, or a spill file).
@@ -47,6 +49,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     if (m->tied_last >= first && m->tied_last < last && !m->layers[m->tied_last].frozen)
         sp->tied[1] = m->layers[m->tied_last].param_count;
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
+    sp->lane_step = (size_t)sp->n_step * trained;
     for (int l = first; l < last; l++) {
         if (!kept(sp, m, l)) continue;
         if (unit_floats(&m->layers[l]) > sp->largest / 2) {
@@ -155,8 +158,15 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     plan_sizes(c, m, first, last, sp, &param_layers);
     if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
     size_t slot = sp->large_bytes;
-    // A device also holds a copy of the layer it computes on.
-    if (be->on_device) work_bytes += (double)(sp->n_weights + sp->n_step) * sp->largest * sizeof(float);
+    // A device also holds copies of the layer it computes on: two where they leave the slots'
+    // floor (the next layer uploads during this one's compute), else one.
+    sp->device_lanes = 0;
+    if (be->on_device) {
+        size_t lane = sp->lane_weights + sp->lane_step;
+        double two = device_lanes_bytes(2, lane);
+        sp->device_lanes = c->layout.mem_budget - runtime - work_bytes - two >= slots_floor(sp) ? 2 : 1;
+        work_bytes += device_lanes_bytes(sp->device_lanes, lane);
+    }
     double room = c->layout.mem_budget - runtime - work_bytes;
     if (room < slots_floor(sp)) return refuse_budget(c, m, stage, work_bytes, runtime, sp, err);
     sp->n_slots = (int)FG_MIN(room / (double)slot, (double)param_layers);
@@ -172,6 +182,12 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
     else sp->n_slots = n_large, sp->n_small = n_small;
     return FG_OK;
+}
+
+size_t slot_plan_memory_bytes(const SlotPlan *sp, int n_bufs) {
+    size_t per_buf = (size_t)sp->n_slots * page_round(sp->largest * sizeof(float)) +
+                     (size_t)sp->n_small * page_round(sp->small * sizeof(float));
+    return (size_t)n_bufs * per_buf;
 }
 
 const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size) {

@@ -23,7 +23,15 @@ typedef struct {
     int twin;                 // tied_last when the store keeps the tied copies once, else -1
     int n_weights, n_step;    // buffers per trained layer in the weights store and the step store
     int n_slots, n_small;
+    size_t lane_weights;      // floats of a device's copy of a layer's weights part (its
+    size_t lane_step;         // buffers packed; a frozen layer's params alone) and step part
+    int device_lanes;         // a device's copies of the layer it computes on (device_lanes.h):
+                              // two where the budget holds them (uploads overlap compute), else
+                              // one; 0 on the CPU
 } SlotPlan;
+
+// Page-locked host bytes of the slots of a store of n_bufs buffers per layer (a device's).
+size_t slot_plan_memory_bytes(const SlotPlan *sp, int n_bufs);
 
 size_t slot_plan_page_round(size_t bytes);
 

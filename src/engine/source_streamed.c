@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_lanes.h"
 #include "layer_source.h"
 #include "slot_plan.h"
 #include "slot_share.h"
@@ -35,7 +36,10 @@ typedef struct {
     char name[64];
     // A device backend computes on its own memory: the acquired layer's slot buffers are copied
     // into these (the engine holds one layer at a time) and back when released dirty.
-    float *dev_weights, *dev_step;  // [n_bufs][largest], NULL on the CPU
+    DeviceLanes dev_weights, dev_step;  // a device's copies of the layer held (on_device)
+    int on_device;
+    void *pinned[SHARE_STORES];          // a device's page-locked slots of the weights and
+    size_t pinned_bytes[SHARE_STORES];   // the step stores (SHARE_WEIGHTS, SHARE_STEP)
     size_t largest;
     LayerView held_weights, held_step;  // the host views of the acquired layer
     int has_step;             // a step store (the I/O rank's st->step, when shared): of the
@@ -57,20 +61,15 @@ static int stored(const Streamed *st, int layer) {
     return layer == st->twin ? st->m->tied_first : layer;
 }
 
-// The host view's buffers on the device (uploaded), or the host view itself on the CPU.
-static float *stage_in(Streamed *st, const LayerView *v, float *dev, int b) {
-    if (!dev) return v->buf[b];
-    float *d = dev + (size_t)b * st->largest;
-    st->be->upload(st->be, d, v->buf[b], v->count * sizeof(float));
-    return d;
+// The host view's buffer b on the device (uploaded into the lane begun), or the host view
+// itself on the CPU.
+static float *stage_in(Streamed *st, const LayerView *v, DeviceLanes *dev, int b) {
+    return st->on_device ? device_lanes_in(dev, v, b) : v->buf[b];
 }
 
-// A dirty layer's device copies back into its host slot before the store writes it.
-static int stage_out(Streamed *st, const LayerView *v, const float *dev, FgError *err) {
-    if (!dev) return FG_OK;
-    for (int b = 0; b < v->n_bufs; b++)
-        st->be->download(st->be, v->buf[b], dev + (size_t)b * st->largest, v->count * sizeof(float));
-    return st->be->sync(st->be, err);
+// Before the store takes a host slot back: a dirty layer's device copies come back into it.
+static int stage_out(Streamed *st, const LayerView *v, DeviceLanes *dev, int dirty, FgError *err) {
+    return st->on_device ? device_lanes_release(dev, v, dirty, err) : FG_OK;
 }
 
 // The step part of a layer is in the step store: it has one and the layer is trained.
@@ -121,13 +120,15 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
     if (parts & LAYER_WEIGHTS) {
         st->held_weights = w;
         float *bufs[4] = {NULL};
-        for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, st->dev_weights, b);
+        if (st->on_device) device_lanes_begin(&st->dev_weights);
+        for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, &st->dev_weights, b);
+        if (st->on_device) device_lanes_ready(&st->dev_weights);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
         // A frozen layer's slot holds its parameters alone: no optimizer state, no reference.
         int trained = !st->m->layers[layer].frozen;
         out->params = bufs[0];
         out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
-        out->state_stride = st->dev_weights ? st->largest : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
+        out->state_stride = st->on_device ? w.count : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
         out->ref = st->need.ref && trained ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
@@ -136,9 +137,11 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
             out->prev[j] = out->params;  // NULL unless the weights are acquired too
         if (steps_of(st, layer, parts)) {
             st->held_step = v;
-            if (st->kept_buf >= 0) out->kept = stage_in(st, &v, st->dev_step, st->kept_buf);
+            if (st->on_device) device_lanes_begin(&st->dev_step);
+            if (st->kept_buf >= 0) out->kept = stage_in(st, &v, &st->dev_step, st->kept_buf);
             for (int j = 0; j < st->need.prev; j++)
-                out->prev[j] = stage_in(st, &v, st->dev_step, st->prev_buf + j);
+                out->prev[j] = stage_in(st, &v, &st->dev_step, st->prev_buf + j);
+            if (st->on_device) device_lanes_ready(&st->dev_step);
         }
     }
     return FG_OK;
@@ -155,8 +158,9 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
         return rc;
     if (!st->io) return FG_OK;
     if (layer == st->twin) dirty &= ~(unsigned)LAYER_WEIGHTS;  // the embedding's step writes it
-    if (dirty & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, st->dev_weights, err);
-    if (!rc && (dirty & LAYER_STEP) && steps_of(st, layer, parts)) rc = stage_out(st, &st->held_step, st->dev_step, err);
+    if (parts & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, &st->dev_weights, dirty & LAYER_WEIGHTS, err);
+    if (!rc && steps_of(st, layer, parts))
+        rc = stage_out(st, &st->held_step, &st->dev_step, dirty & LAYER_STEP, err);
     if (parts & LAYER_WEIGHTS)
         rc2 = st->weights.release_block(&st->weights, stored(st, layer), block, !rc && (dirty & LAYER_WEIGHTS), rc ? &(FgError){0} : err);
     if (!rc) rc = rc2;
@@ -241,6 +245,12 @@ static void streamed_report(LayerSource *s, const char *who) {
             "%.2f s (%.2f GB/s), I/O threads' CPU %.2f s, compute waited %.2f s for layers\n", who,
             rb / 1e9, rs, rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
             a.cpu_seconds, a.wait_seconds);
+    if (st->on_device)
+        fprintf(stderr, "fgpipe: %s device copies of its layers (%d lane%s, page-locked slots): "
+                "%.3f GB to the GPU, %.3f GB back\n", who, st->dev_weights.n_lanes,
+                st->dev_weights.n_lanes > 1 ? "s" : "",
+                (st->dev_weights.bytes_in + st->dev_step.bytes_in) / 1e9,
+                (st->dev_weights.bytes_out + st->dev_step.bytes_out) / 1e9);
 }
 
 static int streamed_close(LayerSource *s, FgError *err) {
@@ -258,8 +268,10 @@ static int streamed_close(LayerSource *s, FgError *err) {
     if (st->spill.ctx) st->spill.close(&st->spill);
     // After the streams' last write.
     if (st->lock >= 0 && st->unlock) st->unlock(st->cfg->layout.weights_dir, st->name, st->lock);
-    st->be->free(st->be, st->dev_weights);
-    st->be->free(st->be, st->dev_step);
+    device_lanes_close(&st->dev_weights);
+    device_lanes_close(&st->dev_step);
+    for (int i = 0; i < 2; i++)
+        if (st->pinned[i]) st->be->host_free(st->be, st->pinned[i]);
     free(st);
     s->ctx = NULL;
     return rc;
@@ -354,9 +366,7 @@ static int share_slots(Streamed *st, const LayerStreams *ls, const Transport *t,
     st->io = 1;
     if (!ls->share || t->replicas == 1 || st->be->on_device) return FG_OK;
     st->shared = 1;
-    size_t per_buf = (size_t)sp->n_slots * slot_plan_page_round(sp->largest * sizeof(float)) +
-                     (size_t)sp->n_small * slot_plan_page_round(sp->small * sizeof(float));
-    size_t bytes[SHARE_STORES] = {sp->n_weights * per_buf, sp->n_step * per_buf};
+    size_t bytes[SHARE_STORES] = {slot_plan_memory_bytes(sp, sp->n_weights), slot_plan_memory_bytes(sp, sp->n_step)};
     int rc = slot_share_open(&st->share, ls->share, bytes, err);
     if (rc) return rc;
     st->io = st->share.io;
@@ -368,6 +378,24 @@ static int share_slots(Streamed *st, const LayerStreams *ls, const Transport *t,
     return slot_share_agree(&st->share, &terms, path, err);
 }
 
+// A device's slots are page-locked host memory: copies to and from it run on the copy stream
+// at the link's speed (device_lanes.h).
+static void pin_slots(Streamed *st, const SlotPlan *sp) {
+    if (!st->on_device) return;
+    int n_bufs[SHARE_STORES] = {sp->n_weights, sp->n_step};
+    for (int i = 0; i < SHARE_STORES; i++) {
+        st->pinned_bytes[i] = slot_plan_memory_bytes(sp, n_bufs[i]);
+        if (st->pinned_bytes[i]) st->pinned[i] = st->be->host_alloc(st->be, st->pinned_bytes[i]);
+    }
+}
+
+// Where a store's slots live: the node's shared block, a device's page-locked block, or (NULL)
+// the stream's own.
+static void slot_memory(const Streamed *st, int store, LayerStreamSpec *spec) {
+    spec->slot_memory = st->shared ? slot_share_memory(&st->share, store) : st->pinned[store];
+    spec->slot_memory_bytes = st->shared ? st->share.slots_bytes[store] : st->pinned_bytes[store];
+}
+
 // The step store (when a step hands layers to the next), made anew by the I/O rank.
 static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec *spec, int n_step,
                      const char *suffix, FgError *err) {
@@ -377,8 +405,7 @@ static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec
     LayerStreamSpec ss = *spec;
     ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0, ss.later_bufs = 0;
     ss.reopen = 0, ss.version = -1, ss.frozen = STORE_FROZEN_SKIP;
-    ss.slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_STEP) : NULL;
-    ss.slot_memory_bytes = st->share.slots_bytes[SHARE_STEP];
+    slot_memory(st, SHARE_STEP, &ss);
     st->has_step = 1;
     return open_store(st, FG_OK, ls, &ss, &st->step, &version, err);
 }
@@ -439,6 +466,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
+    st->on_device = be->on_device;
     st->kept_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
@@ -466,10 +494,9 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                             .staged = 1,
                             .frozen = STORE_FROZEN_READ_ONLY, .tied_once = sp.twin >= 0,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
-                            .slot_memory = st->shared ? slot_share_memory(&st->share, SHARE_WEIGHTS) : NULL,
-                            .slot_memory_bytes = st->share.slots_bytes[SHARE_WEIGHTS],
                             .later_bytes = !spill ? 0.0 : (double)(sp.tied[0] + sp.tied[1]) * sizeof(float) *
                                                           (st->shared ? st->share.node->size : 1)};
+    if (!rc) pin_slots(st, &sp), slot_memory(st, SHARE_WEIGHTS, &spec);
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc) say_streams(st, t, &sp);
     if (!rc && n_step && trains_any(m, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
@@ -478,9 +505,9 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
         out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
     if (!rc) rc = keep_tied(st, ls, t->stage, &sp, spill, out, err);
     st->largest = largest;
-    if (!rc && be->on_device) {
-        st->dev_weights = backend_alloc_floats(be, (size_t)n_weights * largest);
-        if (n_step) st->dev_step = backend_alloc_floats(be, (size_t)n_step * largest);
+    if (!rc && st->on_device) {
+        device_lanes_open(&st->dev_weights, be, sp.device_lanes, sp.lane_weights);
+        device_lanes_open(&st->dev_step, be, sp.device_lanes, sp.lane_step);
     }
     if (rc) streamed_close(out, &(FgError){0});
     return rc;

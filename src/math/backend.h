@@ -23,6 +23,10 @@
 // activations, tangents) is FP32 in every mode; the CPU computes in FP32 only.
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
 
+// A device backend's two streams: the compute stream runs every op above in order; the copy
+// stream moves a streamed stage's layers beside it (device_lanes.h).
+enum { BACKEND_COMPUTE_STREAM = 0, BACKEND_COPY_STREAM = 1 };
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;  // "cpu", "cuda"
@@ -36,6 +40,20 @@ struct Backend {
     void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(const Backend *be, void *dst, size_t bytes);
+
+    // A device's page-locked host memory and its copy stream (NULL on the CPU, whose slots are
+    // its memory). host_alloc: 4 KiB-aligned host memory the device copies at the link's speed
+    // without the host waiting; copy_async: bytes between it and device memory on the copy
+    // stream. A fence marks the point a stream has reached (fence_mark); the other stream
+    // (fence_wait) or the host (fence_sync: FG_OK or the error of a queued op) waits for it.
+    void *(*host_alloc)(const Backend *be, size_t bytes);
+    void (*host_free)(const Backend *be, void *p);
+    void (*copy_async)(const Backend *be, void *dst, const void *src, size_t bytes, int to_device);
+    void *(*fence_new)(const Backend *be);
+    void (*fence_free)(const Backend *be, void *fence);
+    void (*fence_mark)(const Backend *be, void *fence, int stream);
+    void (*fence_wait)(const Backend *be, void *fence, int stream);
+    int (*fence_sync)(const Backend *be, void *fence, FgError *err);
 
     // Vectors: y = a x (y may be x); y += a x; a . b accumulated in double.
     void (*scale)(const Backend *be, float *y, float a, const float *x, size_t n);
