@@ -13,7 +13,7 @@
 # and bound / streamed step (1.0: the stream costs nothing beyond the slowest of the three).
 # OLD=path/to/another/fgpipe adds that binary's streamed rows (an A/B in one call).
 # usage: bench/bench_gpu_stream.sh [STEPS]   (default 6; DIR: the flash directory, default
-#        /var/tmp/fgpipe-gpu-stream; about 9 GB free needed; CASES="bp lora")
+#        /var/tmp/fgpipe-gpu-stream; about 9 GB free needed; CASES="bp lora"; KEEP=1 keeps it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-6}
@@ -22,7 +22,7 @@ dir=${DIR:-/var/tmp/fgpipe-gpu-stream}
 [ -x "$fgpipe" ] || { echo "bench_gpu_stream: build first (launch/build.sh)" >&2; exit 2; }
 nvidia-smi -L >/dev/null 2>&1 || { echo "bench_gpu_stream: no GPU visible (nvidia-smi -L)" >&2; exit 2; }
 rm -rf "$dir" && mkdir -p "$dir"
-trap 'rm -rf "$dir"' EXIT
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$dir"' EXIT  # KEEP=1 keeps the runs' logs
 # Random tokens: the speed does not depend on them; a validation split of one window keeps the
 # end-of-run evaluation (which streams the model once per window) out of the way.
 /usr/bin/python3 -c "

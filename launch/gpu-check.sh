@@ -24,8 +24,8 @@ nvidia-smi -L || { echo "gpu-check: no GPU visible (nvidia-smi -L failed)" >&2; 
 rc=0 parts=" ${PARTS:-tests mlp gpt llmc stream} "
 part() { [[ $parts == *" $1 "* ]] && echo "== gpu-check: $1 ($(date -u +%T))"; }
 if part tests; then (cd build && ctest -L gpu --output-on-failure) || rc=$?; fi
+if part stream; then bench/bench_gpu_stream.sh || echo "gpu-check: bench_gpu_stream.sh FAILED" >&2; fi
 if part mlp; then build/fgpipe-bench-cuda "${1:-256}"; fi
 if part gpt; then bench/bench_gpu_gpt.sh "${2:-10}"; fi
 if part llmc; then bench/bench_gpu_llmc.sh "${3:-8}" || echo "gpu-check: bench_gpu_llmc.sh: some rows FAILED" >&2; fi
-if part stream; then bench/bench_gpu_stream.sh || echo "gpu-check: bench_gpu_stream.sh FAILED" >&2; fi
 exit $rc
