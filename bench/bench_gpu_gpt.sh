@@ -40,8 +40,8 @@ declare -A MODES=([default]="bp fg fg+bp" [gpt2]="bp fg fg+bp" [llama1b]="bp")
 /usr/bin/python3 -c "
 import numpy as np, sys
 r = np.random.default_rng(1)
-r.integers(0, 128256, 1 << 20).astype(np.uint32).tofile(sys.argv[1] + '/llama-train.bin')
-r.integers(0, 128256, 1025).astype(np.uint32).tofile(sys.argv[1] + '/llama-val.bin')" "$dir"
+for name, n in (('train', 1 << 20), ('val', 1025)):  # uint32 ids after the FGTOKU32 header
+    open(f'{sys.argv[1]}/llama-{name}.bin', 'wb').write(b'FGTOKU32' + r.integers(0, 128256, n).astype('<u4').tobytes())" "$dir"
 
 train() {  # train OUT MODEL STEPS SETS...: one run; its summary in OUT.json, peak GPU MiB in OUT.mem
   local out=$1 model=$2 steps=$3; shift 3
