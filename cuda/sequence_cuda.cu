@@ -52,14 +52,18 @@ void cuda_embedding_jvp(const Backend *be, const Layer *L, const float *pdot, co
 }
 
 // dwte[v, c] += dy[r, c] over the tokens r with id v, in token order (the CPU's sums): a block
-// per (32 columns, v), the ids read by the whole warp at once.
-__global__ void token_grad_kernel(const float *ids, const float *dy, float *dwte, int rows, int C) {
-    int v = blockIdx.y, c = blockIdx.x * 32 + threadIdx.x;
+// per (32 columns, v), the ids read by the whole warp at once; the blocks of y step through
+// the vocabulary (a grid's y is at most 65535: Llama 3's has 128256 ids).
+__global__ void token_grad_kernel(const float *ids, const float *dy, float *dwte, int rows, int C,
+                                  int vocab) {
+    int c = blockIdx.x * 32 + threadIdx.x;
     if (c >= C) return;
-    float acc = dwte[(size_t)v * C + c];
-    for (int r = 0; r < rows; r++)
-        if ((int)ids[r] == v) acc += dy[(size_t)r * C + c];
-    dwte[(size_t)v * C + c] = acc;
+    for (int v = blockIdx.y; v < vocab; v += gridDim.y) {
+        float acc = dwte[(size_t)v * C + c];
+        for (int r = 0; r < rows; r++)
+            if ((int)ids[r] == v) acc += dy[(size_t)r * C + c];
+        dwte[(size_t)v * C + c] = acc;
+    }
 }
 
 // dwpe[t, c] += dy[b, t, c] over the samples b in order.
@@ -77,7 +81,8 @@ void cuda_embedding_backward(const Backend *be, const Layer *L, const float *x, 
     if (dx) cuda_check(be, cudaMemsetAsync(dx, 0, (size_t)B * L->in * sizeof(float), st), "embedding backward: dx");
     if (!dp) return;
     int T = layer_tokens(L), C = layer_out_token(L);
-    token_grad_kernel<<<dim3((C + 31) / 32, L->vocab), 32, 0, st>>>(x, dy, dp, B * T, C);
+    unsigned ids = (unsigned)(L->vocab < 65535 ? L->vocab : 65535);
+    token_grad_kernel<<<dim3((C + 31) / 32, ids), 32, 0, st>>>(x, dy, dp, B * T, C, L->vocab);
     launch_check(be, "embedding backward: wte");
     if (L->no_positions) return;
     position_grad_kernel<<<grid_for((size_t)T * C, 256, 65535), 256, 0, st>>>(dy, dp + (size_t)L->vocab * C, B, T, C);
