@@ -23,7 +23,8 @@
 # usage: [LLMC_BIN=.../train_gpt2cu] bench/bench_gpu_llmc.sh [STEPS]
 #   STEPS: fgpipe steps per run (default 8); LLMC_STEPS llm.c's (default 30); FG_MB, FG_NMB
 #   (default 8, 2); FG_FILL_MB, FG_FILL_NMB (default 16, 4; FG_FILL_MB=0: no such row);
-#   LLMC_FILL (default 64; 0: no such row); ROW_TIMEOUT seconds per run (default 90)
+#   LLMC_FILL (default 64; 0: no such row); ROW_TIMEOUT seconds per run (default 90); FG_PRECS
+#   (default "bf16 tf32 fp32") the precisions of bp's rows; FG_OTHER=0 leaves out fg's and fg+bp's
 set -uo pipefail  # not -e: a failed row must not stop the others
 cd "$(dirname "$0")/.." || exit 2
 . bench/lib.sh
@@ -171,9 +172,11 @@ else
   echo "| llm.c   | bp    | bf16 | -                 |         - |      - |        - | llm.c anchor: skipped (LLMC_BIN not set) |"
   echo "llm.c anchor: skipped (LLMC_BIN not set)" >&2
 fi
-for prec in bf16 tf32 fp32; do fgpipe_row bp "$prec" "$FG_MB" "$FG_NMB"; done
-fgpipe_row fg bf16 "$FG_MB" "$FG_NMB"
-fgpipe_row fg+bp bf16 "$FG_MB" "$FG_NMB"
+for prec in ${FG_PRECS:-bf16 tf32 fp32}; do fgpipe_row bp "$prec" "$FG_MB" "$FG_NMB"; done
+if [ "${FG_OTHER:-1}" = 1 ]; then  # FG_OTHER=0: bp's rows alone
+  fgpipe_row fg bf16 "$FG_MB" "$FG_NMB"
+  fgpipe_row fg+bp bf16 "$FG_MB" "$FG_NMB"
+fi
 [ "$FG_FILL_MB" -gt 0 ] && fgpipe_row bp bf16 "$FG_FILL_MB" "$FG_FILL_NMB"
 
 ratio() {  # ratio SEQS_FGPIPE SEQS_LLMC

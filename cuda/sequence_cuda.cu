@@ -2,6 +2,8 @@
 // (norm_math.h's formulas, the CPU's). Row statistics take one warp per token (sums in a
 // fixed butterfly order); the parameter gradients are column sums in a fixed order, and the
 // embedding's walks the tokens in the CPU's order, so its gradient has the CPU's bits.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda_internal.h"
 #include "norm_math.h"
 
@@ -51,19 +53,46 @@ void cuda_embedding_jvp(const Backend *be, const Layer *L, const float *pdot, co
     else zero_floats(be, ydot, (size_t)K * B * L->out, "embedding jvp: zero");
 }
 
-// dwte[v, c] += dy[r, c] over the tokens r with id v, in token order (the CPU's sums): a block
-// per (32 columns, v), the ids read by the whole warp at once; the blocks of y step through
-// the vocabulary (a grid's y is at most 65535: Llama 3's has 128256 ids).
-__global__ void token_grad_kernel(const float *ids, const float *dy, float *dwte, int rows, int C,
-                                  int vocab) {
-    int c = blockIdx.x * 32 + threadIdx.x;
-    if (c >= C) return;
-    for (int v = blockIdx.y; v < vocab; v += gridDim.y) {
-        float acc = dwte[(size_t)v * C + c];
-        for (int r = 0; r < rows; r++)
-            if ((int)ids[r] == v) acc += dy[(size_t)r * C + c];
-        dwte[(size_t)v * C + c] = acc;
+// The token table's gradient, dwte[v, c] += dy[r, c] over the tokens r with id v in token
+// order (the CPU's sums, so the CPU's bits): the tokens sorted by id with a stable radix sort
+// (CUB's), then one block per run of equal ids adds its rows in order. Work in the tokens, not
+// in the vocabulary (a block per id scanning every token took most of a Llama-3.2-1B step).
+__global__ void token_keys_kernel(const float *ids, unsigned *keys, unsigned *pos, int rows) {
+    GRID_LOOP(r, (size_t)rows) {
+        keys[r] = (unsigned)ids[r];  // bytes as floats: 0 .. vocab-1 (text_data.c)
+        pos[r] = (unsigned)r;
     }
+}
+
+// A block whose sorted token starts a run of its id (others return at once).
+__global__ void token_runs_kernel(const unsigned *keys, const unsigned *pos, const float *dy,
+                                  float *dwte, int rows, int C) {
+    int i = blockIdx.x;
+    if (i > 0 && keys[i] == keys[i - 1]) return;
+    size_t v = keys[i];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dwte[v * C + c];
+        for (int j = i; j < rows && keys[j] == keys[i]; j++) acc += dy[(size_t)pos[j] * C + c];
+        dwte[v * C + c] = acc;
+    }
+}
+
+static void token_grad(const Backend *be, const float *ids, const float *dy, float *dwte, int rows,
+                       int C, int vocab) {
+    cudaStream_t st = cuda_ctx(be)->stream;
+    int bits = 1;
+    while (bits < 32 && (1u << bits) < (unsigned)vocab) bits++;
+    size_t temp = 0, n = (size_t)rows;
+    cub::DeviceRadixSort::SortPairs(NULL, temp, (unsigned *)NULL, (unsigned *)NULL, (unsigned *)NULL,
+                                    (unsigned *)NULL, rows, 0, bits, st);
+    size_t arrays = (4 * n * sizeof(unsigned) + 255) / 256 * 256;  // CUB's scratch 256-aligned after them
+    unsigned *keys = (unsigned *)cuda_workspace(be, WORK_TOKENS, arrays + temp);
+    if (!keys) return;  // noted by cuda_workspace
+    unsigned *pos = keys + n, *keys_sorted = pos + n, *pos_sorted = keys_sorted + n;
+    token_keys_kernel<<<grid_for(n, 256, 65535), 256, 0, st>>>(ids, keys, pos, rows);
+    cuda_check(be, cub::DeviceRadixSort::SortPairs((char *)keys + arrays, temp, keys, keys_sorted, pos, pos_sorted,
+                                                   rows, 0, bits, st), "embedding backward: sorting tokens");
+    token_runs_kernel<<<rows, C < 256 ? 32 * ((C + 31) / 32) : 256, 0, st>>>(keys_sorted, pos_sorted, dy, dwte, rows, C);
 }
 
 // dwpe[t, c] += dy[b, t, c] over the samples b in order.
@@ -81,8 +110,7 @@ void cuda_embedding_backward(const Backend *be, const Layer *L, const float *x, 
     if (dx) cuda_check(be, cudaMemsetAsync(dx, 0, (size_t)B * L->in * sizeof(float), st), "embedding backward: dx");
     if (!dp) return;
     int T = layer_tokens(L), C = layer_out_token(L);
-    unsigned ids = (unsigned)(L->vocab < 65535 ? L->vocab : 65535);
-    token_grad_kernel<<<dim3((C + 31) / 32, ids), 32, 0, st>>>(x, dy, dp, B * T, C, L->vocab);
+    token_grad(be, x, dy, dp, B * T, C, L->vocab);
     launch_check(be, "embedding backward: wte");
     if (L->no_positions) return;
     position_grad_kernel<<<grid_for((size_t)T * C, 256, 65535), 256, 0, st>>>(dy, dp + (size_t)L->vocab * C, B, T, C);
