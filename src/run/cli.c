@@ -83,7 +83,11 @@ static const char USAGE_PLAN[] =
     "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
     "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
     "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
-    "  share one store: where the step turns compute-bound, the largest that fits\n";
+    "  share one store: where the step turns compute-bound, the largest that fits.\n"
+    "  --node devices=D,tflops=F,memory=BYTES,flash=GB/s [--params N] [--at BATCH]: the\n"
+    "  same two curves for a node described, not measured (nothing is timed): D devices\n"
+    "  sharing one store, the config's transformer or one of N parameters; where a batch\n"
+    "  of BATCH sequences (default 64) stands\n";
 
 static const struct {
     const char *name, *text;
@@ -320,6 +324,13 @@ static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
         else if (strcmp(argv[i], "--costs") == 0 && more) a->plan.costs_path = argv[++i];
         else if (strcmp(argv[i], "--json") == 0 && more) a->plan.json_path = argv[++i];
         else if (strcmp(argv[i], "--measured") == 0) a->plan.measured = 1;
+        else if (strcmp(argv[i], "--node") == 0 && more) a->plan.node = argv[++i];
+        else if (strcmp(argv[i], "--params") == 0 && more &&
+                 !(rc = parse_number("--params", argv[++i], 1, 1e3, 1e16, &v, err)))
+            a->plan.node_params = v;
+        else if (strcmp(argv[i], "--at") == 0 && more &&
+                 !(rc = parse_number("--at", argv[++i], 1, 1, 1 << 24, &v, err)))
+            a->plan.node_batch = (int)v;
         else if (strcmp(argv[i], "--set") == 0 && more && n_sets < 256) sets[n_sets++] = argv[++i];
         else if (!rc) return fg_fail(err, FG_ERR_INPUT, "plan: unknown or incomplete argument '%s' (see fgpipe --help)", argv[i]);
     }

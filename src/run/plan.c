@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exec_plan.h"
+#include "plan_node.h"
 #include "pipeline.h"
 #include "run_plan.h"
 #include "train_internal.h"
@@ -258,6 +259,11 @@ static void count_runtime(CostSet *sets, double runtime, FILE *out) {
 }
 
 int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *out, FgError *err) {
+    if (a->node) {  // a node described: its curves from its figures, nothing timed here
+        NodeSpec node;
+        int rc = plan_node_parse(a->node, &node, err);
+        return rc ? rc : plan_print_node(cfg, &node, a->node_params, a->node_batch ? a->node_batch : 64, out, err);
+    }
     const double runtime = mem_runtime_bytes(cfg);  // before the plan's own buffers
     Model m;
     int rc = train_build_model(cfg, 1, &m, err);

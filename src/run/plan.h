@@ -21,6 +21,9 @@ typedef struct {
     const char *json_path;   // write every timetable as JSON here, or NULL
     int batches;             // also the micro-batch sweep for mem_budget and the disk
     double disk_bandwidth;   // bytes per second of the flash; 0: measured in weights_dir
+    const char *node;        // --node: a node described (plan_node.h), nothing timed; or NULL
+    double node_params;      // --params: the model's parameter count instead of its shape
+    int node_batch;          // --at: the batch the curves are read at (default 64)
 } PlanArgs;
 
 // Prints the table onto out (and writes the JSON). The config's mode picks nothing: every
