@@ -56,7 +56,7 @@ static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError
         layer_cost = calloc((size_t)m->n_layers * N_OP_COSTS, sizeof(double));
         rc = layout_time_layers(c, be, m, c->layout.replicas, layer_cost, err);
     }
-    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, NULL, err);
+    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, NULL, NULL, NULL, 0, err);
     free(layer_cost);
     snprintf(cs->source, sizeof cs->source, "timed here, one stage at a time");
     return rc ? rc : fill_stages(cs, be, m, 1, err);

@@ -77,6 +77,7 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
     if (M > 1) fprintf(stderr, "\nfgpipe: stages cut by %s", res->layout_by);
+    if (M > 1 && res->layout_why[0]) fprintf(stderr, " (%s)", res->layout_why);
     if (M > 1 && res->per_stage.work[0] > 0) {
         fprintf(stderr, ", ms per step:");
         for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->per_stage.work[s]);
