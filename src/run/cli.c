@@ -393,6 +393,33 @@ static void print_run(const Config *c) {
             c->optim.optimizer == OPT_ADAM ? "adam" : "sgd", c->optim.lr, c->training.seed);
 }
 
+// The result line: the run's first and last loss (each the mean of a window where the run is
+// long enough for two), the evaluation, speed and the largest stage's peak RSS.
+static void print_result(const Config *c, const TrainResult *res) {
+    char loss[128], rss[96];
+    int n = snprintf(loss, sizeof loss, "%ld steps, train loss %.4f -> %.4f", res->steps,
+                     res->first_loss, res->final_loss);
+    if (res->loss_window > 1)
+        snprintf(loss + n, sizeof loss - n, " (means of the first and last %d steps)", res->loss_window);
+    else
+        snprintf(loss + n, sizeof loss - n, " (first and last step)");
+    int big = 0;
+    for (int s = 1; s < res->stages; s++)
+        if (res->per_stage.peak_rss[s] > res->per_stage.peak_rss[big]) big = s;
+    n = snprintf(rss, sizeof rss, "peak RSS %.0f MiB", res->per_stage.peak_rss[big] / 1048576.0);
+    if (res->stages > 1) snprintf(rss + n, sizeof rss - n, " (stage %d, the largest)", big);
+    if (c->input.data == DATA_TOKENS)  // per token: nats, next-token accuracy
+        printf("result: %s, val loss %.4f nats/token, val next-token accuracy %.4f, %.0f tokens/s, %s\n",
+               loss, res->test_loss, res->test_acc, res->samples_per_s * c->net.ctx, rss);
+    else if (c->input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
+        printf("result: %s, val loss %.4f nats/byte (%.4f bits/byte), val next-byte accuracy %.4f, "
+               "%.0f tokens/s, %s\n", loss, res->test_loss, res->test_loss / M_LN2, res->test_acc,
+               res->samples_per_s * c->net.ctx, rss);
+    else
+        printf("result: %s, test loss %.4f, test accuracy %.4f, %.0f samples/s, %s\n", loss,
+               res->test_loss, res->test_acc, res->samples_per_s, rss);
+}
+
 int cli_train(RunArgs *a, const TrainEnv *env) {
     FgError err = {0};
     Transport *t = env->tr;
@@ -401,21 +428,7 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
     TrainResult res;
     if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
     if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
-    if (a->cfg.input.data == DATA_TOKENS)  // per token: nats, next-token accuracy
-        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/token, val next-token "
-               "accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-               res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
-    else if (a->cfg.input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
-        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/byte (%.4f bits/byte), "
-               "val next-byte accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_loss / M_LN2,
-               res.test_acc, res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
-    else
-        printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
-               "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-               res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    print_result(&a->cfg, &res);
     train_print_memory(&res, stdout);
     fflush(stdout);
     if (a->summary_path && train_write_summary(&a->cfg, &res, a->summary_path, &err)) return cli_fail(&err);
