@@ -46,6 +46,21 @@ kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 verdict "a long run prints its ETA early ($(grep -m1 '^ETA' "$dir/eta.log"))" \
   "$(grep -qE '^ETA ([0-9]+h)?[0-9]+m([0-9]+s)? for the [0-9]+ steps left' "$dir/eta.log" || echo "no ETA line in 30 s")"
 
+# The main job's side by side (tools/fgpipe-compare): its verdict follows the numbers.
+root=$(realpath "$configs/../..")
+summary() {  # summary FILE MODE TIMETABLE SECONDS ACCURACY PEAK_MIB
+  printf '{"mode": "%s", "timetable": "%s", "stages": 2, "steps": 10, "micro_batches": 4, "micro_batch": 32, "train_seconds": %s, "test_acc": %s, "activation_peak_bytes": [%s, 1048576], "n_corr_stage": [4, 4], "lag_stage": [1, 1], "bubble_used_by_b_stage_measured": [0.5, 0.25], "bubble_measured": 0.3}\n' \
+    "$2" "$3" "$4" "$5" "$(($6 * 1048576))" >"$dir/$1.json"
+}
+summary bp bp bp-zb 10 0.87 3; summary fgbp fg+bp fg+bp 12 0.82 6; summary fg fg fg 20 0.79 8
+"$root/tools/fgpipe-compare" fg+bp="$dir/fgbp.json" bp="$dir/bp.json" fg="$dir/fg.json" >"$dir/cmp1.txt" 2>&1
+summary fg fg fg 20 0.79 2
+"$root/tools/fgpipe-compare" fg+bp="$dir/fgbp.json" bp="$dir/bp.json" fg="$dir/fg.json" >"$dir/cmp2.txt" 2>&1
+verdict "the side by side's verdict follows its numbers" "$(grep -q 'verdict: the forward gradient paid in nothing here' "$dir/cmp1.txt" &&
+  grep -q 'verdict: the forward gradient paid only in memory here.*fg held 1.00 MiB less' "$dir/cmp2.txt" &&
+  grep -q 'fg+bp  fg+bp: backprop in the bubbles, per stage micro-batches/step: 4/4 at lag 1 (B ops 50% of its time outside F and U)' "$dir/cmp1.txt" ||
+  echo "$(tail -n 1 "$dir/cmp1.txt") / $(tail -n 1 "$dir/cmp2.txt")")"
+
 # fgpipe plan: GPT-2 124M's shape at ctx 1024 is not timed here, at once, and says what to do.
 start=$(date +%s)
 timeout 60 "$fgpipe" plan --config "$configs/gpt2-124m.conf" >"$dir/plan.log" 2>&1

@@ -244,6 +244,7 @@ static void plan_figures(Run *r) {
     TrainResult *res = r->res;
     const Schedule *S = &r->p.tt.sched;
     res->stages = S->M;
+    res->timetable = schedule_mode_name(S->mode);
     for (int s = 0; s < S->M; s++) {
         StageBubbles planned = schedule_stage_bubbles(S, s);
         res->per_stage.corrections[s] = (double)planned.corrections / S->n_phases;

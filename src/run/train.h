@@ -49,6 +49,7 @@ typedef struct {
     int stages;
     double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
+    const char *timetable;  // the timetable the run chose (schedule_mode_name: bp-zb, fg+bp, ...)
     const char *layout_by;  // how the stages were cut: "boundaries", "measured work", "parameters"
     char layout_why[160];   // boundaries = auto: why that cut ("" where both cuts agree)
     double bubble_planned, bubble_used_by_b;    // of the timetable

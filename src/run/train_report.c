@@ -239,11 +239,11 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     FILE *f = out_file_open(&file, "--summary-json", path, err);
     if (!f) return FG_ERR_INPUT;
     fprintf(f, "{\"mode\": \"%s\", \"perturb\": \"%s\", \"estimator\": \"%s\", \"shrink\": %g, "
-            "\"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
+            "\"tangents\": %d, \"timetable\": \"%s\", \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
             config_choice_name("mode", c->method.mode, mode),
             c->method.mode == MODE_BP ? "none" : config_choice_name("perturb", c->method.perturb, perturb),
             c->method.mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
-            c->method.shrink, run_plan(c, 1).tangents, r->stages,
+            c->method.shrink, run_plan(c, 1).tangents, r->timetable ? r->timetable : "none", r->stages,
             r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
