@@ -258,7 +258,8 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, Figures *f
         Config c = cs->cfg;
         figs[i] = (Figures){0};
         if (cs->untimed[0]) {
-            fprintf(out, "%-9s not timed\n", planned[i].schedule ? planned[i].schedule : set_mode_names[planned[i].set]);
+            const char *name = planned[i].schedule ? planned[i].schedule : set_mode_names[planned[i].set];
+            fprintf(out, "%-9s not timed\n", name);
             continue;
         }
         if (planned[i].schedule && (rc = config_set(&c, "schedule", planned[i].schedule, err))) break;
@@ -302,6 +303,20 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
     fputs("],\n \"schedules\": [", f);
 }
 
+// A plan with no mode timed has nothing to show (exit 2); --batches needs all three.
+static int check_timed(const CostSet *sets, int batches, FgError *err) {
+    int untimed = 0, first = -1;
+    for (int i = 0; i < N_SETS; i++)
+        if (sets[i].untimed[0]) untimed++, first = first < 0 ? i : first;
+    if (untimed == N_SETS)
+        return fg_fail(err, FG_ERR_INPUT, "plan: no mode could be timed here (%s; or --costs "
+                       "SUMMARY.json of a run)", sets[0].untimed);
+    if (batches && untimed)
+        return fg_fail(err, FG_ERR_INPUT, "plan --batches: %s not timed (%s)", set_mode_names[first],
+                       sets[first].untimed);
+    return FG_OK;
+}
+
 // The runtime every stage's process holds besides its buffers, as a run counts it against
 // mem_budget: mem_runtime, or measured here before the model is built (a run measures its own
 // later, with MPI and its data up: an estimate of it).
@@ -340,15 +355,7 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
         if (json) json_cost_sets(json, sets);
         Figures figs[N_PLANNED];
         rc = plan_schedules(sets, out, json, figs, err);
-        int untimed = 0;
-        for (int i = 0; i < N_SETS; i++) untimed += sets[i].untimed[0] != 0;
-        if (!rc && untimed == N_SETS)
-            rc = fg_fail(err, FG_ERR_INPUT, "plan: no mode could be timed here (%s; or --costs "
-                         "SUMMARY.json of a run)", sets[0].untimed);
-        else if (!rc && a->batches && untimed)
-            rc = fg_fail(err, FG_ERR_INPUT, "plan --batches: %s not timed (%s)",
-                         set_mode_names[sets[0].untimed[0] ? 0 : sets[1].untimed[0] ? 1 : 2], sets[0].untimed[0] ?
-                         sets[0].untimed : sets[1].untimed[0] ? sets[1].untimed : sets[2].untimed);
+        if (!rc) rc = check_timed(sets, a->batches, err);
         if (!rc && a->batches)  // bp-zb (planned[2]), fg, fg+bp
             rc = plan_print_batches(&sets[SET_BP], &figs[2], &sets[SET_FG], &figs[3], &sets[SET_FG_BP],
                                     &figs[4], &m, a, out, err);
