@@ -59,6 +59,7 @@ enum { TIMING_COPIES = 7 };  // the stage's weights; w, Bi's lagged w, g, the re
 
 static int too_big_to_time(const Config *c, const Model *m, const int *layout, char *why, size_t size) {
     const int M = c->layout.stages, timed_cut = layout_is_timed(c, M);
+    if (c->layout.device != DEVICE_CPU) return 0;  // bounds of this CPU and its memory (a GPU: 60 s)
     const double rows = (double)c->training.micro_batch * m->tokens;
     const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     size_t biggest = 0;
