@@ -8,15 +8,13 @@
 # (data/ is in .gitignore).
 #   build/fgpipe train ... --set train_tokens=$(launch/fortunes-corpus.sh | head -n 1)
 # With --text it prints the text files instead (data/fortunes-train.txt, fortunes-val.txt), for
-# another tokenizer (launch/finetune.sh).
+# another tokenizer (launch/finetune.sh), and makes only them: no GPT-2 vocabulary, no tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 train=data/fortunes-train.bin val=data/fortunes-val.bin
 fail() { echo "fortunes-corpus: $*" >&2; exit 1; }
-if [ ! -s "$train" ] || [ ! -s "$val" ] || [ ! -s data/fortunes-val.txt ]; then
+if [ ! -s data/fortunes-train.txt ] || [ ! -s data/fortunes-val.txt ]; then
   dpkg -L fortunes >/dev/null 2>&1 || fail "needs Debian's fortunes: sudo apt-get install fortunes (launch/install-deps.sh does)"
-  [ -x build/fgpipe ] || fail "build/fgpipe is missing: run launch/build.sh"
-  vocab=$(launch/gpt2-vocab.sh)
   files=()
   while read -r f; do
     case $f in *.dat|*.u8) continue ;; /usr/share/games/fortunes/*) [ -f "$f" ] && [ ! -L "$f" ] && files+=("$f") ;; esac
@@ -39,14 +37,26 @@ open(val_path, "wb").write(val)
 print(f"fortunes-corpus: {len(files)} files, {len(pieces)} fortunes, {len(data)} bytes: "
       f"{len(train)} train, {len(val)} validate")
 PY
-  for s in train val; do
-    build/fgpipe tokenize --vocab "$vocab" --in "$tmp/$s.txt" --out "$tmp/$s.bin" >&2
-  done
   mv "$tmp/train.txt" data/fortunes-train.txt
   mv "$tmp/val.txt" data/fortunes-val.txt
+  rm -rf "$tmp"
+  trap - EXIT
+fi
+if [ "${1:-}" = --text ]; then
+  echo data/fortunes-train.txt
+  echo data/fortunes-val.txt
+  exit 0
+fi
+if [ ! -s "$train" ] || [ ! -s "$val" ]; then
+  [ -x build/fgpipe ] || fail "build/fgpipe is missing: run launch/build.sh"
+  vocab=$(launch/gpt2-vocab.sh)
+  tmp=$(mktemp -d data/fortunes.XXXXXX)
+  trap 'rm -rf "$tmp"' EXIT
+  for s in train val; do
+    build/fgpipe tokenize --vocab "$vocab" --in "data/fortunes-$s.txt" --out "$tmp/$s.bin" >&2
+  done
   mv "$tmp/train.bin" "$train"
   mv "$tmp/val.bin" "$val"
 fi
-[ "${1:-}" = --text ] && train=data/fortunes-train.txt val=data/fortunes-val.txt
 echo "$train"
 echo "$val"

@@ -29,7 +29,7 @@ lay = list(st["layout"][:])  # 7 layers; stage 1 starts at a linear layer (an ev
 if len(lay) != 3 or lay[0] != 0 or lay[2] != 7 or lay[1] % 2: problems.append(f"layout {lay}")
 if list(st["n_corr"][:]) != [2, 2] or list(st["lag"][:]) != [0, 0]: problems.append(f"n_corr {st['n_corr'][:]} lag {st['lag'][:]}")
 if not (st["work_ms"][:] > 0).all(): problems.append(f"work_ms {st['work_ms'][:]}")
-if f.attrs["layout_by"] != b"measured work": problems.append(f"layout_by {f.attrs['layout_by']}")
+if f.attrs["layout_by"] not in (b"measured work", b"parameters"): problems.append(f"layout_by {f.attrs['layout_by']}")
 if not 0.999 < f.attrs["makespan_vs_fg"] < 2: problems.append(f"makespan_vs_fg {f.attrs['makespan_vs_fg']}")
 planned, used = st["bubble_used_by_b_planned"][:], st["bubble_used_by_b"][:]
 if planned.shape != (2,) or not ((planned > 0) & (planned <= 1)).all(): problems.append(f"planned bubble use {planned}")

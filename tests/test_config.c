@@ -124,6 +124,23 @@ static void test_mode_defaults(void **state) {
         assert_int_equal(config_validate(&c, &err), FG_OK);
     }
 
+    // LoRA (and the token table's row blocks) take weight tangents only: fg+bp follows them,
+    // set before or after the mode, and an explicit activity is still refused by name.
+    static const char *const lora[][2] = {{"model", "llama"}, {"data", "text"}, {"text_file", "t.txt"},
+                                          {"lora_rank", "4"}};
+    for (int order = 0; order < 2; order++) {
+        config_defaults(&c);
+        if (order) assert_int_equal(config_set(&c, "mode", "fg+bp", &err), FG_OK);
+        for (int k = 0; k < 4; k++) assert_int_equal(config_set(&c, lora[k][0], lora[k][1], &err), FG_OK);
+        if (!order) assert_int_equal(config_set(&c, "mode", "fg+bp", &err), FG_OK);
+        assert_int_equal(c.method.perturb, PERTURB_WEIGHT);
+        assert_int_equal(config_estimator(&c), EST_CV);
+        assert_int_equal(config_validate(&c, &err), FG_OK);
+    }
+    assert_int_equal(config_set(&c, "perturb", "activity", &err), FG_OK);
+    assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "lora_rank"));
+
     // weight with cv at K = 1 (auto resolves to cv) warns with the figure; K = 2 does not.
     char *path = write_temp("mode = fg+bp\nperturb = weight\n");
     config_defaults(&c);

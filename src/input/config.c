@@ -67,7 +67,7 @@ static const ConfigKey KEYS[] = {
     CHOICE(method, estimator, "auto|fg|cv|guided|mix", "fg+bp estimator: cv (control variate; the auto choice for perturb = weight), plain fg, guided (tangent 0 follows the last exact gradient), or mix ((1 - shrink) c + shrink fg; the auto choice for perturb = activity); fg+bp's default: mix where perturb is activity, else auto"),
     NUM(KEY_REAL, method, shrink, 0, 1, "fg+bp cv and mix: weight of the step's own noisy term (cv: of the residual, mix: of fg against c); 1 is unbiased (cv) or plain fg (mix), below 1 trades bias toward the bubbles' exact gradient for less variance; fg+bp's default: 0 with mix (c alone, the best measured), else 1"),
     CHOICE(method, cv_scale, "1|auto", "fg+bp estimator cv: the control variate's scale beta per layer; 1: c itself; auto: beta_l = Cov/Var of the layer's c.v with d, from an average over earlier steps (still unbiased; guards against a stale or poor c, e.g. at lag 1)"),
-    CHOICE(method, perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update); fg+bp's default: activity, unless a chosen key needs weight tangents (estimator cv or guided, tangent_rank, cv_scale = auto)"),
+    CHOICE(method, perturb, "weight|activity", "where fg's random tangents enter: weight (every parameter) or activity (every linear layer's output, one tangent per sample; far less variance, keeps layer inputs until the update); fg+bp's default: activity, unless a chosen key needs weight tangents (estimator cv or guided, tangent_rank, cv_scale = auto, lora_rank, table_block_rows)"),
     NUM(KEY_INT, timetable, lag, 0, 2, "fg+bp with select >= 0: every B op's lag (0: this step's micro-batches, 1 or 2: those of 1 or 2 steps before)"),
     NUM(KEY_INT, timetable, max_lag, 0, 2, "fg+bp with select = -1: the most steps a B op may lag behind its micro-batch's F"),
     NUM(KEY_INT, timetable, grad_delay, 0, 2, "mode = bp: apply each step's gradient this many steps late (none in the run's first grad_delay steps): bp at the staleness of fg+bp's B ops at lag `lag` (a baseline, and the exact reference of fg+bp with select = micro_batches, estimator = mix, shrink = 0); stages in memory, clip_norm = 0"),
@@ -123,7 +123,10 @@ static void mode_defaults(Config *c) {
     const int needs_weight = (chosen(c, "estimator") && m->estimator != EST_AUTO &&
                               estimator_info((EstimatorKind)m->estimator)->dots_reference) ||
                              (chosen(c, "tangent_rank") && m->tangent_rank > 0) ||
-                             (chosen(c, "cv_scale") && m->cv_scale == CV_SCALE_AUTO);
+                             (chosen(c, "cv_scale") && m->cv_scale == CV_SCALE_AUTO) ||
+                             // LoRA's adapters and the token table's row blocks take weight
+                             // tangents only: fg+bp's default follows them.
+                             c->net.lora_rank > 0 || c->layout.table_block_rows > 0;
     if (!chosen(c, "perturb")) m->perturb = fg_bp && !needs_weight ? PERTURB_ACTIVITY : PERTURB_WEIGHT;
     if (!chosen(c, "estimator")) m->estimator = fg_bp && m->perturb == PERTURB_ACTIVITY ? EST_MIX : EST_AUTO;
     if (!chosen(c, "shrink")) m->shrink = fg_bp && config_estimator(c) == EST_MIX ? 0.0 : 1.0;

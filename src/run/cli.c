@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "run_plan.h"
@@ -84,6 +85,9 @@ static const char USAGE_PLAN[] =
     "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
     "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
     "  share one store: where the step turns compute-bound, the largest that fits.\n"
+    "  Bounded: a mode whose timing here passes about 200 GFLOP of GEMMs or 3/4 of\n"
+    "  the memory, or comes after 60 s of timing, is not timed (its rows say why;\n"
+    "  exit 2 when none is); SIGTERM or SIGINT end it at once (exit 128 + signal).\n"
     "  --node devices=D,tflops=F,memory=BYTES,flash=GB/s [--params N] [--at BATCH]: the\n"
     "  same two curves for a node described, not measured (nothing is timed): D devices\n"
     "  sharing one store, the config's transformer or one of N parameters; where a batch\n"
@@ -339,8 +343,22 @@ static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
     return load_config(a, config_path, sets, n_sets, flags, err);
 }
 
+// fgpipe plan has no step boundary to stop at (one op's timing of a large model takes
+// seconds): SIGTERM or SIGINT ends it at once, saying so, with the signal's exit status
+// (--json's temporary file is left as PATH.tmp; PATH is untouched).
+static void plan_stopped(int sig) {
+    static const char msg[] = "fgpipe: error: plan stopped by a signal (SIGTERM or SIGINT)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(128 + sig);
+}
+
 int cli_plan(const RunArgs *a, const Backend *be) {
     FgError err = {0};
+    struct sigaction sa = {0};
+    sa.sa_handler = plan_stopped;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     return plan_print(&a->cfg, be, &a->plan, stdout, &err) ? cli_fail(&err) : 0;
 }
 
@@ -404,6 +422,33 @@ static void print_run(const Config *c) {
             c->optim.optimizer == OPT_ADAM ? "adam" : "sgd", c->optim.lr, c->training.seed);
 }
 
+// The result line: the run's first and last loss (each the mean of a window where the run is
+// long enough for two), the evaluation, speed and the largest stage's peak RSS.
+static void print_result(const Config *c, const TrainResult *res) {
+    char loss[128], rss[96];
+    int n = snprintf(loss, sizeof loss, "%ld steps, train loss %.4f -> %.4f", res->steps,
+                     res->first_loss, res->final_loss);
+    if (res->loss_window > 1)
+        snprintf(loss + n, sizeof loss - n, " (means of the first and last %d steps)", res->loss_window);
+    else
+        snprintf(loss + n, sizeof loss - n, " (first and last step)");
+    int big = 0;
+    for (int s = 1; s < res->stages; s++)
+        if (res->per_stage.peak_rss[s] > res->per_stage.peak_rss[big]) big = s;
+    n = snprintf(rss, sizeof rss, "peak RSS %.0f MiB", res->per_stage.peak_rss[big] / 1048576.0);
+    if (res->stages > 1) snprintf(rss + n, sizeof rss - n, " (stage %d, the largest)", big);
+    if (c->input.data == DATA_TOKENS)  // per token: nats, next-token accuracy
+        printf("result: %s, val loss %.4f nats/token, val next-token accuracy %.4f, %.0f tokens/s, %s\n",
+               loss, res->test_loss, res->test_acc, res->samples_per_s * c->net.ctx, rss);
+    else if (c->input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
+        printf("result: %s, val loss %.4f nats/byte (%.4f bits/byte), val next-byte accuracy %.4f, "
+               "%.0f tokens/s, %s\n", loss, res->test_loss, res->test_loss / M_LN2, res->test_acc,
+               res->samples_per_s * c->net.ctx, rss);
+    else
+        printf("result: %s, test loss %.4f, test accuracy %.4f, %.0f samples/s, %s\n", loss,
+               res->test_loss, res->test_acc, res->samples_per_s, rss);
+}
+
 int cli_train(RunArgs *a, const TrainEnv *env) {
     FgError err = {0};
     Transport *t = env->tr;
@@ -412,21 +457,7 @@ int cli_train(RunArgs *a, const TrainEnv *env) {
     TrainResult res;
     if (train_run(&a->cfg, env, &a->in, &a->out, &res, &err)) return cli_fail(&err);
     if (t->stage != t->stages - 1 || t->replica != 0) return 0;  // replica 0's last stage reports
-    if (a->cfg.input.data == DATA_TOKENS)  // per token: nats, next-token accuracy
-        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/token, val next-token "
-               "accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-               res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
-    else if (a->cfg.input.data == DATA_TEXT)  // per byte: nats, bits, next-byte accuracy
-        printf("result: %ld steps, train loss %.4f -> %.4f, val loss %.4f nats/byte (%.4f bits/byte), "
-               "val next-byte accuracy %.4f, %.0f tokens/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_loss / M_LN2,
-               res.test_acc, res.samples_per_s * a->cfg.net.ctx, res.peak_rss_bytes / 1048576.0);
-    else
-        printf("result: %ld steps, train loss %.4f -> %.4f, test loss %.4f, test accuracy %.4f, "
-               "%.0f samples/s, peak RSS %.0f MiB (last stage)\n",
-               res.steps, res.first_loss, res.final_loss, res.test_loss, res.test_acc,
-               res.samples_per_s, res.peak_rss_bytes / 1048576.0);
+    print_result(&a->cfg, &res);
     train_print_memory(&res, stdout);
     fflush(stdout);
     if (a->summary_path && train_write_summary(&a->cfg, &res, a->summary_path, &err)) return cli_fail(&err);

@@ -4,10 +4,12 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec_plan.h"
 #include "plan_node.h"
 #include "pipeline.h"
+#include "progress.h"
 #include "run_plan.h"
 #include "train_internal.h"
 
@@ -47,17 +49,55 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
     return rc;
 }
 
-// Cut as the run cuts (by the work of its layers timed here, where it times them), then timed.
+// A plan times every op of every stage here, for three cost sets, five rounds each, one rank on
+// the CPU: GPT-2 124M's shape at ctx 1024 took minutes (at ctx 64 on 4 stages, counted 626
+// GFLOP below, 301 s at a load of 8), Llama 8B's cannot fit. A set is not timed (its rows say
+// why) where its GEMM work passes PLAN_FLOP_BUDGET, where the buffers its largest stage times
+// with pass 3/4 of the memory, or once the sets before it took PLAN_SECONDS.
+#define PLAN_FLOP_BUDGET 2e11
+enum { PLAN_SECONDS = 60 };
+enum { TIMING_COPIES = 7 };  // the stage's weights; w, Bi's lagged w, g, the reference, 2 states
+
+static int too_big_to_time(const Config *c, const Model *m, const int *layout, char *why, size_t size) {
+    const int M = c->layout.stages, timed_cut = layout_is_timed(c, M);
+    if (c->layout.device != DEVICE_CPU) return 0;  // bounds of this CPU and its memory (a GPU: 60 s)
+    const double rows = (double)c->training.micro_batch * m->tokens;
+    const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    size_t biggest = 0;
+    int big = 0;
+    for (int s = 0; s < M; s++) {
+        size_t n = model_range_count(m, layout[s], layout[s + 1]);
+        if (n > biggest) biggest = n, big = s;
+    }
+    // F, Bi, Bw: 2 flops per parameter and row each, five rounds, the stages (and the layers
+    // one by one, for a timed cut).
+    double flops = 6.0 * rows * (double)m->n_params * 5 * (timed_cut ? 2 : 1);
+    double bytes = (double)biggest * sizeof(float) * TIMING_COPIES;
+    if (bytes > 0.75 * memory)
+        snprintf(why, size, "stage %d's %zu parameters need about %.1f GiB to time, this machine has "
+                 "%.1f GiB: more stages", big, biggest, bytes / 1073741824.0, memory / 1073741824.0);
+    else if (flops > PLAN_FLOP_BUDGET)
+        snprintf(why, size, "timing its ops is about %.0f GFLOP (%zu parameters x %.0f rows, 3 ops, 5 "
+                 "rounds), over the plan's %.0f: a smaller ctx or micro_batch", flops / 1e9,
+                 m->n_params, rows, PLAN_FLOP_BUDGET / 1e9);
+    else
+        return 0;
+    return 1;
+}
+
+// Cut as the run cuts (by the work of its layers timed here, where it times them), then timed;
+// not timed where that passes the plan's bounds (cut by parameters, cs->untimed says why).
 static int time_cost_set(CostSet *cs, const Backend *be, const Model *m, FgError *err) {
     const Config *c = &cs->cfg;
     const int M = c->layout.stages;
     double *layer_cost = NULL;
-    int rc = FG_OK;
+    int rc = layout_cut(c, m, M, NULL, cs->layout, NULL, NULL, NULL, 0, err);
+    if (rc || too_big_to_time(c, m, cs->layout, cs->untimed, sizeof cs->untimed)) return rc;
     if (layout_is_timed(c, M)) {
         layer_cost = calloc((size_t)m->n_layers * N_OP_COSTS, sizeof(double));
         rc = layout_time_layers(c, be, m, c->layout.replicas, layer_cost, err);
     }
-    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, NULL, err);
+    if (!rc) rc = layout_cut(c, m, M, layer_cost, cs->layout, NULL, NULL, NULL, 0, err);
     free(layer_cost);
     snprintf(cs->source, sizeof cs->source, "timed here, one stage at a time");
     return rc ? rc : fill_stages(cs, be, m, 1, err);
@@ -70,10 +110,17 @@ static int make_cost_sets(const Config *cfg, const Backend *be, const Model *m, 
     if (a->costs_path && (rc = plan_read_costs(cfg, a->costs_path, a->measured, &file_mode,
                                                file_layout, file_costs, err)))
         return rc;
+    const double start = wall_seconds();
     for (int i = 0; i < N_SETS && !rc; i++) {
         CostSet *cs = &sets[i];
         cs->cfg = *cfg;
         if ((rc = config_set(&cs->cfg, "mode", set_mode_names[i], err))) break;
+        if (set_modes[i] != file_mode && wall_seconds() - start > PLAN_SECONDS) {
+            snprintf(cs->untimed, sizeof cs->untimed, "the plan's %d s of timing went to the modes "
+                     "before it", PLAN_SECONDS);
+            rc = layout_cut(&cs->cfg, m, cfg->layout.stages, NULL, cs->layout, NULL, NULL, NULL, 0, err);
+            continue;
+        }
         if (set_modes[i] != file_mode) {
             rc = time_cost_set(cs, be, m, err);
             continue;
@@ -154,6 +201,11 @@ static void print_memory(FILE *out, const Figures *fig, int M) {
 static void print_cost_set(FILE *out, const CostSet *cs, int set) {
     static const char *const names[N_OP_COSTS] = {"F", "Bi", "Bw", "U", "clear"};
     const int M = cs->cfg.layout.stages;
+    if (cs->untimed[0]) {
+        fprintf(out, "%s op costs: not timed (%s; or --costs SUMMARY.json of a %s run)\n",
+                set_mode_names[set], cs->untimed, set_mode_names[set]);
+        return;
+    }
     fprintf(out, "%s op costs (%s), ms; stages start at layers", set_mode_names[set], cs->source);
     for (int s = 0; s < M; s++) fprintf(out, " %d", cs->layout[s]);
     fputc('\n', out);
@@ -200,12 +252,18 @@ static void json_schedule(FILE *f, int first, const char *name, const Schedule *
 
 static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, Figures *figs, FgError *err) {
     const int M = sets[0].cfg.layout.stages;
-    int rc = FG_OK;
+    int rc = FG_OK, json_rows = 0;
     fprintf(out, "\n%-9s %9s %7s  %-*s  %-*s  %s\n", "schedule", "step ms", "bubble", M <= 8 ? 4 * M : 9,
             "B ops/step", M <= 8 ? 6 * M : 13, "activations MiB", "sent MiB/step (by stage)");
     for (int i = 0; i < N_PLANNED && !rc; i++) {
         const CostSet *cs = &sets[planned[i].set];
         Config c = cs->cfg;
+        figs[i] = (Figures){0};
+        if (cs->untimed[0]) {
+            const char *name = planned[i].schedule ? planned[i].schedule : set_mode_names[planned[i].set];
+            fprintf(out, "%-9s not timed\n", name);
+            continue;
+        }
         if (planned[i].schedule && (rc = config_set(&c, "schedule", planned[i].schedule, err))) break;
         Schedule S;
         char choice[256];
@@ -224,7 +282,7 @@ static int plan_schedules(const CostSet *sets, FILE *out, FILE *json, Figures *f
         if (pipeline_check_every_stage_learns(&c, &S, &why))
             fprintf(out, "          (a run refuses this timetable: %s)\n", why.msg);
         print_memory(out, &fig, M);
-        if (json) json_schedule(json, i == 0, name, &S, &fig);
+        if (json) json_schedule(json, !json_rows++, name, &S, &fig);
         schedule_free(&S);
     }
     return rc;
@@ -245,6 +303,20 @@ static void json_cost_sets(FILE *f, const CostSet *sets) {
         fputc('}', f);
     }
     fputs("],\n \"schedules\": [", f);
+}
+
+// A plan with no mode timed has nothing to show (exit 2); --batches needs all three.
+static int check_timed(const CostSet *sets, int batches, FgError *err) {
+    int untimed = 0, first = -1;
+    for (int i = 0; i < N_SETS; i++)
+        if (sets[i].untimed[0]) untimed++, first = first < 0 ? i : first;
+    if (untimed == N_SETS)
+        return fg_fail(err, FG_ERR_INPUT, "plan: no mode could be timed here (%s; or --costs "
+                       "SUMMARY.json of a run)", sets[0].untimed);
+    if (batches && untimed)
+        return fg_fail(err, FG_ERR_INPUT, "plan --batches: %s not timed (%s)", set_mode_names[first],
+                       sets[first].untimed);
+    return FG_OK;
 }
 
 // The runtime every stage's process holds besides its buffers, as a run counts it against
@@ -290,6 +362,7 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
         if (json) json_cost_sets(json, sets);
         Figures figs[N_PLANNED];
         rc = plan_schedules(sets, out, json, figs, err);
+        if (!rc) rc = check_timed(sets, a->batches, err);
         if (!rc && a->batches)  // bp-zb (planned[2]), fg, fg+bp
             rc = plan_print_batches(&sets[SET_BP], &figs[2], &sets[SET_FG], &figs[3], &sets[SET_FG_BP],
                                     &figs[4], &m, a, out, err);

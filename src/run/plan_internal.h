@@ -13,6 +13,7 @@ typedef struct {
     int layout[SCHED_MAX_STAGES + 1];           // first layer of each stage, then n_layers
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];// seconds, [kind * M + stage]
     char source[4200];                          // "timed here, ..." or the costs file
+    char untimed[320];                          // why this set was not timed ("": it was)
     // Per stage: the sizes its activations are made of (the run's model of them), the bytes of
     // its resident layers by owner, one forward message (with its tangents) and one adjoint
     // message.

@@ -16,7 +16,7 @@
 #include "train_internal.h"
 
 enum {
-    WINDOW = 20,  // steps averaged for the first and final loss
+    WINDOW = 20,  // steps averaged for the first and final loss (runs of 2 WINDOW steps or more)
     TIMES = 4096  // the median step time is taken over the last TIMES steps
 };
 
@@ -199,6 +199,7 @@ static int find_first_step(Run *r, FgError *err) {
                 r->cfg->layout.weights_dir, r->p.first_step);
     }
     r->first_step = r->res->first_step = r->p.first_step;
+    r->res->loss_window = r->total - r->first_step >= 2 * WINDOW ? WINDOW : 1;
     if (r->first_step >= r->total)
         return fg_fail(err, FG_ERR_INPUT, "the layer stores in %s are at step %ld; the run has only "
                        "%ld steps", r->cfg->layout.weights_dir, r->first_step, r->total);
@@ -243,6 +244,7 @@ static void plan_figures(Run *r) {
     TrainResult *res = r->res;
     const Schedule *S = &r->p.tt.sched;
     res->stages = S->M;
+    res->timetable = schedule_mode_name(S->mode);
     for (int s = 0; s < S->M; s++) {
         StageBubbles planned = schedule_stage_bubbles(S, s);
         res->per_stage.corrections[s] = (double)planned.corrections / S->n_phases;
@@ -290,7 +292,7 @@ static int open_run(Run *r, FgError *err) {
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));
     r->busy = calloc((size_t)3 * e->tr->stages, sizeof(double));
-    progress_init(&r->prog, stderr, r->total, r->cfg->training.print_every);
+    progress_init(&r->prog, stderr, r->first_step, r->total, r->cfg->training.print_every);
     return FG_OK;
 }
 
@@ -316,6 +318,12 @@ static int check_divergence(Run *r, long step, double loss, FgError *err) {
     return FG_OK;
 }
 
+// The run's first loss: the mean of its first n steps' (all still in recent).
+static void first_window_loss(Run *r, long n) {
+    r->res->first_loss = 0.0;
+    for (long i = 0; i < n; i++) r->res->first_loss += r->recent[(r->first_step + i) % WINDOW] / n;
+}
+
 // After each step: the loss window, loss.csv and the log (every stage takes part in gathering
 // the measured timeline), the progress line.
 static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
@@ -327,8 +335,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     r->step_times[(step - r->first_step) % TIMES] = sr->seconds;
     watch_io_bound(r, step, sr->seconds);
     r->recent[step % WINDOW] = sr->loss;
-    if (done == FG_MIN(r->total - r->first_step, WINDOW))
-        for (long i = 0; i < done; i++) r->res->first_loss += r->recent[(r->first_step + i) % WINDOW] / done;
+    if (done == r->res->loss_window) first_window_loss(r, done);
     int rc = FG_OK;
     if (r->out.out_dir || r->out.log_path) {
         Schedule measured;
@@ -354,7 +361,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
         if (r->log.ctx && (rc = r->log.append(&r->log, &rec, err))) return rc;
     }
     if ((rc = check_divergence(r, step, sr->loss, err))) return rc;  // its row is in the outputs
-    if (r->reporter) progress_step(&r->prog, step, sr->loss, lr, (long)((step + 1) * r->batch));
+    if (r->reporter) progress_step(&r->prog, step, sr->loss, lr, (long)((step + 1 - r->first_step) * r->batch));
     return FG_OK;
 }
 
@@ -448,7 +455,8 @@ static int fill_result(Run *r, const ScheduleStats *ms, const double *ms_stage, 
     TrainResult *res = r->res;
     Transport *t = r->env->tr;
     int M = t->stages, rc;
-    long window = FG_MIN(r->total - r->first_step, WINDOW);
+    long window = FG_MIN(r->total - r->first_step, res->loss_window);
+    if (window < res->loss_window) first_window_loss(r, window);  // stopped before the window was full
     for (long i = 0; i < window; i++) res->final_loss += r->recent[(r->total - 1 - i) % WINDOW] / window;
     res->per_stage.peak_rss[t->stage] = (double)peak_rss_bytes();
     res->per_stage.stash_bytes[t->stage] = pipeline_stash_bytes(&r->p);

@@ -35,8 +35,10 @@ typedef struct {
 
 typedef struct {
     long steps;
-    double first_loss;     // mean training loss of the first steps (up to 20)
-    double final_loss;     // mean training loss of the last steps (up to 20)
+    double first_loss;     // mean training loss of the run's first loss_window steps
+    double final_loss;     // ... and of its last loss_window steps
+    int loss_window;       // 20 where the run has 40 steps or more; else 1: the first and the
+                           // last step's loss (two windows of 20 would overlap)
     double test_loss, test_acc;
     double samples_per_s;  // training samples / training wall time (evaluation excluded)
     double train_seconds;
@@ -47,7 +49,9 @@ typedef struct {
     int stages;
     double makespan_vs_fg;  // planned step time over FG's of the same costs
     int layout[SCHED_MAX_STAGES + 1];  // first layer of each stage, then n_layers
+    const char *timetable;  // the timetable the run chose (schedule_mode_name: bp-zb, fg+bp, ...)
     const char *layout_by;  // how the stages were cut: "boundaries", "measured work", "parameters"
+    char layout_why[160];   // boundaries = auto: why that cut ("" where both cuts agree)
     double bubble_planned, bubble_used_by_b;    // of the timetable
     double op_costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * stages + stage]: seconds the
                            // timetable was planned with (op_cost.h; fgpipe plan --costs)

@@ -40,14 +40,15 @@ LlamaShape train_llama_shape(const NetConfig *n, int training);
 // the timed work it balanced: res->work_stage); collective over the world.
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err);
 // Its parts. Whether a run of c on M stages cuts by timed work (boundaries = auto, in memory);
-// every layer's op costs as one rank times them, cost[l * N_OP_COSTS + kind]; the cut by
-// layer_cost (NULL: by boundaries, or parameter counts), and each stage's work per step into
-// work (may be NULL).
+// every layer's op costs as one rank times them, cost[l * N_OP_COSTS + kind]; the cut: by
+// boundaries, or by parameter counts unless layer_cost's cut makes the largest stage clearly
+// (15%) faster under layer_cost (*by_work = 1 then; why: the figures behind the choice, "" when
+// the two cuts agree; each may be NULL), and each stage's work per step into work (may be NULL).
 int layout_is_timed(const Config *c, int M);
 int layout_time_layers(const Config *c, const Backend *be, const Model *m, int replicas,
                        double *cost, FgError *err);
 int layout_cut(const Config *c, const Model *m, int M, const double *layer_cost, int *layout,
-               double *work, FgError *err);
+               double *work, int *by_work, char *why, size_t why_size, FgError *err);
 
 char *report_config_text(const Config *c);  // the resolved config in file syntax (free it)
 // --out's config.txt (whole or absent) and loss.csv (whole lines; a resume keeps the rows

@@ -77,6 +77,7 @@ void report_print_layout(const Model *m, const TrainResult *res, int M, const Pi
         fprintf(stderr, " [%s..%s %zu params]", m->layers[first[s]].name,
                 m->layers[first[s + 1] - 1].name, model_range_count(m, first[s], first[s + 1]));
     if (M > 1) fprintf(stderr, "\nfgpipe: stages cut by %s", res->layout_by);
+    if (M > 1 && res->layout_why[0]) fprintf(stderr, " (%s)", res->layout_why);
     if (M > 1 && res->per_stage.work[0] > 0) {
         fprintf(stderr, ", ms per step:");
         for (int s = 0; s < M; s++) fprintf(stderr, " %.2f", 1e3 * res->per_stage.work[s]);
@@ -238,11 +239,11 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     FILE *f = out_file_open(&file, "--summary-json", path, err);
     if (!f) return FG_ERR_INPUT;
     fprintf(f, "{\"mode\": \"%s\", \"perturb\": \"%s\", \"estimator\": \"%s\", \"shrink\": %g, "
-            "\"tangents\": %d, \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
+            "\"tangents\": %d, \"timetable\": \"%s\", \"stages\": %d, \"layout_by\": \"%s\", \"layout\": [",
             config_choice_name("mode", c->method.mode, mode),
             c->method.mode == MODE_BP ? "none" : config_choice_name("perturb", c->method.perturb, perturb),
             c->method.mode == MODE_FG_BP ? config_choice_name("estimator", config_estimator(c), est) : "none",
-            c->method.shrink, run_plan(c, 1).tangents, r->stages,
+            c->method.shrink, run_plan(c, 1).tangents, r->timetable ? r->timetable : "none", r->stages,
             r->layout_by ? r->layout_by : "boundaries");
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,

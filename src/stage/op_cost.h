@@ -30,6 +30,8 @@ typedef struct {
     int lagged_weights;    // Bi reads a weight version of its own (the timetable's B ops lag)
     int recompute;         // Bi first reruns the stage's plain forward (recompute = stage; a
                            // split Bw redoes that and Bi, planned as cost_bi + cost_bw)
+    int best;              // the fastest of the rounds, not their median: the cut into stages
+                           // compares layers, and other jobs' load only ever adds time
 } CostSetup;
 
 // Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
