@@ -63,6 +63,16 @@ static void test_rounding_loops_agree(void **state) {
         assert_memory_equal(a, b, N * 2);
     }
     fg_free(x), fg_free(a), fg_free(b);
+    // Rows, dense (shared among threads) and strided, past the parallel threshold.
+    enum { R = 601, C = 500, LD = 503 };
+    x = fg_alloc_floats(R * LD), a = fg_alloc_bytes(R * C * 2), b = fg_alloc_bytes(R * C * 2);
+    fill_uniform(&r, x, R * LD, 3.0f);
+    for (int ld = C; ld <= LD; ld += LD - C) {
+        bf16_convert_rows(bf16_convert_avx512, x, R, C, ld, a);
+        for (int i = 0; i < R; i++) bf16_convert_scalar(x + (size_t)i * ld, b + (size_t)i * C, C);
+        assert_memory_equal(a, b, R * C * 2);
+    }
+    fg_free(x), fg_free(a), fg_free(b);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -394,8 +394,8 @@ static int validate_cpu_precision(const Config *c, FgError *err) {
                        "tensor-core format; the CPU computes in fp32 or bf16)");
     const char *missing = cpu_bf16_missing();
     if (missing)
-        return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s (use precision = "
-                       "fp32, or device = cuda)", missing);
+        return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s: use precision = "
+                       "fp32, or device = cuda", missing);
     return FG_OK;
 }
 

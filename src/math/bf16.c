@@ -1,6 +1,7 @@
 // BF16 rounding loops and the CPU's BF16 check (bf16.h).
 #include "bf16.h"
 
+#include <omp.h>
 #include <stdlib.h>
 
 #ifdef FG_HAVE_DNNL
@@ -33,16 +34,21 @@ void bf16_convert_avx512(const float *x, uint16_t *y, size_t n) {
 }
 #endif
 
+// Parallel only past 256 Ki elements (a few tens of microseconds alone): on a shared machine
+// every parallel region's barrier can wait a time slice for a descheduled thread.
 void bf16_convert_rows(Bf16Convert convert, const float *x, int rows, int cols, int ld,
                        uint16_t *y) {
-    if (ld == cols) {  // one stretch, in pieces of 64 Ki floats
-        size_t n = (size_t)rows * cols, chunk = 1 << 16, pieces = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (pieces > 1)
-        for (size_t p = 0; p < pieces; p++)
-            convert(x + p * chunk, y + p * chunk, (n - p * chunk < chunk ? n - p * chunk : chunk));
+    size_t n = (size_t)rows * cols;
+    if (ld == cols) {  // one stretch: an equal share per thread, cut at multiples of 32
+#pragma omp parallel if (n > (1 << 18))
+        {
+            size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+            size_t a = n * t / nt / 32 * 32, b = t + 1 == nt ? n : n * (t + 1) / nt / 32 * 32;
+            convert(x + a, y + a, b - a);
+        }
         return;
     }
-#pragma omp parallel for schedule(static) if ((long)rows * cols > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > (1 << 18))
     for (int r = 0; r < rows; r++) convert(x + (size_t)r * ld, y + (size_t)r * cols, (size_t)cols);
 }
 

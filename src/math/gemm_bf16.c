@@ -125,7 +125,7 @@ static const void *operand_bf16(Bf16State *s, GemmOperand X, int rows, int cols,
 
 // C = alpha T + beta C over [m, n]; beta 0 ignores C (NaN or not), as BLAS does.
 static void add_result(int m, int n, float alpha, const float *T, float beta, float *C, int ldc) {
-#pragma omp parallel for schedule(static) if ((long)m * n > (1 << 16))
+#pragma omp parallel for schedule(static) if ((long)m * n > (1 << 18))
     for (int i = 0; i < m; i++) {
         const float *t = T + (size_t)i * n;
         float *c = C + (size_t)i * ldc;
@@ -162,8 +162,8 @@ static void bf16_run(const Gemm *g, int m, int n, int k, float alpha, GemmOperan
 int gemm_bf16_create(Gemm *out, FgError *err) {
     const char *missing = cpu_bf16_missing();
     if (missing)
-        return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s (use precision = "
-                       "fp32)", missing);
+        return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s: use precision = "
+                       "fp32", missing);
     Bf16State *s = calloc(1, sizeof *s);
     if (!s) return fg_fail(err, FG_ERR_INTERNAL, "bf16 gemm: out of memory");
     if (dnnl_engine_create(&s->engine, dnnl_cpu, 0) != dnnl_success ||
@@ -192,7 +192,7 @@ void gemm_bf16_destroy(Gemm *g) {
 
 int gemm_bf16_create(Gemm *out, FgError *err) {
     (void)out;
-    return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s (use precision = fp32)",
+    return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s: use precision = fp32",
                    cpu_bf16_missing());
 }
 
