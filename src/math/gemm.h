@@ -1,9 +1,10 @@
-// The CPU's matrix products. fg_sgemm is the FP32 product (FGPIPE_CPU_GEMM at configure time:
-// oneDNN's sgemm by default, 1.5x OpenBLAS's on GPT-2's shapes on a quiet 2-core machine here,
-// docs/results/cpu.md; OpenBLAS with -DFGPIPE_CPU_GEMM=openblas). A Gemm is the product a
-// backend chose once for its precision (backend_cpu_create): FP32 through fg_sgemm, or BF16
-// inputs with FP32 accumulation through oneDNN's matmul (gemm_bf16.c). The layers reach it
-// through fg_gemm and their Layer's `gemm`, so nothing tests the precision per call.
+// The CPU's matrix products, in FP32 (fg_sgemm) or at the precision a backend chose once (a
+// Gemm). fg_sgemm's library is FGPIPE_CPU_GEMM's at configure time: oneDNN's sgemm by default,
+// 1.5x OpenBLAS's on GPT-2's shapes on a quiet 2-core machine here (docs/results/cpu.md);
+// OpenBLAS with -DFGPIPE_CPU_GEMM=openblas. A Gemm (backend_cpu_create) is FP32 through
+// fg_sgemm, or BF16 inputs with FP32 accumulation through oneDNN's matmul (gemm_bf16.c). The
+// layers reach it through fg_gemm and their Layer's `gemm`, so nothing tests the precision per
+// call.
 #ifndef FGPIPE_GEMM_H
 #define FGPIPE_GEMM_H
 
