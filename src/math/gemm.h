@@ -51,15 +51,8 @@ struct Gemm {
 extern const Gemm gemm_fp32;
 
 // fg_sgemm's arguments through g; g NULL (a Layer no backend set up: tests, tools) is FP32.
-static inline void fg_gemm(const Gemm *g, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const float *A, int lda, const float *B, int ldb,
-                           float beta, float *C, int ldc) {
-    if (!g) {
-        fg_sgemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    g->run(g, m, n, k, alpha, gemm_f32(A, lda, trans_a), gemm_f32(B, ldb, trans_b), beta, C, ldc);
-}
+void fg_gemm(const Gemm *g, int trans_a, int trans_b, int m, int n, int k, float alpha,
+             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 // The BF16 Gemm (gemm_bf16.c): oneDNN's BF16 matmul, FP32 operands rounded to BF16 per call
 // (round to nearest even), FP32 accumulation and output, primitives cached by shape. FG_OK, or

@@ -46,6 +46,15 @@ const char *fg_sgemm_library(void) {
 #endif
 }
 
+void fg_gemm(const Gemm *g, int trans_a, int trans_b, int m, int n, int k, float alpha,
+             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!g) {
+        fg_sgemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    g->run(g, m, n, k, alpha, gemm_f32(A, lda, trans_a), gemm_f32(B, ldb, trans_b), beta, C, ldc);
+}
+
 static void fp32_run(const Gemm *g, int m, int n, int k, float alpha, GemmOperand A, GemmOperand B,
                      float beta, float *C, int ldc) {
     (void)g;
