@@ -17,11 +17,13 @@
 # - fgpipe (FGPIPE, default build/fgpipe) once per precision of PRECISIONS (say "fp32 bf16":
 #   oneDNN's sgemm, then its BF16 matmul) and, when FGPIPE_BASELINE names a second binary (say
 #   the OpenBLAS build, -DFGPIPE_CPU_GEMM=openblas), that one in fp32: launch/configs/gpt2-124m.conf
-#   at ctx 64, 4 x 1 sequences a step, bp (schedule gpipe), one stage, one rank, STEPS + 1 steps, no evaluation, no checkpoint; tokens/s is 256 over the median step
-#   time of steps 2..STEPS+1 (loss.csv's seconds column; summary.json's step_seconds, the
-#   median of all steps, if loss.csv is missing). Each binary's GEMM library is what it says
-#   (a summary.json key or a log line naming oneDNN or OpenBLAS), else what ldd shows it
-#   linked against, marked "(ldd)".
+#   at ctx 64, 4 x 1 sequences a step, bp (schedule gpipe), one stage, one rank, STEPS + 1
+#   steps, no evaluation, no checkpoint; tokens/s is 256 over the median step time of steps
+#   2..STEPS+1 (loss.csv's seconds column; summary.json's step_seconds, the median of all
+#   steps, if loss.csv is missing). Each binary's GEMM library is what it says
+#   (a summary.json key or a log line naming oneDNN or OpenBLAS), else its build directory's
+#   FGPIPE_CPU_GEMM (the CMakeCache.txt beside it; a bf16 run is oneDNN's BF16 matmul in either
+#   build, both of which link both libraries), else what ldd shows, marked "(ldd)".
 # The machine may be shared: every round runs each trainer once, in an order rotated each
 # round, and the table gives each trainer's best round (and every round), with the load average
 # at the start and the end. Speed does not depend on the weights or the ids.
@@ -170,6 +172,15 @@ PY
     )
     label=$(echo "$label" | sed -n 1p)
     [ -n "$label" ] || label=$(grep -i 'gemm' "$r.log" | grep -o -m1 -E 'oneDNN|OpenBLAS')
+    # a build directory's binary: its CMakeCache says which library fg_sgemm calls (both builds
+    # link both libraries since bf16 needs oneDNN's matmul in either)
+    if [ -z "$label" ] && [ -f "$(dirname "$bin")/CMakeCache.txt" ]; then
+      case $(sed -n 's/^FGPIPE_CPU_GEMM:[A-Z]*=//p' "$(dirname "$bin")/CMakeCache.txt") in
+        onednn) label="oneDNN sgemm" ;;
+        openblas) label="OpenBLAS sgemm" ;;
+      esac
+      [ "$4" = bf16 ] && label="oneDNN bf16 matmul"
+    fi
     if [ -z "$label" ]; then
       local libs; libs=$(ldd "$bin" 2>/dev/null)  # (not ldd | grep -q: pipefail)
       case $libs in
