@@ -14,14 +14,16 @@
 #   and generation (before steps 20, 40) run outside that clock. It always runs 41 steps, so
 #   the bench stops it once step STEPS is printed; tokens/s is B x T = 256 over the median of
 #   steps 1..STEPS (step 0 allocates its activations and gradients and is left out);
-# - fgpipe (FGPIPE, default build/fgpipe) and, when FGPIPE_BASELINE names a second binary (say
-#   the OpenBLAS build, -DFGPIPE_CPU_GEMM=openblas), that one too: launch/configs/gpt2-124m.conf
-#   at ctx 64, 4 x 1 sequences a step, bp (schedule gpipe), precision PRECISION, one stage, one
-#   rank, STEPS + 1 steps, no evaluation, no checkpoint; tokens/s is 256 over the median step
-#   time of steps 2..STEPS+1 (loss.csv's seconds column; summary.json's step_seconds, the
-#   median of all steps, if loss.csv is missing). Each binary's GEMM library is what it says
-#   (a summary.json key or a log line naming oneDNN or OpenBLAS), else what ldd shows it
-#   linked against, marked "(ldd)".
+# - fgpipe (FGPIPE, default build/fgpipe) once per precision of PRECISIONS (say "fp32 bf16":
+#   oneDNN's sgemm, then its BF16 matmul) and, when FGPIPE_BASELINE names a second binary (say
+#   the OpenBLAS build, -DFGPIPE_CPU_GEMM=openblas), that one in fp32: launch/configs/gpt2-124m.conf
+#   at ctx 64, 4 x 1 sequences a step, bp (schedule gpipe), one stage, one rank, STEPS + 1
+#   steps, no evaluation, no checkpoint; tokens/s is 256 over the median step time of steps
+#   2..STEPS+1 (loss.csv's seconds column; summary.json's step_seconds, the median of all
+#   steps, if loss.csv is missing). Each binary's GEMM library is what it says
+#   (a summary.json key or a log line naming oneDNN or OpenBLAS), else its build directory's
+#   FGPIPE_CPU_GEMM (the CMakeCache.txt beside it; a bf16 run is oneDNN's BF16 matmul in either
+#   build, both of which link both libraries), else what ldd shows, marked "(ldd)".
 # The machine may be shared: every round runs each trainer once, in an order rotated each
 # round, and the table gives each trainer's best round (and every round), with the load average
 # at the start and the end. Speed does not depend on the weights or the ids.
@@ -29,11 +31,13 @@
 # llm.c row is skipped and says so. The exit status is 1 when any run failed.
 # usage: [LLMC_CPU_BIN=.../train_gpt2] [FGPIPE=...] [FGPIPE_BASELINE=...] bench/bench_cpu_llmc.sh [ROUNDS]
 #   ROUNDS (default 2); STEPS timed steps a run (default 3, at most 40); THREADS (default 2);
-#   PRECISION (default fp32); RUN_TIMEOUT seconds a run (default 1200)
+#   PRECISIONS of FGPIPE (default fp32; PRECISION is the old name); RUN_TIMEOUT seconds a run
+#   (default 1200). OMP_WAIT_POLICY, when set, reaches every trainer and the table says so.
 set -uo pipefail  # not -e: a failed run must not stop the others
 cd "$(dirname "$0")/.." || exit 2
 . bench/lib.sh
-ROUNDS=${1:-2} STEPS=${STEPS:-3} THREADS=${THREADS:-2} PRECISION=${PRECISION:-fp32}
+ROUNDS=${1:-2} STEPS=${STEPS:-3} THREADS=${THREADS:-2} PRECISIONS=${PRECISIONS:-${PRECISION:-fp32}}
+WAIT=${OMP_WAIT_POLICY:-}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1200}
 FGPIPE=${FGPIPE:-build/fgpipe} BASELINE=${FGPIPE_BASELINE:-} LLMC=${LLMC_CPU_BIN:-}
 config=launch/configs/gpt2-124m.conf py=/usr/bin/python3
@@ -120,7 +124,7 @@ why_failed() { grep -m1 -i -E 'error|fail|bad |timed out|killed|assert' "$1" || 
 llmc_run() {  # llmc_run ROUND
   local log=$dir/llmc-r$1.log pid t0=$SECONDS got
   # one process (env execs stdbuf, which execs llm.c), so that $! is llm.c and kill stops it
-  env -C "$dir/llmc" OMP_NUM_THREADS="$THREADS" stdbuf -oL "$LLMC" >"$log" 2>&1 &
+  env -C "$dir/llmc" OMP_NUM_THREADS="$THREADS" ${WAIT:+OMP_WAIT_POLICY=$WAIT} stdbuf -oL "$LLMC" >"$log" 2>&1 &
   pid=$! llmc_pid=$!
   while kill -0 "$pid" 2>/dev/null; do  # stop it once step STEPS is printed
     grep -q "^step $STEPS: " "$log" && { kill "$pid"; break; }
@@ -137,14 +141,16 @@ llmc_run() {  # llmc_run ROUND
   echo "  round $1 llm.c: $(echo "${TPS[llmc]}" | awk '{ print $NF }') tokens/s ($((SECONDS - t0)) s)" >&2
 }
 
-fg_run() {  # fg_run TAG BINARY ROUND
+fg_run() {  # fg_run TAG BINARY ROUND PRECISION
   local tag=$1 bin=$2 r=$dir/$1-r$3 t0=$SECONDS got label
+  PREC[$tag]=$4
   mpi_flags 1
   MPI_FLAGS=(-np 1 --bind-to none -x OMP_NUM_THREADS="$THREADS")
+  [ -n "$WAIT" ] && MPI_FLAGS+=(-x OMP_WAIT_POLICY="$WAIT")
   timeout -k 15 "$RUN_TIMEOUT" mpirun "${MPI_FLAGS[@]}" "$bin" train --config "$config" \
     --set train_tokens="$dir/fg-train.bin" --set val_tokens="$dir/fg-val.bin" \
     --set ctx=$T --set micro_batch=$B --set micro_batches=1 --set mode=bp --set schedule=gpipe \
-    --set precision="$PRECISION" --set steps=$((STEPS + 1)) --set warmup_steps=0 \
+    --set precision="$4" --set steps=$((STEPS + 1)) --set warmup_steps=0 \
     --set eval_every=0 --set print_every=1000000 --no-checkpoint \
     --out "$r" --summary-json "$r.json" >"$r.log" 2>&1
   local rc=$?
@@ -164,9 +170,17 @@ print(next((v for k, v in s.items() if "gemm" in k.lower() and isinstance(v, str
 print(s.get("precision", "") if isinstance(s.get("precision"), str) else "")
 PY
     )
-    PREC[$tag]=$(echo "$label" | sed -n 2p) label=$(echo "$label" | sed -n 1p)
-    [ -n "${PREC[$tag]}" ] || PREC[$tag]=$PRECISION
+    label=$(echo "$label" | sed -n 1p)
     [ -n "$label" ] || label=$(grep -i 'gemm' "$r.log" | grep -o -m1 -E 'oneDNN|OpenBLAS')
+    # a build directory's binary: its CMakeCache says which library fg_sgemm calls (both builds
+    # link both libraries since bf16 needs oneDNN's matmul in either)
+    if [ -z "$label" ] && [ -f "$(dirname "$bin")/CMakeCache.txt" ]; then
+      case $(sed -n 's/^FGPIPE_CPU_GEMM:[A-Z]*=//p' "$(dirname "$bin")/CMakeCache.txt") in
+        onednn) label="oneDNN sgemm" ;;
+        openblas) label="OpenBLAS sgemm" ;;
+      esac
+      [ "$4" = bf16 ] && label="oneDNN bf16 matmul"
+    fi
     if [ -z "$label" ]; then
       local libs; libs=$(ldd "$bin" 2>/dev/null)  # (not ldd | grep -q: pipefail)
       case $libs in
@@ -180,7 +194,8 @@ PY
   echo "  round $3 $tag: $(echo "${TPS[$tag]}" | awk '{ print $NF }') tokens/s ($((SECONDS - t0)) s)" >&2
 }
 
-trainers=(fgpipe)
+trainers=()
+for p in $PRECISIONS; do trainers+=("fgpipe-$p"); done
 [ -n "$BASELINE" ] && trainers+=(baseline)
 [ -n "$LLMC" ] && trainers+=(llmc)
 echo "bench_cpu_llmc: $ROUNDS rounds of ${trainers[*]}, $STEPS timed steps a run (set-up ${setup_s}s, in $dir)" >&2
@@ -188,8 +203,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
   n=${#trainers[@]}
   for ((i = 0; i < n; i++)); do
     case ${trainers[$(((i + round - 1) % n))]} in
-      fgpipe) fg_run fgpipe "$FGPIPE" "$round" ;;
-      baseline) fg_run baseline "$BASELINE" "$round" ;;
+      fgpipe-*) t=${trainers[$(((i + round - 1) % n))]}; fg_run "$t" "$FGPIPE" "$round" "${t#fgpipe-}" ;;
+      baseline) fg_run baseline "$BASELINE" "$round" fp32 ;;
       llmc) llmc_run "$round" ;;
     esac
   done
@@ -206,7 +221,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -E 'avx2|avx512f|avx512_bf16|amx_bf16' | tr '\n' ' ')
 echo "machine: $cpu, $(nproc) cores ($(grep -c '^processor' /proc/cpuinfo) in /proc/cpuinfo), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); flags: ${flags% }"
 echo "load average (1, 5, 15 min): start $load0, end $load1; $(date -u '+%Y-%m-%d %H:%M UTC'); wall ${SECONDS}s (set-up ${setup_s}s)"
-echo "GPT-2 124M: L $L, C $C, NH $NH, vocab $V padded to $VP, ctx $T, $B sequences a step (bp), 1 rank, OMP_NUM_THREADS=$THREADS"
+echo "GPT-2 124M: L $L, C $C, NH $NH, vocab $V padded to $VP, ctx $T, $B sequences a step (bp), 1 rank, OMP_NUM_THREADS=$THREADS${WAIT:+, OMP_WAIT_POLICY=$WAIT}"
 echo "$ROUNDS rounds, each trainer once a round (order rotated); a run's tokens/s: $((B * T)) over its median step of $STEPS (its first step left out)"
 echo
 printf '| %-8s | %-18s | %-9s | %13s | %14s | %15s | %s |\n' trainer GEMMs precision "tokens/s best" "ratio to llm.c" "tokens/s median" "each round"
@@ -215,8 +230,8 @@ lb=$(best llmc)
 for tag in "${trainers[@]}"; do
   case $tag in
     llmc) name=llm.c gemm="own loops (OpenMP)" prec=fp32 ;;
-    fgpipe) name=fgpipe gemm=${LABEL[fgpipe]:-?} prec=${PREC[fgpipe]:-$PRECISION} ;;
-    baseline) name=fgpipe gemm=${LABEL[baseline]:-?} prec=${PREC[baseline]:-$PRECISION} ;;
+    fgpipe-*) name=fgpipe gemm=${LABEL[$tag]:-?} prec=${PREC[$tag]:-${tag#fgpipe-}} ;;
+    baseline) name=fgpipe gemm=${LABEL[baseline]:-?} prec=fp32 ;;
   esac
   b=$(best "$tag")
   printf '| %-8s | %-18s | %-9s | %13s | %14s | %15s | %s |\n' "$name" "$gemm" "$prec" "${b:-FAILED}" \
@@ -226,14 +241,20 @@ done
   printf '| %-8s | %-18s | %-9s | %13s | %14s | %15s | %s |\n' llm.c - fp32 - - - "llm.c anchor: skipped (LLMC_CPU_BIN not set)"
   echo "llm.c anchor: skipped (LLMC_CPU_BIN not set)" >&2; }
 echo
-if [ -n "$LLMC" ]; then
-  echo "fgpipe (${LABEL[fgpipe]:-?}) / llm.c: $(ratio "$(best fgpipe)" "$lb") best of rounds, $(ratio "$(med fgpipe)" "$(med llmc)") median of rounds"
-  [ -n "$BASELINE" ] && echo "fgpipe (${LABEL[baseline]:-?}) / llm.c: $(ratio "$(best baseline)" "$lb") best of rounds, $(ratio "$(med baseline)" "$(med llmc)") median of rounds"
-else
-  echo "llm.c anchor: skipped (LLMC_CPU_BIN not set)"
-fi
-[ -n "$BASELINE" ] &&
-  echo "fgpipe (${LABEL[fgpipe]:-?}) / fgpipe (${LABEL[baseline]:-?}): $(ratio "$(best fgpipe)" "$(best baseline)") best of rounds, $(ratio "$(med fgpipe)" "$(med baseline)") median of rounds"
+# every trainer against llm.c, and each of fgpipe's precisions against its fp32 and the baseline
+desc() { case $1 in baseline) echo "fgpipe $(gemm_of baseline) fp32" ;; *) echo "fgpipe $(gemm_of "$1") ${1#fgpipe-}" ;; esac; }
+gemm_of() { echo "${LABEL[$1]:-?}"; }
+pair() {  # pair A B: A / B, best of rounds and median of rounds
+  echo "$(desc "$1") / $2: $(ratio "$(best "$1")" "$(best "$3")") best of rounds, $(ratio "$(med "$1")" "$(med "$3")") median of rounds"
+}
+for tag in "${trainers[@]}"; do
+  [ "$tag" = llmc ] && continue
+  [ -n "$LLMC" ] && pair "$tag" "llm.c" llmc
+  case $tag in fgpipe-fp32) ;; fgpipe-*)
+    [[ " ${trainers[*]} " == *" fgpipe-fp32 "* ]] && pair "$tag" "$(desc fgpipe-fp32)" fgpipe-fp32 ;; esac
+  [ -n "$BASELINE" ] && [ "$tag" != baseline ] && pair "$tag" "$(desc baseline)" baseline
+done
+[ -z "$LLMC" ] && echo "llm.c anchor: skipped (LLMC_CPU_BIN not set)"
 echo "binaries: fgpipe $FGPIPE${BASELINE:+, baseline $BASELINE}${LLMC:+, llm.c $LLMC}"
 failed=0
 for tag in "${trainers[@]}"; do

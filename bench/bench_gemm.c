@@ -3,11 +3,14 @@
 // operands to bf16 first, as a run that keeps FP32 activations would), GFLOP/s per shape and the
 // total time of one bp step's products (forward, dx, dW of each linear, 12 blocks; the head's
 // 50304 columns). Interleaved: each repetition runs every library once, the minimum over the
-// repetitions is kept, so a loaded machine slows all alike.
+// repetitions is kept, so a loaded machine slows all alike. The last column is fgpipe's own BF16
+// Gemm (gemm_bf16.c: AVX512-BF16 rounding of both operands, cached primitive), as a bf16 run calls it.
 // usage: fgpipe-bench-gemm [ROWS] [REPS]   (ROWS: tokens per step, default 256 = 4 x 64)
 #define _POSIX_C_SOURCE 199309L
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
+
+#include "gemm.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,9 +90,12 @@ int main(int argc, char **argv) {
     check(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags), "stream");
     printf("CPU GEMMs, %d rows (tokens), min of %d interleaved repetitions, oneDNN ISA %d\n", rows, reps,
            (int)dnnl_get_effective_cpu_isa());
-    printf("| product | m x n x k | OpenBLAS GFLOP/s | oneDNN sgemm | oneDNN bf16 | bf16 + rounding |\n");
-    printf("|---|---|---|---|---|---|\n");
-    double step[4] = {0};
+    printf("| product | m x n x k | OpenBLAS GFLOP/s | oneDNN sgemm | oneDNN bf16 | bf16 + rounding | fgpipe bf16 Gemm |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    double step[5] = {0};
+    Gemm g;
+    FgError err = {0};
+    if (gemm_bf16_create(&g, &err)) fprintf(stderr, "bench_gemm: %s\n", err.msg), exit(1);
     for (int s = 0; s < n_shapes; s++) {
         const Shape *sh = &shapes[s];
         int m = sh->m_rows ? sh->m_rows : rows, n = sh->n, k = sh->k ? sh->k : rows;
@@ -102,7 +108,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < na; i++) A16[i] = to_bf16(A[i]);
         for (size_t i = 0; i < nb; i++) B16[i] = to_bf16(B[i]);
         Bf16Matmul mm = bf16_matmul(eng, m, n, k, ta, sh->tb, A16, B16, C);
-        double best[4] = {1e30, 1e30, 1e30, 1e30};
+        double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
         int lda = ta ? m : k, ldb = sh->tb ? k : n;
         for (int r = 0; r < reps; r++) {
             double t = now();
@@ -119,19 +125,24 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < nb; i++) B16[i] = to_bf16(B[i]);
             check(dnnl_primitive_execute(mm.prim, stream, 3, args), "matmul");
             check(dnnl_stream_wait(stream), "wait");
-            double t4 = now(), dt[4] = {t1 - t, t2 - t1, t3 - t2, t4 - t3};
-            for (int i = 0; i < 4; i++) best[i] = dt[i] < best[i] ? dt[i] : best[i];
+            double t4 = now();
+            g.run(&g, m, n, k, 1.0f, gemm_f32(A, lda, ta), gemm_f32(B, ldb, sh->tb), 0.0f, C, n);
+            double t5 = now(), dt[5] = {t1 - t, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
+            for (int i = 0; i < 5; i++) best[i] = dt[i] < best[i] ? dt[i] : best[i];
         }
         double flop = 2.0 * m * n * k;
-        printf("| %s | %d x %d x %d | %.0f | %.0f | %.0f | %.0f |\n", sh->name, m, n, k, flop / best[0] / 1e9,
-               flop / best[1] / 1e9, flop / best[2] / 1e9, flop / best[3] / 1e9);
-        for (int i = 0; i < 4; i++) step[i] += best[i] * sh->per_step;
+        printf("| %s | %d x %d x %d | %.0f | %.0f | %.0f | %.0f | %.0f |\n", sh->name, m, n, k,
+               flop / best[0] / 1e9, flop / best[1] / 1e9, flop / best[2] / 1e9, flop / best[3] / 1e9,
+               flop / best[4] / 1e9);
+        for (int i = 0; i < 5; i++) step[i] += best[i] * sh->per_step;
         dnnl_primitive_destroy(mm.prim);
         dnnl_memory_destroy(mm.a), dnnl_memory_destroy(mm.b), dnnl_memory_destroy(mm.c);
         free(A), free(B), free(C), free(A16), free(B16);
     }
-    printf("| one bp step's products (s) | | %.3f | %.3f (%.2fx) | %.3f (%.2fx) | %.3f (%.2fx) |\n", step[0], step[1],
-           step[0] / step[1], step[2], step[0] / step[2], step[3], step[0] / step[3]);
+    printf("| one bp step's products (s) | | %.3f | %.3f (%.2fx) | %.3f (%.2fx) | %.3f (%.2fx) | %.3f (%.2fx) |\n",
+           step[0], step[1], step[0] / step[1], step[2], step[0] / step[2], step[3], step[0] / step[3],
+           step[4], step[0] / step[4]);
+    gemm_bf16_destroy(&g);
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(eng);
     return 0;

@@ -20,6 +20,7 @@
 // What main made, to take down after the run (ctx NULL: not made).
 typedef struct {
     Backend gpu;            // a GPU backend, when the config asks for one
+    Backend cpu;            // the CPU's, when its precision is not fp32 (backend_cpu is)
     Transport mpi;
     Transport nccl;         // wraps mpi for a GPU run whose links use NCCL
     Transport staged;       // wraps mpi (or nccl) for device buffers MPI cannot carry
@@ -35,7 +36,12 @@ typedef struct {
 // (modulo the GPUs there: several stages may share one GPU).
 static int make_backend(Made *made, const Config *c, const Backend **out, FgError *err) {
     *out = &backend_cpu;
-    if (c->layout.device == DEVICE_CPU) return FG_OK;
+    if (c->layout.device == DEVICE_CPU && c->layout.precision == PRECISION_FP32) return FG_OK;
+    if (c->layout.device == DEVICE_CPU) {
+        int rc = backend_cpu_create(c->layout.precision, &made->cpu, err);
+        if (!rc) *out = &made->cpu;
+        return rc;
+    }
 #ifdef FGPIPE_HAVE_CUDA
     int rc = cuda_module_load(&made->cuda, &made->cuda_handle, err);
     if (rc) return rc;
@@ -85,6 +91,7 @@ static void take_down(Made *made) {
 #endif
     if (made->share.ctx) node_share_mpi_destroy(&made->share);
     if (made->mpi.ctx) transport_mpi_destroy(&made->mpi);
+    backend_cpu_destroy(&made->cpu);
 #ifdef FGPIPE_HAVE_CUDA
     if (made->gpu.ctx) made->cuda->destroy(&made->gpu);
     cuda_module_unload(made->cuda_handle);

@@ -39,6 +39,11 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   # No GPU here: refused up front whether or not this build has the CUDA backend.
   expect 2 "device = cuda, but" train --config "$config" --device cuda --set steps=1
 fi
+# A precision the CPU cannot give is refused by name before training (or planning) starts:
+# FGPIPE_CPU_NO_BF16=1 stands in for a CPU without AVX512-BF16.
+FGPIPE_CPU_NO_BF16=1 expect 2 "precision = bf16 on the CPU needs the CPU flag avx512_bf16" train --config "$config" --set precision=bf16 --set steps=1
+FGPIPE_CPU_NO_BF16=1 expect 2 "precision = bf16 on the CPU needs the CPU flag avx512_bf16" plan --config "$config" --set precision=bf16
+expect 2 "precision = tf32 needs device = cuda" train --config "$config" --set precision=tf32 --set steps=1
 # Every read error is an error; a line is read whole however long (issue 19 #4, #5).
 expect 2 "read error at line 1: Is a directory" train --config "$dir"
 long=$(printf 'x%.0s' $(seq 3000))

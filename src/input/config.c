@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bf16.h"
 #include "head_loss.h"
 
 typedef enum { KEY_INT, KEY_UINT32, KEY_REAL, KEY_STRING, KEY_CHOICE } KeyType;
@@ -78,7 +79,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, layout, stages, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, layout, replicas, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(layout, device, "cpu|cuda", "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
-    CHOICE(layout, precision, "fp32|tf32|bf16", "device = cuda: the GEMMs' arithmetic: fp32 (the CPU's numbers), tf32 (tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation); weights, optimizer state and activations stay FP32"),
+    CHOICE(layout, precision, "fp32|tf32|bf16", "the GEMMs' arithmetic: fp32, tf32 (device = cuda: tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation: tensor cores, or oneDNN on a CPU with avx512_bf16); weights, optimizer state and activations stay FP32"),
     STR(layout, boundaries, "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, method, tangents, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, method, tangent_rank, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
@@ -387,6 +388,20 @@ static int validate_lora(const Config *c, FgError *err) {
     return FG_OK;
 }
 
+// The CPU computes in fp32, or in bf16 where it has AVX512-BF16 (gemm.h): refused by name
+// here, before anything is built.
+static int validate_cpu_precision(const Config *c, FgError *err) {
+    if (c->layout.device == DEVICE_CUDA || c->layout.precision == PRECISION_FP32) return FG_OK;
+    if (c->layout.precision == PRECISION_TF32)
+        return fg_fail(err, FG_ERR_INPUT, "precision = tf32 needs device = cuda (TF32 is a GPU "
+                       "tensor-core format; the CPU computes in fp32 or bf16)");
+    const char *missing = cpu_bf16_missing();
+    if (missing)
+        return fg_fail(err, FG_ERR_INPUT, "precision = bf16 on the CPU needs %s: use precision = "
+                       "fp32, or device = cuda", missing);
+    return FG_OK;
+}
+
 int config_validate(const Config *c, FgError *err) {
     if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
@@ -434,9 +449,8 @@ int config_validate(const Config *c, FgError *err) {
     if (!rc) rc = validate_table_blocks(c, err);
     if (!rc) rc = validate_lora(c, err);
     if (rc) return rc;
-    if (c->layout.precision != PRECISION_FP32 && c->layout.device != DEVICE_CUDA)
-        return fg_fail(err, FG_ERR_INPUT, "precision = tf32 or bf16 needs device = cuda (the CPU "
-                       "computes in fp32 only)");
+    rc = validate_cpu_precision(c, err);
+    if (rc) return rc;
     if (c->optim.lr_schedule == LR_COSINE && c->optim.min_lr > c->optim.lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->optim.min_lr, c->optim.lr);
     return FG_OK;

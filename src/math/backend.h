@@ -19,8 +19,9 @@
 #include "tangent.h"
 
 // What a backend's GEMMs compute in (config key `precision`): FP32 everywhere, TF32 tensor
-// cores, or BF16 inputs with FP32 accumulation. Storage (weights, optimizer state,
-// activations, tangents) is FP32 in every mode; the CPU computes in FP32 only.
+// cores (GPU only), or BF16 inputs with FP32 accumulation (the GPU; the CPU where it has
+// AVX512-BF16, gemm.h). Storage (weights, optimizer state, activations, tangents) is FP32 in
+// every mode.
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
 
 // A device backend's two streams: the compute stream runs every op above in order; the copy
@@ -127,8 +128,12 @@ struct Backend {
     int (*sync)(const Backend *be, FgError *err);
 };
 
-// The CPU backend: host memory, the functions of layer.h, tangent.h and optimizer.h.
+// The CPU backend: host memory, the functions of layer.h, tangent.h and optimizer.h; FP32.
 extern const Backend backend_cpu;
+// backend_cpu with its GEMMs at `precision` (fp32 or bf16; bf16 refused by name where the CPU
+// lacks AVX512-BF16); backend_cpu_destroy frees what it made.
+int backend_cpu_create(int precision, Backend *out, FgError *err);
+void backend_cpu_destroy(Backend *be);
 
 static inline float *backend_alloc_floats(const Backend *be, size_t n) {
     return (float *)be->alloc(be, n * sizeof(float));

@@ -1,12 +1,29 @@
 // The CPU backend: host memory and the reference implementations (layer.h, tangent.h,
-// optimizer.h). Every other backend is tested against this one.
+// optimizer.h). Every other backend is tested against this one. backend_cpu computes in FP32;
+// backend_cpu_create makes one whose GEMMs run at a chosen precision (gemm.h), handed to the
+// layers on the copy of the Layer each call runs.
 #include <stdlib.h>
 #include <string.h>
-
 
 #include "gemm.h"
 #include "backend.h"
 #include "head_loss.h"
+
+// What backend_cpu_create chose; backend_cpu has none (FP32 through fg_sgemm).
+typedef struct {
+    Gemm gemm;
+} CpuCtx;
+
+static const Gemm *cpu_gemm(const Backend *be) {
+    return be->ctx ? &((const CpuCtx *)be->ctx)->gemm : NULL;
+}
+
+// L with this backend's products: the layers reach their GEMMs through L->gemm.
+static Layer with_gemm(const Backend *be, const Layer *L) {
+    Layer l = *L;
+    l.gemm = cpu_gemm(be);
+    return l;
+}
 
 static void *cpu_alloc(const Backend *be, size_t bytes) {
     (void)be;
@@ -41,9 +58,7 @@ static void cpu_axpy(const Backend *be, float *y, float a, const float *x, size_
 static void cpu_matmul(const Backend *be, int trans_a, int trans_b, int m, int n, int k,
                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                        float *C, int ldc) {
-    (void)be;
-    fg_sgemm(trans_a, trans_b,
-                m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    fg_gemm(cpu_gemm(be), trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Blocks of a fixed size summed in parallel, then the block sums in order: the same bits
@@ -63,20 +78,20 @@ static double cpu_dot(const Backend *be, const float *a, const float *b, size_t 
 
 static void cpu_forward(const Backend *be, const Layer *L, const float *p, const float *x,
                         float *y, int B) {
-    (void)be;
-    layer_ops(L)->forward(L, p, x, y, B);
+    Layer l = with_gemm(be, L);
+    layer_ops(&l)->forward(&l, p, x, y, B);
 }
 
 static void cpu_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
                     const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
-    (void)be;
-    layer_ops(L)->jvp(L, p, pdot, x, xdot, y, ydot, B, K);
+    Layer l = with_gemm(be, L);
+    layer_ops(&l)->jvp(&l, p, pdot, x, xdot, y, ydot, B, K);
 }
 
 static void cpu_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                          const float *dy, float *dx, float *dp, int B) {
-    (void)be;
-    layer_ops(L)->backward(L, p, x, dy, dx, dp, B);
+    Layer l = with_gemm(be, L);
+    layer_ops(&l)->backward(&l, p, x, dy, dx, dp, B);
 }
 
 static float cpu_loss_forward(const Backend *be, const float *logits, const Label *labels,
@@ -105,21 +120,21 @@ static float cpu_loss_backward(const Backend *be, const float *logits, const Lab
 
 static float cpu_head_forward(const Backend *be, const Layer *L, const float *W, const float *x,
                               const Label *labels, int B, float weight, float *rec, int *correct) {
-    (void)be;
-    return head_loss_forward(L, W, x, labels, B, weight, rec, correct);
+    Layer l = with_gemm(be, L);
+    return head_loss_forward(&l, W, x, labels, B, weight, rec, correct);
 }
 
 static float cpu_head_jvp(const Backend *be, const Layer *L, const float *W, const float *x,
                           const float *xdot, const Label *labels, int B, int K, float weight,
                           const HeadTangents *t, float *rec, float *d) {
-    (void)be;
-    return head_loss_jvp(L, W, x, xdot, labels, B, K, weight, t, rec, d);
+    Layer l = with_gemm(be, L);
+    return head_loss_jvp(&l, W, x, xdot, labels, B, K, weight, t, rec, d);
 }
 
 static void cpu_head_activity_grad(const Backend *be, const Layer *L, TangentKey key, int K,
                                    int n_mb, int B, const float *coeff, const float *x, float *dW) {
-    (void)be;
-    head_loss_activity_grad(L, key, K, n_mb, B, coeff, x, dW);
+    Layer l = with_gemm(be, L);
+    head_loss_activity_grad(&l, key, K, n_mb, B, coeff, x, dW);
 }
 
 static double cpu_tangent_fill(const Backend *be, TangentKey key, size_t n, float *out,
@@ -218,3 +233,28 @@ const Backend backend_cpu = {
     .optimizer_step = cpu_optimizer_step,
     .sync = cpu_sync,
 };
+
+int backend_cpu_create(int precision, Backend *out, FgError *err) {
+    if (precision != PRECISION_FP32 && precision != PRECISION_BF16)
+        return fg_fail(err, FG_ERR_INPUT, "precision = tf32 needs device = cuda (TF32 is a GPU "
+                       "tensor-core format; the CPU computes in fp32 or bf16)");
+    CpuCtx *c = calloc(1, sizeof *c);
+    if (!c) return fg_fail(err, FG_ERR_INTERNAL, "CPU backend: out of memory");
+    c->gemm = gemm_fp32;
+    int rc = precision == PRECISION_BF16 ? gemm_bf16_create(&c->gemm, err) : FG_OK;
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = backend_cpu;
+    out->ctx = c;
+    return FG_OK;
+}
+
+void backend_cpu_destroy(Backend *be) {
+    CpuCtx *c = be->ctx;
+    if (!c) return;
+    if (c->gemm.precision == PRECISION_BF16) gemm_bf16_destroy(&c->gemm);
+    free(c);
+    be->ctx = NULL;
+}

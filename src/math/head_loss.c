@@ -13,10 +13,11 @@
 // `block` columns at a time.
 typedef struct {
     int rows, C, classes, block, n_blocks;
+    const struct Gemm *gemm;  // the layer's products (layer.h)
 } HeadShape;
 
 static HeadShape head_shape(const Layer *L, int B) {
-    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0};
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0, L->gemm};
     h.n_blocks = (h.classes + h.block - 1) / h.block;
     return h;
 }
@@ -26,7 +27,7 @@ static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->c
 // z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ, W the table's rows from r0 on.
 static void block_logits(const HeadShape *h, const float *x, const float *W, int r0, int j0, int nb,
                          int rows, float beta, float *z) {
-    fg_sgemm(0, 1, rows, nb, h->C, 1.0f, x, h->C,
+    fg_gemm(h->gemm, 0, 1, rows, nb, h->C, 1.0f, x, h->C,
                 W + (size_t)(j0 - r0) * h->C, h->C, beta, z, nb);
 }
 
@@ -112,7 +113,7 @@ static void block_tangents(const Layer *L, const HeadShape *h, const float *W, i
         float *zk = zd + k * plane;
         if (t->Wdot) block_logits(h, x, t->Wdot + k * stride, r0, j0, nb, h->rows, 1.0f, zk);
         if (t->At)
-            fg_sgemm(0, 0, h->rows, nb, t->rank,
+            fg_gemm(L->gemm, 0, 0, h->rows, nb, t->rank,
                         1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
                         t->At + (size_t)k * t->rank * L->vocab + j0, L->vocab, 1.0f, zk, nb);
         if (t->activity) {
@@ -237,10 +238,10 @@ void head_rows_backward(const Layer *L, const float *W, int r0, int n, const flo
         block_logits(&h, x, W, r0, j0, nb, h.rows, 0.0f, dz);
         block_adjoint(&h, rec, j0, nb, dz);
         if (dx)  // the table's first block starts the sum
-            fg_sgemm(0, 0, h.rows, h.C, nb, 1.0f, dz, nb,
+            fg_gemm(L->gemm, 0, 0, h.rows, h.C, nb, 1.0f, dz, nb,
                         W + at, h.C, b ? 1.0f : 0.0f, dx, h.C);
         if (dW)
-            fg_sgemm(1, 0, nb, h.C, h.rows, 1.0f, dz, nb, x,
+            fg_gemm(L->gemm, 1, 0, nb, h.C, h.rows, 1.0f, dz, nb, x,
                         h.C, 1.0f, dW + at, h.C);
     }
     fg_free(dz);
@@ -308,7 +309,7 @@ void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, in
                 block_activity(kk, L->vocab, mb_rows, coeff + ((size_t)m * K + k) * B, T, j0, nb,
                                G + (size_t)m * mb_rows * nb);
             }
-        fg_sgemm(1, 0, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
+        fg_gemm(L->gemm, 1, 0, nb, h.C, h.rows, 1.0f, G, nb, x, h.C,
                     1.0f, dW + (size_t)j0 * h.C, h.C);
     }
     fg_free(G);

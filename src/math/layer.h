@@ -80,6 +80,8 @@ typedef struct {
                           // in blocks of this many rows (layer_block; config table_block_rows)
     size_t param_offset;  // start of its parameters in the model's flat buffer
     size_t param_count;
+    const struct Gemm *gemm;  // its matrix products (gemm.h): set by the CPU backend on the copy
+                              // it runs (its precision's); NULL: FP32 through fg_sgemm
 } Layer;
 
 static inline int layer_tokens(const Layer *L) { return L->tokens > 0 ? L->tokens : 1; }

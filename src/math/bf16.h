@@ -1,0 +1,44 @@
+// BF16 numbers on the CPU: FP32 rounded to BF16 exactly as AVX512-BF16's VCVTNE2PS2BF16 rounds
+// (to nearest even; denormals to a signed zero; NaNs kept quiet), with a vector loop where the
+// CPU has the instruction and a scalar one giving the same bits elsewhere; and whether this CPU
+// can run BF16 products (the avx512_bf16 flag).
+#ifndef FGPIPE_BF16_H
+#define FGPIPE_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);  // zero, denormal
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN: quiet
+    u += 0x7fffu + ((u >> 16) & 1u);  // infinities pass unchanged (their low half is 0)
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// y[i] = bf16_round(x[i]), i < n.
+typedef void (*Bf16Convert)(const float *x, uint16_t *y, size_t n);
+void bf16_convert_scalar(const float *x, uint16_t *y, size_t n);
+// The same bits with VCVTNE2PS2BF16; only where cpu_bf16_missing() is NULL.
+void bf16_convert_avx512(const float *x, uint16_t *y, size_t n);
+
+// rows x cols of x, its rows ld floats apart, into the dense y [rows, cols]; rows in parallel
+// when there are many.
+void bf16_convert_rows(Bf16Convert convert, const float *x, int rows, int cols, int ld,
+                       uint16_t *y);
+
+// NULL when this CPU runs BF16 products (cpuid's AVX512-BF16 bit and oneDNN's avx512_core_bf16
+// kernels); else what is missing, naming the CPU flag, for "precision = bf16 needs %s".
+// FGPIPE_CPU_NO_BF16=1 in the environment makes any CPU lack it (the tests of the refusal).
+const char *cpu_bf16_missing(void);
+
+#endif
