@@ -226,21 +226,19 @@ static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *
     a->xdot = NULL;
 }
 
-// A fused head (head_loss.h) scores lane a's labels while its layer runs: they go to the
+// A fused head (LAYER_HEAD_LOSS) scores lane a's labels while its layer runs: they go to the
 // backend, the record's weight is the adjoint's scale when a B op will take the micro-batch,
 // and the derivatives go into the step's scalars at once (the next lane reuses loss_d).
-static void head_begin(Pipeline *p, long step, const Lane *a, HeadScore *h) {
+static HeadScore head_begin(Pipeline *p, long step, const Lane *a) {
     size_t n = (size_t)a->rows * p->model->tokens;
     p->be->upload(p->be, p->work.labels, a->labels, n * sizeof(Label));
-    *h = (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
-                     .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
-    p->stage.head = h;
+    return (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
+                       .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
 }
 
 static void per_sample_means(const Pipeline *p, float *d, int rows);
 
 static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
-    p->stage.head = NULL;
     a->loss = h->loss, a->correct = h->correct;
     if (!tangents) return;
     if (p->run.d_per_sample) per_sample_means(p, h->d, a->rows * p->model->tokens);
@@ -282,14 +280,13 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
-        if (L->head_block) {
-            HeadScore h;
-            head_begin(p, step, a, &h);
+        if (L->kind == LAYER_HEAD_LOSS) {
+            HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
             head_end(p, a, &h, tangents);
         }
         a->x = y;
-        a->xdot = tangents && !L->head_block ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+        a->xdot = tangents && L->kind != LAYER_HEAD_LOSS ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
     }
     return rc;
 }
@@ -324,11 +321,12 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
-            HeadScore head;
-            if (L->head_block) head_begin(p, step, a, &head);
-            stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
-            if (L->head_block) head_end(p, a, &head, tangents != NULL);
-            a->x = y, a->xdot = L->head_block ? NULL : ydot;
+            const int scores = L->kind == LAYER_HEAD_LOSS;
+            HeadScore head = scores ? head_begin(p, step, a) : (HeadScore){0};
+            stage_layer_forward(st, l, s.params, tangents, scores ? &head : NULL, a->x, a->xdot, y,
+                                ydot, a->rows);
+            if (scores) head_end(p, a, &head, tangents != NULL);
+            a->x = y, a->xdot = scores ? NULL : ydot;
             if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot, i);
         }
         if (parts) rc = layers_release(p, l, parts, dirty, err);
@@ -511,7 +509,7 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
         if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         for (int i = 0; i < n; i++) {
             const Lane *a = &p->work.lanes[i];
-            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL,
+            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL, NULL,
                                 lane_layer_input(p, a, l), NULL,
                                 lane_layer_input(p, a, l + 1), NULL, a->rows);
         }

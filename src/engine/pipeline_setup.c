@@ -32,7 +32,7 @@ static int adjoints_in_flight(const Config *c) {
 // their tangents, and activity's estimate of the head over the replica's micro-batches.
 static double head_bytes(const Pipeline *p) {
     const Layer *L = &p->model->layers[p->stage.last - 1];
-    if (!L->head_block) return 0.0;
+    if (L->kind != LAYER_HEAD_LOSS) return 0.0;
     int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0, B = p->cfg->training.micro_batch;
     return (double)head_loss_work_floats(L, B, p->K, n_mb) * sizeof(float) +
            (double)p->cfg->training.micro_batches * stage_rows_state_bytes(&p->stage, p->stage.last - 1, B);

@@ -91,27 +91,28 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     int n_state = setup->optimizer ? optimizer_state_buffers(setup->optimizer->kind) : 0;
     float *state = n_state ? backend_alloc_floats(be, (size_t)n_state * st->param_count) : NULL;
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
-    st->ref = ref, st->ref_dots = ref_dots;
     // A fused head scores in its layer's F and recomputes its logits in Bi and Bw: no dz.
     float *head_d = fg_alloc_floats((size_t)FG_MAX(K, 1) * rows * m->tokens);  // activity: per row
     HeadScore head = {.labels = labels, .weight = 1.0f, .d = head_d};
     const int fused = scores && m->fused_head;
-    if (fused) st->head = &head;
+    ForwardCall f = {.key = K ? &key : NULL, .ref = ref, .ref_dots = ref_dots,
+                     .head = fused ? &head : NULL};
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
     const int has_u = (K && n_mb) || setup->optimizer;
     for (int r = 0; r < COST_ROUNDS && !rc; r++) {
         const float *y, *ydot;
         double t[N_OP_COSTS + 1];
         t[0] = wall_seconds();
-        stage_forward(st, w, K ? &key : NULL, x, setup->with_xdot && K ? x + in : NULL, rows, stash,
-                      &y, &ydot);
+        stage_forward_call(st, w, &f, x, setup->with_xdot && K ? x + in : NULL, rows, stash, &y,
+                           &ydot);
         double dz_seconds = scores && !fused ? time_loss(st, y, K ? ydot : NULL, labels, dy, rows) : 0.0;
         rc = be->sync(be, err);
         t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
         // B's rerun: the plain forward, in Bi's time (a split Bw redoes Bi: the timetable plans
         // it at cost_bi + cost_bw, ScheduleSpec.bw_redoes_bi)
         if (setup->recompute)
-            stage_forward(st, w_lagged ? w_lagged : w, NULL, x, NULL, rows, stash, &y, &ydot);
+            stage_forward_call(st, w_lagged ? w_lagged : w, &(ForwardCall){.head = f.head}, x, NULL,
+                               rows, stash, &y, &ydot);
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
                              adjoints, rows);
         if (!rc) rc = be->sync(be, err);
@@ -128,7 +129,6 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         for (int i = 0; i < N_OP_COSTS; i++) times[i][r] = has_u || i != COST_U ? t[i + 1] - t[i] : 0.0;
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
-    st->ref = NULL, st->ref_dots = NULL, st->head = NULL;
     fg_free(head_d);
     void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state, labels};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);

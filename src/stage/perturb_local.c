@@ -105,4 +105,5 @@ static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, flo
 
 const PerturbationOps perturb_local = {
     .name = "local", .d_per_sample = 1, .kept_floats = local_kept_floats,
-    .jvp = perturb_activity_jvp, .estimate = local_estimate, .sets_estimate = 1};
+    .jvp = perturb_activity_jvp, .estimate = local_estimate, .sets_estimate = 1,
+    .head_tangents = perturb_activity_head_tangents};

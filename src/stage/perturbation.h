@@ -44,6 +44,10 @@ typedef struct {
     // (what op F folded into grad_l, weighed: the estimator's other terms are added after).
     void (*estimate)(const Stage *st, int l, const PerturbEstimate *e, float *grad_l);
     int sets_estimate;
+    // Op F of a fused head (stage_head.c): the tangents of its logits besides xdot's, with t's
+    // estimator extras; the result may point into *key (the caller's).
+    HeadTangents (*head_tangents)(Stage *st, int l, const ParamTangents *t, const float *x,
+                                  int rows, TangentKey *key);
 } PerturbationOps;
 
 extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, perturb_local;
@@ -59,12 +63,11 @@ const PerturbationOps *perturbation_of_kind(Perturbation kind);
 size_t stage_kept_offset(const Stage *st, int layer, int rows);
 size_t stage_kept_floats(const Stage *st, int rows);
 
-// The weight row's tangents of layer l into st->pdot [K, param_count] (t's guide replaces
-// tangent 0, each dotted with t's reference): what its jvp (and the fused head's) runs with.
-void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t);
-
-// The activity row's jvp, which the local row shares (the tangent enters the same way).
+// The activity row's jvp and head tangents, which the local row shares (the tangent enters the
+// same way).
 void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
                           const float *x, const float *xdot, float *y, float *ydot, int rows);
+HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangents *t,
+                                            const float *x, int rows, TangentKey *key);
 
 #endif
