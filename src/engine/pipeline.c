@@ -316,9 +316,9 @@ int pipeline_solo(Pipeline *p, int on, FgError *err) {
 
 double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->training.micro_batch;
-    double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
-                  (double)stage_kept_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
+    double saved = p->saved.blocks[0] ? (1 + (p->saved.blocks[1] != NULL)) *
+                  (double)stage_saved_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
     double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
-    double adjoints = (double)p->pool.n_adj_alloc * kept_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
-    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + kept) * sizeof(float);
+    double adjoints = (double)p->pool.n_adj_alloc * bw_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
+    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + saved) * sizeof(float);
 }

@@ -76,7 +76,7 @@ int pipeline_solo(Pipeline *p, int on, FgError *err);
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
 
-// Bytes kept for backward ops at most at once: stashes of activations and Bi's adjoints, and
+// Bytes held for backward ops at most at once: stashes of activations and Bi's adjoints, and
 // the layer inputs that activity perturbation keeps for the update.
 double pipeline_stash_bytes(const Pipeline *p);
 

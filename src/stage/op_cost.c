@@ -13,23 +13,23 @@ const char *const op_cost_keys[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
 // their best: a plan of best cases overruns on every stage it fills.
 enum { COST_ROUNDS = 5 };
 
-// What op U reads: the tangents' coefficients and what F kept (zeros: values do not change
+// What op U reads: the tangents' coefficients and what F saved (zeros: values do not change
 // the cost).
 typedef struct {
-    float *coeff, *kept, *work;
+    float *coeff, *saved, *work;
 } UpdateInputs;
 
 static UpdateInputs update_inputs(const Stage *st, int n_mb, int rows) {
     UpdateInputs in = {.coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * rows * FG_MAX(st->tangents, 1))};
-    size_t kept = st->tangents && n_mb ? stage_kept_floats(st, n_mb * rows) : 0;
-    if (!kept) return in;
-    in.kept = backend_alloc_floats(st->be, kept);
+    size_t saved = st->tangents && n_mb ? stage_saved_floats(st, n_mb * rows) : 0;
+    if (!saved) return in;
+    in.saved = backend_alloc_floats(st->be, saved);
     in.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
     return in;
 }
 
 // Op U: every layer's estimate from its perturbation, then the optimizer's step (state: its
-// buffers). The weights kept for lagged ops age by pointer swaps: free.
+// buffers). The weights held for lagged ops age by pointer swaps: free.
 static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *in, float *w,
                   float *g, float *state, FgError *err) {
     const Backend *be = st->be;
@@ -40,7 +40,7 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
         PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
                              .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
                              .fg_weight = 1.0f, .work = in->work, .first = 0, .count = L->param_count,
-                             .kept = in->kept ? in->kept + stage_kept_offset(st, l, n_mb * rows) : NULL};
+                             .saved = in->saved ? in->saved + stage_saved_offset(st, l, n_mb * rows) : NULL};
         stage_perturbation(st, l)->estimate(st, l, &e, g + (L->param_offset - st->param_base));
     }
     if (setup->optimizer)
@@ -130,7 +130,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     }
     for (int i = 0; i < N_OP_COSTS; i++) cost[i] = fg_median(times[i], COST_ROUNDS);
     fg_free(head_d);
-    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state, labels};
+    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.saved, u_in.work, state, labels};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(u_in.coeff);
     free(ref_dots);

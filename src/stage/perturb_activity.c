@@ -27,21 +27,21 @@ HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangent
     return (HeadTangents){.activity = key};
 }
 
-static size_t activity_kept_floats(const Stage *st, int l) {
+static size_t activity_saved_floats(const Stage *st, int l) {
     return (size_t)st->model->layers[l].in;
 }
 
-// U: this replica's micro-batches, from their kept inputs (the replicas sum their estimates).
+// U: this replica's micro-batches, from their saved inputs (the replicas sum their estimates).
 static void activity_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     size_t d_per_microbatch = (size_t)st->tangents * e->rows;
     stage_layer_activity_estimate(st, l, activity_key(e->seed, e->step, e->first_microbatch, l),
                                   e->replica_microbatches, e->rows,
-                                  e->coeff + e->first_microbatch * d_per_microbatch, e->kept,
+                                  e->coeff + e->first_microbatch * d_per_microbatch, e->saved,
                                   e->work, grad_l);
 }
 
 const PerturbationOps perturb_activity = {
-    .name = "activity", .d_per_sample = 1, .kept_floats = activity_kept_floats,
+    .name = "activity", .d_per_sample = 1, .saved_floats = activity_saved_floats,
     .jvp = perturb_activity_jvp, .estimate = activity_estimate,
     .head_tangents = perturb_activity_head_tangents};
 

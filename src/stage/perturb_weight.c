@@ -31,7 +31,7 @@ static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
     st->be->jvp(st->be, &st->model->layers[l], p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
-// U: every replica's micro-batches, regenerated from the seed (no inputs kept); of a row block
+// U: every replica's micro-batches, regenerated from the seed (no inputs saved); of a row block
 // of the layer (e->count < its parameters).
 static void weight_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     stage_layer_add_tangents_part(st, l, tangent_key(e->seed, e->step, 0, l), e->all_microbatches,

@@ -142,18 +142,18 @@ size_t stage_adjoint_offset(const Stage *st, int layer, int rows);
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows);
 // Op Bw: adds the parameter gradient into grad (+=) from the stash's layer inputs and the
-// adjoints kept by Bi; reads no parameters but a fused head's (params may be NULL without one).
+// adjoints Bi wrote for it; reads no parameters but a fused head's (params may be NULL without one).
 void stage_backward_weight(Stage *st, const float *params, const float *stash,
                            const float *adjoints, float *grad, int rows);
 
 // Activity perturbation (perturb == PERTURB_ACTIVITY; perturb_activity.c): op F adds tangent
 // u_{b,k} [rows, out] of activity_key to every linear layer's output tangent instead of making
-// parameter tangents, and the update needs each such layer's input x_{l,b}, kept from F until
-// then (stage_kept_offset, perturbation.h).
+// parameter tangents, and the update needs each such layer's input x_{l,b}, saved from F until
+// then (stage_saved_offset, perturbation.h).
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
-// x [n_mb * rows, in] are the layer's kept inputs. work holds G. On sequences (the GPT) u has a
+// x [n_mb * rows, in] are the layer's saved inputs. work holds G. On sequences (the GPT) u has a
 // row per token on the layer's branch columns (layer_branch), and a sample's coefficient
 // applies to all of its token rows.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
@@ -178,7 +178,7 @@ void stage_local_output_grad(const Stage *st, int l, const float *h, const float
                              const float *zdot, const Label *labels, int rows, float scale,
                              float *est);
 // Where the estimate of linear layer l sits in its block of what F keeps for `rows` rows
-// (stage_kept_offset), in floats: after the layer's inputs.
+// (stage_saved_offset), in floats: after the layer's inputs.
 size_t stage_local_estimate_offset(const Stage *st, int l, int rows);
 // The update of that linear layer l: grad += est^T x, db += column sums of est, over rows.
 void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
