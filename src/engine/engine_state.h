@@ -171,8 +171,9 @@ typedef struct {
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
     // [N*K*B]), then r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
+    // After them, n_run_scalars of the run's own (pipeline_run_scalars), summed alike.
     double *scalars;
-    size_t n_scalars;
+    size_t n_scalars, n_run_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
     MemAccount mem;           // the stage's memory by owner, counted as it is allocated
     double runtime;           // bytes of mem_budget the process holds besides the stage's own

@@ -81,6 +81,17 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     return messages_start(p, r->step, err);
 }
 
+void pipeline_reserve_run_scalars(Pipeline *p, int n) {
+    double *all = fg_alloc_bytes((p->n_scalars + (size_t)n) * sizeof(double));
+    memcpy(all, p->scalars, p->n_scalars * sizeof(double));
+    memset(all + p->n_scalars, 0, (size_t)n * sizeof(double));
+    fg_free(p->scalars);
+    p->scalars = all;
+    p->n_run_scalars = (size_t)n;
+}
+
+double *pipeline_run_scalars(Pipeline *p) { return p->scalars + p->n_scalars; }
+
 // Every op of the step that ran into the run's sums, once caches and clocks have settled.
 static void add_op_times(Pipeline *p, long step) {
     if (step < p->first_step + 3) return;
