@@ -70,8 +70,11 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // estimate (resident), or the one layer buffer (streamed).
 float *update_estimate_of_layer(Pipeline *p, int l);
 
-// A streamed bp stage without clipping updates each layer in the backward wave.
-int update_in_backward(const Pipeline *p);
+// When the stage applies its updates (decided once, at setup).
+UpdateWhen update_timing(const Pipeline *p);
+// At point `at` of step `step` (AT_LOAD: the version a load writes): begins the layer source's
+// next weight version and applies a pending update where p->upd.when says so, else nothing.
+int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err);
 
 // Acquires block b of layer l (layer_block; 0: a layer without blocks) for the forward pass:
 // applies a pending update first (a streamed stage; its weights are written back). Releases

@@ -57,6 +57,25 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
+// When a step's update reaches the stage's layers: decided once at setup (update_timing) from
+// where the layers live and the mode, and read at the step's points by update_at, the one place
+// that begins a weight version and applies a pending update.
+typedef enum {
+    UPDATE_IN_U,             // resident: op U applies every layer's at once
+    UPDATE_IN_BACKWARD,      // streamed bp without clipping: each layer steps as the backward
+                             // wave leaves it (its gradient is whole there)
+    UPDATE_IN_NEXT_FORWARD,  // streamed: the next forward wave applies each layer's as it reads it
+} UpdateWhen;
+
+// The points of a step and of a run where update_at may begin a version or apply the update.
+typedef enum {
+    AT_FORWARD,        // a forward wave starts
+    AT_LAST_BACKWARD,  // the step's last backward wave starts
+    AT_U,              // op U has computed the update
+    AT_READ,           // the weights are read whole (evaluation, a checkpoint, the run's end)
+    AT_LOAD,           // the weights are replaced (a load): a pending update is dropped
+} UpdatePoint;
+
 // The timetable (identical on every stage) and this stage's part of it.
 typedef struct {
     Schedule sched;
@@ -141,7 +160,8 @@ typedef struct {
     float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
     float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
-    PendingUpdate pending;
+    UpdateWhen when;
+    PendingUpdate pending;    // owned by pipeline_update.c
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage
     StepResult stats;         // of the last update

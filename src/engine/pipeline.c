@@ -300,9 +300,7 @@ static int visit_layer(Pipeline *p, int l, int writable, LayerVisitor visit, voi
 
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
                           FgError *err) {
-    // Writing replaces the state, so a pending update is dropped, not applied.
-    if (writable) p->upd.pending.active = 0;
-    int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
+    int rc = update_at(p, writable ? AT_LOAD : AT_READ, next_step, err);
     // A load writes the frozen layers first: a store keeps one copy of them (io/layer_store.h),
     // so once any trained layer has the new version, every frozen one has it too, and a load
     // cut short is found out at reopening instead of mixing the old base with the new weights.

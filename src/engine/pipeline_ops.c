@@ -395,8 +395,7 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
                       double *loss_sum, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->training.micro_batch, last = p->stage.last, rc;
-    // A streamed stage's pending update is written back as the layers pass: a new version.
-    if (p->upd.pending.active && (rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err))) return rc;
+    if ((rc = update_at(p, AT_FORWARD, step, err))) return rc;
     if ((rc = ops_forward_layers(p, step, p->work.lanes, n, err))) return rc;
     size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
     for (int i = 0; i < n && !rc; i++) {
@@ -524,7 +523,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     for (int i = 0; i < n; i++) weights += p->work.lanes[i].kind != OP_BI;
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;
-    if (last_w && update_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    if (last_w) rc = update_at(p, AT_LAST_BACKWARD, step, err);
     if (!rc && p->run.recompute) rc = rerun_forward(p, n, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};

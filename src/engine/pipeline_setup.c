@@ -408,6 +408,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         (rc = open_source(p, streams, streams_here, err)))
         return rc;
     count_source(p);
+    p->upd.when = update_timing(p);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);

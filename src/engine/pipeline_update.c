@@ -25,9 +25,15 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-int update_in_backward(const Pipeline *p) {
-    return p->src.streamed && p->cfg->method.mode == MODE_BP && !p->need.keep_grad;
+UpdateWhen update_timing(const Pipeline *p) {
+    if (!p->src.streamed) return UPDATE_IN_U;
+    // bp reads no gradient after the wave that made it (no clipping): the step needs no version
+    // of its own, and each layer steps in the wave.
+    return p->cfg->method.mode == MODE_BP && !p->need.keep_grad ? UPDATE_IN_BACKWARD
+                                                                : UPDATE_IN_NEXT_FORWARD;
 }
+
+static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
@@ -467,13 +473,34 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     return rc;
 }
 
-int pipeline_apply_pending(Pipeline *p, FgError *err) {
+// A pending update on every layer now, in a version of its own.
+static int apply_pending(Pipeline *p, FgError *err) {
     if (!p->upd.pending.active) return FG_OK;
     int rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err);
     if (!rc) rc = apply_everywhere(p, err);
     if (!rc) rc = p->src.flush(&p->src, err);
     return rc;
 }
+
+int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err) {
+    PendingUpdate *u = &p->upd.pending;
+    switch (at) {
+    case AT_FORWARD:  // the pending update is written back as the layers pass: a new version
+        return u->active ? p->src.begin_version(&p->src, u->step + 1, err) : FG_OK;
+    case AT_LAST_BACKWARD:
+        return update_in_backward(p) ? p->src.begin_version(&p->src, step + 1, err) : FG_OK;
+    case AT_U:
+        return p->upd.when == UPDATE_IN_U ? apply_pending(p, err) : FG_OK;
+    case AT_READ:
+        return apply_pending(p, err);
+    case AT_LOAD:  // writing replaces the state, so a pending update is dropped, not applied
+        u->active = 0;
+        return p->src.begin_version(&p->src, step, err);
+    }
+    return FG_OK;
+}
+
+int pipeline_apply_pending(Pipeline *p, FgError *err) { return update_at(p, AT_READ, 0, err); }
 
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
@@ -519,6 +546,6 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         // Only the guide needs |c| (known: needs_grad_norms); cv's reference is c from here on.
         p->upd.ref_active = p->run.guided ? c2 > 0 : 1;
     }
-    if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
+    if (!rc) rc = update_at(p, AT_U, step, err);
     return rc;
 }
