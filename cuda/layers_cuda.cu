@@ -215,10 +215,6 @@ static void activation_jvp(const Backend *be, const Layer *L, const float *x, co
 // Dispatch by layer kind (the Backend's forward, jvp, backward).
 
 void cuda_forward(const Backend *be, const Layer *L, const float *p, const float *x, float *y, int B) {
-    if (L->head_block) {  // it scores labels: the stage calls head_forward (stage_head.c)
-        cuda_note(be, "forward", "a head fused with the loss runs through head_forward");
-        return;
-    }
     switch (L->kind) {
     case LAYER_LINEAR: linear_forward(be, L, p, x, y, B); return;
     case LAYER_RELU: activation<false, ACT_FORWARD>(be, L, x, NULL, y, B, 0); return;
@@ -231,6 +227,7 @@ void cuda_forward(const Backend *be, const Layer *L, const float *p, const float
     case LAYER_ROPE: cuda_rope_forward(be, L, x, y, B); return;
     case LAYER_SWIGLU: cuda_swiglu_forward(be, L, x, y, B); return;
     case LAYER_LORA: cuda_lora_forward(be, L, p, x, y, B); return;
+    case LAYER_HEAD_LOSS: cuda_note(be, "forward", "a fused head takes labels: head_forward"); return;
     default: cuda_note(be, "forward", "unknown layer kind");
     }
 }
@@ -238,10 +235,6 @@ void cuda_forward(const Backend *be, const Layer *L, const float *p, const float
 // Every kind's jvp writes y too (layer.h).
 void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pdot,
               const float *x, const float *xdot, float *y, float *ydot, int B, int K) {
-    if (L->head_block) {
-        cuda_note(be, "jvp", "a head fused with the loss runs through head_jvp");
-        return;
-    }
     switch (L->kind) {
     case LAYER_LINEAR: linear_jvp(be, L, p, pdot, x, xdot, y, ydot, B, K); return;
     case LAYER_RELU: activation_jvp<false>(be, L, x, xdot, y, ydot, B, K); return;
@@ -275,6 +268,7 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
         cuda_swiglu_jvp(be, L, x, xdot, ydot, B, K);
         return;
     case LAYER_LORA: cuda_lora_jvp(be, L, p, pdot, x, xdot, y, ydot, B, K); return;
+    case LAYER_HEAD_LOSS: cuda_note(be, "jvp", "a fused head takes labels: head_jvp"); return;
     default: cuda_note(be, "jvp", "unknown layer kind");
     }
 }
@@ -282,10 +276,8 @@ void cuda_jvp(const Backend *be, const Layer *L, const float *p, const float *pd
 void cuda_backward(const Backend *be, const Layer *L, const float *p, const float *x,
                    const float *dy, float *dx, float *dp, int B) {
     switch (L->kind) {
-    case LAYER_LINEAR:  // a fused head's dy is its records (head_loss.h)
-        if (L->head_block) cuda_head_backward(be, L, p, x, dy, dx, dp, B);
-        else linear_backward(be, L, p, x, dy, dx, dp, B);
-        return;
+    case LAYER_LINEAR: linear_backward(be, L, p, x, dy, dx, dp, B); return;
+    case LAYER_HEAD_LOSS: cuda_head_backward(be, L, p, x, dy, dx, dp, B); return;  // dy: its records
     case LAYER_RELU: if (dx) activation<false, ACT_BACKWARD>(be, L, x, dy, dx, B, 1); return;
     case LAYER_GELU: if (dx) activation<true, ACT_BACKWARD>(be, L, x, dy, dx, B, 1); return;
     case LAYER_EMBEDDING: cuda_embedding_backward(be, L, x, dy, dx, dp, B); return;

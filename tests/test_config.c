@@ -263,14 +263,14 @@ static void test_run_plan_tangents(void **state) {
     RunPlan r = run_plan(&c, 1);
     assert_int_equal(r.estimator, EST_MIX);
     assert_int_equal(r.tangents, 0);
-    assert_int_equal(r.keeps_inputs, 0);
+    assert_int_equal(r.saves_inputs, 0);
     assert_int_equal(r.sends_tangents, 0);
     assert_int_equal(r.d_per_microbatch, 0);
     assert_true(r.forms_estimate);  // op U still weighs c
     c.method.shrink = 0.1;
     r = run_plan(&c, 1);
     assert_int_equal(r.tangents, 2);
-    assert_true(r.keeps_inputs && r.sends_tangents && r.d_per_sample);
+    assert_true(r.saves_inputs && r.sends_tangents && r.d_per_sample);
     c.method.shrink = 0, c.method.estimator = EST_CV;  // only mix is lean at shrink 0
     assert_int_equal(run_plan(&c, 1).tangents, 2);
     c.method.mode = MODE_BP;

@@ -222,7 +222,7 @@ static void test_fused_head(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int V = cases[c][0], VP = cases[c][1], B = cases[c][3], C = cases[c][4], T = 5, K = 2;
         int rows = B * T;
-        Layer L = {.kind = LAYER_LINEAR, .in = T * C, .out = T * HEAD_RECORD, .tokens = T,
+        Layer L = {.kind = LAYER_HEAD_LOSS, .in = T * C, .out = T * HEAD_RECORD, .tokens = T,
                    .no_bias = 1, .vocab = VP, .classes = V, .head_block = cases[c][2]};
         size_t n = (size_t)VP * C;
         L.param_count = n;

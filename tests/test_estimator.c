@@ -380,7 +380,6 @@ static void test_guided(void **state) {
     for (size_t i = 0; i < dim; i++) u[i] = (float)(u[i] / nu);
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, &p.m, 0, p.m.n_layers, ROWS, K, NULL), FG_OK);
-    st.guide = u;
     Estimator e = {EST_GUIDED, N, K, 1.0f};
     double *sum = calloc(dim, sizeof(double)), var = 0.0, udots[N * K];
     float d[N * K], coeff[N * K], base;
@@ -389,7 +388,8 @@ static void test_guided(void **state) {
         for (int b = 0; b < N; b++) {
             const float *y, *ydot;
             key.microbatch = (uint32_t)b;
-            stage_forward(&st, p.params, &key, p.x[b], NULL, ROWS, NULL, &y, &ydot);
+            stage_forward_call(&st, p.params, &(ForwardCall){.key = &key, .guide = u}, p.x[b], NULL,
+                               ROWS, NULL, &y, &ydot);
             loss_jvp(y, ydot, p.labels[b], ROWS, logit_rows(C), K, d + b * K);
             double gu = dot(p.g[b], u, dim);
             if (!(fabs(d[b * K] - gu) <= 1e-4 * (fabs(gu) + 1e-2)))

@@ -42,7 +42,7 @@ static Head make_head(Case c) {
     Layer L = {.kind = LAYER_LINEAR, .in = T * C, .tokens = T, .no_bias = 1, .vocab = c.vocab,
                .classes = c.classes};
     h.plain = L, h.plain.out = T * c.vocab;
-    h.fused = L, h.fused.out = T * HEAD_RECORD, h.fused.head_block = c.block;
+    h.fused = L, h.fused.kind = LAYER_HEAD_LOSS, h.fused.out = T * HEAD_RECORD, h.fused.head_block = c.block;
     h.n = layer_ops(&h.plain)->param_count(&h.plain);
     assert_int_equal(layer_ops(&h.fused)->param_count(&h.fused), h.n);
     h.plain.param_count = h.fused.param_count = h.n;  // (add_layer's, in a model)

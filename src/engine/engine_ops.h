@@ -34,9 +34,9 @@ int layers_writes(const Pipeline *p);
 int layers_held(const Pipeline *p, int l);
 // Shared slots: every replica of the node reaches this point (LayerSource.sync); else nothing.
 int layers_sync(Pipeline *p, FgError *err);
-// What the F ops of `step` keep of layer l for U (its perturbation's kept_floats per row, for
+// What the F ops of `step` keep of layer l for U (its perturbation's saved_floats per row, for
 // the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
-float *layers_kept(const Pipeline *p, long step, int l);
+float *layers_saved(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.
 size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
@@ -70,8 +70,11 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // estimate (resident), or the one layer buffer (streamed).
 float *update_estimate_of_layer(Pipeline *p, int l);
 
-// A streamed bp stage without clipping updates each layer in the backward wave.
-int update_in_backward(const Pipeline *p);
+// When the stage applies its updates (decided once, at setup).
+UpdateWhen update_timing(const Pipeline *p);
+// At point `at` of step `step` (AT_LOAD: the version a load writes): begins the layer source's
+// next weight version and applies a pending update where p->upd.when says so, else nothing.
+int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err);
 
 // Acquires block b of layer l (layer_block; 0: a layer without blocks) for the forward pass:
 // applies a pending update first (a streamed stage; its weights are written back). Releases
@@ -82,8 +85,8 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
 // Layer l's gradient for op U (of the slot's rows: a layer in row blocks is finished block by
 // block, in ascending order). fresh: after the step's last B or Bw op on the layer, the new
 // gradient: summed over the replicas (streamed: here; resident: the whole stage before),
-// averaged (fg+bp's c is the mean of the stage's corrections) and kept for the update; bp
-// streamed without clipping updates the layer here. Fresh or kept from an earlier step: its
+// averaged (fg+bp's c is the mean of the stage's corrections) and held for the update; bp
+// streamed without clipping updates the layer here. Fresh or held from an earlier step: its
 // squared norm into the scalars. Returns the parts written in *dirty.
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err);

@@ -34,15 +34,15 @@ typedef struct {
 
 // An update computed by op U and not yet applied to every layer (a streamed stage applies it
 // as the next forward wave reads each layer), per layer, scaled by clip, then the optimizer
-// step: g = the kept gradient (bp), or
-// g = base_kept * kept + base_ref * ref_beta[l] * ref + sum coeff[i] v_i (fg, fg+bp), where
-// kept is this step's c, ref the reference of the step before and ref_beta its scale per layer
+// step: g = the update's gradient (LayerSlot.update_grad: bp's gradient), or
+// g = base_grad * update_grad + base_ref * ref_beta[l] * ref + sum coeff[i] v_i (fg, fg+bp),
+// where update_grad is this step's c, ref the reference of the step before and ref_beta its scale per layer
 // (cv_scale = auto; NULL: 1).
 typedef struct {
     int active;
     long step;
     double lr;
-    float base_kept, base_ref, clip;
+    float base_grad, base_ref, clip;
     int tangents;          // the coefficients apply (fg, fg+bp)
     int coeff_nonzero;     // some coefficient is not 0 (mix or cv at shrink 0: none is, and the
                            // tangents' terms, a GEMM per layer under activity, are not formed)
@@ -57,13 +57,32 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
+// When a step's update reaches the stage's layers: decided once at setup (update_timing) from
+// where the layers live and the mode, and read at the step's points by update_at, the one place
+// that begins a weight version and applies a pending update.
+typedef enum {
+    UPDATE_IN_U,             // resident: op U applies every layer's at once
+    UPDATE_IN_BACKWARD,      // streamed bp without clipping: each layer steps as the backward
+                             // wave leaves it (its gradient is whole there)
+    UPDATE_IN_NEXT_FORWARD,  // streamed: the next forward wave applies each layer's as it reads it
+} UpdateWhen;
+
+// The points of a step and of a run where update_at may begin a version or apply the update.
+typedef enum {
+    AT_FORWARD,        // a forward wave starts
+    AT_LAST_BACKWARD,  // the step's last backward wave starts
+    AT_U,              // op U has computed the update
+    AT_READ,           // the weights are read whole (evaluation, a checkpoint, the run's end)
+    AT_LOAD,           // the weights are replaced (a load): a pending update is dropped
+} UpdatePoint;
+
 // The timetable (identical on every stage) and this stage's part of it.
 typedef struct {
     Schedule sched;
     ExecPlan plans[SCHED_MAX_LAG + 1];  // one per phase of the timetable
     const ExecPlan *plan;     // this step's (phase step mod n_phases)
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
-    int lags_kept;            // weight versions kept for this stage's ops with a lag: the
+    int old_versions;         // weight versions held for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
     char choice[256];         // why this timetable, where the run chose one (or "")
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
@@ -103,14 +122,14 @@ typedef struct {
 
 // What backward ops need, kept from F (or Bi) to their last use: the stashes of activations
 // (recompute: the stage's input, from F to B or Bw), the last stage's loss adjoints and Bi's
-// kept adjoints, by the step of their F (mod rings) and micro-batch, and the buffers free for
+// adjoints for Bw, by the step of their F (mod rings) and micro-batch, and the buffers free for
 // reuse.
 typedef struct {
     unsigned char *keeps;     // [n_phases][N]: F of micro-batch b in phase p keeps a stash
     float *dz[SCHED_MAX_LAG + 1];
     int rings;             // steps whose stashes and dz live at once: the timetable's lag + 1
     float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
-    float *kept_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
+    float *bw_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;
     int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
     // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
@@ -119,9 +138,9 @@ typedef struct {
     int n_free_input, n_input_alloc;
 } StashPool;
 
-// What op F keeps for op U besides the scalars (activity perturbation, local losses).
+// What op F saves for op U besides the scalars (activity perturbation, local losses).
 typedef struct {
-    // Every layer's kept block for every micro-batch of a step (stage_kept_offset's layout);
+    // Every layer's saved block for every micro-batch of a step (stage_saved_offset's layout);
     // two when the update is applied in the next step (streamed). work: one layer's G for U.
     float *blocks[2], *work;
     // Local losses on a resident stage: each lane's linear input [max_group][B * max_width]
@@ -129,19 +148,20 @@ typedef struct {
     float *local_input, *local_estimate;
     Label *lane_labels;       // local losses, a fused head: the labels of F's lanes
                               // [max_group][B * tokens]
-} ForwardKept;
+} ForwardSaved;
 
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.
 typedef struct {
     long first_c_step;        // fg+bp: the first step with an exact gradient c
     int weight_lanes;         // this step's B and Bw lanes so far (c is their mean)
-    float c_scale;            // c = c_scale * the kept gradient (fg+bp: 1 / its lanes)
+    float c_scale;            // c = c_scale * update_grad (fg+bp: 1 / its lanes)
     int ref_active;           // the reference is not zero (guided: tangent 0 follows it)
     CvScale cv;               // cv_scale = auto: the reference's scale per layer (else empty)
     float *delayed[SCHED_MAX_LAG + 1];  // bp, grad_delay = D: the last D + 1 steps' gradients
     float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
-    PendingUpdate pending;
+    UpdateWhen when;
+    PendingUpdate pending;    // owned by pipeline_update.c
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage
     StepResult stats;         // of the last update
@@ -166,13 +186,14 @@ typedef struct {
     Messages msg;
     LaneBuffers work;
     StashPool pool;
-    ForwardKept kept;
+    ForwardSaved saved;
     UpdateState upd;
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)
     // The step's scalars, summed over the grid in op U: [0] loss, then d [N*K] (activity:
     // [N*K*B]), then r.v [R][L][Nr*K] per replica and layer, then |grad_l|^2 [L].
+    // After them, n_run_scalars of the run's own (pipeline_run_scalars), summed alike.
     double *scalars;
-    size_t n_scalars;
+    size_t n_scalars, n_run_scalars;
     long first_step;          // the run's first step (a resumed run's is > 0)
     MemAccount mem;           // the stage's memory by owner, counted as it is allocated
     double runtime;           // bytes of mem_budget the process holds besides the stage's own
@@ -192,7 +213,7 @@ typedef struct Lane {
     const float *dy;          // B: the output adjoint, then each layer's input adjoint
     float *stash;             // what B needs: every layer's input (NULL: not selected)
     float *input;             // recompute: the stage's input, kept from F for B's rerun
-    float *keep;              // Bi, Bw: each parameter layer's output adjoint (recompute: the
+    float *bw_adjoints;       // Bi, Bw: each parameter layer's output adjoint (recompute: the
                               // stage's output adjoint, from which Bw redoes Bi)
     const Label *labels;      // F with local losses or a fused head: the micro-batch's labels
                               // (host)

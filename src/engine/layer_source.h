@@ -6,7 +6,7 @@
 // A layer's buffers come in two parts with different lifetimes:
 //  - LAYER_WEIGHTS: parameters, optimizer state and the estimator's reference (fg+bp): the
 //    state of the run, saved in checkpoints and (streamed) versioned for crash recovery;
-//  - LAYER_STEP: what a step hands to the next one: the kept gradient (c of fg+bp, or bp's
+//  - LAYER_STEP: what a step hands to the next one: the update's gradient (c of fg+bp, or bp's
 //    gradient when the update must wait for a global norm) and the weights before the last
 //    update, and the one before (ops with lag 1 and 2 differentiate at the weights their
 //    stash was made with). Rebuilt every step, never saved.
@@ -35,7 +35,7 @@ typedef struct {
     size_t state_stride;
     float *ref;            // fg+bp's reference, the last step's c: as is (cv), or c/|c| (guided)
     float *grad;           // B ops add into it (bp: the gradient; fg+bp: c)
-    float *kept;           // the gradient the next update reads: grad itself (resident), or
+    float *update_grad;    // the gradient the next update reads: grad itself (resident), or
                            // its copy in the step store (streamed)
     float *prev[LAYER_MAX_LAG];  // prev[j]: the weights of j + 1 steps ago (lag j + 1)
 } LayerSlot;
@@ -46,7 +46,7 @@ typedef struct {
     int ref;               // the estimator keeps a reference (cv, guided)
     int grad;              // B ops run (bp, fg+bp)
     int keep_grad;         // the update reads the gradient after the B wave that made it
-    int prev;              // previous weight versions kept: the largest lag of a B op
+    int prev;              // previous weight versions held: the largest lag of a B op
 } LayerNeeds;
 
 LayerNeeds layer_needs(const Config *c);
@@ -60,7 +60,7 @@ struct LayerSource {
     // so one sum over the replicas covers the stage.
     float *stage_grad;
     // Streamed only: the one layer-sized memory buffer of the stage, the B wave's gradient
-    // accumulator; between B waves (once update_finish_layer_gradient has kept each layer's) the
+    // accumulator; between B waves (once update_finish_layer_gradient has set each layer's update_grad) the
     // engine forms updates in it.
     float *layer_buffer;
     // Streamed only: the op-U gradient (bp) or estimate (fg, fg+bp) of each copy of a tied

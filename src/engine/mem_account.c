@@ -20,7 +20,7 @@ void mem_account_add(MemAccount *a, MemOwner owner, double bytes) {
     if (a->activations > a->activation_peak) a->activation_peak = a->activations;
 }
 
-size_t kept_adjoint_floats(const Stage *st, int B, int recompute, int is_last) {
+size_t bw_adjoint_floats(const Stage *st, int B, int recompute, int is_last) {
     if (!recompute) return stage_adjoint_floats(st, B);
     return is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out;
 }
@@ -35,12 +35,12 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
     const double f = sizeof(float), width = (double)B * m->max_width, x = (double)B * m->in_features;
     const int grad = layer_needs(c).grad;
     ActivationSizes z = {.stash = f * (double)stage_stash_floats(st, B),
-                         .adjoint = f * (double)kept_adjoint_floats(st, B, run.recompute, is_last),
+                         .adjoint = f * (double)bw_adjoint_floats(st, B, run.recompute, is_last),
                          .rings = config_timetable_lag(c) + 1};
     if (run.recompute) z.input = f * (double)B * m->layers[st->first].in;
-    if (run.keeps_inputs) {
-        z.kept = f * (double)stage_kept_floats(st, N * B);
-        z.kept_work = z.kept > 0.0 ? f * (double)N * B * m->max_width : 0.0;
+    if (run.saves_inputs) {
+        z.saved = f * (double)stage_saved_floats(st, N * B);
+        z.saved_work = z.saved > 0.0 ? f * (double)N * B * m->max_width : 0.0;
     }
     if (st->local_groups && !st->local_keeps) z.local_lane = f * (double)B * m->max_width;
     if (is_last && c->method.mode != MODE_FG) {
@@ -53,14 +53,14 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
 }
 
 double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
-                        int kept_copies, double *out) {
+                        int saved_copies, double *out) {
     // recompute: an input per micro-batch in flight, and the rerun of the op running (a
     // resident stage runs one backward op at a time; each frees its rerun at its end)
     double stash = z->input > 0.0 ? stashes * z->input + (stashes ? z->stash - z->input : 0.0)
                                   : stashes * z->stash;
     double v[N_MEM_ACTIVATIONS] = {
-        [MEM_STASH] = stash, [MEM_KEPT_ADJOINTS] = adjoints * z->adjoint,
-        [MEM_KEPT_INPUTS] = kept_copies * z->kept + (kept_copies ? z->kept_work : 0.0) +
+        [MEM_STASH] = stash, [MEM_BW_ADJOINTS] = adjoints * z->adjoint,
+        [MEM_SAVED_INPUTS] = saved_copies * z->saved + (saved_copies ? z->saved_work : 0.0) +
                             (group + 1) * z->local_lane,
         [MEM_LOSS_ADJOINTS] = z->rings * z->loss_adjoints,
         [MEM_LANES] = group * z->lane,

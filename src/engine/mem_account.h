@@ -9,15 +9,15 @@
 #include "stage.h"
 
 // The activation categories come first: what F keeps for B (stashes), what Bi keeps for Bw
-// (kept adjoints), what F keeps for U (activity's layer inputs, local losses' estimates, and
+// (adjoints for Bw), what F saves for U (activity's layer inputs, local losses' estimates, and
 // U's work block), the last stage's loss adjoints dz, the op groups' lanes, the message
-// buffers. Then the rest of the stage: weights (and the weight versions kept for lagged ops),
+// buffers. Then the rest of the stage: weights (and the weight versions held for lagged ops),
 // gradients (also the estimate, the reference, delayed gradients), optimizer state, the tied
 // table's second copy (its weights, gradient and state, counted here and not above), the
 // slots of a streamed stage, the data set. Last the runtime: what the process holds besides
 // the stage's own buffers (mem_runtime_bytes).
 typedef enum {
-    MEM_STASH, MEM_KEPT_ADJOINTS, MEM_KEPT_INPUTS, MEM_LOSS_ADJOINTS, MEM_LANES, MEM_MESSAGES,
+    MEM_STASH, MEM_BW_ADJOINTS, MEM_SAVED_INPUTS, MEM_LOSS_ADJOINTS, MEM_LANES, MEM_MESSAGES,
     N_MEM_ACTIVATIONS,
     MEM_WEIGHTS = N_MEM_ACTIVATIONS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_TIED, MEM_IO_SLOTS, MEM_DATA,
     MEM_RUNTIME, N_MEM_OWNERS
@@ -35,17 +35,17 @@ typedef struct {
 void mem_account_add(MemAccount *a, MemOwner owner, double bytes);
 
 // Floats that Bi keeps for Bw of one micro-batch of B rows: each parameter layer's output
-// adjoint; with recompute the stage's output adjoint alone, from which (and the kept input)
+// adjoint; with recompute the stage's output adjoint alone, from which (and the saved input)
 // Bw redoes Bi, and none on the last stage, whose dz stays for the step anyway.
-size_t kept_adjoint_floats(const Stage *st, int B, int recompute, int is_last);
+size_t bw_adjoint_floats(const Stage *st, int B, int recompute, int is_last);
 
 // What a stage's activation memory is made of, from its config and layers.
 typedef struct {
-    double stash, adjoint;   // one micro-batch's stash (stage_stash_floats), kept adjoints
+    double stash, adjoint;   // one micro-batch's stash (stage_stash_floats), Bi's adjoints for Bw
     double input;            // recompute = stage: one micro-batch's stage input, kept from F
                              // to its last B op; the rest of a stash is the rerun of the one
                              // B, Bi or Bw op running (0: none)
-    double kept, kept_work;  // one copy of a step's kept inputs; U's work block (0: none)
+    double saved, saved_work;  // one copy of what a step's F saves for U; U's work block (0: none)
     double local_lane;       // local losses folded in F: a lane's linear input (and the estimate)
     double loss_adjoints;    // the last stage's dz of one step (0: none)
     double lane;             // one lane of an op group (activations, tangents, adjoints; inputs)
@@ -57,10 +57,10 @@ typedef struct {
 ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first, int is_last);
 
 // Bytes by activation category (out[N_MEM_ACTIVATIONS]) of `stashes` stashes and `adjoints`
-// kept adjoints alive at once, lanes for op groups of `group`, `kept_copies` copies of the
-// kept inputs (a streamed stage applies its update a step later: 2); returns their sum.
+// adjoints for Bw alive at once, lanes for op groups of `group`, `saved_copies` copies of what
+// F saves for U (a streamed stage applies its update a step later: 2); returns their sum.
 double activation_bytes(const ActivationSizes *z, int stashes, int adjoints, int group,
-                        int kept_copies, double *out);
+                        int saved_copies, double *out);
 
 // The bytes of mem_budget the process holds besides a stage's own buffers: the program, its
 // libraries (MPI, HDF5, OpenBLAS) and the data. c->layout.mem_runtime when set (>= 0), else

@@ -81,6 +81,17 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     return messages_start(p, r->step, err);
 }
 
+void pipeline_reserve_run_scalars(Pipeline *p, int n) {
+    double *all = fg_alloc_bytes((p->n_scalars + (size_t)n) * sizeof(double));
+    memcpy(all, p->scalars, p->n_scalars * sizeof(double));
+    memset(all + p->n_scalars, 0, (size_t)n * sizeof(double));
+    fg_free(p->scalars);
+    p->scalars = all;
+    p->n_run_scalars = (size_t)n;
+}
+
+double *pipeline_run_scalars(Pipeline *p) { return p->scalars + p->n_scalars; }
+
 // Every op of the step that ran into the run's sums, once caches and clocks have settled.
 static void add_op_times(Pipeline *p, long step) {
     if (step < p->first_step + 3) return;
@@ -289,9 +300,7 @@ static int visit_layer(Pipeline *p, int l, int writable, LayerVisitor visit, voi
 
 int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisitor visit, void *arg,
                           FgError *err) {
-    // Writing replaces the state, so a pending update is dropped, not applied.
-    if (writable) p->upd.pending.active = 0;
-    int rc = writable ? p->src.begin_version(&p->src, next_step, err) : pipeline_apply_pending(p, err);
+    int rc = update_at(p, writable ? AT_LOAD : AT_READ, next_step, err);
     // A load writes the frozen layers first: a store keeps one copy of them (io/layer_store.h),
     // so once any trained layer has the new version, every frozen one has it too, and a load
     // cut short is found out at reopening instead of mixing the old base with the new weights.
@@ -316,9 +325,9 @@ int pipeline_solo(Pipeline *p, int on, FgError *err) {
 
 double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->training.micro_batch;
-    double kept = p->kept.blocks[0] ? (1 + (p->kept.blocks[1] != NULL)) *
-                  (double)stage_kept_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
+    double saved = p->saved.blocks[0] ? (1 + (p->saved.blocks[1] != NULL)) *
+                  (double)stage_saved_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
     double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
-    double adjoints = (double)p->pool.n_adj_alloc * kept_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
-    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + kept) * sizeof(float);
+    double adjoints = (double)p->pool.n_adj_alloc * bw_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
+    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + saved) * sizeof(float);
 }

@@ -52,6 +52,12 @@ int pipeline_free(Pipeline *p, FgError *err);
 int pipeline_step(Pipeline *p, long step, long total_steps, const size_t *order, size_t sample0,
                   StepResult *out, FgError *err);
 
+// The run's bookkeeping rides on the step's one allreduce (op U sums the step's scalars over
+// every rank): pipeline_reserve_run_scalars makes room for n doubles after the step's, which
+// the run writes between steps and reads, summed, after the next step. No collective of its own.
+void pipeline_reserve_run_scalars(Pipeline *p, int n);
+double *pipeline_run_scalars(Pipeline *p);
+
 // Applies an update still pending (streamed stages), so the weights are those of the run so far.
 int pipeline_apply_pending(Pipeline *p, FgError *err);
 
@@ -76,7 +82,7 @@ int pipeline_solo(Pipeline *p, int on, FgError *err);
 // Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
 int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
 
-// Bytes kept for backward ops at most at once: stashes of activations and Bi's adjoints, and
+// Bytes held for backward ops at most at once: stashes of activations and Bi's adjoints, and
 // the layer inputs that activity perturbation keeps for the update.
 double pipeline_stash_bytes(const Pipeline *p);
 

@@ -60,7 +60,7 @@ int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, Fg
     return layers_acquire_block(p, l, 0, dir, parts, s, err);
 }
 
-float *layers_kept(const Pipeline *p, long step, int l) {
+float *layers_saved(const Pipeline *p, long step, int l) {
     int rows = p->cfg->training.micro_batches * p->cfg->training.micro_batch;
-    return p->kept.blocks[p->kept.blocks[1] ? step & 1 : 0] + stage_kept_offset(&p->stage, l, rows);
+    return p->saved.blocks[p->saved.blocks[1] ? step & 1 : 0] + stage_saved_offset(&p->stage, l, rows);
 }

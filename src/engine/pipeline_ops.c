@@ -31,10 +31,10 @@ size_t ops_stash_floats(const Pipeline *p) {
 }
 
 static size_t adj_floats(const Pipeline *p) {
-    return kept_adjoint_floats(&p->stage, p->cfg->training.micro_batch, p->run.recompute, p->is_last);
+    return bw_adjoint_floats(&p->stage, p->cfg->training.micro_batch, p->run.recompute, p->is_last);
 }
 
-// Whether Bi keeps adjoints for Bw: with recompute the last stage's Bw reads dz, kept anyway.
+// Whether Bi keeps adjoints for Bw: with recompute the last stage's Bw reads dz, held anyway.
 static int keeps_adjoints(const Pipeline *p) {
     return adj_floats(p) > 0;
 }
@@ -52,14 +52,14 @@ static void stash_give(Pipeline *p, float *s) {
 }
 
 static float *adj_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, sizeof(float) * (double)adj_floats(p));
+    mem_account_add(&p->mem, MEM_BW_ADJOINTS, sizeof(float) * (double)adj_floats(p));
     if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
     p->pool.n_adj_alloc++;
     return backend_alloc_floats(p->be, adj_floats(p));
 }
 
 static void adj_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_KEPT_ADJOINTS, -(double)sizeof(float) * (double)adj_floats(p));
+    mem_account_add(&p->mem, MEM_BW_ADJOINTS, -(double)sizeof(float) * (double)adj_floats(p));
     p->pool.free_adj[p->pool.n_free_adj++] = s;
 }
 
@@ -77,7 +77,7 @@ static void input_give(Pipeline *p, float *s) {
     p->pool.free_input[p->pool.n_free_input++] = s;
 }
 
-// Layer l's input in lane a's stash; with recompute, the kept input and the rerun's layers.
+// Layer l's input in lane a's stash; with recompute, the input F held and the rerun's layers.
 static float *lane_layer_input(const Pipeline *p, const Lane *a, int l) {
     const Stage *st = &p->stage;
     const int B = p->cfg->training.micro_batch;
@@ -94,11 +94,11 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
     const int r = ring(p, step - a->lag), mb = a->microbatch;
     a->stash = p->pool.stash[r][mb];
     if (p->run.recompute) a->input = a->stash, a->stash = a->input ? stash_take(p) : NULL;
-    if (a->kind == OP_BI && keeps_adjoints(p)) p->pool.kept_adj[r][mb] = a->keep = adj_take(p);
-    if (a->kind == OP_BW) a->keep = p->pool.kept_adj[r][mb], p->pool.kept_adj[r][mb] = NULL;
+    if (a->kind == OP_BI && keeps_adjoints(p)) p->pool.bw_adj[r][mb] = a->bw_adjoints = adj_take(p);
+    if (a->kind == OP_BW) a->bw_adjoints = p->pool.bw_adj[r][mb], p->pool.bw_adj[r][mb] = NULL;
     if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
-    const int no_keep = a->kind == OP_BW && keeps_adjoints(p) && !a->keep;
-    if (!a->stash || (p->run.recompute && !a->input) || no_keep)
+    const int no_bw_adjoints = a->kind == OP_BW && keeps_adjoints(p) && !a->bw_adjoints;
+    if (!a->stash || (p->run.recompute && !a->input) || no_bw_adjoints)
         return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
                        p->tr->stage, op_kind_name(a->kind), mb, a->lag);
     if (p->is_last) {
@@ -106,14 +106,14 @@ static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
         return FG_OK;
     }
     if (a->kind == OP_BW) {
-        a->dy = p->run.recompute ? a->keep : NULL;
+        a->dy = p->run.recompute ? a->bw_adjoints : NULL;
         return FG_OK;
     }
     const float *msg = NULL;
     int rc = messages_take(p, step, &msg, err);
     a->dy = msg;
-    if (!rc && p->run.recompute && a->keep)  // for Bw: the message's slot is reused
-        p->be->copy(p->be, a->keep, msg, adj_floats(p) * sizeof(float));
+    if (!rc && p->run.recompute && a->bw_adjoints)  // for Bw: the message's slot is reused
+        p->be->copy(p->be, a->bw_adjoints, msg, adj_floats(p) * sizeof(float));
     return rc;
 }
 
@@ -157,15 +157,15 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
             } else if (!(rc = messages_take(p, step, &msg, err))) {
                 a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
             }
-            if (p->kept.lane_labels && !rc) {  // local losses, or the fused head's
-                Label *labels = p->kept.lane_labels + (size_t)n * B * p->model->tokens;
+            if (p->saved.lane_labels && !rc) {  // local losses, or the fused head's
+                Label *labels = p->saved.lane_labels + (size_t)n * B * p->model->tokens;
                 rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
             if (ops_keeps_stash(p, step, a->microbatch)) {
-                float **kept = &p->pool.stash[ring(p, step)][a->microbatch];
-                if (p->run.recompute) *kept = a->input = input_take(p);
-                else *kept = a->stash = stash_take(p);
+                float **pooled = &p->pool.stash[ring(p, step)][a->microbatch];
+                if (p->run.recompute) *pooled = a->input = input_take(p);
+                else *pooled = a->stash = stash_take(p);
             }
         } else {
             rc = backward_lane(p, step, a, err);
@@ -194,16 +194,16 @@ static const ParamTangents *lane_tangents(Pipeline *p, long step, int l, const L
 
 // Lane i's local-loss buffers (a resident stage): the linear's input, until F folds it.
 static float *lane_local_input(const Pipeline *p, int i) {
-    return p->kept.local_input + (size_t)i * p->cfg->training.micro_batch * p->model->max_width;
+    return p->saved.local_input + (size_t)i * p->cfg->training.micro_batch * p->model->max_width;
 }
 
 // Activity perturbation: the update needs layer l's input of lane a (i: its place in the
-// group), kept until U, or until the local loss after it (stage_local_folds).
-static void keep_layer_input(Pipeline *p, long step, int l, const Lane *a, int i) {
+// group), saved until U, or until the local loss after it (stage_local_folds).
+static void save_layer_input(Pipeline *p, long step, int l, const Lane *a, int i) {
     int B = p->cfg->training.micro_batch, in = p->model->layers[l].in;
-    float *kept = stage_local_folds(&p->stage, l) ? lane_local_input(p, i)
-                                                  : layers_kept(p, step, l) + (size_t)a->microbatch * B * in;
-    p->be->copy(p->be, kept, a->x, (size_t)a->rows * in * sizeof(float));
+    float *saved = stage_local_folds(&p->stage, l) ? lane_local_input(p, i)
+                                                   : layers_saved(p, step, l) + (size_t)a->microbatch * B * in;
+    p->be->copy(p->be, saved, a->x, (size_t)a->rows * in * sizeof(float));
 }
 
 // A local loss at layer l: the estimate of layer l - 1's update (fg's mean over the step's
@@ -215,32 +215,30 @@ static void end_local_loss(Pipeline *p, long step, int l, Lane *a, const float *
     int B = p->cfg->training.micro_batch, rows = p->cfg->training.micro_batches * B;
     float scale = 1.0f / ((float)p->run.all_microbatches * B * p->K);
     if (stage_local_folds(st, l - 1)) {
-        stage_local_output_grad(st, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, p->kept.local_estimate);
-        stage_local_fold(st, l - 1, a->microbatch, a->rows, lane_local_input(p, i), p->kept.local_estimate,
+        stage_local_output_grad(st, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, p->saved.local_estimate);
+        stage_local_fold(st, l - 1, a->microbatch, a->rows, lane_local_input(p, i), p->saved.local_estimate,
                          update_estimate_of_layer(p, l - 1));
     } else {
-        float *est = layers_kept(p, step, l - 1) + stage_local_estimate_offset(st, l - 1, rows) +
+        float *est = layers_saved(p, step, l - 1) + stage_local_estimate_offset(st, l - 1, rows) +
                      (size_t)a->microbatch * B * p->model->layers[l].out;
         stage_local_output_grad(st, l, a->x, a->xdot, zdot, a->labels, a->rows, scale, est);
     }
     a->xdot = NULL;
 }
 
-// A fused head (head_loss.h) scores lane a's labels while its layer runs: they go to the
+// A fused head (LAYER_HEAD_LOSS) scores lane a's labels while its layer runs: they go to the
 // backend, the record's weight is the adjoint's scale when a B op will take the micro-batch,
 // and the derivatives go into the step's scalars at once (the next lane reuses loss_d).
-static void head_begin(Pipeline *p, long step, const Lane *a, HeadScore *h) {
+static HeadScore head_begin(Pipeline *p, long step, const Lane *a) {
     size_t n = (size_t)a->rows * p->model->tokens;
     p->be->upload(p->be, p->work.labels, a->labels, n * sizeof(Label));
-    *h = (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
-                     .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
-    p->stage.head = h;
+    return (HeadScore){.labels = p->work.labels, .d = p->work.loss_d,
+                       .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
 }
 
 static void per_sample_means(const Pipeline *p, float *d, int rows);
 
 static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
-    p->stage.head = NULL;
     a->loss = h->loss, a->correct = h->correct;
     if (!tangents) return;
     if (p->run.d_per_sample) per_sample_means(p, h->d, a->rows * p->model->tokens);
@@ -282,14 +280,13 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
-        if (L->head_block) {
-            HeadScore h;
-            head_begin(p, step, a, &h);
+        if (L->kind == LAYER_HEAD_LOSS) {
+            HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
             head_end(p, a, &h, tangents);
         }
         a->x = y;
-        a->xdot = tangents && !L->head_block ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+        a->xdot = tangents && L->kind != LAYER_HEAD_LOSS ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
     }
     return rc;
 }
@@ -299,12 +296,12 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
     Stage *st = &p->stage;
     int rc = FG_OK;
     for (int i = 0; i < n; i++) {
-        // Every layer's input is kept (layers write straight into the stash), or the first's.
-        float *kept = lanes[i].stash ? lanes[i].stash : lanes[i].input;
-        if (!kept) continue;
-        p->be->copy(p->be, kept, lanes[i].x,
+        // Every layer's input is held (layers write straight into the stash), or the first's.
+        float *held = lanes[i].stash ? lanes[i].stash : lanes[i].input;
+        if (!held) continue;
+        p->be->copy(p->be, held, lanes[i].x,
                     (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
-        lanes[i].x = kept;
+        lanes[i].x = held;
     }
     for (int l = st->first; l < st->last && !rc; l++) {
         const Layer *L = &p->model->layers[l];
@@ -322,13 +319,14 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             const ParamTangents *tangents = lane_tangents(p, step, l, &s, a, &t);
             float *y = lane_output(p, a, l, i, cur);
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
-            if (tangents && L->param_count && p->run.keeps_inputs) keep_layer_input(p, step, l, a, i);
+            if (tangents && L->param_count && p->run.saves_inputs) save_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
-            HeadScore head;
-            if (L->head_block) head_begin(p, step, a, &head);
-            stage_layer_forward(st, l, s.params, tangents, a->x, a->xdot, y, ydot, a->rows);
-            if (L->head_block) head_end(p, a, &head, tangents != NULL);
-            a->x = y, a->xdot = L->head_block ? NULL : ydot;
+            const int scores = L->kind == LAYER_HEAD_LOSS;
+            HeadScore head = scores ? head_begin(p, step, a) : (HeadScore){0};
+            stage_layer_forward(st, l, s.params, tangents, scores ? &head : NULL, a->x, a->xdot, y,
+                                ydot, a->rows);
+            if (scores) head_end(p, a, &head, tangents != NULL);
+            a->x = y, a->xdot = scores ? NULL : ydot;
             if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot, i);
         }
         if (parts) rc = layers_release(p, l, parts, dirty, err);
@@ -397,8 +395,7 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
                       double *loss_sum, FgError *err) {
     const Backend *be = p->be;
     int B = p->cfg->training.micro_batch, last = p->stage.last, rc;
-    // A streamed stage's pending update is written back as the layers pass: a new version.
-    if (p->upd.pending.active && (rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err))) return rc;
+    if ((rc = update_at(p, AT_FORWARD, step, err))) return rc;
     if ((rc = ops_forward_layers(p, step, p->work.lanes, n, err))) return rc;
     size_t rows_out = (size_t)B * p->model->layers[last - 1].out;
     for (int i = 0; i < n && !rc; i++) {
@@ -418,10 +415,10 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
 
 // Where Bi keeps layer l's output adjoint for Bw (NULL: none; a layer without a weight
 // gradient, or with recompute, where Bw redoes Bi instead).
-static float *lane_kept_adjoint(const Pipeline *p, const Lane *a, int l) {
+static float *lane_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
     const Layer *L = &p->model->layers[l];
-    if (!a->keep || p->run.recompute || !L->param_count || L->frozen) return NULL;
-    return a->keep + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
+    if (!a->bw_adjoints || p->run.recompute || !L->param_count || L->frozen) return NULL;
+    return a->bw_adjoints + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
 }
 
 // One layer of the backward ops for every lane: B both halves, Bi the input adjoint (keeping
@@ -437,17 +434,17 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
         const float *x = lane_layer_input(p, a, l);
-        float *kept = lane_kept_adjoint(p, a, l);
+        float *bw_dy = lane_bw_adjoint(p, a, l);
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
         // Bw reads no weights, but a fused head recomputes its logits
         if (a->kind == OP_BW && !p->run.recompute) {
-            if (kept) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, kept, NULL, s->grad, B);
+            if (bw_dy) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, bw_dy, NULL, s->grad, B);
             continue;
         }
         const int sends = !p->is_first && a->kind != OP_BW;
         float *dx = l == st->first && !sends ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
-        if (kept) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
+        if (bw_dy) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
         // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
         be->backward(be, L, params, x, a->dy, dx, a->kind != OP_BI && !L->frozen ? s->grad : NULL, B);
         a->dy = dx;
@@ -456,7 +453,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
 
 // backward_layer over a token table in row blocks (Layer.block_rows), the blocks ascending: each
 // lane's dx summed over them (block 0 starts it), the weight gradient a block at a time into
-// the block's accumulator, finished per block (summed, kept, stepped) after the step's last
+// the block's accumulator, finished per block (summed, set as update_grad, stepped) after the step's last
 // B wave of a streamed stage.
 static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int zero, int last_w,
                            FgError *err) {
@@ -474,14 +471,14 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
         for (int i = 0; i < n; i++) {
             Lane *a = &p->work.lanes[i];
             const float *x = lane_layer_input(p, a, l);
-            float *kept = lane_kept_adjoint(p, a, l);  // never recomputed (config.c)
+            float *bw_dy = lane_bw_adjoint(p, a, l);  // never recomputed (config.c)
             const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
             if (a->kind == OP_BW) {
-                if (kept) stage_rows_backward(st, l, params, r0, rows, x, kept, NULL, s.grad, B);
+                if (bw_dy) stage_rows_backward(st, l, params, r0, rows, x, bw_dy, NULL, s.grad, B);
                 continue;
             }
             float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
-            if (kept && b == 0) be->copy(be, kept, a->dy, (size_t)B * L->out * sizeof(float));
+            if (bw_dy && b == 0) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
             stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
                                 a->kind == OP_B && !L->frozen ? s.grad : NULL, B);
         }
@@ -497,7 +494,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     return rc;
 }
 
-// recompute = stage: the stash of each lane (B, Bi or Bw), rerun from the input its F kept
+// recompute = stage: the stash of each lane (B, Bi or Bw), rerun from the input its F held
 // with the weights F ran with (those B differentiates at), as F computed it: F's primal is the
 // plain forward with or without tangents (every layer's jvp calls its forward). The stage's
 // last layer is not rerun: B reads layer inputs only, and its output went to the loss or the
@@ -511,7 +508,7 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
         if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         for (int i = 0; i < n; i++) {
             const Lane *a = &p->work.lanes[i];
-            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL,
+            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL, NULL,
                                 lane_layer_input(p, a, l), NULL,
                                 lane_layer_input(p, a, l + 1), NULL, a->rows);
         }
@@ -526,7 +523,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     for (int i = 0; i < n; i++) weights += p->work.lanes[i].kind != OP_BI;
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;
-    if (last_w && update_in_backward(p)) rc = p->src.begin_version(&p->src, step + 1, err);
+    if (last_w) rc = update_at(p, AT_LAST_BACKWARD, step, err);
     if (!rc && p->run.recompute) rc = rerun_forward(p, n, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
@@ -550,7 +547,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
         // Bi's rerun goes at its end too (recompute): Bw makes its own
         if (a->kind != OP_BI || p->run.recompute) stash_give(p, a->stash);
         if (a->kind != OP_BI && a->input) input_give(p, a->input);
-        if (a->kind == OP_BW && a->keep) adj_give(p, a->keep);
+        if (a->kind == OP_BW && a->bw_adjoints) adj_give(p, a->bw_adjoints);
         // Not to a step after the run's last: nobody would take it.
         if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)
             rc = p->tr->send(p->tr, p->tr->stage - 1,

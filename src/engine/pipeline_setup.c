@@ -32,8 +32,8 @@ static int adjoints_in_flight(const Config *c) {
 // their tangents, and activity's estimate of the head over the replica's micro-batches.
 static double head_bytes(const Pipeline *p) {
     const Layer *L = &p->model->layers[p->stage.last - 1];
-    if (!L->head_block) return 0.0;
-    int n_mb = p->run.keeps_inputs ? p->cfg->training.micro_batches : 0, B = p->cfg->training.micro_batch;
+    if (L->kind != LAYER_HEAD_LOSS) return 0.0;
+    int n_mb = p->run.saves_inputs ? p->cfg->training.micro_batches : 0, B = p->cfg->training.micro_batch;
     return (double)head_loss_work_floats(L, B, p->K, n_mb) * sizeof(float) +
            (double)p->cfg->training.micro_batches * stage_rows_state_bytes(&p->stage, p->stage.last - 1, B);
 }
@@ -52,7 +52,7 @@ static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err)
 // What the stage needs in memory: its layers' buffers and activations (mem_account.h) with the
 // stashes and the adjoints Bi keeps for Bw of the micro-batches in flight, and what F keeps for
 // U (activity: every micro-batch's layer inputs; local losses: also their estimates) until the
-// update. Streamed (kept_copies 2, lanes of a whole wave), what stays besides the slots.
+// update. Streamed (saved_copies 2, lanes of a whole wave), what stays besides the slots.
 static double stage_needs_bytes(const Pipeline *p, int streamed) {
     const Config *c = p->cfg;
     Stage st = p->stage;  // local losses: a streamed stage keeps what a resident one folds in F
@@ -65,7 +65,7 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
         return (double)p->n * sizeof(float) * buffers +
                activation_bytes(&z, stashes, adjoints, 1, 1, NULL) + head_bytes(p);
     }
-    // Lanes of a whole wave, stashes and kept adjoints, two steps' kept inputs, a fused head's
+    // Lanes of a whole wave, stashes and adjoints for Bw, two steps' saved inputs, a fused head's
     // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
     // device these are device memory, and so is a copy of the layer being computed on; the
     // budget counts host and device bytes alike.
@@ -114,7 +114,7 @@ static int open_source(Pipeline *p, const LayerStreams *streams, int streams_her
     return rc;
 }
 
-// The layer source's buffers into the stage's account: resident, the weights (and versions kept
+// The layer source's buffers into the stage's account: resident, the weights (and versions held
 // for lagged ops), gradient, reference and optimizer state of every layer, the tied table's
 // second copy apart; streamed, the slots mem_budget leaves after the work and the runtime, and
 // one layer's gradient.
@@ -185,18 +185,18 @@ static void alloc_buffers(Pipeline *p) {
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
-    size_t kept = p->run.keeps_inputs ? stage_kept_floats(&p->stage, N * B) : 0;
-    if (kept) {
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->kept.blocks[i] = alloc_counted(p, MEM_KEPT_INPUTS, kept);
-        p->kept.work = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)N * B * p->model->max_width);
+    size_t saved = p->run.saves_inputs ? stage_saved_floats(&p->stage, N * B) : 0;
+    if (saved) {
+        for (int i = 0; i < 1 + p->src.streamed; i++) p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
+        p->saved.work = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups && !p->stage.local_keeps) {
         size_t lane = (size_t)B * p->model->max_width;
-        p->kept.local_input = alloc_counted(p, MEM_KEPT_INPUTS, (size_t)group * lane);
-        p->kept.local_estimate = alloc_counted(p, MEM_KEPT_INPUTS, lane);
+        p->saved.local_input = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)group * lane);
+        p->saved.local_estimate = alloc_counted(p, MEM_SAVED_INPUTS, lane);
     }
     if (p->stage.local_groups || (p->is_last && p->model->fused_head))
-        p->kept.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
+        p->saved.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = alloc_counted(p, MEM_GRADIENTS, p->n);
     if (p->run.forms_estimate)
@@ -273,8 +273,8 @@ static void plan_stage(Pipeline *p) {
         int n = schedule_stage_ops(S, ph, s, &ops);
         for (int i = 0; i < n; i++) {
             p->tt.taker_lag[ops + i - S->ops] = op_adjoint_taker_lag(S, ph, &ops[i]);
-            // Each version kept costs a copy of the stage's weights per step: only those used.
-            if (ops[i].kind != OP_F) p->tt.lags_kept = FG_MAX(p->tt.lags_kept, ops[i].lag);
+            // Each version held costs a copy of the stage's weights per step: only those used.
+            if (ops[i].kind != OP_F) p->tt.old_versions = FG_MAX(p->tt.old_versions, ops[i].lag);
         }
     }
     // Every phase recurs within n_phases steps once the lags have passed.
@@ -297,7 +297,7 @@ static void unplan_stage(Pipeline *p) {
     void *on_host[] = {p->pool.keeps, p->tt.taker_lag, p->tt.measured};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     p->pool.keeps = NULL, p->tt.taker_lag = NULL, p->tt.measured = NULL, p->tt.plan = NULL;
-    p->tt.lags_kept = 0;
+    p->tt.old_versions = 0;
     schedule_free(&p->tt.sched);
 }
 
@@ -400,7 +400,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     int streams_here = 0;
     if ((rc = choose_source(p, streams, &streams_here, err))) return rc;
     p->stage.local_keeps = streams_here;
-    if (p->run.keeps_inputs && streams_here && t->replicas > 1)
+    if (p->run.saves_inputs && streams_here && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     const int calibrates = !pipeline_calibration_off(p);
@@ -408,6 +408,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         (rc = open_source(p, streams, streams_here, err)))
         return rc;
     count_source(p);
+    p->upd.when = update_timing(p);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);
@@ -433,7 +434,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
     for (int i = 0; i <= SCHED_MAX_LAG; i++)
         for (int b = 0; b < SCHED_MAX_MICROBATCHES; b++) {
             be->free(be, p->pool.stash[i][b]);
-            be->free(be, p->pool.kept_adj[i][b]);
+            be->free(be, p->pool.bw_adj[i][b]);
         }
     for (int i = 0; i < p->pool.n_free_stash; i++) be->free(be, p->pool.free_stash[i]);
     for (int i = 0; i < p->pool.n_free_adj; i++) be->free(be, p->pool.free_adj[i]);
@@ -443,8 +444,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
                           p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
                           p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch,
-                          p->kept.blocks[0], p->kept.blocks[1], p->kept.work, p->kept.local_input,
-                          p->kept.local_estimate,
+                          p->saved.blocks[0], p->saved.blocks[1], p->saved.work, p->saved.local_input,
+                          p->saved.local_estimate,
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
@@ -452,7 +453,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
                        p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
                        p->host_layer[2], p->host_layer[3],
-                       p->kept.lane_labels, w->rows_state};
+                       p->saved.lane_labels, w->rows_state};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(w->lanes);
     cv_scale_free(&p->upd.cv);

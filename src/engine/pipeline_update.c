@@ -25,9 +25,15 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-int update_in_backward(const Pipeline *p) {
-    return p->src.streamed && p->cfg->method.mode == MODE_BP && !p->need.keep_grad;
+UpdateWhen update_timing(const Pipeline *p) {
+    if (!p->src.streamed) return UPDATE_IN_U;
+    // bp reads no gradient after the wave that made it (no clipping): the step needs no version
+    // of its own, and each layer steps in the wave.
+    return p->cfg->method.mode == MODE_BP && !p->need.keep_grad ? UPDATE_IN_BACKWARD
+                                                                : UPDATE_IN_NEXT_FORWARD;
 }
+
+static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
@@ -36,9 +42,9 @@ static int needs_grad_norms(const Pipeline *p) {
     return bp_clips || p->run.guided || p->upd.want_stats;
 }
 
-// Whether applying the update reads the step's kept gradient.
-static int reads_kept(const PendingUpdate *u) {
-    return !u->tangents || u->base_kept != 0.0f || u->set_ref;
+// Whether applying the update reads the step's update_grad.
+static int reads_update_grad(const PendingUpdate *u) {
+    return !u->tangents || u->base_grad != 0.0f || u->set_ref;
 }
 
 // Sums per-layer rows of `width` values in layer order, each weighted by weights[l] (NULL: 1;
@@ -77,7 +83,7 @@ static int estimate_formed(const Pipeline *p, int l) {
 static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
     float *tied = tied_buffer(p, l);
     if (tied_region(p, l) >= 0) return p->src.layer_buffer;  // tied_fetch put it there
-    return tied ? tied + s->first : p->upd.pending.tangents ? estimate_rows(p, l, s) : s->kept;
+    return tied ? tied + s->first : p->upd.pending.tangents ? estimate_rows(p, l, s) : s->update_grad;
 }
 
 // A frozen layer (config freeze, a LoRA base) takes no step: its weights stay bit for bit (its
@@ -90,7 +96,7 @@ static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].f
 int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
                                unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
-    int reads_step = u->active && (reads_kept(u) || p->tt.lags_kept > 0);
+    int reads_step = u->active && (reads_update_grad(u) || p->tt.old_versions > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = layers_acquire_block(p, l, b, 1, *parts, s, err);
@@ -117,14 +123,14 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // Replicas sharing the slot: the I/O rank writes it once every one is done reading it.
     if (fresh && (rc = layers_sync(p, err))) return rc;
     int writes = layers_writes(p);
-    if (fresh && s->kept != s->grad && s->kept && writes) {
-        be->copy(be, s->kept, s->grad, n * sizeof(float));
+    if (fresh && s->update_grad != s->grad && s->update_grad && writes) {
+        be->copy(be, s->update_grad, s->grad, n * sizeof(float));
         *dirty |= LAYER_STEP;
     }
     // Replicas hold the same sum: one of them contributes its norm to the grid's sum. A layer
     // in row blocks sums its blocks' dots in order, resident or streamed (the same bits).
     if (p->tr->replica == 0 && needs_grad_norms(p)) {
-        double g2 = (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->kept, s->kept, n);
+        double g2 = (double)p->upd.c_scale * p->upd.c_scale * be->dot(be, s->update_grad, s->update_grad, n);
         double *norm = &p->scalars[scalars_grad_norms(p) + l];
         *norm = s->first ? *norm + g2 : g2;
     }
@@ -147,16 +153,16 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     return FG_OK;
 }
 
-// upd = (or, adding, +=) base_kept * kept + base_ref * ref of layer l (of the slot's rows).
+// upd = (or, adding, +=) base_grad * update_grad + base_ref * ref of layer l (of the slot's rows).
 static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, int adding) {
     const PendingUpdate *u = &p->upd.pending;
     const Backend *be = p->be;
     size_t n = s->count;
     float base_ref = u->base_ref * (u->ref_beta ? u->ref_beta[l] : 1.0f);
     if (!s->ref) base_ref = 0.0f;  // a streamed frozen layer (its reference would be 0)
-    if (u->base_kept != 0.0f) {
-        if (adding) be->axpy(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
-        else be->scale(be, upd, u->base_kept * p->upd.c_scale, s->kept, n);
+    if (u->base_grad != 0.0f) {
+        if (adding) be->axpy(be, upd, u->base_grad * p->upd.c_scale, s->update_grad, n);
+        else be->scale(be, upd, u->base_grad * p->upd.c_scale, s->update_grad, n);
         adding = 1;
     }
     if (base_ref != 0.0f) {
@@ -167,7 +173,7 @@ static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, i
     if (!adding) be->zero(be, upd, n * sizeof(float));
 }
 
-// g = base_kept * kept + base_ref * ref + sum coeff v for layer l, into upd. A perturbation
+// g = base_grad * update_grad + base_ref * ref + sum coeff v for layer l, into upd. A perturbation
 // that sets the estimate (local losses: folded in op F) goes first, the other terms after it.
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->upd.pending;
@@ -179,9 +185,9 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                          .first_microbatch = pipeline_global_microbatch(p, 0),
                          .replica_microbatches = p->cfg->training.micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
-                         .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->kept.work,
+                         .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->saved.work,
                          .first = s->first, .count = s->count,
-                         .kept = p->run.keeps_inputs ? layers_kept(p, u->step, l) : NULL};
+                         .saved = p->run.saves_inputs ? layers_saved(p, u->step, l) : NULL};
     perturb->estimate(&p->stage, l, &e, upd);
     if (perturb->sets_estimate) add_base_terms(p, l, s, upd, 1);
 }
@@ -205,7 +211,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
             rc = rc ? rc : rc2;
         }
     }
-    if (!rc && p->run.keeps_inputs && p->tr->replicas > 1 &&
+    if (!rc && p->run.saves_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
     p->upd.pending.formed = !p->src.streamed;
@@ -273,7 +279,7 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
         if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
         return 0;
     }
-    for (int j = p->tt.lags_kept - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
+    for (int j = p->tt.old_versions - 1; j >= 0 && !u->aged; j--) {  // the step's weights age by one
         be->copy(be, s->prev[j], j ? s->prev[j - 1] : s->params, n * sizeof(float));
         dirty |= LAYER_STEP;
     }
@@ -283,7 +289,7 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     be->optimizer_step(be, &oc, u->step, u->lr, s->params, u->aged ? s->prev[0] : s->params, g,
                        u->clip, s->state, s->state_stride, n);
     // The next step's reference: this step's c (guided: normalised).
-    if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->upd.c_scale, s->kept, n);
+    if (u->set_ref) be->scale(be, s->ref, u->ref_scale * p->upd.c_scale, s->update_grad, n);
     return dirty;
 }
 
@@ -342,11 +348,11 @@ static void plan_estimate(Pipeline *p, EstimatorKind kind, int have_c, float *d,
     // The entries inside c are the first of each replica's (inside_c); their d is not estimated.
     if (u->ref_beta)
         cv_scale_observe(&p->upd.cv, d, layer_dots, p->tr->replicas, Nr * K, inside / p->tr->replicas);
-    u->base_kept = NK ? (float)inside / (float)NK : 0.0f;
+    u->base_grad = NK ? (float)inside / (float)NK : 0.0f;
     u->base_ref = inside == NK ? 0.0f : base * (float)(NK - inside) / (float)NK;
     // mix takes no dot with the tangents, so its c is this step's (the newest exact gradient,
     // each part as old as its op's lag; 0 before the first): with shrink 0 the update is c.
-    if (info->base_is_c) u->base_kept = have_c ? base : 0.0f, u->base_ref = 0.0f;
+    if (info->base_is_c) u->base_grad = have_c ? base : 0.0f, u->base_ref = 0.0f;
     u->tangents = 1;
     u->coeff_nonzero = 0;
     for (int i = 0; i < n_d && !u->coeff_nonzero; i++) u->coeff_nonzero = u->coeff[i] != 0.0f;
@@ -365,7 +371,7 @@ static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, 
     if (!estimate_formed(p, l)) form_estimate(p, l, s, upd);
     else if ((rc = tied_fetch(p, l, s, err))) return rc;
     row[ROW_G2] += be->dot(be, upd, upd, n);  // from 0: the first block's (or layer's) dot
-    if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->kept, n);
+    if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->update_grad, n);
     if (!with_fg) return FG_OK;
     // A streamed stage forms g again when it applies it: f may take its buffer (also when g, of
     // a tied copy, is in tied_grad).
@@ -374,16 +380,16 @@ static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, 
     TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
     stage_layer_add_tangents_part(&p->stage, l, key, p->run.all_microbatches, fcoeff, s->first, n, f);
     row[ROW_F2] += be->dot(be, f, f, n);
-    row[ROW_FC] += p->upd.c_scale * be->dot(be, f, s->kept, n);
+    row[ROW_FC] += p->upd.c_scale * be->dot(be, f, s->update_grad, n);
     return FG_OK;
 }
 
 // One pass over the layers for |g| (clipping, the log) and the log's cosines to c: per layer
-// g (resident: kept for the update), and the plain fg estimate f = sum d/(NK) v.
+// g (resident: held for the update), and the plain fg estimate f = sum d/(NK) v.
 static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgError *err) {
     int L = p->model->n_layers, NK = p->run.all_microbatches * p->K, rc = FG_OK;
-    // Activity: f would need the kept inputs again; the log takes g's cosine when g is fg's.
-    int with_fg = p->upd.want_stats && have_c && p->K && !p->run.keeps_inputs;
+    // Activity: f would need the saved inputs again; the log takes g's cosine when g is fg's.
+    int with_fg = p->upd.want_stats && have_c && p->K && !p->run.saves_inputs;
     double *rows = calloc((size_t)L * ROW_WIDTH, sizeof(double));
     float *fcoeff = malloc((size_t)NK * sizeof(float));
     for (int i = 0; i < NK; i++) fcoeff[i] = d[i] / (float)NK;
@@ -418,8 +424,8 @@ static void record_stats(Pipeline *p, const double *sums, double c2, int have_c,
     r->exact_norm = sqrt(c2);
     r->cos_estimate_exact = sums[ROW_GC] / sqrt(sums[ROW_G2] * c2);
     const PendingUpdate *u = &p->upd.pending;
-    int g_is_fg = u->base_kept == 0.0f && u->base_ref == 0.0f;
-    if (K && !p->run.keeps_inputs) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
+    int g_is_fg = u->base_grad == 0.0f && u->base_ref == 0.0f;
+    if (K && !p->run.saves_inputs) r->cos_fg_exact = sums[ROW_FC] / sqrt(sums[ROW_F2] * c2);
     else if (K && g_is_fg) r->cos_fg_exact = r->cos_estimate_exact;
     if (!cdots) return;
     double plain = 0, corrected = 0;
@@ -446,7 +452,7 @@ static void delay_gradient(Pipeline *p, long step) {
 
 static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
     double t = wall_seconds();
-    int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)p->n_scalars, err);
+    int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)(p->n_scalars + p->n_run_scalars), err);
     *waited += wall_seconds() - t;
     return rc;
 }
@@ -454,7 +460,7 @@ static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
 static int apply_everywhere(Pipeline *p, FgError *err) {
     int rc = FG_OK;
     // A resident stage keeps the weights' versions by swapping buffers: no copy per step.
-    p->upd.pending.aged = p->tt.lags_kept > 0 && p->src.age_weights;
+    p->upd.pending.aged = p->tt.old_versions > 0 && p->src.age_weights;
     if (p->upd.pending.aged) p->src.age_weights(&p->src);
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
         for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
@@ -467,13 +473,34 @@ static int apply_everywhere(Pipeline *p, FgError *err) {
     return rc;
 }
 
-int pipeline_apply_pending(Pipeline *p, FgError *err) {
+// A pending update on every layer now, in a version of its own.
+static int apply_pending(Pipeline *p, FgError *err) {
     if (!p->upd.pending.active) return FG_OK;
     int rc = p->src.begin_version(&p->src, p->upd.pending.step + 1, err);
     if (!rc) rc = apply_everywhere(p, err);
     if (!rc) rc = p->src.flush(&p->src, err);
     return rc;
 }
+
+int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err) {
+    PendingUpdate *u = &p->upd.pending;
+    switch (at) {
+    case AT_FORWARD:  // the pending update is written back as the layers pass: a new version
+        return u->active ? p->src.begin_version(&p->src, u->step + 1, err) : FG_OK;
+    case AT_LAST_BACKWARD:
+        return update_in_backward(p) ? p->src.begin_version(&p->src, step + 1, err) : FG_OK;
+    case AT_U:
+        return p->upd.when == UPDATE_IN_U ? apply_pending(p, err) : FG_OK;
+    case AT_READ:
+        return apply_pending(p, err);
+    case AT_LOAD:  // writing replaces the state, so a pending update is dropped, not applied
+        u->active = 0;
+        return p->src.begin_version(&p->src, step, err);
+    }
+    return FG_OK;
+}
+
+int pipeline_apply_pending(Pipeline *p, FgError *err) { return update_at(p, AT_READ, 0, err); }
 
 int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) {
     const Config *c = p->cfg;
@@ -503,7 +530,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if (est) plan_estimate(p, kind, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (est && (tied || (p->run.keeps_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (est && (tied || (p->run.saves_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
     if (!rc && est && tied) rc = tie_copies(p, err);
     if (!rc && est && (oc.clip_norm > 0 || p->upd.want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!est) sums[ROW_G2] = c2;  // bp: the estimate is the gradient
@@ -519,6 +546,6 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
         // Only the guide needs |c| (known: needs_grad_norms); cv's reference is c from here on.
         p->upd.ref_active = p->run.guided ? c2 > 0 : 1;
     }
-    if (!rc && u->active && !p->src.streamed) rc = pipeline_apply_pending(p, err);
+    if (!rc) rc = update_at(p, AT_U, step, err);
     return rc;
 }

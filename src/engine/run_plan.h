@@ -12,7 +12,7 @@ typedef struct {
     int tangents;            // K per micro-batch; 0 in bp and where fg weighs 0 (no tangents)
     int forms_estimate;      // op U forms an estimate (fg, fg+bp); bp applies its gradient
     int all_microbatches;    // R * N: the step's over every replica (they name the tangents)
-    int keeps_inputs;        // F keeps layer inputs for U (activity, local losses): each
+    int saves_inputs;        // F keeps layer inputs for U (activity, local losses): each
                              // replica forms the estimate of its own micro-batches
     int d_per_sample;        // F's directional derivatives are per sample (activity)
     int sends_tangents;      // F's messages carry tangents (not with local losses)

@@ -26,8 +26,8 @@ static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
     return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(unit_floats(L) * sizeof(float));
 }
 
-// The layers the stores keep: all but the twin (the tied head reading the embedding's copy).
-static int kept(const SlotPlan *sp, const Model *m, int l) {
+// The layers the stores hold: all but the twin (the tied head reading the embedding's copy).
+static int stored(const SlotPlan *sp, const Model *m, int l) {
     return m->layers[l].param_count && l != sp->twin;
 }
 
@@ -36,7 +36,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     size_t weights = 0, trained = 0;
     for (int l = first; l < last; l++) {
         const Layer *L = &m->layers[l];
-        if (!kept(sp, m, l)) continue;
+        if (!stored(sp, m, l)) continue;
         if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
         weights = FG_MAX(weights, weights_bytes(sp, L));
         sp->lane_weights = FG_MAX(sp->lane_weights, (size_t)(L->frozen ? 1 : sp->n_weights) * unit_floats(L));
@@ -51,7 +51,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     sp->lane_step = (size_t)sp->n_step * trained;
     for (int l = first; l < last; l++) {
-        if (!kept(sp, m, l)) continue;
+        if (!stored(sp, m, l)) continue;
         if (unit_floats(&m->layers[l]) > sp->largest / 2) {
             sp->large_layers++;
         } else {
@@ -83,7 +83,7 @@ static double slots_floor(const SlotPlan *sp) {
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
     double bytes = 0.0;
     for (int l = first; l < last; l++)
-        if (kept(sp, m, l))
+        if (stored(sp, m, l))
             bytes += (double)(m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) *
                  (double)m->layers[l].param_count * sizeof(float);
     return bytes;

@@ -46,7 +46,7 @@ static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts
         out->ref = view(r->ref, off);
     }
     if (parts & LAYER_STEP) {
-        out->grad = out->kept = view(r->grad, off);
+        out->grad = out->update_grad = view(r->grad, off);
         for (int j = 0; j < LAYER_MAX_LAG; j++) out->prev[j] = view(r->prev[j], off);
     }
     return FG_OK;
@@ -66,11 +66,11 @@ static int resident_begin_version(LayerSource *s, long next_step, FgError *err) 
 // Every version allocated moves, also one this timetable's lags do not use: swaps are free.
 static void resident_age_weights(LayerSource *s) {
     Resident *r = s->ctx;
-    int kept = 0;
-    while (kept < LAYER_MAX_LAG && r->prev[kept]) kept++;
-    if (!kept) return;
-    float *oldest = r->prev[kept - 1];
-    for (int j = kept - 1; j > 0; j--) r->prev[j] = r->prev[j - 1];
+    int n_prev = 0;
+    while (n_prev < LAYER_MAX_LAG && r->prev[n_prev]) n_prev++;
+    if (!n_prev) return;
+    float *oldest = r->prev[n_prev - 1];
+    for (int j = n_prev - 1; j > 0; j--) r->prev[j] = r->prev[j - 1];
     r->prev[0] = r->params;
     r->params = oldest;
 }

@@ -1,6 +1,6 @@
 // The streamed layer source (DESIGN section 6, docs/out-of-core.md): the stage's weights live
 // in a layer store on local flash and pass through a few memory slots; a second store holds
-// the per-step part (the kept gradient, lag 1's previous weights), rewritten every step.
+// the per-step part (the update's gradient, lag 1's previous weights), rewritten every step.
 //
 // Weights-store versions count the updates applied; the record of version V names the step
 // that runs next on it, so a crashed run resumes from the store. The step store is never
@@ -28,8 +28,8 @@ typedef struct {
     const Model *m;
     LayerNeeds need;
     LayerStream weights;      // params, optimizer state (, the estimator's reference)
-    LayerStream step;         // kept gradient (, previous weights); .ctx NULL: none
-    int kept_buf, prev_buf;   // their buffer index in the step store (-1: none); prev_buf:
+    LayerStream step;         // the update's gradient (, previous weights); .ctx NULL: none
+    int grad_buf, prev_buf;   // their buffer index in the step store (-1: none); prev_buf:
                               // the first of need.prev
     float *grad;              // one layer's gradient: the B wave's accumulator (layer_buffer)
     long version;             // of the weights store
@@ -132,13 +132,13 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
         out->ref = st->need.ref && trained ? bufs[1 + st->need.opt_buffers] : NULL;
     }
     if (parts & LAYER_STEP) {
-        out->grad = out->kept = st->grad;
+        out->grad = out->update_grad = st->grad;
         for (int j = 0; j < st->need.prev && !steps_of(st, layer, parts); j++)
             out->prev[j] = out->params;  // NULL unless the weights are acquired too
         if (steps_of(st, layer, parts)) {
             st->held_step = v;
             if (st->on_device) device_lanes_begin(&st->dev_step);
-            if (st->kept_buf >= 0) out->kept = stage_in(st, &v, &st->dev_step, st->kept_buf);
+            if (st->grad_buf >= 0) out->update_grad = stage_in(st, &v, &st->dev_step, st->grad_buf);
             for (int j = 0; j < st->need.prev; j++)
                 out->prev[j] = stage_in(st, &v, &st->dev_step, st->prev_buf + j);
             if (st->on_device) device_lanes_ready(&st->dev_step);
@@ -467,7 +467,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
     st->on_device = be->on_device;
-    st->kept_buf = need.keep_grad ? 0 : -1;
+    st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
                          .acquire = streamed_acquire, .release = streamed_release,

@@ -314,3 +314,9 @@ void head_loss_activity_grad(const Layer *L, TangentKey key, int K, int n_mb, in
     }
     fg_free(G);
 }
+
+// The fused head's layer row (layer.h): its table [vocab, C], and op B from the records. Its
+// forward and jvp take labels (head_loss_forward, head_loss_jvp), so the row has neither.
+static size_t head_loss_param_count(const Layer *L) { return (size_t)L->vocab * layer_in_token(L); }
+
+const LayerOps head_loss_ops = {"head_loss", head_loss_param_count, NULL, NULL, head_loss_backward};

@@ -10,7 +10,7 @@
 // adjoint into dx (skipped when dx == NULL, e.g. for the first layer).
 // Either half can run alone (the split Bi / Bw of zero-bubble schedules): dp == NULL skips the
 // parameter gradient; dx == NULL reads no parameters (p may be NULL), except in a head fused
-// with the loss (head_loss.h), whose weight gradient recomputes the logits.
+// with the loss (LAYER_HEAD_LOSS), whose weight gradient recomputes the logits.
 //
 // Sequences (the GPT): a sample is `tokens` rows of in/tokens features, so every per-token op
 // runs on B * tokens rows. A transformer block is a chain of such layers that carries its
@@ -37,6 +37,7 @@ typedef enum {
     LAYER_ROPE,       // rotary position embedding of q and k (layer_rope.c)
     LAYER_SWIGLU,     // silu(gate) * up (layer_swiglu.c)
     LAYER_LORA,       // a LoRA adapter's delta beside a frozen projection (layer_lora.c)
+    LAYER_HEAD_LOSS,  // the model's head fused with its loss: scores labels (head_loss.h)
     LAYER_KIND_COUNT
 } LayerKind;
 
@@ -67,8 +68,8 @@ typedef struct {
     RopeParams rope;      // rope: frequencies and Llama 3's scaling (rope_math.h)
     int vocab;            // embedding, fused head: rows of its token table
     int classes;          // fused head: the table's scored rows (the rest are padding)
-    int head_block;       // > 0: the model's head fused with its loss (head_loss.h), that many
-                          // vocabulary columns at a time; its output is a record per token
+    int head_block;       // fused head (LAYER_HEAD_LOSS): vocabulary columns it scores at a
+                          // time; its output is a record per token
     int tail;             // linear: its input's last `tail` features per token are added to its
                           // branch output (a LoRA adapter's delta, layer_lora.c)
     int lora_rank;        // lora: r
@@ -133,6 +134,9 @@ static inline void layer_branch(const Layer *L, int *offset, int *width) {
     }
 }
 
+// A layer kind's functions. The fused head (LAYER_HEAD_LOSS) scores labels, so its forward and
+// jvp take them: they are head_loss.h's (Backend.head_forward, head_jvp), called through
+// stage_head_forward with the labels as an argument; its row holds neither.
 typedef struct {
     const char *kind_name;
     size_t (*param_count)(const Layer *L);
@@ -144,19 +148,20 @@ typedef struct {
 } LayerOps;
 
 extern const LayerOps linear_ops, relu_ops, gelu_ops, embedding_ops, layernorm_ops,
-    attention_ops, rmsnorm_ops, qknorm_ops, rope_ops, swiglu_ops, lora_ops;
+    attention_ops, rmsnorm_ops, qknorm_ops, rope_ops, swiglu_ops, lora_ops, head_loss_ops;
 
 static inline const LayerOps *layer_ops(const Layer *L) {
     static const LayerOps *const table[LAYER_KIND_COUNT] = {
         &linear_ops, &relu_ops,    &gelu_ops,   &embedding_ops, &layernorm_ops,
-        &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops, &lora_ops};
+        &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops, &lora_ops,
+        &head_loss_ops};
     return table[L->kind];
 }
 
 // Whether the weight half of backward (dx == NULL) reads the parameters: a head fused with the
 // loss recomputes its logits, a LoRA adapter's dA needs B and its dB needs A.
 static inline int layer_grad_reads_params(const Layer *L) {
-    return L->head_block || L->kind == LAYER_LORA;
+    return L->kind == LAYER_HEAD_LOSS || L->kind == LAYER_LORA;
 }
 
 // Softmax + cross-entropy over C.classes classes, mean over the B rows of a micro-batch. Not a

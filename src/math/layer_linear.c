@@ -3,16 +3,12 @@
 // With carry c (a transformer block, layer.h) a token is [x (c), h (k)] and the output
 // [x, h W^T + b] or, residual, x + h W^T + b (then n = c). Every product is one GEMM over all
 // rows, reading the branch with the token's stride.
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
-#include "head_loss.h"
 #include "linear_shape.h"
 
 static size_t linear_param_count(const Layer *L) {
-    if (L->head_block) return (size_t)L->vocab * layer_in_token(L);  // the table [vocab, C]
     LinearShape s = linear_shape(L, 1);
     return (size_t)s.n * s.k + (L->no_bias ? 0 : (size_t)s.n);
 }
@@ -47,17 +43,7 @@ static void add_bias(const LinearShape *s, float *y, const float *b, int rows) {
     }
 }
 
-// A head fused with the loss scores labels, which no layer call carries: the stage calls it
-// (stage_layer_forward); reaching it here is a bug.
-static void refuse_fused_head(const Layer *L) {
-    if (!L->head_block) return;
-    fprintf(stderr, "fgpipe: internal error: layer %s is a head fused with the loss; its forward "
-            "needs labels (stage_layer_forward)\n", L->name);
-    abort();
-}
-
 static void linear_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
-    refuse_fused_head(L);
     LinearShape s = linear_shape(L, B);
     copy_carry(&s, x, y, s.rows);
     branch_matmul(L, &s, x, p, y, s.rows, L->residual);
@@ -68,7 +54,6 @@ static void linear_forward(const Layer *L, const float *p, const float *x, float
 // ydot_k = xdot_k's carry (+) xdot_k W^T + x Wdot_k^T + bdot_k
 static void linear_jvp(const Layer *L, const float *p, const float *pdot, const float *x,
                        const float *xdot, float *y, float *ydot, int B, int K) {
-    refuse_fused_head(L);
     LinearShape s = linear_shape(L, B);
     size_t block = (size_t)s.rows * s.out;
     linear_forward(L, p, x, y, B);
@@ -91,10 +76,6 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
 // db += column sums of dy_branch. Only dx reads W: the weight half (dx == NULL) runs without it.
 static void linear_backward(const Layer *L, const float *p, const float *x, const float *dy,
                             float *dx, float *dp, int B) {
-    if (L->head_block) {  // dy: the head's records; dx and dW both recompute the logits
-        head_loss_backward(L, p, x, dy, dx, dp, B);
-        return;
-    }
     LinearShape s = linear_shape(L, B);
     const float *dy_branch = dy + s.out_offset;
     if (dx) {

@@ -171,7 +171,8 @@ int model_build_gpt(Model *m, GptShape g, FgError *err) {
 }
 
 Layer *add_lm_head(Model *m, int T, int C, int V, int classes, int fused_head, int head_block) {
-    Layer L = layer_of(LAYER_LINEAR, "lm_head", T * C, T * (fused_head ? HEAD_RECORD : V));
+    Layer L = fused_head ? layer_of(LAYER_HEAD_LOSS, "lm_head", T * C, T * HEAD_RECORD)
+                         : layer_of(LAYER_LINEAR, "lm_head", T * C, T * V);
     L.tokens = T, L.no_bias = 1, L.vocab = V, L.classes = classes;
     if (fused_head) L.head_block = head_block > 0 ? head_block : HEAD_BLOCK_COLUMNS;
     m->in_features = T;
@@ -224,7 +225,7 @@ void model_init_range(const Model *m, int first, int last, float *params, uint32
 void model_set_row_blocks(Model *m, int rows) {
     for (int l = 0; l < m->n_layers && rows > 0; l++) {
         Layer *L = &m->layers[l];
-        int table = L->kind == LAYER_EMBEDDING || L->head_block;
+        int table = L->kind == LAYER_EMBEDDING || L->kind == LAYER_HEAD_LOSS;
         if (table && L->param_count > (size_t)rows * layer_row_floats(L)) L->block_rows = rows;
     }
 }

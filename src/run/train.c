@@ -37,6 +37,13 @@ typedef struct {
     double *step_times, recent[WINDOW], train_time;
     double start_loss;  // the run's first step's (check_divergence)
     double *busy;            // [stages][3]: seconds of F, B, U ops in the last step
+    // The bookkeeping on each step's allreduce (pipeline_run_scalars): [0] the stop flag, then
+    // with rows (timeline) replica 0's measured times of the step before, whose row waits
+    // (row_step >= 0, its result row_result) for them.
+    int timeline;
+    long row_step;
+    StepResult row_result;
+    double row_lr;
     LineFile loss_csv;       // .fd -1: none
     StepLog log;
     Progress prog;
@@ -292,6 +299,9 @@ static int open_run(Run *r, FgError *err) {
     r->order = fg_alloc_bytes(r->train.count * sizeof(size_t));
     r->step_times = fg_alloc_bytes(TIMES * sizeof(double));
     r->busy = calloc((size_t)3 * e->tr->stages, sizeof(double));
+    r->timeline = r->out.out_dir || r->out.log_path;  // every step's row, with its timeline
+    r->row_step = -1;
+    pipeline_reserve_run_scalars(&r->p, 1 + (r->timeline ? 2 * r->p.tt.sched.n_ops : 0));
     progress_init(&r->prog, stderr, r->first_step, r->total, r->cfg->training.print_every);
     return FG_OK;
 }
@@ -324,11 +334,68 @@ static void first_window_loss(Run *r, long n) {
     for (long i = 0; i < n; i++) r->res->first_loss += r->recent[(r->first_step + i) % WINDOW] / n;
 }
 
-// After each step: the loss window, loss.csv and the log (every stage takes part in gathering
-// the measured timeline), the progress line.
+// A step's row of loss.csv and the log, from its result and its measured timeline.
+static int write_step_row(Run *r, long step, const StepResult *sr, double lr, const Schedule *measured,
+                          FgError *err) {
+    double used[SCHED_MAX_STAGES];
+    int M = r->env->tr->stages, rc = FG_OK;
+    ScheduleStats ms = schedule_stats(measured);
+    memset(r->busy, 0, (size_t)3 * M * sizeof(double));
+    for (int i = 0; i < measured->n_ops; i++) {
+        const ScheduledOp *op = &measured->ops[i];
+        r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_U ? 2 : 1)] += op->end - op->start;
+    }
+    for (int s = 0; s < M; s++) used[s] = schedule_stage_bubbles(measured, s).bubble_used;
+    char row[256];
+    snprintf(row, sizeof row, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr,
+             sr->seconds, ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
+    if (r->loss_csv.fd >= 0 && (rc = line_file_append(&r->loss_csv, row, err))) return rc;
+    StepRecord rec = {step, sr->loss, lr, sr->estimate_norm, sr->exact_norm, sr->cos_estimate_exact,
+                      sr->cos_fg_exact, sr->variance_reduction, sr->seconds, ms.makespan,
+                      ms.bubble_fraction, ms.bubble_used_by_b, sr->cv_beta_median, r->busy, used};
+    if (r->log.ctx) rc = r->log.append(&r->log, &rec, err);
+    return rc;
+}
+
+// The row still waiting for its timeline, now (before a checkpoint, a stop, the run's end):
+// one gather of the last step's timeline, collective over the pipeline.
+static int flush_step_row(Run *r, FgError *err) {
+    if (r->row_step < 0) return FG_OK;
+    Schedule measured;
+    int rc = report_gather_measured(&r->p, &measured, err);
+    if (!rc) rc = write_step_row(r, r->row_step, &r->row_result, r->row_lr, &measured, err);
+    report_free_measured(&measured);
+    r->row_step = -1;
+    return rc;
+}
+
+// After step `step`, what its allreduce summed (pipeline_run_scalars): *stop, whether any rank
+// had a stop request before the step, and the step before's timeline (its row, if it still
+// waits); then this step's own flag and times for the next step's sum.
+static int exchange_bookkeeping(Run *r, long step, const StepResult *sr, int *stop, FgError *err) {
+    double *sums = pipeline_run_scalars(&r->p);
+    int rc = FG_OK;
+    *stop = sums[0] > 0;
+    if (r->timeline && r->row_step >= 0) {
+        Schedule measured;
+        report_measured_schedule(&r->p, pipeline_step_phase(&r->p, r->row_step), sums + 1, &measured);
+        rc = write_step_row(r, r->row_step, &r->row_result, r->row_lr, &measured, err);
+        report_free_measured(&measured);
+    }
+    OptimizerConfig oc = config_optimizer(r->cfg);
+    r->row_step = r->timeline ? step : -1;
+    r->row_result = *sr;
+    r->row_lr = lr_at(&oc, step, r->total);  // before a stop shortens the run
+    sums[0] = r->in.stop_requested && *r->in.stop_requested ? 1.0 : 0.0;
+    if (r->timeline && r->env->tr->replica == 0) report_local_measured(&r->p, sums + 1);
+    else if (r->timeline) memset(sums + 1, 0, (size_t)2 * r->p.tt.sched.n_ops * sizeof(double));
+    return rc;
+}
+
+// After each step: the loss window, the progress line (the step's row follows with the next
+// step's sums: exchange_bookkeeping).
 static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
-    const Config *c = r->cfg;
-    OptimizerConfig oc = config_optimizer(c);
+    OptimizerConfig oc = config_optimizer(r->cfg);
     double lr = lr_at(&oc, step, r->total);
     long done = step + 1 - r->first_step;
     r->train_time += sr->seconds;
@@ -336,31 +403,11 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     watch_io_bound(r, step, sr->seconds);
     r->recent[step % WINDOW] = sr->loss;
     if (done == r->res->loss_window) first_window_loss(r, done);
-    int rc = FG_OK;
-    if (r->out.out_dir || r->out.log_path) {
-        Schedule measured;
-        int M = r->env->tr->stages;
-        rc = report_gather_measured(&r->p, &measured, err);
-        ScheduleStats ms = schedule_stats(&measured);
-        double used[SCHED_MAX_STAGES];
-        memset(r->busy, 0, (size_t)3 * M * sizeof(double));
-        for (int i = 0; i < measured.n_ops; i++) {
-            const ScheduledOp *op = &measured.ops[i];
-            r->busy[3 * op->stage + (op->kind == OP_F ? 0 : op->kind == OP_U ? 2 : 1)] += op->end - op->start;
-        }
-        for (int s = 0; s < M; s++) used[s] = schedule_stage_bubbles(&measured, s).bubble_used;
-        report_free_measured(&measured);
-        if (rc) return rc;
-        char row[256];
-        snprintf(row, sizeof row, "%ld,%.6f,%.6g,%.6f,%.6f,%.4f,%.4f\n", step, sr->loss, lr,
-                 sr->seconds, ms.makespan, ms.bubble_fraction, ms.bubble_used_by_b);
-        if (r->loss_csv.fd >= 0 && (rc = line_file_append(&r->loss_csv, row, err))) return rc;
-        StepRecord rec = {step, sr->loss, lr, sr->estimate_norm, sr->exact_norm, sr->cos_estimate_exact,
-                          sr->cos_fg_exact, sr->variance_reduction, sr->seconds, ms.makespan,
-                          ms.bubble_fraction, ms.bubble_used_by_b, sr->cv_beta_median, r->busy, used};
-        if (r->log.ctx && (rc = r->log.append(&r->log, &rec, err))) return rc;
+    int rc = check_divergence(r, step, sr->loss, err);
+    if (rc) {  // its row goes into the outputs first (every rank sees the same loss)
+        flush_step_row(r, &(FgError){0});
+        return rc;
     }
-    if ((rc = check_divergence(r, step, sr->loss, err))) return rc;  // its row is in the outputs
     if (r->reporter) progress_step(&r->prog, step, sr->loss, lr, (long)((step + 1 - r->first_step) * r->batch));
     return FG_OK;
 }
@@ -369,8 +416,8 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
 // loss.csv and the log hold every step up to the checkpoint. They are flushed first: rows past
 // a checkpoint are dropped on resume, rows missing before it would be lost for good.
 static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgError *err) {
-    int rc = FG_OK;
-    if (r->loss_csv.fd >= 0) rc = line_file_sync(&r->loss_csv, err);
+    int rc = flush_step_row(r, err);
+    if (!rc && r->loss_csv.fd >= 0) rc = line_file_sync(&r->loss_csv, err);
     if (!rc && r->log.ctx) rc = r->log.flush(&r->log, err);
     if (!rc) rc = state_save_checkpoint(&r->p, r->env->storage, path, r->res->layout, next_step, err);
     return rc;
@@ -386,18 +433,16 @@ static int evaluate_replica0(Run *r, double *loss, double *acc, FgError *err) {
 }
 
 // After each step's outputs: a stop request (checkpoint, then stop), the periodic checkpoint,
-// the periodic evaluation. *stop: the run ends after this step.
-static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err) {
-    Transport *t = r->env->tr;
+// the periodic evaluation. requested: some rank saw a signal (exchange_bookkeeping: a signal may
+// reach only some ranks); *stop: the run ends after this step.
+static int stop_and_checkpoint_policy(Run *r, long step, int requested, int *stop, FgError *err) {
     const char *ckpt = r->env->storage ? r->out.checkpoint_path : NULL;
     long next = step + 1;
     int rc = FG_OK;
     *stop = 0;
-    if (r->in.stop_requested) {  // a signal may reach only some ranks: stop when any saw one
-        double any = *r->in.stop_requested ? 1.0 : 0.0;
-        if ((rc = t->allreduce_sum_world(t, &any, 1, err))) return rc;
+    if (requested) {
         // In the last step a stop is just the end: the run is complete, not stopped.
-        if (any > 0 && next < r->total) {
+        if (next < r->total) {
             if (ckpt && (rc = checkpoint_and_flush(r, ckpt, next, err))) return rc;
             if (r->reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", next);
             r->res->stopped = *stop = 1;
@@ -421,17 +466,19 @@ static int stop_and_checkpoint_policy(Run *r, long step, int *stop, FgError *err
 
 static int run_steps(Run *r, FgError *err) {
     Transport *t = r->env->tr;
-    int rc = FG_OK, stop = 0;
+    int rc = FG_OK, stop = 0, requested = 0;
     for (long step = r->first_step; step < r->total && !rc && !stop; step++) {
         if (step % r->per_epoch == 0 || step == r->first_step)
             dataset_shuffle(r->order, r->train.count, r->cfg->training.seed, (uint32_t)(step / r->per_epoch));
         StepResult sr;
         size_t sample0 = (size_t)(step % r->per_epoch) * r->batch + (size_t)t->replica * r->shard;
         if (!(rc = pipeline_step(&r->p, step, r->total, r->order, sample0, &sr, err)) &&
+            !(rc = exchange_bookkeeping(r, step, &sr, &requested, err)) &&
             !(rc = step_outputs(r, step, &sr, err)) &&
             !(step == r->first_step && (rc = report_activations_after_first_step(&r->p, r->reporter, err))))
-            rc = stop_and_checkpoint_policy(r, step, &stop, err);
+            rc = stop_and_checkpoint_policy(r, step, requested, &stop, err);
     }
+    if (!rc) rc = flush_step_row(r, err);
     if (r->log.ctx) {
         int rc2 = r->log.close(&r->log, err);
         if (!rc) rc = rc2;

@@ -77,7 +77,7 @@ typedef struct {
     const char *resume_path;                // continue from this checkpoint
     const char *init_from;                  // start from this checkpoint's weights, at step 0
                                             // with fresh optimizer state (transfer learning)
-    volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint at the next step
+    volatile sig_atomic_t *stop_requested;  // set by a signal: checkpoint after the next step
                                             // boundary and return (every stage agrees first)
 } TrainInputs;
 

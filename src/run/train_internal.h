@@ -65,9 +65,14 @@ void report_io_bound(const Config *c, const Transport *t, const LayerSource *src
                      int steps);
 // One streamed step's I/O (io_every_step): bytes, I/O and compute seconds, the bound.
 void report_io_step(const Transport *t, long step, double seconds, const IoBound *b);
-// The last step as it ran, on every stage (free measured->ops).
-// The last step's phase with the times it ran (one phase); free with report_free_measured.
+// The last step's phase with the times it ran (one phase), on every stage: collective over the
+// pipeline; free with report_free_measured.
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err);
+// Its two halves around the sum, for a sum that rides on a step (pipeline_run_scalars): this
+// stage's times of the last step's ops into times [2 * n_ops] (0 elsewhere); phase `phase`
+// with times summed over the stages.
+void report_local_measured(const Pipeline *p, double *times);
+void report_measured_schedule(const Pipeline *p, int phase, const double *times, Schedule *measured);
 void report_free_measured(Schedule *measured);
 int report_write_trace(const Schedule *planned, const Schedule *measured, const char *path, FgError *err);
 

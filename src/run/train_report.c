@@ -154,16 +154,28 @@ void train_print_memory(const TrainResult *r, FILE *out) {
     fputc('\n', out);
 }
 
+void report_local_measured(const Pipeline *p, double *times) {
+    const Schedule *S = &p->tt.sched;
+    int s = p->tr->stage, M = S->M, phase = (int)(p->tt.plan - p->tt.plans);
+    int lo = S->stage_first[phase * M + s], hi = lo + S->stage_count[phase * M + s];
+    memset(times, 0, (size_t)2 * S->n_ops * sizeof(double));
+    memcpy(times + 2 * lo, p->tt.measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
+}
+
 // The last step as it ran: every stage contributes the times of its own ops, one sum gathers
 // them, and every stage gets the timetable with measured times (free measured->ops).
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
+    double *times = calloc((size_t)2 * p->tt.sched.n_ops, sizeof(double));
+    report_local_measured(p, times);
+    int rc = p->tr->allreduce_sum(p->tr, times, 2 * p->tt.sched.n_ops, err);
+    report_measured_schedule(p, (int)(p->tt.plan - p->tt.plans), times, measured);
+    free(times);
+    return rc;
+}
+
+void report_measured_schedule(const Pipeline *p, int phase, const double *times, Schedule *measured) {
     const Schedule *S = &p->tt.sched;
-    int n = S->n_ops, s = p->tr->stage, M = S->M, phase = (int)(p->tt.plan - p->tt.plans);
-    int lo = S->stage_first[phase * M + s], hi = lo + S->stage_count[phase * M + s];
-    double *times = calloc((size_t)2 * n, sizeof(double));
-    memcpy(times + 2 * lo, p->tt.measured + 2 * lo, (size_t)(hi - lo) * 2 * sizeof(double));
-    int rc = p->tr->allreduce_sum(p->tr, times, 2 * n, err);
-    int first = S->stage_first[phase * M], count = 0;
+    int M = S->M, first = S->stage_first[phase * M], count = 0;
     for (int t = 0; t < M; t++) count += S->stage_count[phase * M + t];
     *measured = *S;
     measured->n_phases = 1, measured->n_ops = count;
@@ -184,8 +196,6 @@ int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err) {
     }
     // As run there is no separate fg timetable: the bubble is all time not spent in F or U.
     measured->fg_makespan = measured->makespan;
-    free(times);
-    return rc;
 }
 
 void report_free_measured(Schedule *m) {

@@ -13,23 +13,23 @@ const char *const op_cost_keys[N_OP_COSTS] = {"f", "bi", "bw", "u", "zero"};
 // their best: a plan of best cases overruns on every stage it fills.
 enum { COST_ROUNDS = 5 };
 
-// What op U reads: the tangents' coefficients and what F kept (zeros: values do not change
+// What op U reads: the tangents' coefficients and what F saved (zeros: values do not change
 // the cost).
 typedef struct {
-    float *coeff, *kept, *work;
+    float *coeff, *saved, *work;
 } UpdateInputs;
 
 static UpdateInputs update_inputs(const Stage *st, int n_mb, int rows) {
     UpdateInputs in = {.coeff = fg_alloc_floats((size_t)FG_MAX(n_mb, 1) * rows * FG_MAX(st->tangents, 1))};
-    size_t kept = st->tangents && n_mb ? stage_kept_floats(st, n_mb * rows) : 0;
-    if (!kept) return in;
-    in.kept = backend_alloc_floats(st->be, kept);
+    size_t saved = st->tangents && n_mb ? stage_saved_floats(st, n_mb * rows) : 0;
+    if (!saved) return in;
+    in.saved = backend_alloc_floats(st->be, saved);
     in.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
     return in;
 }
 
 // Op U: every layer's estimate from its perturbation, then the optimizer's step (state: its
-// buffers). The weights kept for lagged ops age by pointer swaps: free.
+// buffers). The weights held for lagged ops age by pointer swaps: free.
 static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *in, float *w,
                   float *g, float *state, FgError *err) {
     const Backend *be = st->be;
@@ -40,7 +40,7 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
         PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
                              .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
                              .fg_weight = 1.0f, .work = in->work, .first = 0, .count = L->param_count,
-                             .kept = in->kept ? in->kept + stage_kept_offset(st, l, n_mb * rows) : NULL};
+                             .saved = in->saved ? in->saved + stage_saved_offset(st, l, n_mb * rows) : NULL};
         stage_perturbation(st, l)->estimate(st, l, &e, g + (L->param_offset - st->param_base));
     }
     if (setup->optimizer)
@@ -91,27 +91,28 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     int n_state = setup->optimizer ? optimizer_state_buffers(setup->optimizer->kind) : 0;
     float *state = n_state ? backend_alloc_floats(be, (size_t)n_state * st->param_count) : NULL;
     TangentKey key = tangent_key(setup->seed, 0, 0, 0);
-    st->ref = ref, st->ref_dots = ref_dots;
     // A fused head scores in its layer's F and recomputes its logits in Bi and Bw: no dz.
     float *head_d = fg_alloc_floats((size_t)FG_MAX(K, 1) * rows * m->tokens);  // activity: per row
     HeadScore head = {.labels = labels, .weight = 1.0f, .d = head_d};
     const int fused = scores && m->fused_head;
-    if (fused) st->head = &head;
+    ForwardCall f = {.key = K ? &key : NULL, .ref = ref, .ref_dots = ref_dots,
+                     .head = fused ? &head : NULL};
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
     const int has_u = (K && n_mb) || setup->optimizer;
     for (int r = 0; r < COST_ROUNDS && !rc; r++) {
         const float *y, *ydot;
         double t[N_OP_COSTS + 1];
         t[0] = wall_seconds();
-        stage_forward(st, w, K ? &key : NULL, x, setup->with_xdot && K ? x + in : NULL, rows, stash,
-                      &y, &ydot);
+        stage_forward_call(st, w, &f, x, setup->with_xdot && K ? x + in : NULL, rows, stash, &y,
+                           &ydot);
         double dz_seconds = scores && !fused ? time_loss(st, y, K ? ydot : NULL, labels, dy, rows) : 0.0;
         rc = be->sync(be, err);
         t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
         // B's rerun: the plain forward, in Bi's time (a split Bw redoes Bi: the timetable plans
         // it at cost_bi + cost_bw, ScheduleSpec.bw_redoes_bi)
         if (setup->recompute)
-            stage_forward(st, w_lagged ? w_lagged : w, NULL, x, NULL, rows, stash, &y, &ydot);
+            stage_forward_call(st, w_lagged ? w_lagged : w, &(ForwardCall){.head = f.head}, x, NULL,
+                               rows, stash, &y, &ydot);
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,
                              adjoints, rows);
         if (!rc) rc = be->sync(be, err);
@@ -131,9 +132,8 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         cost[i] = fg_median(times[i], COST_ROUNDS);
         for (int r = 0; r < COST_ROUNDS && setup->best; r++) cost[i] = fmin(cost[i], times[i][r]);
     }
-    st->ref = NULL, st->ref_dots = NULL, st->head = NULL;
     fg_free(head_d);
-    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.kept, u_in.work, state, labels};
+    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.saved, u_in.work, state, labels};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(u_in.coeff);
     free(ref_dots);

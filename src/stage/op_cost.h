@@ -36,7 +36,7 @@ typedef struct {
 
 // Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
 // of every micro-batch, or with activity perturbation forming each layer's estimate from their
-// kept inputs, then the optimizer's step) and of clearing the gradient, the median of five.
+// saved inputs, then the optimizer's step) and of clearing the gradient, the median of five.
 // Values do not change the cost, so the buffers are zeros.
 int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
 

@@ -17,29 +17,40 @@ void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents 
                          (size_t)rows * L->out, (size_t)layer_out_token(L));
 }
 
-static size_t activity_kept_floats(const Stage *st, int l) {
+// F of a fused head: a tangent row of vocab values per token, made block by block there.
+HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangents *t,
+                                            const float *x, int rows, TangentKey *key) {
+    (void)st, (void)x, (void)rows;
+    *key = t->key;
+    key->layer = (uint32_t)l;
+    key->stream = STREAM_ACTIVITY;
+    return (HeadTangents){.activity = key};
+}
+
+static size_t activity_saved_floats(const Stage *st, int l) {
     return (size_t)st->model->layers[l].in;
 }
 
-// U: this replica's micro-batches, from their kept inputs (the replicas sum their estimates).
+// U: this replica's micro-batches, from their saved inputs (the replicas sum their estimates).
 static void activity_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     size_t d_per_microbatch = (size_t)st->tangents * e->rows;
     stage_layer_activity_estimate(st, l, activity_key(e->seed, e->step, e->first_microbatch, l),
                                   e->replica_microbatches, e->rows,
-                                  e->coeff + e->first_microbatch * d_per_microbatch, e->kept,
+                                  e->coeff + e->first_microbatch * d_per_microbatch, e->saved,
                                   e->work, grad_l);
 }
 
 const PerturbationOps perturb_activity = {
-    .name = "activity", .d_per_sample = 1, .kept_floats = activity_kept_floats,
-    .jvp = perturb_activity_jvp, .estimate = activity_estimate};
+    .name = "activity", .d_per_sample = 1, .saved_floats = activity_saved_floats,
+    .jvp = perturb_activity_jvp, .estimate = activity_estimate,
+    .head_tangents = perturb_activity_head_tangents};
 
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
                                    const float *coeff, const float *x, float *work, float *grad) {
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
     int K = st->tangents, T = layer_tokens(L), offset, width;
-    if (L->head_block) {  // a head fused with the loss: G block by block
+    if (L->kind == LAYER_HEAD_LOSS) {  // G block by block
         key.layer = (uint32_t)l;
         key.stream = STREAM_ACTIVITY;
         be->head_activity_grad(be, L, key, K, n_mb, rows, coeff, x, grad);

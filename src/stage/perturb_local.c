@@ -1,7 +1,7 @@
 // Local losses on a stage (perturbation.h, stage.h, local_loss.h): the fixed heads, op F's
 // directional derivatives at each head, and the update's estimate from them. The linear layer
 // before a head takes activity tangents; its estimate is known in F, where a resident stage
-// folds it into the layer's update (no layer input kept past the lane).
+// folds it into the layer's update (no layer input saved past the lane).
 #include <string.h>
 
 #include "local_loss.h"
@@ -81,7 +81,7 @@ void stage_local_fold(const Stage *st, int l, int mb, int rows, const float *x, 
 
 // Kept per row on a streamed stage: the layer's input, then the estimate formed at the head
 // [rows, out]. A resident stage keeps nothing past its lane (stage_local_fold in F).
-static size_t local_kept_floats(const Stage *st, int l) {
+static size_t local_saved_floats(const Stage *st, int l) {
     if (!st->local_keeps) return 0;
     return (size_t)st->model->layers[l].in + (size_t)st->model->layers[l].out;
 }
@@ -90,12 +90,12 @@ size_t stage_local_estimate_offset(const Stage *st, int l, int rows) {
     return (size_t)rows * st->model->layers[l].in;
 }
 
-// U: fg's estimate, weighed. A streamed stage folds the micro-batches F kept now.
+// U: fg's estimate, weighed. A streamed stage folds the micro-batches F saved now.
 static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     const Layer *L = &st->model->layers[l];
     if (st->local_keeps) {
         int rows = e->replica_microbatches * e->rows;
-        const float *x = e->kept, *est = x + stage_local_estimate_offset(st, l, rows);
+        const float *x = e->saved, *est = x + stage_local_estimate_offset(st, l, rows);
         for (int b = 0; b < e->replica_microbatches; b++)
             stage_local_fold(st, l, b, e->rows, x + (size_t)b * e->rows * L->in,
                              est + (size_t)b * e->rows * L->out, grad_l);
@@ -104,5 +104,6 @@ static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, flo
 }
 
 const PerturbationOps perturb_local = {
-    .name = "local", .d_per_sample = 1, .kept_floats = local_kept_floats,
-    .jvp = perturb_activity_jvp, .estimate = local_estimate, .sets_estimate = 1};
+    .name = "local", .d_per_sample = 1, .saved_floats = local_saved_floats,
+    .jvp = perturb_activity_jvp, .estimate = local_estimate, .sets_estimate = 1,
+    .head_tangents = perturb_activity_head_tangents};

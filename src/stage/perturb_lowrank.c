@@ -19,7 +19,7 @@ static Factors factors_at(const Stage *st, const Layer *L) {
     size_t r = (size_t)st->tangent_rank;
     LinearShape s = linear_shape(L, 1);
     Factors f = {.n = s.n, .k = s.k, .out_offset = s.out_offset, .At = st->lowrank_work};
-    if (L->head_block) f.n = L->vocab, f.out_offset = 0;  // a fused head: its table [vocab, C]
+    if (L->kind == LAYER_HEAD_LOSS) f.n = L->vocab, f.out_offset = 0;  // its table [vocab, C]
     f.Bt = f.At + r * f.n;
     f.vb = f.Bt + r * f.k;
     f.product = f.vb + f.n;
@@ -27,7 +27,7 @@ static Factors factors_at(const Stage *st, const Layer *L) {
 }
 
 int stage_layer_lowrank(const Stage *st, const Layer *L) {
-    return st->tangent_rank > 0 && L->kind == LAYER_LINEAR;
+    return st->tangent_rank > 0 && (L->kind == LAYER_LINEAR || L->kind == LAYER_HEAD_LOSS);
 }
 
 void stage_set_tangent_rank(Stage *st, int rank) {
@@ -43,7 +43,7 @@ void stage_set_tangent_rank(Stage *st, int rank) {
         size_t product = (size_t)rank * FG_MAX((size_t)f.n, token_rows);
         most = FG_MAX(most, (size_t)rank * (f.n + f.k) + f.n + product);
         rows = FG_MAX(rows, token_rows);
-        if (L->head_block)  // every tangent's At and x Btᵀ at once (stage_lowrank_head_tangents)
+        if (L->kind == LAYER_HEAD_LOSS)  // every tangent's At and x Btᵀ at once (lowrank_head_tangents)
             st->head_factors = backend_alloc_floats(be, (size_t)st->tangents * rank * (f.n + token_rows));
     }
     st->lowrank_work = backend_alloc_floats(be, FG_MAX(most, 1));
@@ -123,9 +123,15 @@ void stage_lowrank_tangent_dots(const Stage *st, const Layer *L, TangentKey key,
         }
 }
 
-HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey key, const float *x,
-                                         int rows, const float *ref, double *ref_dots) {
+// F of a fused head: every tangent's At_k and P_k = x Bt_kᵀ into st->head_factors, for the
+// head's blocks; ref_dots[k] += ref . v_k.
+static HeadTangents lowrank_head_tangents(Stage *st, int l, const ParamTangents *t,
+                                          const float *x, int rows, TangentKey *unused) {
+    (void)unused;
     const Backend *be = st->be;
+    const Layer *L = &st->model->layers[l];
+    TangentKey key = t->key;
+    key.layer = (uint32_t)l;
     int r = st->tangent_rank, K = st->tangents, token_rows = rows * layer_tokens(L);
     size_t at = (size_t)r * L->vocab, p = (size_t)token_rows * r;
     float *At = st->head_factors, *P = At + (size_t)K * at;
@@ -134,7 +140,7 @@ HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey k
         Factors f = make_factors(st, L, key);
         be->matmul(be, 0, 1, token_rows, r, f.k, 1.0f, x, f.k, f.Bt, f.k, 0.0f, P + k * p, r);
         be->copy(be, At + k * at, f.At, at * sizeof(float));
-        if (ref) ref_dots[k] += factors_dot(st, L, &f, ref);
+        if (t->ref) t->ref_dots[k] += factors_dot(st, L, &f, t->ref);
     }
     return (HeadTangents){.At = At, .P = P, .rank = r};
 }
@@ -163,4 +169,5 @@ static void lowrank_estimate(const Stage *st, int l, const PerturbEstimate *e, f
 }
 
 const PerturbationOps perturb_lowrank = {
-    .name = "lowrank", .jvp = lowrank_jvp, .estimate = lowrank_estimate};
+    .name = "lowrank", .jvp = lowrank_jvp, .estimate = lowrank_estimate,
+    .head_tangents = lowrank_head_tangents};

@@ -4,7 +4,7 @@
 
 // F: the K tangents into the stage's pdot buffer (the guide replaces tangent 0), each dotted
 // with the reference while it is in memory.
-void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t) {
+static void weight_tangents(Stage *st, int l, const ParamTangents *t) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     size_t n = L->param_count;
@@ -27,19 +27,28 @@ void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t) {
 // F: the layer's JVP with them.
 static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
                        const float *xdot, float *y, float *ydot, int rows) {
-    perturb_weight_tangents(st, l, t);
+    weight_tangents(st, l, t);
     st->be->jvp(st->be, &st->model->layers[l], p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
-// U: every replica's micro-batches, regenerated from the seed (no inputs kept); of a row block
+// U: every replica's micro-batches, regenerated from the seed (no inputs saved); of a row block
 // of the layer (e->count < its parameters).
 static void weight_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     stage_layer_add_tangents_part(st, l, tangent_key(e->seed, e->step, 0, l), e->all_microbatches,
                                   e->coeff, e->first, e->count, grad_l);
 }
 
+// F of a fused head: its table's tangents whole, like any layer's.
+static HeadTangents weight_head_tangents(Stage *st, int l, const ParamTangents *t, const float *x,
+                                         int rows, TangentKey *key) {
+    (void)x, (void)rows, (void)key;
+    weight_tangents(st, l, t);
+    return (HeadTangents){.Wdot = st->pdot};
+}
+
 const PerturbationOps perturb_weight = {
-    .name = "weight", .jvp = weight_jvp, .estimate = weight_estimate};
+    .name = "weight", .jvp = weight_jvp, .estimate = weight_estimate,
+    .head_tangents = weight_head_tangents};
 
 void stage_layer_add_tangents(const Stage *st, int l, TangentKey key, int n_mb,
                               const float *coeff, float *grad_l) {

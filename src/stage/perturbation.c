@@ -11,16 +11,16 @@ const PerturbationOps *perturbation_of_kind(Perturbation kind) {
     return kind == PERTURB_ACTIVITY ? &perturb_activity : &perturb_weight;
 }
 
-size_t stage_kept_offset(const Stage *st, int layer, int rows) {
+size_t stage_saved_offset(const Stage *st, int layer, int rows) {
     size_t off = 0;
     for (int l = st->first; l < layer; l++) {
         if (!st->model->layers[l].param_count) continue;
         const PerturbationOps *ops = stage_perturbation(st, l);
-        if (ops->kept_floats) off += (size_t)rows * ops->kept_floats(st, l);
+        if (ops->saved_floats) off += (size_t)rows * ops->saved_floats(st, l);
     }
     return off;
 }
 
-size_t stage_kept_floats(const Stage *st, int rows) {
-    return stage_kept_offset(st, st->last, rows);
+size_t stage_saved_floats(const Stage *st, int rows) {
+    return stage_saved_offset(st, st->last, rows);
 }

@@ -18,12 +18,12 @@ typedef struct {
     uint32_t seed;
     long step;               // the step whose F made the tangents
     int first_microbatch;    // this replica's first micro-batch (global index)
-    int replica_microbatches;  // this replica's micro-batches (their inputs are kept here)
+    int replica_microbatches;  // this replica's micro-batches (their inputs are saved here)
     int all_microbatches;    // every replica's (weight tangents regenerate for any of them)
     int rows;                // rows per micro-batch
     const float *coeff;      // the estimate's coefficients, per global micro-batch from 0:
                              // [all_microbatches * d per micro-batch]
-    const float *kept;       // what F kept of this layer (kept_floats' block) or NULL
+    const float *saved;      // what F saved of this layer (saved_floats' block) or NULL
     float fg_weight;         // the weight of fg's part (local losses: formed in F unweighted)
     float *work;             // [replica_microbatches * rows * widest layer] of scratch
     size_t first, count;     // the floats of the layer estimated: all, or a row block's
@@ -35,7 +35,7 @@ typedef struct {
     // Directional derivatives per sample (the tangents differ per sample), not per micro-batch.
     int d_per_sample;
     // Floats F keeps of layer l for U per row (0: nothing; the estimate regenerates).
-    size_t (*kept_floats)(const Stage *st, int l);
+    size_t (*saved_floats)(const Stage *st, int l);
     // Op F: y and ydot [K, rows, out] of layer l (with parameters, not frozen) from x, xdot
     // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t.
     void (*jvp)(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
@@ -44,6 +44,10 @@ typedef struct {
     // (what op F folded into grad_l, weighed: the estimator's other terms are added after).
     void (*estimate)(const Stage *st, int l, const PerturbEstimate *e, float *grad_l);
     int sets_estimate;
+    // Op F of a fused head (stage_head.c): the tangents of its logits besides xdot's, with t's
+    // estimator extras; the result may point into *key (the caller's).
+    HeadTangents (*head_tangents)(Stage *st, int l, const ParamTangents *t, const float *x,
+                                  int rows, TangentKey *key);
 } PerturbationOps;
 
 extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, perturb_local;
@@ -51,20 +55,19 @@ extern const PerturbationOps perturb_weight, perturb_lowrank, perturb_activity, 
 // The perturbation of layer l of the stage (a layer with parameters).
 const PerturbationOps *stage_perturbation(const Stage *st, int l);
 // The row that stands for a run's `perturb` choice: whether F keeps anything for U
-// (kept_floats) and whether its directional derivatives are per sample.
+// (saved_floats) and whether its directional derivatives are per sample.
 const PerturbationOps *perturbation_of_kind(Perturbation kind);
 
 // What F keeps for U, for `rows` rows (the step's micro-batches one after the other): per layer
-// with parameters, in layer order, its kept_floats(l) * rows block.
-size_t stage_kept_offset(const Stage *st, int layer, int rows);
-size_t stage_kept_floats(const Stage *st, int rows);
+// with parameters, in layer order, its saved_floats(l) * rows block.
+size_t stage_saved_offset(const Stage *st, int layer, int rows);
+size_t stage_saved_floats(const Stage *st, int rows);
 
-// The weight row's tangents of layer l into st->pdot [K, param_count] (t's guide replaces
-// tangent 0, each dotted with t's reference): what its jvp (and the fused head's) runs with.
-void perturb_weight_tangents(Stage *st, int l, const ParamTangents *t);
-
-// The activity row's jvp, which the local row shares (the tangent enters the same way).
+// The activity row's jvp and head tangents, which the local row shares (the tangent enters the
+// same way).
 void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
                           const float *x, const float *xdot, float *y, float *ydot, int rows);
+HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangents *t,
+                                            const float *x, int rows, TangentKey *key);
 
 #endif

@@ -69,7 +69,14 @@ static const float *layer_params(const Stage *st, const float *params, const Lay
 void stage_forward(Stage *st, const float *params, const TangentKey *key, const float *x,
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot) {
+    stage_forward_call(st, params, &(ForwardCall){.key = key}, x, xdot, rows, stash, y, ydot);
+}
+
+void stage_forward_call(Stage *st, const float *params, const ForwardCall *call, const float *x,
+                        const float *xdot, int rows, float *stash, const float **y,
+                        const float **ydot) {
     const Model *m = st->model;
+    const TangentKey *key = call->key;
     const Backend *be = st->be;
     whole_stage_buffers(st);
     if (stash) {
@@ -81,12 +88,12 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
         int slot = (l - st->first) & 1;
         // Outputs go straight into the stash when there is one: they are the next input.
         float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
-        ParamTangents t = {.guide = st->guide ? layer_params(st, st->guide, L) : NULL,
-                           .ref = st->ref ? layer_params(st, st->ref, L) : NULL,
-                           .ref_dots = st->ref_dots};
+        ParamTangents t = {.guide = call->guide ? layer_params(st, call->guide, L) : NULL,
+                           .ref = call->ref ? layer_params(st, call->ref, L) : NULL,
+                           .ref_dots = call->ref_dots};
         if (key) t.key = *key;
-        stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, x, xdot, out,
-                            key ? st->tan[slot] : NULL, rows);
+        stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, call->head, x,
+                            xdot, out, key ? st->tan[slot] : NULL, rows);
         x = out;
         // A local loss ends its tangent at the head (the engine's op F does the same).
         if (key) xdot = stage_local_head(st, l) ? NULL : st->tan[slot];
@@ -98,7 +105,8 @@ void stage_forward(Stage *st, const float *params, const TangentKey *key, const 
 // A table in row blocks (Layer.block_rows) in a whole-layer call (stage_forward, the costs'
 // measurement): its blocks in order, with st->pdot a block's tangents.
 static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTangents *t,
-                                 const float *x, const float *xdot, float *y, float *ydot, int rows) {
+                                 HeadScore *head, const float *x, const float *xdot, float *y,
+                                 float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     void *state = fg_alloc_bytes(FG_MAX(stage_rows_state_bytes(st, l, rows), 1));
     for (int b = 0; b < layer_blocks(L); b++) {
@@ -108,18 +116,19 @@ static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTa
         if (tb.ref) tb.ref += first;
         if (tb.guide) tb.guide += first;
         stage_rows_forward(st, l, p + first, first, count, t ? &tb : NULL, x, xdot,
-                           st->head ? st->head->labels : NULL, y, ydot, rows, state);
+                           head ? head->labels : NULL, y, ydot, rows, state);
     }
-    if (L->head_block) stage_rows_finish(st, l, state, st->head, t != NULL, y, rows);
+    if (L->kind == LAYER_HEAD_LOSS) stage_rows_finish(st, l, state, head, t != NULL, y, rows);
     fg_free(state);
 }
 
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                         const float *x, const float *xdot, float *y, float *ydot, int rows) {
+                         HeadScore *head, const float *x, const float *xdot, float *y,
+                         float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
-    if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, x, xdot, y, ydot, rows);
-    else if (L->head_block) stage_head_forward(st, l, p, tangents, x, xdot, y, rows);
+    if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, head, x, xdot, y, ydot, rows);
+    else if (L->kind == LAYER_HEAD_LOSS) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
     else if (!tangents) be->forward(be, L, p, x, y, rows);
     else if (!L->param_count || L->frozen) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);

@@ -13,8 +13,8 @@
 #include "model.h"
 #include "tangent.h"
 
-// What a head fused with the loss (head_loss.h) scores in op F: the caller sets the inputs
-// before the head's layer runs and reads the outputs after.
+// What a head fused with the loss (LAYER_HEAD_LOSS, head_loss.h) scores in op F: an argument of
+// the call that runs its layer, inputs set by the caller, outputs read after.
 typedef struct {
     const Label *labels;  // in: the rows' labels [rows * tokens] (backend memory)
     float weight;         // in: the scale of the rows' adjoints in op B (their records)
@@ -48,12 +48,6 @@ typedef struct {
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
-    // stage_forward's estimator buffers, the stage's slices, set by the caller (NULL: none):
-    // guide replaces tangent k = 0 (the guided estimator); with ref, ref_dots[k] += ref . v_k
-    // over the stage's layers [K].
-    const float *guide, *ref;
-    double *ref_dots;
-    HeadScore *head;       // the fused head's labels and results (the caller's; NULL: none)
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -72,6 +66,19 @@ size_t stage_stash_floats(const Stage *st, int rows);
 void stage_forward(Stage *st, const float *params, const TangentKey *key, const float *x,
                    const float *xdot, int rows, float *stash, const float **y,
                    const float **ydot);
+// What a whole-stage op F takes besides its activations, per call (every member may be NULL):
+// the tangents' key, the estimator's buffers (the stage's slices: guide replaces tangent k = 0,
+// with ref, ref_dots[k] += ref . v_k over the stage's layers [K]) and a fused head's score.
+typedef struct {
+    const TangentKey *key;
+    const float *guide, *ref;
+    double *ref_dots;
+    HeadScore *head;
+} ForwardCall;
+// stage_forward with them (stage_forward is this with the key alone).
+void stage_forward_call(Stage *st, const float *params, const ForwardCall *call, const float *x,
+                        const float *xdot, int rows, float *stash, const float **y,
+                        const float **ydot);
 
 // The parameter tangents of one layer in op F, and what F does with them while they are in
 // memory. Every pointer is the layer's own part (not the stage's), or NULL.
@@ -85,13 +92,15 @@ typedef struct {
 // One layer l of op F (a layer-major wave runs every micro-batch through layer l before the
 // next): x [rows, in] through the layer with its parameters p (the layer's own, not the
 // stage's) into y; with tangents (NULL: none), also xdot [K, rows, in] (NULL: zero) into ydot.
+// A fused head (LAYER_HEAD_LOSS) scores `head` (its labels in, its loss out; NULL elsewhere).
 void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                         const float *x, const float *xdot, float *y, float *ydot, int rows);
-// Op F of a head fused with the loss (layer l, L->head_block > 0): scores st->head's labels
-// (and with tangents, full weight or activity tangents or none, its d) and writes each row's
+                         HeadScore *head, const float *x, const float *xdot, float *y,
+                         float *ydot, int rows);
+// Op F of a head fused with the loss (layer l, LAYER_HEAD_LOSS): scores h's labels (and with
+// tangents, those of its perturbation's row, or none when frozen, its d) and writes each row's
 // record into rec [rows * tokens, HEAD_RECORD] (stage_head.c).
 void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                        const float *x, const float *xdot, float *rec, int rows);
+                        HeadScore *h, const float *x, const float *xdot, float *rec, int rows);
 // A token table in row blocks (Layer.block_rows > 0; stage_rows.c, CPU): ops F and B on its
 // floats [first, first + count) (whole rows; p, grad: those rows), called on the blocks in
 // ascending order, every number the whole layer's. F with weight tangents t (NULL: none; t's
@@ -133,18 +142,18 @@ size_t stage_adjoint_offset(const Stage *st, int layer, int rows);
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows);
 // Op Bw: adds the parameter gradient into grad (+=) from the stash's layer inputs and the
-// adjoints kept by Bi; reads no parameters but a fused head's (params may be NULL without one).
+// adjoints Bi wrote for it; reads no parameters but a fused head's (params may be NULL without one).
 void stage_backward_weight(Stage *st, const float *params, const float *stash,
                            const float *adjoints, float *grad, int rows);
 
 // Activity perturbation (perturb == PERTURB_ACTIVITY; perturb_activity.c): op F adds tangent
 // u_{b,k} [rows, out] of activity_key to every linear layer's output tangent instead of making
-// parameter tangents, and the update needs each such layer's input x_{l,b}, kept from F until
-// then (stage_kept_offset, perturbation.h).
+// parameter tangents, and the update needs each such layer's input x_{l,b}, saved from F until
+// then (stage_saved_offset, perturbation.h).
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
-// x [n_mb * rows, in] are the layer's kept inputs. work holds G. On sequences (the GPT) u has a
+// x [n_mb * rows, in] are the layer's saved inputs. work holds G. On sequences (the GPT) u has a
 // row per token on the layer's branch columns (layer_branch), and a sample's coefficient
 // applies to all of its token rows.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,
@@ -169,7 +178,7 @@ void stage_local_output_grad(const Stage *st, int l, const float *h, const float
                              const float *zdot, const Label *labels, int rows, float scale,
                              float *est);
 // Where the estimate of linear layer l sits in its block of what F keeps for `rows` rows
-// (stage_kept_offset), in floats: after the layer's inputs.
+// (stage_saved_offset), in floats: after the layer's inputs.
 size_t stage_local_estimate_offset(const Stage *st, int l, int rows);
 // The update of that linear layer l: grad += est^T x, db += column sums of est, over rows.
 void stage_local_weight_grad(const Stage *st, int l, int rows, const float *x, const float *est,
@@ -194,10 +203,6 @@ int stage_layer_lowrank(const Stage *st, const Layer *L);
 // reference), *ref_dot += ref . v.
 void stage_lowrank_jvp_term(Stage *st, const Layer *L, TangentKey key, const float *x, int rows,
                             float *ydot, const float *ref, double *ref_dot);
-// Op F's low-rank tangents of a fused head (key's layer set): At_k and P_k = x Bt_kᵀ for every
-// k into st->head_factors (head_loss.h's HeadTangents); with ref, ref_dots[k] += ref . v_k.
-HeadTangents stage_lowrank_head_tangents(Stage *st, const Layer *L, TangentKey key, const float *x,
-                                         int rows, const float *ref, double *ref_dots);
 // stage_layer_add_tangents and stage_layer_tangent_dots of a low-rank layer (key's layer set).
 void stage_lowrank_add_tangents(const Stage *st, const Layer *L, TangentKey key, int n_mb,
                                 const float *coeff, float *grad_l);

@@ -10,7 +10,7 @@
 
 size_t stage_rows_state_bytes(const Stage *st, int l, int rows) {
     const Layer *L = &st->model->layers[l];
-    return L->head_block && L->block_rows ? head_rows_state_bytes(L, rows, st->tangents) : 0;
+    return L->kind == LAYER_HEAD_LOSS && L->block_rows ? head_rows_state_bytes(L, rows, st->tangents) : 0;
 }
 
 // The K weight tangents' rows of the block [first, first + count) into st->pdot [K, count] (the
@@ -41,10 +41,10 @@ void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t c
     const int r0 = (int)(first / layer_row_floats(L)), n = (int)(count / layer_row_floats(L));
     const int K = st->tangents, perturbed = t && !L->frozen;
     if (perturbed) block_tangents(st, l, t, first, count);
-    if (L->head_block && t) {
+    if (L->kind == LAYER_HEAD_LOSS && t) {
         HeadTangents ht = {.Wdot = perturbed ? st->pdot : NULL, .wdot_stride = count};
         head_rows_jvp(L, p, r0, n, x, xdot, labels, rows, K, &ht, state);
-    } else if (L->head_block) {
+    } else if (L->kind == LAYER_HEAD_LOSS) {
         head_rows_forward(L, p, r0, n, x, labels, rows, state);
     } else {
         embedding_rows_forward(L, p, r0, n, x, y, rows);
@@ -58,7 +58,7 @@ void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t c
 void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, int tangents,
                        float *rec, int rows) {
     const Layer *L = &st->model->layers[l];
-    if (!L->head_block) return;
+    if (L->kind != LAYER_HEAD_LOSS) return;
     if (tangents)
         h->loss = head_rows_jvp_finish(L, state, h->labels, rows, st->tangents, h->weight, 0, rec, h->d);
     else
@@ -69,6 +69,6 @@ void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, 
 void stage_rows_backward(const Stage *st, int l, const float *p, int r0, int n, const float *x,
                          const float *dy, float *dx, float *grad, int rows) {
     const Layer *L = &st->model->layers[l];
-    if (L->head_block) head_rows_backward(L, p, r0, n, x, dy, dx, grad, rows);
+    if (L->kind == LAYER_HEAD_LOSS) head_rows_backward(L, p, r0, n, x, dy, dx, grad, rows);
     else if (grad) embedding_rows_backward(L, r0, n, x, dy, grad, rows);  // ids: no input adjoint
 }
