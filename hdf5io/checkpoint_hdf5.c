@@ -16,6 +16,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "bf16.h"
+
 typedef struct {
     MPI_Comm comm;
     int rank;
@@ -102,6 +104,32 @@ const char *hdf5io_space_note(const char *path, char *buf, size_t size) {
     return buf;
 }
 
+// BF16 as an HDF5 float type (sign bit 15, 8 exponent bits from bit 7, 7 mantissa bits, bias
+// 127): h5dump prints its values; fgpipe reads its bits and widens them itself (exact, fast).
+static hid_t bf16_type(void) {
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(t, 15, 7, 8, 0, 7);
+    H5Tset_precision(t, 16);
+    H5Tset_size(t, 2);
+    H5Tset_ebias(t, 127);
+    return t;
+}
+
+static int is_bf16(hid_t d) {
+    hid_t type = H5Dget_type(d);
+    size_t spos, epos, esize, mpos, msize;
+    int yes = H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 2 &&
+              H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) >= 0 && esize == 8 &&
+              msize == 7 && H5Tget_ebias(type) == 127;
+    H5Tclose(type);
+    return yes;
+}
+
+static void widen_in_place(float *data, size_t n) {
+    const uint16_t *h = (const uint16_t *)data;
+    for (size_t k = n; k-- > 0;) data[k] = bf16_to_f32(h[k]);
+}
+
 static int tensor_rank(const TensorView *tv, hsize_t dims[2]) {
     dims[0] = (hsize_t)tv->rows;
     dims[1] = (hsize_t)tv->cols;
@@ -120,18 +148,21 @@ typedef struct {
 // Rows [row, row + rows) of a tensor between its dataset d and data: the whole dataset, or a
 // hyperslab of it (a row block of a token table), so a layer in blocks is written and read a
 // block at a time into the same file as a whole one.
+// A BF16 dataset is read as its own bits into data's first half, then widened in place.
 static herr_t transfer_rows(hid_t d, const TensorView *tv, int load, size_t row, size_t rows, float *data) {
-    if (row == 0 && rows == (size_t)tv->rows)
-        return load ? H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data)
-                    : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    int bf16 = load && is_bf16(d);
+    hid_t type = bf16 ? bf16_type() : H5T_NATIVE_FLOAT;
     hsize_t dims[2], start[2] = {row, 0}, count[2] = {rows, (hsize_t)tv->cols};
-    hid_t file = H5Dget_space(d), mem = H5Screate_simple(tensor_rank(tv, dims), count, NULL);
-    herr_t h = H5Sselect_hyperslab(file, H5S_SELECT_SET, start, NULL, count, NULL);
+    int whole = row == 0 && rows == (size_t)tv->rows;
+    hid_t file = whole ? H5S_ALL : H5Dget_space(d);
+    hid_t mem = whole ? H5S_ALL : H5Screate_simple(tensor_rank(tv, dims), count, NULL);
+    herr_t h = whole ? 0 : H5Sselect_hyperslab(file, H5S_SELECT_SET, start, NULL, count, NULL);
     if (h >= 0)
-        h = load ? H5Dread(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data)
+        h = load ? H5Dread(d, type, mem, file, H5P_DEFAULT, data)
                  : H5Dwrite(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data);
-    H5Sclose(mem);
-    H5Sclose(file);
+    if (h >= 0 && bf16) widen_in_place(data, rows * (size_t)tv->cols);
+    if (!whole) H5Sclose(mem), H5Sclose(file);
+    if (bf16) H5Tclose(type);
     return h;
 }
 
@@ -167,13 +198,14 @@ static int transfer_layer(void *arg, const Layer *L, size_t first, size_t count,
 // file, refused by name rather than silently rounded.
 static int check_float32(hid_t d, const char *path, const char *name, FgError *err) {
     hid_t type = H5Dget_type(d);
-    int ok = H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == sizeof(float);
+    int ok = (H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == sizeof(float)) || is_bf16(d);
     const char *kind = H5Tget_class(type) == H5T_INTEGER ? "integers" :
                        H5Tget_class(type) == H5T_FLOAT ? "floats" : "another type";
     size_t bytes = H5Tget_size(type);
     H5Tclose(type);
     if (ok) return FG_OK;
-    return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s holds %zu-byte %s; fgpipe stores float32",
+    return fg_fail(err, FG_ERR_INPUT, "checkpoint %s: %s holds %zu-byte %s; fgpipe stores float32 "
+                   "(and bfloat16, a frozen base's)",
                    path, name, bytes, kind);
 }
 
@@ -236,7 +268,12 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
             dataset_name(st->buffers[b], tv, name, sizeof name);
             hsize_t dims[2];
             hid_t sp = H5Screate_simple(tensor_rank(tv, dims), dims, NULL);
-            hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, sp, lcpl, dcpl, H5P_DEFAULT);
+            // A frozen base imported in BF16 stays BF16 (its values are BF16's: HDF5's
+            // conversion on write is exact).
+            int bf16 = b == 0 && m->layers[tv->layer].stored_bf16;
+            hid_t type = bf16 ? bf16_type() : H5T_NATIVE_FLOAT;
+            hid_t d = H5Dcreate2(f, name, type, sp, lcpl, dcpl, H5P_DEFAULT);
+            if (bf16) H5Tclose(type);
             H5Sclose(sp);
             char note[96];
             if (d < 0 && !rc)
@@ -363,6 +400,28 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
     return rc;
 }
 
+// Layer.stored_bf16 of every frozen layer whose parameters the checkpoint holds in BF16 (a
+// tensor it lacks or holds otherwise: that layer stays FP32; load names any mismatch).
+static int h5_mark_bf16(Storage *io, const char *path, Model *m, FgError *err) {
+    (void)io;
+    hid_t f = open_checkpoint(path, err);
+    if (f < 0) return FG_ERR_INPUT;
+    int all[MODEL_MAX_LAYERS];
+    for (int l = 0; l < m->n_layers; l++) all[l] = m->layers[l].frozen && m->layers[l].param_count;
+    for (int t = 0; t < m->n_tensors; t++) {
+        const TensorView *tv = &m->tensors[t];
+        char name[256];
+        dataset_name("params", tv, name, sizeof name);
+        hid_t d = H5Lexists(f, "params", H5P_DEFAULT) > 0 && H5Oexists_by_name(f, name, H5P_DEFAULT) > 0
+                      ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+        all[tv->layer] &= d >= 0 && is_bf16(d);
+        if (d >= 0) H5Dclose(d);
+    }
+    for (int l = 0; l < m->n_layers; l++) m->layers[l].stored_bf16 = all[l];
+    H5Fclose(f);
+    return FG_OK;
+}
+
 // The "config" attribute (a fixed-length string), allocated; NULL when missing or unreadable.
 static char *get_attr_str(hid_t obj, const char *name) {
     if (H5Aexists(obj, name) <= 0) return NULL;
@@ -394,6 +453,7 @@ Storage checkpoint_hdf5(MPI_Comm comm) {
     c->comm = comm;
     MPI_Comm_rank(comm, &c->rank);
     Storage io = {.ctx = c, .save = h5_save, .load = h5_load, .load_config = h5_load_config,
+                  .mark_bf16 = h5_mark_bf16,
                   .open_log = log_hdf5_open};
     return io;
 }

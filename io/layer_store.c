@@ -35,6 +35,10 @@ size_t layer_store_slot_bytes(const LayerStore *s, int i) { return (size_t)layer
 const char *layer_store_note(const LayerStore *s) { return s->f.note; }
 int layer_store_discarded(const LayerStore *s) { return s->discarded; }
 
+size_t layer_store_disk_bytes(const LayerStore *s, int i) {
+    return (size_t)layer_store_layer_bufs(s, i) * store_disk_stride(s, i);
+}
+
 size_t layer_store_max_slot_bytes(const LayerStore *s) {
     size_t m = 0;
     for (int i = 0; i < s->n; i++) m = FG_MAX(m, layer_store_slot_bytes(s, i));
@@ -77,6 +81,7 @@ int layer_store_layers_for_stage(const Model *m, int first, int last, int frozen
         out[n].layer = l;
         out[n].count = m->layers[l].param_count;
         out[n].frozen = frozen == STORE_FROZEN_READ_ONLY && m->layers[l].frozen;
+        out[n].bf16 = out[n].frozen && m->layers[l].stored_bf16;
         n++;
     }
     return n;
@@ -94,6 +99,7 @@ void layer_store_close(LayerStore *s) {
     if (s->final_path[0]) unlink(s->path);  // never published: the old store stays the store
     fg_free(s->rec);
     fg_free(s->aux_buf);
+    fg_free(s->scratch);
     free(s);
 }
 
@@ -150,16 +156,23 @@ static int index_io(LayerStore *s, hid_t f, int write) {
             return 1;
         s->n_bufs = (int)v[2], s->aux_bytes = (size_t)v[3], s->n = (int)v[4];
     }
-    int layer[MODEL_MAX_LAYERS], frozen[MODEL_MAX_LAYERS] = {0};
+    int layer[MODEL_MAX_LAYERS], frozen[MODEL_MAX_LAYERS] = {0}, bf16[MODEL_MAX_LAYERS] = {0};
     unsigned long long count[MODEL_MAX_LAYERS];
     char name[MODEL_MAX_LAYERS][16];
     for (int i = 0; write && i < s->n; i++) {
         layer[i] = s->layers[i].layer, count[i] = s->layers[i].count, frozen[i] = s->layers[i].frozen;
+        bf16[i] = s->layers[i].bf16;
         memcpy(name[i], s->layers[i].name, 16);
     }
     // Stores from before frozen layers have no index_frozen: none of theirs is.
     if ((write || H5Lexists(f, "index_frozen", H5P_DEFAULT) > 0) &&
         dataset_io(f, "index_frozen", H5T_NATIVE_INT, (hsize_t)s->n, frozen, write))
+        return 1;
+    // index_bf16 only where a layer is kept in BF16: other stores open in older builds too.
+    int any_bf16 = 0;
+    for (int i = 0; write && i < s->n; i++) any_bf16 |= bf16[i];
+    if ((write ? any_bf16 : H5Lexists(f, "index_bf16", H5P_DEFAULT) > 0) &&
+        dataset_io(f, "index_bf16", H5T_NATIVE_INT, (hsize_t)s->n, bf16, write))
         return 1;
     // An older build's store kept two copies of a frozen layer, its newest in either slot.
     long long one = 1;
@@ -178,6 +191,7 @@ static int index_io(LayerStore *s, hid_t f, int write) {
     for (int i = 0; i < s->n; i++) {
         s->layers[i].layer = layer[i], s->layers[i].count = (size_t)count[i];
         s->layers[i].frozen = frozen[i] != 0;
+        s->layers[i].bf16 = bf16[i] != 0 && frozen[i] != 0;
         memcpy(s->layers[i].name, name[i], 15);
         s->layers[i].name[15] = 0;
     }
@@ -222,8 +236,9 @@ static int h5_regions(LayerStore *s, hid_t f, int create) {
             char name[64];
             // The index makes it unique: names are cut to 15 characters.
             snprintf(name, sizeof name, "slot%d/%d.%s", k, s->layers[i].layer, s->layers[i].name);
-            hsize_t dims[2] = {(hsize_t)layer_store_layer_bufs(s, i), stride(s, i) / sizeof(float)};
-            if (h5_region(f, name, H5T_NATIVE_FLOAT, 2, dims, create, &s->slot_off[i][k])) return 1;
+            hsize_t dims[2] = {(hsize_t)layer_store_layer_bufs(s, i), store_disk_stride(s, i) / store_elem_bytes(s, i)};
+            hid_t type = s->layers[i].bf16 ? H5T_STD_U16LE : H5T_NATIVE_FLOAT;
+            if (h5_region(f, name, type, 2, dims, create, &s->slot_off[i][k])) return 1;
         }
     return 0;
 }
@@ -232,7 +247,7 @@ static uint64_t regions_end(const LayerStore *s) {
     uint64_t end = s->hdr_off + (uint64_t)n_records(s) * HDR_BYTES;
     for (int k = 0; k < 2 && s->aux_bytes; k++) end = FG_MAX(end, s->aux_off[k] + dio_round_up(s->aux_bytes));
     for (int i = 0; i < s->n; i++)
-        for (int k = 0; k < n_copies(s, i); k++) end = FG_MAX(end, s->slot_off[i][k] + layer_store_slot_bytes(s, i));
+        for (int k = 0; k < n_copies(s, i); k++) end = FG_MAX(end, s->slot_off[i][k] + layer_store_disk_bytes(s, i));
     return end;
 }
 
@@ -314,7 +329,10 @@ int layer_store_create(LayerStore **out, const char *dir, const char *name, int 
     s->n = n_layers, s->n_bufs = opt->n_bufs, s->aux_bytes = opt->aux_bytes;
     memcpy(s->layers, layers, (size_t)n_layers * sizeof *layers);
     s->f.fd = -1;
-    for (int i = 0; i < n_layers; i++) s->cur[i] = -1, s->ver[i][0] = s->ver[i][1] = -1;
+    for (int i = 0; i < n_layers; i++) {
+        s->cur[i] = -1, s->ver[i][0] = s->ver[i][1] = -1;
+        s->layers[i].bf16 = s->layers[i].bf16 && s->layers[i].frozen;  // a trained layer: FP32
+    }
     s->aux_cur = -1, s->aux_ver[0] = s->aux_ver[1] = -1;
     snprintf(s->path, sizeof s->path, "%s/%s.h5", dir, name);
     if (opt->staged) {
@@ -475,6 +493,7 @@ int layer_store_read(LayerStore *s, int i, void *buf, FgError *err) {
     if (s->cur[i] < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
                        s->path, s->layers[i].name);
+    if (s->layers[i].bf16) return store_read_values(s, i, buf, s->layers[i].count, s->slot_off[i][s->cur[i]], err);
     return dio_read(&s->f, buf, layer_store_slot_bytes(s, i), s->slot_off[i][s->cur[i]], err);
 }
 
@@ -521,7 +540,9 @@ int store_seal_slot(LayerStore *s, int kind, int i, int slot, long version, FgEr
 
 static int write_slot(LayerStore *s, int kind, int i, int slot, long version, const void *buf,
                       size_t bytes, uint64_t off, FgError *err) {
-    int rc = dio_write(&s->f, buf, bytes, off, err);
+    int rc = kind == KIND_LAYER && s->layers[i].bf16
+                 ? store_write_values(s, i, buf, s->layers[i].count, off, err)
+                 : dio_write(&s->f, buf, bytes, off, err);
     return rc ? rc : store_seal_slot(s, kind, i, slot, version, err);
 }
 

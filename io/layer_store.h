@@ -16,7 +16,8 @@
 //
 // The file, DIR/NAME.h5: one contiguous early-allocated dataset per layer and slot,
 // /slot<s>/<layer> float32 [n_bufs (1 if frozen), padded count] (a frozen layer: slot0 only;
-// the attribute frozen_copies = 1 says so), aligned to 1 MiB
+// the attribute frozen_copies = 1 says so; a layer kept in BF16, StoreLayer.bf16: uint16
+// [1, padded count] of bfloat16 bits, index_bf16 says which), aligned to 1 MiB
 // (H5Pset_alignment); offsets from H5Dget_offset, then read and written with O_DIRECT, no HDF5
 // call after open. Readable with h5py.
 //
@@ -40,6 +41,9 @@ typedef struct {
     int frozen;     // read-only in training (freeze, a LoRA base): its parameters alone (one
                     // buffer, no optimizer state), written by loads only; its newest version
                     // at or below the store's holds for every version after it
+    int bf16;       // frozen only: kept as bfloat16 (the dtype it was imported in, Layer.
+                    // stored_bf16), half the bytes on flash; widened to float32 as it is read,
+                    // rounded to nearest even as it is written (a load's values are exact)
 } StoreLayer;
 
 typedef struct {
@@ -82,10 +86,12 @@ int layer_store_n_bufs(const LayerStore *s);
 int layer_store_layer_bufs(const LayerStore *s, int i);  // n_bufs, or 1 for a frozen layer
 size_t layer_store_aux_bytes(const LayerStore *s);
 // Bytes of one layer in memory and in a slot: n_bufs buffers, each count floats padded to
-// DIO_ALIGN; buffer b starts at b * layer_store_buf_stride(s, i).
+// DIO_ALIGN; buffer b starts at b * layer_store_buf_stride(s, i). A BF16 layer reads and writes
+// half of that: layer_store_disk_bytes.
 size_t layer_store_slot_bytes(const LayerStore *s, int i);
 size_t layer_store_buf_stride(const LayerStore *s, int i);
 size_t layer_store_max_slot_bytes(const LayerStore *s);
+size_t layer_store_disk_bytes(const LayerStore *s, int i);  // one version of layer i on flash
 // Version of layer i now (the newest written), and the consistent version of the store (the
 // oldest layer's; -1 while version 0 is incomplete).
 long layer_store_layer_version(const LayerStore *s, int i);
@@ -103,7 +109,8 @@ int layer_store_read(LayerStore *s, int i, void *buf, FgError *err);
 // layer: none).
 int layer_store_write(LayerStore *s, int i, long version, const void *buf, FgError *err);
 // Row blocks (Layer.block_rows, docs/out-of-core.md): layer i read and written `floats` floats of
-// each buffer at a time (a multiple of DIO_ALIGN / 4; 0: whole), byte ranges of its datasets: the
+// each buffer at a time (whole pages of its stored dtype: a multiple of DIO_ALIGN / 4 floats,
+// DIO_ALIGN / 2 for a BF16 layer; 0: whole), byte ranges of its datasets: the
 // file's layout is the same either way, and nothing of it is saved. A layer without blocks is
 // one block; block slots hold its buffers layer_store_block_stride apart.
 int layer_store_set_block(LayerStore *s, int i, size_t floats, FgError *err);

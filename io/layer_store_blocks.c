@@ -7,9 +7,10 @@
 #include "layer_store_internal.h"
 
 int layer_store_set_block(LayerStore *s, int i, size_t floats, FgError *err) {
-    if (floats % (DIO_ALIGN / sizeof(float)))
-        return fg_fail(err, FG_ERR_INPUT, "layer store %s: blocks of %zu floats of layer %s are not "
-                       "whole %d-byte pages", s->path, floats, s->layers[i].name, DIO_ALIGN);
+    if (floats % (DIO_ALIGN / store_elem_bytes(s, i)))
+        return fg_fail(err, FG_ERR_INPUT, "layer store %s: blocks of %zu values of layer %s are not "
+                       "whole %d-byte pages (%zu-byte values on flash)", s->path, floats,
+                       s->layers[i].name, DIO_ALIGN, store_elem_bytes(s, i));
     s->block[i] = floats >= s->layers[i].count ? 0 : floats;
     return FG_OK;
 }
@@ -38,19 +39,20 @@ size_t layer_store_max_block_slot_bytes(const LayerStore *s) {
 }
 
 size_t layer_store_block_bytes(const LayerStore *s, int i, int b) {
-    return (size_t)layer_store_layer_bufs(s, i) * dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
+    return (size_t)layer_store_layer_bufs(s, i) * dio_round_up(layer_store_block_floats(s, i, b) * store_elem_bytes(s, i));
 }
 
 // Each buffer's part of block b in the store's slot (read) or from buf (write): the last block
 // runs to the padded end of its buffer, so every range is whole pages.
 static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int write, FgError *err) {
-    size_t first = (size_t)b * s->block[i] * sizeof(float);
-    size_t bytes = dio_round_up(layer_store_block_floats(s, i, b) * sizeof(float));
+    size_t first = (size_t)b * s->block[i] * store_elem_bytes(s, i);
+    size_t count = layer_store_block_floats(s, i, b);
     int rc = FG_OK;
     for (int k = 0; k < layer_store_layer_bufs(s, i) && !rc; k++) {
         unsigned char *mem = (unsigned char *)buf + (size_t)k * layer_store_block_stride(s, i);
-        uint64_t off = s->slot_off[i][slot] + (uint64_t)k * store_stride(s, i) + first;
-        rc = write ? dio_write(&s->f, mem, bytes, off, err) : dio_read(&s->f, mem, bytes, off, err);
+        uint64_t off = s->slot_off[i][slot] + (uint64_t)k * store_disk_stride(s, i) + first;
+        rc = write ? store_write_values(s, i, mem, count, off, err)
+                   : store_read_values(s, i, mem, count, off, err);
     }
     return rc;
 }

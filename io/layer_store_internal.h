@@ -33,12 +33,19 @@ struct LayerStore {
     DioFile f;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
     unsigned char *aux_buf;
+    uint16_t *scratch;   // a BF16 layer's chunk being written (layer_store_bf16.c), or NULL
     char path[1024];  // DIR/NAME.h5 (DIR/NAME.new.h5 until published)
     char final_path[1024];  // "" or, a store made staged (StoreOptions.staged), DIR/NAME.h5
 };
 
 // Bytes of a layer's buffer in its slot: its floats padded to DIO_ALIGN.
 size_t store_stride(const LayerStore *s, int i);
+// A layer's values on flash (layer_store_bf16.c): 2 bytes (a BF16 layer) or 4 each, a buffer
+// padded to DIO_ALIGN; read into float32 (count values of one buffer at off) or written from it.
+size_t store_elem_bytes(const LayerStore *s, int i);
+size_t store_disk_stride(const LayerStore *s, int i);
+int store_read_values(LayerStore *s, int i, void *buf, size_t count, uint64_t off, FgError *err);
+int store_write_values(LayerStore *s, int i, const void *buf, size_t count, uint64_t off, FgError *err);
 // The write rule (layer_store.h): version may be written now.
 int store_check_write(LayerStore *s, int kind, int i, long version, FgError *err);
 // The slot a write of layer i's version goes to (the other copy, or a frozen layer's only one,

@@ -43,9 +43,25 @@ static int set_blocks(LayerStore *s, const Model *m, FgError *err) {
     return rc;
 }
 
+// A BF16 layer (a frozen base as imported) is never widened over: a run that would train it is
+// refused by name.
+static int check_bf16(LayerStore *s, const LayerStreamSpec *spec, FgError *err) {
+    for (int i = 0; i < layer_store_n_layers(s); i++) {
+        const StoreLayer *have = layer_store_layer(s, i);
+        if (have->bf16 && !spec->model->layers[have->layer].frozen)
+            return fg_fail(err, FG_ERR_INPUT, "layer store %s/%s keeps layer %s in BF16 (a frozen "
+                           "base, as imported); this run would train it: a BF16 store is not "
+                           "widened over. Start from the checkpoint (--init-from) instead of "
+                           "--resume-weights, or freeze it again", spec->dir, spec->name, have->name);
+    }
+    return FG_OK;
+}
+
 // A reopened store must hold exactly the stage's layers with the asked-for buffers.
 static int check_layout(LayerStore *s, const LayerStreamSpec *spec, const StoreLayer *want, int n,
                         FgError *err) {
+    int rc = check_bf16(s, spec, err);
+    if (rc) return rc;
     int same = layer_store_n_layers(s) == n && layer_store_n_bufs(s) == spec->n_bufs &&
                layer_store_aux_bytes(s) == spec->aux_bytes;
     for (int i = 0; i < n && same; i++) {
@@ -66,7 +82,7 @@ static int check_room(const LayerStreamSpec *spec, const StoreLayer *layers, int
     double need = 0.0;
     for (int i = 0; i < n; i++)  // a frozen layer: no optimizer state, no step buffers
         need += (layers[i].frozen ? 1.0 : 2.0 * (spec->n_bufs + spec->later_bufs)) *
-                (double)dio_round_up(layers[i].count * sizeof(float));
+                (double)dio_round_up(layers[i].count * (layers[i].bf16 ? 2 : sizeof(float)));
     need += spec->later_bytes;
     struct statvfs fs;
     if (statvfs(spec->dir, &fs) != 0) return FG_OK;  // create reports an unusable dir by name

@@ -8,7 +8,7 @@ fgpipe=$(realpath "$1") config=$(realpath "$2")
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
 passed=0 failed=0
 # FGPIPE_TIER: a script with a quick part (ctest -L quick: its *_quick test) runs only that part

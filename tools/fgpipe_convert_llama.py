@@ -160,20 +160,23 @@ def import_hf(folder, out, seed, pad_vocab, ctx):
     Vp = -(-V // pad_vocab) * pad_vocab
     table = t.pop("model.embed_tokens.weight")
     head = table if s["tie"] else t.pop("lm_head.weight")
-    plan = {k[len("model."):]: (v.shape, v.rows) for k, v in t.items()}
+    # BF16 tensors stay BF16 (a frozen base streams half the bytes; a trained layer is widened
+    # when a run loads it); F16 and F32 become float32
+    plan = {k[len("model."):]: (v.shape, v.rows, v.dtype == "BF16") for k, v in t.items()}
     # the token table and the head: zero pad rows (no id reaches them) up to Vp
-    plan["embed_tokens.weight"] = ((Vp, C), stream.padded(table.rows, V, (Vp, C)))
-    plan["lm_head.weight"] = ((Vp, C), stream.padded(head.rows, V, (Vp, C)))
-    stream.check_room(out, stream.h5_bytes([shape for shape, _ in plan.values()]),
-                      "the checkpoint (float32)", replaced=[out])
+    plan["embed_tokens.weight"] = ((Vp, C), stream.padded(table.rows, V, (Vp, C)), table.dtype == "BF16")
+    plan["lm_head.weight"] = ((Vp, C), stream.padded(head.rows, V, (Vp, C)), head.dtype == "BF16")
+    entries = list(plan.values())
+    stream.check_room(out, stream.h5_bytes([e[0] for e in entries], {i for i, e in enumerate(entries) if e[2]}),
+                      "the checkpoint (float32, BF16 where the source is)", replaced=[out])
     try:
         f = h5py.File(out, "w")
     except OSError as e:
         raise BadInput(f"{out}: cannot create it ({e})")
     with f:
-        for name, (shape, get) in sorted(plan.items()):
+        for name, (shape, get, bf16) in sorted(plan.items()):
             group, _, tensor = name.rpartition(".")
-            stream.write_dataset(f, f"params/{group}/{tensor}", shape, get)
+            stream.write_dataset(f, f"params/{group}/{tensor}", shape, get, bf16)
         L = s["num_hidden_layers"]
         n_layers = 1 + (10 if s["qk_norm"] else 9) * L + 2  # embed_tokens, the blocks, norm, lm_head
         for k, v in {"format_version": 1, "step": 0, "seed": seed, "stages": 1}.items():

@@ -80,13 +80,34 @@ static double slots_floor(const SlotPlan *sp) {
     return one_large_slot(sp) ? (double)slot + overlap_slots(sp) * (double)small : 2.0 * (double)slot;
 }
 
+static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,
+                       int *param_layers);
+
+// One buffer of layer l on flash: a frozen base imported in BF16 keeps 2 bytes a value.
+static double stored_buffer_bytes(const Layer *L) {
+    return (double)L->param_count * (L->stored_bf16 ? 2 : sizeof(float));
+}
+
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last) {
     double bytes = 0.0;
     for (int l = first; l < last; l++)
         if (stored(sp, m, l))
-            bytes += (double)(m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) *
-                 (double)m->layers[l].param_count * sizeof(float);
+            bytes += (m->layers[l].frozen ? 1 : sp->n_weights + sp->n_step) * stored_buffer_bytes(&m->layers[l]);
     return bytes;
+}
+
+void slot_plan_step_bytes(const Config *c, const Model *m, int first, int last, double *read,
+                          double *write) {
+    SlotPlan sp;
+    int param_layers;
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    *read = *write = 0.0;
+    for (int l = first; l < last; l++) {
+        if (!stored(&sp, m, l)) continue;
+        const Layer *L = &m->layers[l];
+        *read += (L->frozen ? 1 : sp.n_weights) * stored_buffer_bytes(L);
+        if (!L->frozen) *write += sp.n_weights * stored_buffer_bytes(L);
+    }
 }
 
 static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,

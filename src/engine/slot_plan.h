@@ -44,6 +44,11 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
 
 // Bytes of one version of the stage's layers in both stores.
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last);
+// A step's weights bytes read from and written to flash by layers [first, last) (the step
+// stores' aside): every buffer of a trained layer both ways, a frozen one's parameters read
+// only, each in its stored dtype (Layer.stored_bf16: 2 bytes a value).
+void slot_plan_step_bytes(const Config *c, const Model *m, int first, int last, double *read,
+                          double *write);
 
 // " (2 of A MB, N of B MB ...)" when the plan has small slots, else "".
 const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size);

@@ -77,6 +77,8 @@ typedef struct {
     int lora_parts[3];    // lora: rows of the projection's parts (q, k, v / gate, up / one)
     int lora_mask;        // lora: bit i set: part i is adapted
     int frozen;           // parameters held fixed (config freeze): no tangents, steps of size 0
+    int stored_bf16;      // frozen, and its checkpoint holds it in BF16 (a Hugging Face import):
+                          // its store and checkpoints keep BF16 (half the bytes); in memory FP32
     int block_rows;       // > 0: a token table (embedding, fused head) read, computed and written
                           // in blocks of this many rows (layer_block; config table_block_rows)
     size_t param_offset;  // start of its parameters in the model's flat buffer

@@ -74,7 +74,7 @@ static const char USAGE_TOKENIZE[] =
 static const char USAGE_PLAN[] =
     "usage: fgpipe plan --config FILE [--set key=value ...] [--costs SUMMARY.json\n"
     "                   [--measured]] [--json FILE] [--batches --mem-budget BYTES\n"
-    "                   (--weights-dir DIR | --disk-bw GB/s)]\n"
+    "                   (--weights-dir DIR | --disk-bw GB/s) [--frozen-bf16]]\n"
     "  on one rank, without training: the timetable of every schedule (bp-gpipe,\n"
     "  bp-1f1b, bp-zb, fg, fg+bp) for the config's stages, micro-batches and replicas:\n"
     "  step time, bubble, B ops, activation memory and bytes sent per stage. Op costs\n"
@@ -84,7 +84,8 @@ static const char USAGE_PLAN[] =
     "  from flash, activation memory, bytes moved and the bandwidth needed against the\n"
     "  micro-batch size for bp-zb, fg and fg+bp, and the size each would choose (the\n"
     "  flash measured in DIR, or --disk-bw); with replicas, for the node whose R replicas\n"
-    "  share one store: where the step turns compute-bound, the largest that fits.\n"
+    "  share one store: where the step turns compute-bound, the largest that fits;\n"
+    "  --frozen-bf16: the frozen layers (a LoRA base imported in BF16) read as BF16.\n"
     "  Bounded: a mode whose timing here passes about 200 GFLOP of GEMMs or 3/4 of\n"
     "  the memory, or comes after 60 s of timing, is not timed (its rows say why;\n"
     "  exit 2 when none is); SIGTERM or SIGINT end it at once (exit 128 + signal).\n"
@@ -318,6 +319,7 @@ static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--config") == 0 && more) config_path = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0) a->plan.batches = 1;
+        else if (strcmp(argv[i], "--frozen-bf16") == 0) a->plan.frozen_bf16 = 1;
         else if (strcmp(argv[i], "--disk-bw") == 0 && more &&
                  !(rc = parse_number("--disk-bw", argv[++i], 1, 1e-3, 1e4, &v, err)))
             a->plan.disk_bandwidth = v * 1e9;

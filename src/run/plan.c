@@ -340,6 +340,7 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
     Model m;
     int rc = train_build_model(cfg, 1, &m, err);
     if (rc) return rc;
+    for (int l = 0; l < m.n_layers; l++) m.layers[l].stored_bf16 = a->frozen_bf16 && m.layers[l].frozen;
     CostSet *sets = calloc(N_SETS, sizeof *sets);
     FILE *json = NULL;
     OutFile json_file;

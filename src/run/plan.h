@@ -24,6 +24,8 @@ typedef struct {
     const char *node;        // --node: a node described (plan_node.h), nothing timed; or NULL
     double node_params;      // --params: the model's parameter count instead of its shape
     int node_batch;          // --at: the batch the curves are read at (default 64)
+    int frozen_bf16;         // --frozen-bf16: the frozen layers on flash in BF16 (a base
+                             // imported from Hugging Face's BF16 keeps it: Layer.stored_bf16)
 } PlanArgs;
 
 // Prints the table onto out (and writes the JSON). The config's mode picks nothing: every

@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "layer_source.h"
+#include "slot_plan.h"
 #include "progress.h"
 
 enum { PROBE_BYTES = 256 << 20, PROBE_CHUNK = 4 << 20 };
@@ -77,8 +78,6 @@ static BatchRow batch_row(const Sweep *w, int batch) {
     const Config *c = &w->cs->cfg;
     const Model *m = w->m;
     const int M = c->layout.stages, B0 = c->training.micro_batch;
-    const LayerNeeds need = layer_needs(c);
-    const int store_bufs = 1 + need.opt_buffers + need.ref;
     const int waves = c->method.mode == MODE_FG ? 1 : 2;
     const double scale = (double)batch / B0;
     // Compute grows with the batch (linear: see docs); it is one replica's, timed with the
@@ -88,8 +87,8 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         size_t largest = 0;
         for (int l = w->cs->layout[s]; l < w->cs->layout[s + 1]; l++)
             largest = FG_MAX(largest, m->layers[l].param_count);
-        double store = (double)layer_source_streamed_params(c, m, w->cs->layout[s], w->cs->layout[s + 1]) *
-                       store_bufs * sizeof(float);
+        double read, write;
+        slot_plan_step_bytes(c, m, w->cs->layout[s], w->cs->layout[s + 1], &read, &write);
         double slots = layer_source_streamed_floor(c, m, w->cs->layout[s], w->cs->layout[s + 1]);
         double layer_work = (double)largest * sizeof(float) * (1 + c->method.tangents);
         const double runtime = w->cs->resident[s][MEM_RUNTIME];  // the process's (plan.c)
@@ -98,8 +97,8 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         double act = w->fig->activations[s] * scale;
         r.activations = FG_MAX(r.activations, act);
         r.memory = FG_MAX(r.memory, act + slots + layer_work + runtime);
-        r.read = FG_MAX(r.read, waves * store * w->stores);
-        r.write = FG_MAX(r.write, store * w->stores);
+        r.read = FG_MAX(r.read, waves * read * w->stores);
+        r.write = FG_MAX(r.write, write * w->stores);
     }
     r.io = r.read / w->read_bw + r.write / w->write_bw;
     double tokens = (double)c->training.micro_batches * batch * c->layout.replicas * m->tokens;

@@ -100,6 +100,9 @@ struct Storage {
     // The resolved config a checkpoint was written with (allocated text; free() it): what
     // another program needs to rebuild the model.
     int (*load_config)(Storage *io, const char *path, char **text, FgError *err);
+    // Sets Layer.stored_bf16 on each frozen layer whose parameters the checkpoint at path holds
+    // in BF16 (a Hugging Face import): decided before the stores are made.
+    int (*mark_bf16)(Storage *io, const char *path, Model *m, FgError *err);
     // Creates the step log at path (called on one rank: the last stage).
     int (*open_log)(Storage *io, const char *path, const LogInfo *info, StepLog *out, FgError *err);
 };

@@ -156,6 +156,15 @@ static int load_text(Run *r, FgError *err) {
     return text_val_batch(&r->text, 0, (int)n, r->test.x, r->test.labels, err);
 }
 
+// A frozen layer its checkpoint holds in BF16 stays BF16 on flash and in checkpoints: decided
+// before the stores are made.
+static int mark_stored_bf16(const Run *r, Model *m, FgError *err) {
+    const char *path = r->in.resume_path ? r->in.resume_path : r->in.init_from;
+    const Storage *io = r->env->storage;
+    if (!path || !io || !io->mark_bf16) return FG_OK;
+    return io->mark_bf16((Storage *)io, path, m, err);
+}
+
 // The model, the data (stage 0 reads the inputs, the others only labels and sizes) and the
 // stage's part of the model.
 static int load_model_and_data(Run *r, FgError *err) {
@@ -163,7 +172,9 @@ static int load_model_and_data(Run *r, FgError *err) {
     Transport *t = r->env->tr;
     Model *m = &r->model;
     int rc;
-    if ((rc = train_build_model(c, 1, m, err)) || (rc = layout_plan(c, r->env, m, r->res, err))) return rc;
+    if ((rc = train_build_model(c, 1, m, err)) || (rc = mark_stored_bf16(r, m, err)) ||
+        (rc = layout_plan(c, r->env, m, r->res, err)))
+        return rc;
     int (*load)(Dataset *, const char *, const char *, FgError *) =
         t->stage == 0 ? dataset_load_split : dataset_load_split_labels;
     if (config_is_language(c)) rc = load_text(r, err);
