@@ -99,9 +99,9 @@ run again - "${lora[@]}" --init-from "$dir/ooc16/checkpoint.h5"
 verdict "... (a run from it starts)" "$(problem again)"
 # A store made with the base's block 0 frozen (BF16 on flash), its settings record gone (an older
 # store's): a run that would train block 0 is refused by the BF16 layer's name, the store kept.
-run frozen0 "${floor:-1}" --set steps=2 --set freeze=h.0 --init-from "$dir/b16.h5"
+run frozen0 64M --set stream=1 --set steps=2 --set freeze=h.0 --init-from "$dir/b16.h5"
 rm -f "$dir"/frozen0.w/*.conf && sum0=$(md5sum "$dir"/frozen0.w/*.h5)
-timeout 120 "$fgpipe" train --config "$config" "${base[@]}" --set steps=4 --mem-budget "${floor:-1}" \
+timeout 120 "$fgpipe" train --config "$config" "${base[@]}" --set steps=4 --set stream=1 --mem-budget 64M \
   --weights-dir "$dir/frozen0.w" --resume-weights --out "$dir/refused" >"$dir/refused.log" 2>&1
 rc=$?
 verdict "a BF16 store that a run would train is refused by name (exit $rc), the store unchanged" \

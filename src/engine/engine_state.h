@@ -181,7 +181,8 @@ typedef struct {
     int is_first, is_last;
     int K;                    // tangents (0 in bp)
     size_t n;                 // parameters of this stage
-    size_t largest;           // parameters of its largest layer
+    size_t largest;           // parameters of its largest layer (a row block of a table in blocks)
+    size_t largest_trained;   // ... of its largest trained one: a gradient's, a tangent's size
     int n_streamed;           // stages of the pipeline that stream their layers
     Messages msg;
     LaneBuffers work;

@@ -430,7 +430,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Backend *be = p->be;
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1;
-    if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
+    if (zero && L->param_count && !L->frozen) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
         const float *x = lane_layer_input(p, a, l);
@@ -467,7 +467,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP, dirty = 0;
         if ((rc = layers_acquire_block(p, l, b, -1, parts, &s, err))) break;
         int r0 = (int)(s.first / C), rows = (int)(s.count / C);
-        if (zero) be->zero(be, s.grad, s.count * sizeof(float));
+        if (zero && !L->frozen) be->zero(be, s.grad, s.count * sizeof(float));
         for (int i = 0; i < n; i++) {
             Lane *a = &p->work.lanes[i];
             const float *x = lane_layer_input(p, a, l);

@@ -70,7 +70,7 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
     // device these are device memory, and so is a copy of the layer being computed on; the
     // budget counts host and device bytes alike.
     return activation_bytes(&z, stashes, adjoints, c->training.micro_batches, 2, NULL) + head_bytes(p) +
-           (double)p->largest * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
+           (double)p->largest_trained * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
 }
 
 // Resident when everything fits mem_budget with the runtime (or there is none) and stream is
@@ -124,7 +124,7 @@ static void count_source(Pipeline *p) {
     if (p->src.streamed) {
         double slots = p->cfg->layout.mem_budget - p->src.work_bytes - p->runtime;
         mem_account_add(a, MEM_IO_SLOTS, FG_MAX(slots, 0.0));
-        if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest);
+        if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest_trained);
         return;
     }
     double bytes[N_MEM_OWNERS] = {0};
@@ -391,6 +391,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;
     p->n = p->stage.param_count;
     p->largest = model_largest_block(m, first[s], first[s + 1]);  // a row block of a table in blocks
+    p->largest_trained = model_largest_trained_block(m, first[s], first[s + 1]);
     size_t width = (size_t)m->max_width;
     p->work.act_stride = p->work.adj_stride = (size_t)B * width;
     p->work.tan_stride = (size_t)B * width * p->K;

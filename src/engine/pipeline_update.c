@@ -113,6 +113,9 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     const Backend *be = p->be;
     size_t n = s->count;  // the layer, or a row block of it
     int rc;
+    // A frozen layer has no gradient (a streamed stage's gradient buffer holds its largest
+    // trained layer's): only the replicas' sync before its slot is reused.
+    if (layer_frozen(p, l)) return fresh ? layers_sync(p, err) : FG_OK;
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;

@@ -502,7 +502,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     if (!rc && n_step && trains_any(m, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
     out->large_above = sp.n_small ? sp.small : 0;
     if (!rc && (need.grad || c->method.mode != MODE_BP))
-        out->layer_buffer = st->grad = backend_alloc_floats(be, largest);
+        out->layer_buffer = st->grad = backend_alloc_floats(be, model_largest_trained_block(m, first, last));
     if (!rc) rc = keep_tied(st, ls, t->stage, &sp, spill, out, err);
     st->largest = largest;
     if (!rc && st->on_device) {

@@ -91,6 +91,8 @@ typedef struct {
     char weights_dir[256]; // out-of-core stages keep their layer stores here (local flash)
     int io_every_step;     // a streamed stage prints each step's I/O line
     int stream;            // 1: every stage streams (with mem_budget), also one that fits in memory
+    int frozen_fp32;       // 1: frozen layers widened to FP32 on flash even where the checkpoint
+                           // holds them in BF16 (0: kept as the checkpoint holds them)
     int table_block_rows;  // > 0: a token table of more rows is read, computed and written this
                            // many rows at a time (Layer.block_rows); 0: whole
 } LayoutConfig;

@@ -240,6 +240,16 @@ size_t model_largest_block(const Model *m, int first, int last) {
     return largest;
 }
 
+size_t model_largest_trained_block(const Model *m, int first, int last) {
+    size_t largest = 1;
+    for (int l = first; l < last; l++) {
+        size_t at, n;
+        layer_block(&m->layers[l], 0, &at, &n);
+        if (!m->layers[l].frozen) largest = FG_MAX(largest, n);
+    }
+    return largest;
+}
+
 void model_init_params(const Model *m, float *params, uint32_t seed) {
     model_init_range(m, 0, m->n_layers, params, seed);
 }

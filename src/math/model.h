@@ -102,6 +102,9 @@ void model_init_part(const Model *m, int l, size_t first, size_t n, float *out, 
 // model_largest_block.
 void model_set_row_blocks(Model *m, int rows);
 size_t model_largest_block(const Model *m, int first, int last);
+// The same over the layers that train (not frozen): what one layer's gradient or parameter
+// tangents hold (a LoRA base's token table needs neither); at least 1.
+size_t model_largest_trained_block(const Model *m, int first, int last);
 
 // Parameters owned by layers [first, last): where they start and how many.
 size_t model_range_offset(const Model *m, int first);

@@ -161,7 +161,7 @@ static int load_text(Run *r, FgError *err) {
 static int mark_stored_bf16(const Run *r, Model *m, FgError *err) {
     const char *path = r->in.resume_path ? r->in.resume_path : r->in.init_from;
     const Storage *io = r->env->storage;
-    if (!path || !io || !io->mark_bf16) return FG_OK;
+    if (!path || !io || !io->mark_bf16 || r->cfg->layout.frozen_fp32) return FG_OK;
     return io->mark_bf16((Storage *)io, path, m, err);
 }
 

@@ -19,7 +19,7 @@ int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last
     st->max_rows = max_rows;
     st->tangents = tangents;
     // One layer's tangents at a time, or a row block's of a table in blocks (stage_rows.c).
-    if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * model_largest_block(m, first, last));
+    if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * model_largest_trained_block(m, first, last));
     return FG_OK;
 }
 
