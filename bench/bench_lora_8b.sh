@@ -17,6 +17,8 @@
 #   Face directory (16 GB) is removed once imported. OMP_NUM_THREADS defaults to 1 (a core left
 #   for the I/O thread). RUNS="bf16-bp fp32-bp" runs only those (default: bf16-bp bf16-fg
 #   bf16-fgbp fp32-bp). CONFIG=another Llama config (its shape is written and imported).
+#   FGBP_BUDGET (default BUDGET): fg+bp's, whose floor is higher (it keeps two steps' saved
+#   inputs: 12.9 GB at ctx 64 where bp's is 7.1 and fg's 4.4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -48,13 +50,15 @@ common=(--config "$config" --init-from "$checkpoint" --set lora_rank=16 --set lo
         --set lora_targets=q,k,v,o,gate,up,down --set ctx="$ctx" --set steps="$steps"
         --set micro_batches=1 --set micro_batch=1 --set lr=0.001 --set warmup_steps=0
         --set lr_schedule=constant --set train_tokens="$dir/window.bin" --set val_tokens="$dir/window.bin"
-        --set print_every=1 --set io_every_step=1 --mem-budget "$budget" --weights-dir "$dir/flash")
+        --set print_every=1 --set io_every_step=1 --weights-dir "$dir/flash")
+fgbp_budget=${FGBP_BUDGET:-$budget}
 
-run() {  # NAME [ARGS]: one streamed run into $dir/NAME.{log,json}, its store removed after
-  local name=$1; shift
+run() {  # NAME BUDGET [ARGS]: one streamed run into $dir/NAME.{log,json}, its store removed after
+  local name=$1 mem=$2; shift 2
+  echo "$mem" >"$dir/$name.budget"
   rm -rf "$dir/flash" "$dir/$name" && mkdir -p "$dir/flash"
   echo "== $name: build/fgpipe train ${common[*]} $*" >&2
-  /usr/bin/time -v -o "$dir/$name.time" build/fgpipe train "${common[@]}" "$@" --out "$dir/$name" \
+  /usr/bin/time -v -o "$dir/$name.time" build/fgpipe train "${common[@]}" --mem-budget "$mem" "$@" --out "$dir/$name" \
     --summary-json "$dir/$name.json" >"$dir/$name.log" 2>&1 || { tail -5 "$dir/$name.log" >&2; exit 1; }
   grep -E "streams its layers|step [0-9]+ I/O|out of core" "$dir/$name.log" >&2
   rm -rf "$dir/flash"
@@ -62,23 +66,24 @@ run() {  # NAME [ARGS]: one streamed run into $dir/NAME.{log,json}, its store re
 
 runs=(${RUNS:-bf16-bp bf16-fg bf16-fgbp fp32-bp})
 if selected bf16-bp "${runs[@]}"; then
-  run bf16-bp --set mode=bp
+  run bf16-bp "$budget" --set mode=bp
   tools/fgpipe-convert export-lora "$dir/bf16-bp/checkpoint.h5" "$dir/bf16-bp-peft" >&2
   ls -l "$dir/bf16-bp-peft" >&2
   rm -f "$dir/bf16-bp/checkpoint.h5"
 fi
-selected bf16-fg "${runs[@]}" && run bf16-fg --set mode=fg --no-checkpoint
-selected bf16-fgbp "${runs[@]}" && run bf16-fgbp --set mode=fg+bp --no-checkpoint
-selected fp32-bp "${runs[@]}" && run fp32-bp --set mode=bp --set frozen_fp32=1 --no-checkpoint
+selected bf16-fg "${runs[@]}" && run bf16-fg "$budget" --set mode=fg --no-checkpoint
+selected bf16-fgbp "${runs[@]}" && run bf16-fgbp "$fgbp_budget" --set mode=fg+bp --no-checkpoint
+selected fp32-bp "${runs[@]}" && run fp32-bp "$budget" --set mode=bp --set frozen_fp32=1 --no-checkpoint
 
 /usr/bin/python3 - "$dir" "$name" "$budget" "$ctx" "${runs[@]}" <<'PY'
 import json, re, sys
 d, name, budget, ctx, *runs = sys.argv[1:]
 units = {"K": 2**10, "M": 2**20, "G": 2**30}
-budget_bytes = float(budget[:-1]) * units[budget[-1]] if budget[-1] in units else float(budget)
+def size(b):
+    return float(b[:-1]) * units[b[-1]] if b[-1] in units else float(b)
 step_re = re.compile(r"step (\d+) I/O: read ([0-9.]+) GB, wrote ([0-9.]+) GB, I/O ([0-9.]+) s, "
                      r"compute ([0-9.]+) s, bound ([0-9.]+) s \((\w+)\), step ([0-9.]+) s")
-print(f"\n| {name}, LoRA r16, ctx {ctx}, mem_budget {budget} | step | GB read | GB written | I/O s | compute s | bound s | step s | bound / step |")
+print(f"\n| {name}, LoRA r16, ctx {ctx} | step | GB read | GB written | I/O s | compute s | bound s | step s | bound / step |")
 print("|---|---|---|---|---|---|---|---|---|")
 summary = []
 for n in runs:
@@ -94,10 +99,10 @@ for n in runs:
     later = rows[1:] or rows
     ratio = sum(float(r[5]) for r in later) / sum(float(r[7]) for r in later)
     read = sum(float(r[1]) for r in later) / len(later)
-    summary.append((n, losses, rss, read, ratio))
+    summary.append((n, losses, rss, read, ratio, size(open(f"{d}/{n}.budget").read().strip())))
 print(f"\n| run | loss on the window, each step, then after the last | peak RSS GB | budget GB | RSS / budget | GB read per step | bound / step (steps 2..) |")
 print("|---|---|---|---|---|---|---|")
-for n, losses, rss, read, ratio in summary:
+for n, losses, rss, read, ratio, budget_bytes in summary:
     print(f"| {n} | {' '.join(f'{x:.3f}' for x in losses)} | {rss / 1e9:.2f} | {budget_bytes / 1e9:.2f} | "
           f"{rss / budget_bytes:.2f} | {read:.2f} | {ratio:.2f} |")
 PY

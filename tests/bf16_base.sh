@@ -97,6 +97,11 @@ PY
 )"
 run again - "${lora[@]}" --init-from "$dir/ooc16/checkpoint.h5"
 verdict "... (a run from it starts)" "$(problem again)"
+# Llama's weights hold no position table: a shorter ctx loads them, a longer one is refused.
+run ctx8 - "${lora[@]}" --set ctx=8 --init-from "$dir/b16.h5"
+run ctx32 - "${lora[@]}" --set ctx=32 --init-from "$dir/b16.h5"
+verdict "Llama's checkpoint of ctx 16 loads at ctx 8 and is refused at ctx 32, naming ctx" \
+  "$(problem ctx8)$(grep -q "it has ctx = 16, the config ctx = 32" "$dir/ctx32.log" || tail -n 1 "$dir/ctx32.log")"
 # A store made with the base's block 0 frozen (BF16 on flash), its settings record gone (an older
 # store's): a run that would train block 0 is refused by the BF16 layer's name, the store kept.
 run frozen0 64M --set stream=1 --set steps=2 --set freeze=h.0 --init-from "$dir/b16.h5"

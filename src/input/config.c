@@ -489,6 +489,15 @@ static const char *first_difference(const Config *a, const Config *b, const char
     return NULL;
 }
 
+// What a checkpoint's weights depend on. A language model's windows come from text or from
+// token files alike (data), and Llama's weights hold no position table: it runs at any ctx up
+// to the one it was made with (RoPE), a GPT at its own.
+static int weights_differ_in(const Config *a, const Config *b, const char *key) {
+    if (strcmp(key, "data") == 0) return !(config_is_language(a) && config_is_language(b));
+    if (strcmp(key, "ctx") == 0) return strcmp(a->net.model, "llama") != 0 || b->net.ctx > a->net.ctx;
+    return strcmp(key, "activation") != 0 || !config_is_language(a);  // the GPT's is fixed (GELU)
+}
+
 // lora: 1 compares LoRA's keys always, 0 only when a has adapters (a base loads under new ones).
 static const char *model_mismatch(const Config *a, const Config *b, int lora, char *value_a,
                                   char *value_b, size_t size) {
@@ -500,8 +509,9 @@ static const char *model_mismatch(const Config *a, const Config *b, int lora, ch
         "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings",
         "rms_norm_eps", "qk_norm", "tie_embeddings"};
     static const char *const lora_keys[] = {"lora_rank", "lora_alpha", "lora_targets"};
-    int n = config_is_language(a) ? 7 : 8;  // the GPT's activation is fixed (GELU)
-    const char *key = first_difference(a, b, keys, n, value_a, value_b, size);
+    const char *key = NULL;
+    for (int i = 0; i < 8 && !key; i++)
+        if (weights_differ_in(a, b, keys[i])) key = first_difference(a, b, &keys[i], 1, value_a, value_b, size);
     if (!key && strcmp(a->net.model, "llama") == 0)
         key = first_difference(a, b, llama_keys, 11, value_a, value_b, size);
     if (!key && (lora || a->net.lora_rank > 0))
