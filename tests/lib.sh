@@ -60,6 +60,36 @@ same_runs() {  # same_runs LABEL A B: a verdict that runs A and B have identical
   verdict "$1" "$why"
 }
 
+docs_corpus() {  # docs_corpus: this repository's docs and README in $dir/corpus.txt, the text the
+  # byte-level GPTs of the tests train on (no download)
+  local root; root=$(dirname "$0")/..
+  cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+}
+
+small_mnist() {  # small_mnist TRAIN TEST: the first TRAIN training and TEST test samples of the
+  # MLP config's Fashion-MNIST in $dir/mnist/ (its data_dir, same format), for runs whose checks
+  # compare runs with each other: reading all 70 000 images was most of such a run's start-up
+  # (1.4 of a 1-step run's 1.8 CPU seconds)
+  local src
+  src=$(sed -n 's/^ *data_dir *= *\([^ #]*\).*/\1/p' "$(dirname "$config")/fashion-mnist-mlp.conf")
+  mkdir -p "$dir/mnist"
+  /usr/bin/python3 - "$src" "$dir/mnist" "$1" "$2" <<'PY'
+import gzip, struct, sys
+src, dst, counts = sys.argv[1], sys.argv[2], {"train": int(sys.argv[3]), "t10k": int(sys.argv[4])}
+for split, n in counts.items():
+    for kind, size in (("images-idx3", 784), ("labels-idx1", 1)):
+        name = f"{split}-{kind}-ubyte.gz"
+        with gzip.open(f"{src}/{name}") as f:
+            head = f.read(4)
+            dims = struct.unpack(f">{head[3]}I", f.read(4 * head[3]))
+            body = f.read(n * size)
+        assert dims[0] >= n and len(body) == n * size, f"{name}: fewer than {n} samples"
+        with gzip.open(f"{dst}/{name}", "wb", compresslevel=1) as g:
+            g.write(head + struct.pack(f">{len(dims)}I", n, *dims[1:]) + body)
+PY
+  [ $? -eq 0 ] || { echo "FAIL small_mnist: no subset of $src"; exit 1; }
+}
+
 kjv_tokens() {  # kjv_tokens BYTES TRAIN: the KJV's first BYTES bytes as uint16 tokens (vocab
   # 256, data = tokens), the first TRAIN in $dir/train.bin, the rest in $dir/val.bin
   local root; root=$(dirname "$config")/../..
