@@ -11,11 +11,12 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
 passed=0 failed=0
-# FGPIPE_TIER: a script with a quick part (ctest -L quick: its *_quick test) runs only that part
-# with FGPIPE_TIER=quick and only the rest with FGPIPE_TIER=rest (the full suite runs both, so no
-# case runs twice); unset, it runs everything.
+# FGPIPE_TIER: a script's cases fall in up to three tiers, each run by its own ctest test:
+# quick (its *_quick test, ctest -L quick), rest (the test of the script's name, in the full
+# suite) and long (its *_long test, ctest -L long: the heavy sweeps); so no case runs twice
+# (but the reference runs several tiers compare with). Unset, a script runs every case.
 tier=${FGPIPE_TIER:-all}
-in_tier() { [ "$tier" = all ] || [ "$tier" = "$1" ]; }  # in_tier quick|rest
+in_tier() { [ "$tier" = all ] || [ "$tier" = "$1" ]; }  # in_tier quick|rest|long
 
 verdict() {  # verdict LABEL [PROBLEM]: PASS when PROBLEM is empty
   if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
