@@ -7,6 +7,9 @@ if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
 fgpipe=$(realpath "$1") config=$(realpath "$2")
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
+# A rank waiting in MPI yields its core (Open MPI spins otherwise): the ranks of a job, and of
+# two tests run at once, share 2 cores
+export OMPI_MCA_mpi_yield_when_idle=1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
