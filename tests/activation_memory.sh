@@ -8,14 +8,15 @@
 # and a small byte GPT on 1 and 2 stages (bp-zb, fg+bp, fg+bp with recompute). The peaks are
 # ordered as the timetables imply: 1F1B's stage 0 keeps more than its last stage, GPipe's
 # stashes are all N on every stage, fg keeps no stash, activity keeps inputs that weight
-# perturbation does not, local losses fewer.
+# perturbation does not, local losses fewer. FGPIPE_TIER=rest: every MLP case on 4 stages, bp-zb
+# and fg+bp on 1, the GPT on 2 and bp-zb on 1; long: the other cases on 1 stage.
 #
 # usage: activation_memory.sh FGPIPE MLP_CONFIG   (the GPT config: gpt-kjv.conf beside it)
 . "$(dirname "$0")/lib.sh" "$@"
 gpt_config=$(dirname "$config")/gpt-kjv.conf
-root=$(dirname "$config")/../..
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
-mlp=(--config "$config" --set steps=6 --set print_every=1000000)
+docs_corpus
+small_mnist 1024 256  # activations do not depend on how many samples there are
+mlp=(--config "$config" --set steps=6 --set print_every=1000000 --set data_dir="$dir/mnist")
 gpt=(--config "$gpt_config" --set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=32
      --set n_head=2 --set ctx=16 --set steps=6 --set warmup_steps=0 --set eval_every=0
      --set print_every=1000000)
@@ -66,6 +67,8 @@ cases=("1f1b|bp-1f1b|mode=bp schedule=1f1b" "zb|bp-zb|mode=bp schedule=zb"
 for M in 1 4; do
   for c in "${cases[@]}"; do
     IFS='|' read -r name schedule sets <<<"$c"
+    if [ "$M" = 4 ] || [ "$name" = zb ] || [ "$name" = fgbp ]; then in_tier rest || continue
+    else in_tier long || continue; fi
     # shellcheck disable=SC2086
     run "mlp$M-$name" "$M" mlp $sets
     verdict "MLP, $M stage(s), $schedule: planned activations within 10% of the run's" \
@@ -73,9 +76,12 @@ for M in 1 4; do
   done
 done
 for M in 1 2; do
-  run "gpt$M-zb" "$M" gpt mode=bp schedule=zb
-  verdict "GPT, $M stage(s), bp-zb: planned activations within 10% of the run's" \
-    "$(planned_as_run "gpt$M-zb" bp-zb)"
+  if in_tier rest; then
+    run "gpt$M-zb" "$M" gpt mode=bp schedule=zb
+    verdict "GPT, $M stage(s), bp-zb: planned activations within 10% of the run's" \
+      "$(planned_as_run "gpt$M-zb" bp-zb)"
+  fi
+  if [ "$M" = 2 ]; then in_tier rest || continue; else in_tier long || continue; fi
   run "gpt$M-fgbp" "$M" gpt mode=fg+bp
   verdict "GPT, $M stage(s), fg+bp: planned activations within 10% of the run's" \
     "$(planned_as_run "gpt$M-fgbp" fg+bp)"
@@ -84,6 +90,7 @@ for M in 1 2; do
     "$(planned_as_run "gpt$M-fgbp-rc" fg+bp)"
 done
 
+in_tier rest || finish
 keep=$(field mlp4-1f1b activation_peak_bytes 0) rc=$(field mlp4-1f1b-rc activation_peak_bytes 0)
 verdict "1F1B on 4 stages, recompute = stage: stage 0 keeps less ($rc B) than without ($keep B)" \
   "$(awk -v a="$rc" -v b="$keep" 'BEGIN { exit !(a > 0 && a < b) }' || echo "not less")"

@@ -7,13 +7,14 @@
 # a resumed run calibrates again; ranks that share cores do not calibrate.
 # usage: calibration.sh FGPIPE CONFIG
 . "$(dirname "$0")/lib.sh" "$@"
+small_mnist 4096 1000  # a slice of the data: loading all of it was most of a run's start-up
 run() {  # run NAME RANKS SETTINGS... [-- FLAGS...]: a 2-stage fg+bp run of 40 steps
   local name=$1 ranks=$2; shift 2
   local sets=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do sets+=(--set "$1"); shift; done
   [ $# -gt 0 ] && shift
   mpirun -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$fgpipe" train \
-    --config "$config" --set model=784-64-32-16-10 --set stages=2 --set mode=fg+bp \
-    --set perturb=activity --set shrink=0.5 --set warmup_steps=0 --set steps=40 \
+    --config "$config" --set data_dir="$dir/mnist" --set model=784-64-32-16-10 --set stages=2 \
+    --set mode=fg+bp --set perturb=activity --set shrink=0.5 --set warmup_steps=0 --set steps=40 \
     --set print_every=1000000 "${sets[@]}" --out "$dir/$name" "$@" >"$dir/$name.log" 2>&1
 }
 ok() { [ "$1" -eq 0 ] || tail -n 3 "$dir/$2.log"; }  # ok STATUS NAME: empty when it succeeded

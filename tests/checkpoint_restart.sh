@@ -6,7 +6,9 @@
 # exit code 2 and a message naming the problem.  usage: checkpoint_restart.sh FGPIPE CONFIG
 # FGPIPE_TIER=quick: bp stopped on 4 stages and resumed on 2; rest: everything else.
 . "$(dirname "$0")/lib.sh" "$@"
-base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set steps=300 --set print_every=1000000)
+small_mnist 4096 1000  # the runs are compared with each other: a slice of the data does
+base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set steps=300 --set print_every=1000000
+      --set data_dir="$dir/mnist")
 
 train() {  # train M OUT SETS... [-- EXTRA ARGS]: a run on M stages writing OUT/ and OUT.bin
   local M=$1 out=$2; shift 2
@@ -66,7 +68,8 @@ done
 good=$dir/crash/checkpoint.h5
 in_tier rest && for delay in 0.7 0.9 1.1 1.3; do
   train 2 "$dir/crash" mode=bp -- --checkpoint-every 1 >"$dir/crash.log" 2>&1 &
-  pid=$!; sleep "$delay"; pkill -KILL -f "$fgpipe train" ; wait "$pid" 2>/dev/null
+  # this run's processes alone (its --out): another test may be training beside it
+  pid=$!; sleep "$delay"; pkill -KILL -f "$fgpipe train .*--out $dir/crash( |$)"; wait "$pid" 2>/dev/null
   [ -f "$good" ] || continue
   train 2 "$dir/after-crash" mode=bp -- --resume "$good" >"$dir/after-crash.log" 2>&1; rc=$?
   verdict "SIGKILL after ${delay}s: the checkpoint left behind resumes" \

@@ -17,9 +17,11 @@
 . "$(dirname "$0")/lib.sh" "$@"
 root=$(dirname "$config")/../..
 gpt_config=$(realpath "$root/launch/configs/gpt-kjv.conf")
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+docs_corpus
 steps=20
-mlp=(--config "$config" --set model=784-64-32-16-10 --set micro_batches=4)
+small_mnist 4096 1000  # the runs are compared with each other: a slice of the data does
+mlp=(--config "$config" --set model=784-64-32-16-10 --set micro_batches=4
+     --set data_dir="$dir/mnist")
 gpt=(--config "$gpt_config" --set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=32
      --set n_head=2 --set ctx=16 --set micro_batch=2 --set micro_batches=4 --set eval_every=0)
 common=(--set steps=$steps --set warmup_steps=0 --set optimizer=adam --set lr=0.001
@@ -34,7 +36,7 @@ run() {
   for kv in "$@"; do sets+=(--set "$kv"); done
   timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
     "$fgpipe" train "${base[@]}" "${common[@]}" --set stages="$M" "${sets[@]}" \
-    --out "$dir/$name" --save-params "$dir/$name.bin" >"$dir/$name.log" 2>&1 ||
+    --out "$dir/$name" --save-params "$dir/$name.bin" --no-checkpoint >"$dir/$name.log" 2>&1 ||
     echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
 }
 

@@ -4,12 +4,13 @@
 # final parameters and the HDF5 checkpoint) in bp, bp with clipping, fg (weight and activity
 # perturbation) and fg+bp on 1 and 2 stages, so the tied embedding's copies are summed as in
 # memory; a fine-tune (--init-from, freeze) of a streaming GPT equals the in-memory fine-tune
-# and keeps its frozen tensors.
+# and keeps its frozen tensors. FGPIPE_TIER=rest: the cases the checks below read (bp, bp with
+# clipping and fg on 1 stage, fg with activity on 2, bp and fg+bp on both) and the fine-tune;
+# long: the other five (fg and bp with clipping on 2 stages, activity on 1, fg+bp with mix).
 #
 # usage: gpt_out_of_core.sh FGPIPE CONFIG   (CONFIG: the GPT config, launch/configs/gpt-kjv.conf)
 . "$(dirname "$0")/lib.sh" "$@"
-root=$(dirname "$config")/../..
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+docs_corpus
 C=64 V=256 T=16
 # One sample per micro-batch and n_embd 64 (the weights grow as its square, the activations
 # linearly): the weights, not the activations, are what does not fit, on 1 and on 2 stages.
@@ -80,19 +81,23 @@ compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) again
   verdict "$name ($*): out of core (at the floor, $budget bytes) equals in memory, bitwise" "$why"
 }
 
+# NAME|STAGES (rest)|STAGES (long)|KEY=VALUE...
 cases=(
-  "bp|mode=bp"
-  "bp-clip|mode=bp clip_norm=0.05"
-  "fg|mode=fg optimizer=sgd lr=0.0001"
-  "fg-activity|mode=fg perturb=activity tangents=2"
-  "fgbp-cv-lag1|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
-  "fgbp-mix-activity|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=1"
+  "bp|1 2||mode=bp"
+  "bp-clip|1|2|mode=bp clip_norm=0.05"
+  "fg|1|2|mode=fg optimizer=sgd lr=0.0001"
+  "fg-activity|2|1|mode=fg perturb=activity tangents=2"
+  "fgbp-cv-lag1|1 2||mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"
+  "fgbp-mix-activity||1 2|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=1"
 )
 for c in "${cases[@]}"; do
-  name=${c%%|*}
-  read -r -a sets <<<"${c#*|}"
-  for M in 1 2; do compare "$name-M$M" "$M" "${sets[@]}"; done
+  IFS='|' read -r name rest long sets <<<"$c"
+  read -r -a sets <<<"$sets"
+  for M in $(in_tier rest && echo "$rest") $(in_tier long && echo "$long"); do
+    compare "$name-M$M" "$M" "${sets[@]}"
+  done
 done
+in_tier rest || finish
 
 # Each streamed stage says which bound its step is on, with the figures that decide it.
 line=$(grep -h "out of core:" "$dir/bp-M2-ooc.log" | head -n 1)

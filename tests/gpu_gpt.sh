@@ -15,8 +15,7 @@
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_gpt: SKIPPED: no NVIDIA GPU here (nvidia-smi -L fails)" >&2; exit 77
 fi
-root=$(dirname "$config")/../..
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+docs_corpus
 base=(--set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=64 --set n_head=4
       --set ctx=32 --set micro_batch=4 --set micro_batches=4 --set steps=50 --set warmup_steps=0
       --set eval_every=0 --set print_every=1000000 --set select=2)

@@ -7,15 +7,19 @@ if [ $# -ne 2 ]; then echo "usage: $0 FGPIPE CONFIG" >&2; exit 2; fi
 fgpipe=$(realpath "$1") config=$(realpath "$2")
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
+# A rank waiting in MPI yields its core (Open MPI spins otherwise): the ranks of a job, and of
+# two tests run at once, share 2 cores
+export OMPI_MCA_mpi_yield_when_idle=1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
 trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
 passed=0 failed=0
-# FGPIPE_TIER: a script with a quick part (ctest -L quick: its *_quick test) runs only that part
-# with FGPIPE_TIER=quick and only the rest with FGPIPE_TIER=rest (the full suite runs both, so no
-# case runs twice); unset, it runs everything.
+# FGPIPE_TIER: a script's cases fall in up to three tiers, each run by its own ctest test:
+# quick (its *_quick test, ctest -L quick), rest (the test of the script's name, in the full
+# suite) and long (its *_long test, ctest -L long: the heavy sweeps); so no case runs twice
+# (but the reference runs several tiers compare with). Unset, a script runs every case.
 tier=${FGPIPE_TIER:-all}
-in_tier() { [ "$tier" = all ] || [ "$tier" = "$1" ]; }  # in_tier quick|rest
+in_tier() { [ "$tier" = all ] || [ "$tier" = "$1" ]; }  # in_tier quick|rest|long
 
 verdict() {  # verdict LABEL [PROBLEM]: PASS when PROBLEM is empty
   if [ -z "${2:-}" ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1: $2"; failed=$((failed + 1)); fi
@@ -58,6 +62,36 @@ same_runs() {  # same_runs LABEL A B: a verdict that runs A and B have identical
       why="$why params differ ($(cmp -l "$dir/$a.bin" "$dir/$b.bin" 2>/dev/null | wc -l) bytes)"
   fi
   verdict "$1" "$why"
+}
+
+docs_corpus() {  # docs_corpus: this repository's docs and README in $dir/corpus.txt, the text the
+  # byte-level GPTs of the tests train on (no download)
+  local root; root=$(dirname "$0")/..
+  cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+}
+
+small_mnist() {  # small_mnist TRAIN TEST: the first TRAIN training and TEST test samples of the
+  # MLP config's Fashion-MNIST in $dir/mnist/ (its data_dir, same format), for runs whose checks
+  # compare runs with each other: reading all 70 000 images was most of such a run's start-up
+  # (1.4 of a 1-step run's 1.8 CPU seconds)
+  local src
+  src=$(sed -n 's/^ *data_dir *= *\([^ #]*\).*/\1/p' "$(dirname "$config")/fashion-mnist-mlp.conf")
+  mkdir -p "$dir/mnist"
+  /usr/bin/python3 - "$src" "$dir/mnist" "$1" "$2" <<'PY'
+import gzip, struct, sys
+src, dst, counts = sys.argv[1], sys.argv[2], {"train": int(sys.argv[3]), "t10k": int(sys.argv[4])}
+for split, n in counts.items():
+    for kind, size in (("images-idx3", 784), ("labels-idx1", 1)):
+        name = f"{split}-{kind}-ubyte.gz"
+        with gzip.open(f"{src}/{name}") as f:
+            head = f.read(4)
+            dims = struct.unpack(f">{head[3]}I", f.read(4 * head[3]))
+            body = f.read(n * size)
+        assert dims[0] >= n and len(body) == n * size, f"{name}: fewer than {n} samples"
+        with gzip.open(f"{dst}/{name}", "wb", compresslevel=1) as g:
+            g.write(head + struct.pack(f">{len(dims)}I", n, *dims[1:]) + body)
+PY
+  [ $? -eq 0 ] || { echo "FAIL small_mnist: no subset of $src"; exit 1; }
 }
 
 kjv_tokens() {  # kjv_tokens BYTES TRAIN: the KJV's first BYTES bytes as uint16 tokens (vocab

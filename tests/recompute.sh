@@ -5,15 +5,17 @@
 # bubble backprop, on 1, 2 and 4 stages, the MLP and the byte GPT; the runs keep less (their
 # summary's stash_bytes_stage; a split backward keeps the stage's output adjoint alone from Bi
 # to Bw, which redoes Bi), fgpipe plan counts less, and a mode or option that cannot take it is
-# refused by name.
+# refused by name. FGPIPE_TIER=rest: each case on the stage counts below that the later checks
+# read (1 and 4 for 1F1B), long: on the others.
 #
 # usage: recompute.sh FGPIPE CONFIG   (CONFIG: the MLP's; the GPT's is gpt-kjv.conf beside it)
 . "$(dirname "$0")/lib.sh" "$@"
-root=$(dirname "$config")/../..
 gpt_config=$(dirname "$config")/gpt-kjv.conf
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+docs_corpus
 steps=12
-mlp=(--config "$config" --set model=784-64-32-16-10 --set micro_batches=4)
+small_mnist 4096 1000  # the runs are compared with each other: a slice of the data does
+mlp=(--config "$config" --set model=784-64-32-16-10 --set micro_batches=4
+     --set data_dir="$dir/mnist")
 gpt=(--config "$gpt_config" --set text_file="$dir/corpus.txt" --set n_layer=2 --set n_embd=32
      --set n_head=2 --set ctx=16 --set eval_every=0)
 sgd=(optimizer=sgd lr=0.0001)
@@ -28,7 +30,7 @@ run() {
   timeout 120 mpirun -np "$M" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 \
     "$fgpipe" train "${args[@]}" --set steps=$steps --set warmup_steps=0 \
     --set print_every=1000000 --set stages="$M" "${sets[@]}" --out "$dir/$name" \
-    --save-params "$dir/$name.bin" --summary-json "$dir/$name.json" >"$dir/$name.log" 2>&1 ||
+    --save-params "$dir/$name.bin" --summary-json "$dir/$name.json" --no-checkpoint >"$dir/$name.log" 2>&1 ||
     echo "mpirun -np $M exited with $?: $(grep -m1 -i error "$dir/$name.log")" >"$dir/$name.problem"
 }
 
@@ -44,29 +46,30 @@ same() {  # same LABEL A B: identical step,loss,lr columns and parameters
   verdict "$1" "$why"
 }
 
-# MODEL|NAME|STAGES|KEY=VALUE...
+# MODEL|NAME|STAGES (rest)|STAGES (long)|KEY=VALUE...
 cases=(
-  "mlp|bp-gpipe|1 2 4|mode=bp schedule=gpipe"
-  "mlp|bp-1f1b|1 2 4|mode=bp schedule=1f1b"
-  "mlp|bp-zb|1 2 4|mode=bp schedule=zb"
-  "mlp|fgbp-cv-lag1-sel2|1 2 4|mode=fg+bp estimator=cv lag=1 select=2 ${sgd[*]}"
-  "mlp|fgbp-mix-activity-sel1|2 4|mode=fg+bp estimator=mix shrink=0.5 perturb=activity select=1 ${sgd[*]}"
-  "mlp|fgbp-local-sel1|4|mode=fg+bp estimator=mix shrink=0.5 perturb=activity local_groups=4 tangents=2 select=1 ${sgd[*]}"
-  "mlp|fgbp-auto|4|mode=fg+bp ${sgd[*]}"
-  "gpt|gpt-bp-1f1b|1 2 4|mode=bp schedule=1f1b"
-  "gpt|gpt-bp-zb|2 4|mode=bp schedule=zb"
-  "gpt|gpt-fgbp-cv-lag1-sel1|1 2 4|mode=fg+bp estimator=cv select=1 lag=1 ${sgd[*]}"
+  "mlp|bp-gpipe|2|1 4|mode=bp schedule=gpipe"
+  "mlp|bp-1f1b|1 4|2|mode=bp schedule=1f1b"
+  "mlp|bp-zb|4|1 2|mode=bp schedule=zb"
+  "mlp|fgbp-cv-lag1-sel2|4|1 2|mode=fg+bp estimator=cv lag=1 select=2 ${sgd[*]}"
+  "mlp|fgbp-mix-activity-sel1|2|4|mode=fg+bp estimator=mix shrink=0.5 perturb=activity select=1 ${sgd[*]}"
+  "mlp|fgbp-local-sel1|4||mode=fg+bp estimator=mix shrink=0.5 perturb=activity local_groups=4 tangents=2 select=1 ${sgd[*]}"
+  "mlp|fgbp-auto|4||mode=fg+bp ${sgd[*]}"
+  "gpt|gpt-bp-1f1b|2|1 4|mode=bp schedule=1f1b"
+  "gpt|gpt-bp-zb|4|2|mode=bp schedule=zb"
+  "gpt|gpt-fgbp-cv-lag1-sel1|2|1 4|mode=fg+bp estimator=cv select=1 lag=1 ${sgd[*]}"
 )
 for c in "${cases[@]}"; do
-  IFS='|' read -r model name stages sets <<<"$c"
+  IFS='|' read -r model name rest long sets <<<"$c"
   read -r -a sets <<<"$sets"
-  for M in $stages; do
+  for M in $(in_tier rest && echo "$rest") $(in_tier long && echo "$long"); do
     run "$name-M$M" "$M" "$model" "${sets[@]}"
     run "$name-M$M-rc" "$M" "$model" "${sets[@]}" recompute=stage
     same "$name on $M stage(s): recompute = stage equals none" "$name-M$M" "$name-M$M-rc"
   done
 done
 
+in_tier rest || finish
 # GPipe keeps every micro-batch's stash until its B: with recompute, the inputs and one rerun's
 # stash, less on every stage (the MLP's and the GPT's).
 for name in bp-gpipe-M2 gpt-bp-1f1b-M2; do

@@ -16,7 +16,9 @@
 . "$(dirname "$0")/lib.sh" "$@"
 # Largest |difference| allowed: weights are O(1); summation-order differences measured 1e-7.
 tol_params=1e-6 tol_loss=1e-5
-base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set print_every=1000000 --set stages=2)
+small_mnist 4096 1000  # the runs are compared with each other: a slice of the data does
+base=(--set model=784-64-32-16-10 --set warmup_steps=0 --set print_every=1000000 --set stages=2
+      --set data_dir="$dir/mnist")
 sgd=(optimizer=sgd lr=0.0001)
 
 # run NAME RANKS KEY=VALUE... [-- ARGS]: a run into $dir/NAME/ and $dir/NAME.bin.

@@ -14,8 +14,7 @@
 # usage: shared_store.sh FGPIPE CONFIG   (CONFIG: the MLP's; the GPT's is found beside it)
 . "$(dirname "$0")/lib.sh" "$@"
 mlp=$config gpt=$(dirname "$config")/gpt-kjv.conf
-root=$(dirname "$config")/../..
-cat "$root"/docs/*.md "$root"/README.md >"$dir/corpus.txt"
+docs_corpus
 # mem_runtime=0: the budgets here are the stage's own bytes (exact floors and slot counts), not
 # the process's, whose measured runtime varies between processes (docs/out-of-core.md)
 mlp_base=(--set model=784-512-512-512-512-512-512-512-512-10 --set warmup_steps=0 --set steps=6
