@@ -264,6 +264,7 @@ static int write_file(const CheckpointState *st, const char *path, hid_t f, FgEr
     for (int b = 0; b < st->n_buffers; b++)
         for (int t = 0; t < m->n_tensors; t++) {
             const TensorView *tv = &m->tensors[t];
+            if (b > 0 && m->layers[tv->layer].frozen) continue;  // parameters alone (below)
             char name[256];
             dataset_name(st->buffers[b], tv, name, sizeof name);
             hsize_t dims[2];
@@ -369,7 +370,9 @@ static int h5_load(Storage *io, CheckpointState *st, const char *path, FgError *
     for (int b = 0; b < st->n_buffers && !rc; b++)
         for (int t = 0; t < m->n_tensors && !rc; t++) {
             const TensorView *tv = &m->tensors[t];
-            if (!own_tensor(st, tv)) continue;
+            // A frozen layer (a LoRA base) has parameters alone: no optimizer state to save or
+            // load (an older checkpoint's zeros are left unread).
+            if (!own_tensor(st, tv) || (b > 0 && m->layers[tv->layer].frozen)) continue;
             char name[256];
             dataset_name(st->buffers[b], tv, name, sizeof name);
             if (H5Lexists(f, st->buffers[b], H5P_DEFAULT) <= 0 || H5Oexists_by_name(f, name, H5P_DEFAULT) <= 0) {

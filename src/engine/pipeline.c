@@ -266,10 +266,12 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
 static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, LayerVisitor visit,
                       void *arg, FgError *err) {
     const Backend *be = p->be;
-    float *bufs[4] = {s->params}, *host[4];
-    int n = 1 + p->need.opt_buffers + p->need.ref, real = 1, rc = FG_OK;
+    float *bufs[4] = {s->params}, *host[4] = {NULL};
+    // A frozen layer's checkpoint holds its parameters alone (hdf5io/checkpoint_hdf5.c).
+    int n = L->frozen ? 1 : 1 + p->need.opt_buffers + p->need.ref, real = 1, rc = FG_OK;
     for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
     if (s->ref) bufs[real++] = s->ref;
+    real = FG_MIN(real, n);  // a resident frozen layer's optimizer state (zeros) is not visited
     size_t bytes = s->count * sizeof(float);
     if (writable && !layers_writes(p)) real = 0;  // a replica sharing its node's slots: loaded, not kept
     for (int b = 0; b < n; b++)

@@ -156,9 +156,9 @@ typedef struct {
 
 static int count_non_finite(void *arg, const Layer *L, size_t first, size_t count, float *const *bufs,
                             FgError *err) {
-    (void)L, (void)first, (void)err;
+    (void)first, (void)err;
     NonFinite *nf = arg;
-    for (int b = 0; b < nf->n_buffers; b++)
+    for (int b = 0; b < (L->frozen ? 1 : nf->n_buffers); b++)  // a frozen layer: parameters alone
         for (size_t i = 0; i < count; i++) nf->count += !isfinite(bufs[b][i]);
     return FG_OK;
 }
