@@ -10,8 +10,6 @@
 
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
-// Floats of a stash: every layer's input and the stage's output (recompute: less the input).
-size_t ops_stash_floats(const Pipeline *p);
 
 // pipeline_layers.c: the stage's layers and what F keeps of them for U.
 // The next layer after l (before l when dir < 0) that has parameters, or -1; the first.

@@ -138,6 +138,39 @@ typedef struct {
     int n_free_input, n_input_alloc;
 } StashPool;
 
+struct Pipeline;
+struct Lane;
+
+// What a backward op computes at each layer (StashPolicy.half, by OpKind).
+typedef enum {
+    HALF_BOTH,    // the input adjoint and the weight gradient (B; Bw redoing Bi)
+    HALF_INPUT,   // the input adjoint alone, keeping what Bw needs (Bi)
+    HALF_WEIGHT,  // the weight gradient alone, from the adjoints Bi kept (Bw)
+} BackwardHalf;
+
+// How the stage keeps what its backward ops need: decided once at setup (stash_policy.c, from
+// the run plan's recompute), read by the op code. Every layer's input is stashed from F to the
+// micro-batch's last backward op, or F holds the stage's input alone and each backward op
+// reruns F from it into a stash of its own (recompute).
+typedef struct {
+    size_t stash_floats;      // one stash (recompute: every layer's input but the first's)
+    size_t input_floats;      // the input F holds in place of a stash (0: it holds a stash)
+    size_t adj_floats;        // what Bi keeps for Bw (0: nothing)
+    BackwardHalf half[OP_U + 1];  // what each backward op kind computes at a layer
+    // F of a micro-batch a backward op will take: what it holds (a->stash or a->input).
+    float *(*hold)(struct Pipeline *p, struct Lane *a);
+    // A backward lane's buffers from what its F held (recompute: a stash for the rerun).
+    void (*take)(struct Pipeline *p, struct Lane *a, float *held);
+    // The lane's output adjoint (dy: the message, NULL for Bw) and what Bi keeps of it.
+    void (*output_adjoint)(struct Pipeline *p, struct Lane *a, const float *dy);
+    // Layer l's input in the lane's buffers.
+    float *(*layer_input)(const struct Pipeline *p, const struct Lane *a, int l);
+    // Where Bi keeps layer l's output adjoint for Bw, and Bw reads it (NULL: none).
+    float *(*bw_adjoint)(const struct Pipeline *p, const struct Lane *a, int l);
+    // Before a backward group's layers: the lanes' stashes from their inputs (or nothing).
+    int (*rerun)(struct Pipeline *p, int n, FgError *err);
+} StashPolicy;
+
 // What op F saves for op U besides the scalars (activity perturbation, local losses).
 typedef struct {
     // Every layer's saved block for every micro-batch of a step (stage_saved_offset's layout);
@@ -167,7 +200,7 @@ typedef struct {
     StepResult stats;         // of the last update
 } UpdateState;
 
-typedef struct {
+typedef struct Pipeline {
     const Backend *be;        // every float buffer below is its memory unless marked host
     const Config *cfg;
     const Model *model;
@@ -186,6 +219,7 @@ typedef struct {
     Messages msg;
     LaneBuffers work;
     StashPool pool;
+    StashPolicy stash;        // how the pool is used (recompute or not)
     ForwardSaved saved;
     UpdateState upd;
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)

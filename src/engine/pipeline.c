@@ -118,7 +118,8 @@ void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
     cost[COST_BI] = mean_op_seconds(tt, OP_BI, planned[COST_BI * M + s]);
     cost[COST_BW] = mean_op_seconds(tt, OP_BW, planned[COST_BW * M + s]);
     const double bi = planned[COST_BI * M + s], bw = planned[COST_BW * M + s];
-    if (tt->op_count[OP_BW] && p->run.recompute) cost[COST_BW] *= bw / (bi + bw);  // its share of Bi's redo
+    // Bw redoing Bi (recompute): the share of its time that is Bw's
+    if (tt->op_count[OP_BW] && p->stash.half[OP_BW] == HALF_BOTH) cost[COST_BW] *= bw / (bi + bw);
     cost[COST_U] = mean_op_seconds(tt, OP_U, planned[COST_U * M + s]);
     cost[COST_ZERO] = 0.0;
     if (tt->op_count[OP_B]) {  // a whole B: shared between Bi and Bw as planned
@@ -327,7 +328,7 @@ double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->training.micro_batch;
     double saved = p->saved.blocks[0] ? (1 + (p->saved.blocks[1] != NULL)) *
                   (double)stage_saved_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
-    double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
-    double adjoints = (double)p->pool.n_adj_alloc * bw_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
-    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + saved) * sizeof(float);
+    const StashPolicy *k = &p->stash;
+    return ((double)p->pool.n_stash_alloc * k->stash_floats + (double)p->pool.n_input_alloc * k->input_floats +
+            (double)p->pool.n_adj_alloc * k->adj_floats + saved) * sizeof(float);
 }

@@ -11,6 +11,7 @@
 #include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
+#include "stash_policy.h"
 
 // Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
 // selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
@@ -409,6 +410,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         return rc;
     count_source(p);
     p->upd.when = update_timing(p);
+    stash_policy_init(p);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);
