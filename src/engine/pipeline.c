@@ -307,7 +307,7 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // cut short is found out at reopening instead of mixing the old base with the new weights.
     for (int pass = 0; pass < 1 + writable && !rc; pass++)
         for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
-            if (!writable || p->model->layers[l].frozen == (pass == 0))
+            if (!writable || p->stage.plan[l].trains == (pass == 1))
                 rc = visit_layer(p, l, writable, visit, arg, err);
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;

@@ -313,6 +313,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Backend *be = p->be;
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1;
+    const int trains = st->plan[l].trains;
     if (zero && L->param_count) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
@@ -329,8 +330,9 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         const int sends = !p->is_first && a->kind != OP_BW;
         float *dx = l == st->first && !sends ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (bw_dy) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
-        // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
-        float *grad = half == HALF_BOTH && !L->frozen ? s->grad : NULL;
+        // A layer that does not train (frozen: freeze, a LoRA base) has no weight gradient: its
+        // B ops pass dx only.
+        float *grad = half == HALF_BOTH && trains ? s->grad : NULL;
         be->backward(be, L, params, x, a->dy, dx, grad, B);
         a->dy = dx;
     }
@@ -347,6 +349,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1, rc = FG_OK;
     const size_t C = layer_row_floats(L);
+    const int trains = st->plan[l].trains;
     for (int b = 0; b < layer_blocks(L) && !rc; b++) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP, dirty = 0;
@@ -365,7 +368,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
             float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
             if (bw_dy && b == 0) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
             stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
-                                a->kind == OP_B && !L->frozen ? s.grad : NULL, B);
+                                a->kind == OP_B && trains ? s.grad : NULL, B);
         }
         if (last_w && p->src.streamed) rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
         int rc2 = layers_release_block(p, l, b, parts, dirty, err);

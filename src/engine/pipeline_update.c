@@ -91,7 +91,7 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 // swap for the stage), and its weights are copied back from the swapped-out buffer; streamed,
 // it is read-only: its earlier weights are its weights, and nothing of it is written back (no
 // optimizer state, no reference in its slot).
-static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
+static int layer_trains(const Pipeline *p, int l) { return p->stage.plan[l].trains; }
 
 int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
                                unsigned *dirty, FgError *err) {
@@ -106,6 +106,21 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
         *dirty = update_apply(p, l, s);
     }
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
+}
+
+// bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U):
+// *waits. Kept once, the embedding, the copy the backward wave reaches last, takes the head's
+// gradient and steps as the other layers do; op U has nothing left to do for them.
+static int keep_tied_gradient(Pipeline *p, int l, LayerSlot *s, int fresh, int *waits, FgError *err) {
+    *waits = !p->run.forms_estimate && tied_apart(p, l);
+    if (fresh && p->src.tied_once && l == p->model->tied_first && layer_trains(p, l)) {
+        *waits = 0;
+        return tied_add_head_gradient(p, s, err);
+    }
+    if (!fresh || !*waits) return FG_OK;
+    float *copy = tied_buffer(p, l);
+    if (copy) p->be->copy(p->be, copy + s->first, s->grad, s->count * sizeof(float));
+    return tied_keep(p, l, s, s->grad, err);
 }
 
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
@@ -134,17 +149,9 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         double *norm = &p->scalars[scalars_grad_norms(p) + l];
         *norm = s->first ? *norm + g2 : g2;
     }
-    // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
-    int tied = !p->run.forms_estimate && tied_apart(p, l);
-    // Kept once (bp): the embedding, the copy the backward wave reaches last, takes the head's
-    // gradient and steps as the other layers do; op U has nothing left to do for them.
-    if (fresh && p->src.tied_once && l == p->model->tied_first && !layer_frozen(p, l)) {
-        if ((rc = tied_add_head_gradient(p, s, err))) return rc;
-        tied = 0;
-    }
-    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
-    if (fresh && tied && (rc = tied_keep(p, l, s, s->grad, err))) return rc;
-    if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
+    int tied = 0;
+    if ((rc = keep_tied_gradient(p, l, s, fresh, &tied, err))) return rc;
+    if (update_in_backward(p) && !tied && writes && layer_trains(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
@@ -178,7 +185,7 @@ static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, i
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->upd.pending;
     const PerturbationOps *perturb = stage_perturbation(&p->stage, l);
-    int fg_part = !p->model->layers[l].frozen && u->coeff_nonzero;  // frozen: steps of size 0
+    int fg_part = layer_trains(p, l) && u->coeff_nonzero;  // frozen: steps of size 0
     if (!fg_part || !perturb->sets_estimate) add_base_terms(p, l, s, upd, 0);
     if (!fg_part) return;
     PerturbEstimate e = {.seed = p->cfg->training.seed, .step = u->step,
@@ -227,10 +234,11 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int first = m->tied_first, last = m->tied_last, rc;
-    // A frozen table (a LoRA base) takes no step: nothing to sum, nothing to write.
-    if (first < 0 || m->layers[first].frozen || !(layers_held(p, first) || layers_held(p, last)))
-        return FG_OK;
+    if (first < 0 || !(layers_held(p, first) || layers_held(p, last))) return FG_OK;
     int mine = layers_held(p, first) ? first : last, both = layers_held(p, first) && layers_held(p, last);
+    // A frozen table (a LoRA base; both copies are, train.c) takes no step: nothing to sum,
+    // nothing to write.
+    if (!layer_trains(p, mine)) return FG_OK;
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.
     // Block 0 of a copy in row blocks: its pointers are where the layer starts (a resident
@@ -275,7 +283,7 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const Backend *be = p->be;
     size_t n = s->count;  // the layer, or a row block of it (bp: its tangents are not in blocks)
     unsigned dirty = LAYER_WEIGHTS;
-    if (layer_frozen(p, l)) {  // resident: the swap left its weights in prev[0], and they stay
+    if (!layer_trains(p, l)) {  // frozen; resident: the swap left its weights in prev[0], and they stay
         if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
         return 0;
     }

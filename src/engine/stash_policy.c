@@ -58,8 +58,7 @@ static float *stash_layer_input(const Pipeline *p, const Lane *a, int l) {
 }
 
 static float *layer_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
-    const Layer *L = &p->model->layers[l];
-    if (!a->bw_adjoints || !L->param_count || L->frozen) return NULL;
+    if (!a->bw_adjoints || !p->stage.plan[l].trains) return NULL;
     return a->bw_adjoints + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
 }
 

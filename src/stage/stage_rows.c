@@ -39,7 +39,7 @@ void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t c
                         const Label *labels, float *y, float *ydot, int rows, void *state) {
     const Layer *L = &st->model->layers[l];
     const int r0 = (int)(first / layer_row_floats(L)), n = (int)(count / layer_row_floats(L));
-    const int K = st->tangents, perturbed = t && !L->frozen;
+    const int K = st->tangents, perturbed = t && st->plan[l].trains;
     if (perturbed) block_tangents(st, l, t, first, count);
     if (L->kind == LAYER_HEAD_LOSS && t) {
         HeadTangents ht = {.Wdot = perturbed ? st->pdot : NULL, .wdot_stride = count};
