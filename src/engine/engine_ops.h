@@ -68,8 +68,9 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // estimate (resident), or the one layer buffer (streamed).
 float *update_estimate_of_layer(Pipeline *p, int l);
 
-// When the stage applies its updates (decided once, at setup).
-UpdateWhen update_timing(const Pipeline *p);
+// When the stage applies its updates and finishes its gradients (p->upd.when and
+// finish_in_wave, decided once, at setup, from where the layers live).
+void update_plan(Pipeline *p);
 // At point `at` of step `step` (AT_LOAD: the version a load writes): begins the layer source's
 // next weight version and applies a pending update where p->upd.when says so, else nothing.
 int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err);

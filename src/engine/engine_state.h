@@ -57,7 +57,7 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
-// When a step's update reaches the stage's layers: decided once at setup (update_timing) from
+// When a step's update reaches the stage's layers: decided once at setup (update_plan) from
 // where the layers live and the mode, and read at the step's points by update_at, the one place
 // that begins a weight version and applies a pending update.
 typedef enum {
@@ -194,6 +194,11 @@ typedef struct {
     float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     UpdateWhen when;
+    // The backward wave's end of each layer's gradient, after the step's last B or Bw on it
+    // (update_finish_layer_gradient) where the layer leaves memory after the wave (streamed);
+    // else nothing: op U finishes the stage's. Set with `when` (update_plan).
+    int (*finish_in_wave)(struct Pipeline *p, long step, long total, int l, LayerSlot *s,
+                          unsigned *dirty, FgError *err);
     PendingUpdate pending;    // owned by pipeline_update.c
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage

@@ -58,7 +58,8 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     } else if (g->kind == OP_B) {
         rc = ops_backward_group(p, r->step, r->total, n, gi == r->last_w, err);
         // The stage's gradient is complete: its sum over the replicas runs while the stage idles.
-        if (!rc && gi == r->last_w && !p->src.streamed && p->tr->replicas > 1)
+        // (A resident stage's, in one buffer; a streamed one sums each layer's in its wave.)
+        if (!rc && gi == r->last_w && p->src.stage_grad && p->tr->replicas > 1)
             rc = p->tr->start_replica_sum(p->tr, p->src.stage_grad, p->n, err);
     } else {
         p->scalars[0] = r->loss_sum;

@@ -370,7 +370,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
             stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
                                 a->kind == OP_B && trains ? s.grad : NULL, B);
         }
-        if (last_w && p->src.streamed) rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+        if (last_w) rc = p->upd.finish_in_wave(p, step, total, l, &s, &dirty, err);
         int rc2 = layers_release_block(p, l, b, parts, dirty, err);
         if (!rc) rc = rc2;
     }
@@ -399,8 +399,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
         }
         if (parts && (rc = layers_acquire(p, l, -1, parts, &s, err))) break;
         backward_layer(p, l, &s, n, zero);
-        if (parts && last_w && p->src.streamed)
-            rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+        if (parts && last_w) rc = p->upd.finish_in_wave(p, step, total, l, &s, &dirty, err);
         if (parts) {
             int rc2 = layers_release(p, l, parts, dirty, err);
             if (!rc) rc = rc2;

@@ -25,12 +25,28 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-UpdateWhen update_timing(const Pipeline *p) {
+static int finish_now(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                      FgError *err) {
+    return update_finish_layer_gradient(p, step, total, l, s, 1, dirty, err);
+}
+
+static int finish_in_u(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                       FgError *err) {
+    (void)p, (void)step, (void)total, (void)l, (void)s, (void)dirty, (void)err;
+    return FG_OK;
+}
+
+static UpdateWhen update_timing(const Pipeline *p) {
     if (!p->src.streamed) return UPDATE_IN_U;
     // bp reads no gradient after the wave that made it (no clipping): the step needs no version
     // of its own, and each layer steps in the wave.
     return p->cfg->method.mode == MODE_BP && !p->need.keep_grad ? UPDATE_IN_BACKWARD
                                                                 : UPDATE_IN_NEXT_FORWARD;
+}
+
+void update_plan(Pipeline *p) {
+    p->upd.when = update_timing(p);
+    p->upd.finish_in_wave = p->upd.when == UPDATE_IN_U ? finish_in_u : finish_now;
 }
 
 static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
@@ -381,9 +397,9 @@ static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, 
     row[ROW_G2] += be->dot(be, upd, upd, n);  // from 0: the first block's (or layer's) dot
     if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->update_grad, n);
     if (!with_fg) return FG_OK;
-    // A streamed stage forms g again when it applies it: f may take its buffer (also when g, of
-    // a tied copy, is in tied_grad).
-    float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
+    // A streamed stage forms g again when it applies it: f may take its buffer, its scratch
+    // (also when g, of a tied copy, is in tied_grad).
+    float *f = p->upd.scratch;
     be->zero(be, f, n * sizeof(float));
     TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
     stage_layer_add_tangents_part(&p->stage, l, key, p->run.all_microbatches, fcoeff, s->first, n, f);
