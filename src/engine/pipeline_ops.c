@@ -171,13 +171,13 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
-        if (L->kind == LAYER_HEAD_LOSS) {
+        if (st->plan[l].scores) {
             HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
             head_end(p, a, &h, tangents);
         }
         a->x = y;
-        a->xdot = tangents && L->kind != LAYER_HEAD_LOSS ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+        a->xdot = tangents && !st->plan[l].scores ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
     }
     return rc;
 }
@@ -212,7 +212,7 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.saves_inputs) save_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
-            const int scores = L->kind == LAYER_HEAD_LOSS;
+            const int scores = st->plan[l].scores;
             HeadScore head = scores ? head_begin(p, step, a) : (HeadScore){0};
             stage_layer_forward(st, l, s.params, tangents, scores ? &head : NULL, a->x, a->xdot, y,
                                 ydot, a->rows);

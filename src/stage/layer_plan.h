@@ -8,6 +8,8 @@
 typedef struct {
     int trains;  // the layer's parameters take tangents, gradients and steps: it has some, and
                  // they are not frozen (config freeze, a LoRA base)
+    int scores;  // the head fused with the loss (LAYER_HEAD_LOSS): op F passes it the labels
+                 // (HeadScore, stage.h), its output is a record per row, and no tangent leaves it
 } LayerPlan;
 
 // The plans of m's layers, [m->n_layers] (fg_free).

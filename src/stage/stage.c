@@ -120,7 +120,7 @@ static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTa
         stage_rows_forward(st, l, p + first, first, count, t ? &tb : NULL, x, xdot,
                            head ? head->labels : NULL, y, ydot, rows, state);
     }
-    if (L->kind == LAYER_HEAD_LOSS) stage_rows_finish(st, l, state, head, t != NULL, y, rows);
+    stage_rows_finish(st, l, state, head, t != NULL, y, rows);  // a head scores: an embedding has no end
     fg_free(state);
 }
 
@@ -130,7 +130,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, head, x, xdot, y, ydot, rows);
-    else if (L->kind == LAYER_HEAD_LOSS) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
+    else if (st->plan[l].scores) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
     else if (!tangents) be->forward(be, L, p, x, y, rows);
     else if (!st->plan[l].trains) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);
