@@ -10,8 +10,6 @@
 
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
-// Floats of a stash: every layer's input and the stage's output (recompute: less the input).
-size_t ops_stash_floats(const Pipeline *p);
 
 // pipeline_layers.c: the stage's layers and what F keeps of them for U.
 // The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
@@ -70,8 +68,9 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // estimate (resident), or the one layer buffer (streamed).
 float *update_estimate_of_layer(Pipeline *p, int l);
 
-// When the stage applies its updates (decided once, at setup).
-UpdateWhen update_timing(const Pipeline *p);
+// When the stage applies its updates and finishes its gradients (p->upd.when and
+// finish_in_wave, decided once, at setup, from where the layers live).
+void update_plan(Pipeline *p);
 // At point `at` of step `step` (AT_LOAD: the version a load writes): begins the layer source's
 // next weight version and applies a pending update where p->upd.when says so, else nothing.
 int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err);

@@ -57,7 +57,7 @@ typedef struct {
     const float *ref_beta; // [n_layers] or NULL
 } PendingUpdate;
 
-// When a step's update reaches the stage's layers: decided once at setup (update_timing) from
+// When a step's update reaches the stage's layers: decided once at setup (update_plan) from
 // where the layers live and the mode, and read at the step's points by update_at, the one place
 // that begins a weight version and applies a pending update.
 typedef enum {
@@ -138,6 +138,39 @@ typedef struct {
     int n_free_input, n_input_alloc;
 } StashPool;
 
+struct Pipeline;
+struct Lane;
+
+// What a backward op computes at each layer (StashPolicy.half, by OpKind).
+typedef enum {
+    HALF_BOTH,    // the input adjoint and the weight gradient (B; Bw redoing Bi)
+    HALF_INPUT,   // the input adjoint alone, keeping what Bw needs (Bi)
+    HALF_WEIGHT,  // the weight gradient alone, from the adjoints Bi kept (Bw)
+} BackwardHalf;
+
+// How the stage keeps what its backward ops need: decided once at setup (stash_policy.c, from
+// the run plan's recompute), read by the op code. Every layer's input is stashed from F to the
+// micro-batch's last backward op, or F holds the stage's input alone and each backward op
+// reruns F from it into a stash of its own (recompute).
+typedef struct {
+    size_t stash_floats;      // one stash (recompute: every layer's input but the first's)
+    size_t input_floats;      // the input F holds in place of a stash (0: it holds a stash)
+    size_t adj_floats;        // what Bi keeps for Bw (0: nothing)
+    BackwardHalf half[OP_U + 1];  // what each backward op kind computes at a layer
+    // F of a micro-batch a backward op will take: what it holds (a->stash or a->input).
+    float *(*hold)(struct Pipeline *p, struct Lane *a);
+    // A backward lane's buffers from what its F held (recompute: a stash for the rerun).
+    void (*take)(struct Pipeline *p, struct Lane *a, float *held);
+    // The lane's output adjoint (dy: the message, NULL for Bw) and what Bi keeps of it.
+    void (*output_adjoint)(struct Pipeline *p, struct Lane *a, const float *dy);
+    // Layer l's input in the lane's buffers.
+    float *(*layer_input)(const struct Pipeline *p, const struct Lane *a, int l);
+    // Where Bi keeps layer l's output adjoint for Bw, and Bw reads it (NULL: none).
+    float *(*bw_adjoint)(const struct Pipeline *p, const struct Lane *a, int l);
+    // Before a backward group's layers: the lanes' stashes from their inputs (or nothing).
+    int (*rerun)(struct Pipeline *p, int n, FgError *err);
+} StashPolicy;
+
 // What op F saves for op U besides the scalars (activity perturbation, local losses).
 typedef struct {
     // Every layer's saved block for every micro-batch of a step (stage_saved_offset's layout);
@@ -161,13 +194,18 @@ typedef struct {
     float *estimate;          // the estimate g: the stage's (resident), or the source's layer_buffer
     float *scratch;           // want_stats, resident: one layer's plain fg estimate
     UpdateWhen when;
+    // The backward wave's end of each layer's gradient, after the step's last B or Bw on it
+    // (update_finish_layer_gradient) where the layer leaves memory after the wave (streamed);
+    // else nothing: op U finishes the stage's. Set with `when` (update_plan).
+    int (*finish_in_wave)(struct Pipeline *p, long step, long total, int l, LayerSlot *s,
+                          unsigned *dirty, FgError *err);
     PendingUpdate pending;    // owned by pipeline_update.c
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage
     StepResult stats;         // of the last update
 } UpdateState;
 
-typedef struct {
+typedef struct Pipeline {
     const Backend *be;        // every float buffer below is its memory unless marked host
     const Config *cfg;
     const Model *model;
@@ -187,6 +225,7 @@ typedef struct {
     Messages msg;
     LaneBuffers work;
     StashPool pool;
+    StashPolicy stash;        // how the pool is used (recompute or not)
     ForwardSaved saved;
     UpdateState upd;
     float *host_layer[4];     // host staging of one layer's checkpoint buffers (device backends)

@@ -58,7 +58,8 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     } else if (g->kind == OP_B) {
         rc = ops_backward_group(p, r->step, r->total, n, gi == r->last_w, err);
         // The stage's gradient is complete: its sum over the replicas runs while the stage idles.
-        if (!rc && gi == r->last_w && !p->src.streamed && p->tr->replicas > 1)
+        // (A resident stage's, in one buffer; a streamed one sums each layer's in its wave.)
+        if (!rc && gi == r->last_w && p->src.stage_grad && p->tr->replicas > 1)
             rc = p->tr->start_replica_sum(p->tr, p->src.stage_grad, p->n, err);
     } else {
         p->scalars[0] = r->loss_sum;
@@ -118,7 +119,8 @@ void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
     cost[COST_BI] = mean_op_seconds(tt, OP_BI, planned[COST_BI * M + s]);
     cost[COST_BW] = mean_op_seconds(tt, OP_BW, planned[COST_BW * M + s]);
     const double bi = planned[COST_BI * M + s], bw = planned[COST_BW * M + s];
-    if (tt->op_count[OP_BW] && p->run.recompute) cost[COST_BW] *= bw / (bi + bw);  // its share of Bi's redo
+    // Bw redoing Bi (recompute): the share of its time that is Bw's
+    if (tt->op_count[OP_BW] && p->stash.half[OP_BW] == HALF_BOTH) cost[COST_BW] *= bw / (bi + bw);
     cost[COST_U] = mean_op_seconds(tt, OP_U, planned[COST_U * M + s]);
     cost[COST_ZERO] = 0.0;
     if (tt->op_count[OP_B]) {  // a whole B: shared between Bi and Bw as planned
@@ -259,19 +261,17 @@ int pipeline_refresh_ref(Pipeline *p, FgError *err) {
 }
 
 // One slot's checkpoint buffers (a whole layer, or a row block: floats [s->first, + s->count))
-// through visit, as host memory (staged on a device). A streamed frozen layer's slot holds its
-// parameters alone: zeros stand for its optimizer state and reference (a resident frozen
-// layer's stay 0), and loaded ones are dropped. A block is visited in the slot itself, so a
+// through visit, as host memory (staged on a device). A layer that does not train (frozen) is
+// visited and checkpointed with its parameters alone (no optimizer state, no reference). A block is visited in the slot itself, so a
 // token table in row blocks passes through block-sized buffers, never a table-sized copy.
 static int visit_slot(Pipeline *p, const Layer *L, LayerSlot *s, int writable, LayerVisitor visit,
                       void *arg, FgError *err) {
     const Backend *be = p->be;
     float *bufs[4] = {s->params}, *host[4] = {NULL};
-    // A frozen layer's checkpoint holds its parameters alone (hdf5io/checkpoint_hdf5.c).
-    int n = L->frozen ? 1 : 1 + p->need.opt_buffers + p->need.ref, real = 1, rc = FG_OK;
+    int n = p->stage.plan[L->index].trains ? 1 + p->need.opt_buffers + p->need.ref : 1, real = 1, rc = FG_OK;
     for (int b = 0; s->state && b < p->need.opt_buffers; b++) bufs[real++] = s->state + b * s->state_stride;
     if (s->ref) bufs[real++] = s->ref;
-    real = FG_MIN(real, n);  // a resident frozen layer's optimizer state (zeros) is not visited
+    real = FG_MIN(real, n);  // a resident layer that does not train: its state (zeros) unvisited
     size_t bytes = s->count * sizeof(float);
     if (writable && !layers_writes(p)) real = 0;  // a replica sharing its node's slots: loaded, not kept
     for (int b = 0; b < n; b++)
@@ -308,7 +308,7 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
     // cut short is found out at reopening instead of mixing the old base with the new weights.
     for (int pass = 0; pass < 1 + writable && !rc; pass++)
         for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1))
-            if (!writable || p->model->layers[l].frozen == (pass == 0))
+            if (!writable || p->stage.plan[l].trains == (pass == 1))
                 rc = visit_layer(p, l, writable, visit, arg, err);
     if (rc || !writable) return rc;
     if (!(rc = p->src.flush(&p->src, err))) p->first_step = next_step;
@@ -329,7 +329,7 @@ double pipeline_stash_bytes(const Pipeline *p) {
     int B = p->cfg->training.micro_batch;
     double saved = p->saved.blocks[0] ? (1 + (p->saved.blocks[1] != NULL)) *
                   (double)stage_saved_floats(&p->stage, p->cfg->training.micro_batches * B) : 0.0;
-    double inputs = (double)p->pool.n_input_alloc * B * p->model->layers[p->stage.first].in;
-    double adjoints = (double)p->pool.n_adj_alloc * bw_adjoint_floats(&p->stage, B, p->run.recompute, p->is_last);
-    return ((double)p->pool.n_stash_alloc * ops_stash_floats(p) + inputs + adjoints + saved) * sizeof(float);
+    const StashPolicy *k = &p->stash;
+    return ((double)p->pool.n_stash_alloc * k->stash_floats + (double)p->pool.n_input_alloc * k->input_floats +
+            (double)p->pool.n_adj_alloc * k->adj_floats + saved) * sizeof(float);
 }

@@ -6,115 +6,10 @@
 #include <string.h>
 
 #include "engine_ops.h"
+#include "stash_policy.h"
 
 int ops_keeps_stash(const Pipeline *p, long step, int mb) {
     return p->pool.keeps[(size_t)pipeline_step_phase(p, step) * p->cfg->training.micro_batches + mb];
-}
-
-// Buffers live from F (or Bi) to the step of their last use, by the step of their F.
-static int ring(const Pipeline *p, long step) { return (int)(step % p->pool.rings); }
-
-// ---------------------------------------------------------------------------------------------
-// Stashes: a stage keeps one per micro-batch it will backpropagate, from F until its B (or
-// Bw); Bi keeps the adjoints Bw needs until Bw (recompute: the stage's output adjoint alone).
-// Freed buffers are reused, so memory grows with the number in flight, not with N.
-
-// Floats of one micro-batch's buffers; their bytes go into the stage's account
-// (mem_account.h) as they are taken and given back.
-static size_t input_floats(const Pipeline *p) {
-    return (size_t)p->cfg->training.micro_batch * p->model->layers[p->stage.first].in;
-}
-
-size_t ops_stash_floats(const Pipeline *p) {
-    size_t whole = stage_stash_floats(&p->stage, p->cfg->training.micro_batch);
-    return p->run.recompute ? whole - input_floats(p) : whole;
-}
-
-static size_t adj_floats(const Pipeline *p) {
-    return bw_adjoint_floats(&p->stage, p->cfg->training.micro_batch, p->run.recompute, p->is_last);
-}
-
-// Whether Bi keeps adjoints for Bw: with recompute the last stage's Bw reads dz, held anyway.
-static int keeps_adjoints(const Pipeline *p) {
-    return adj_floats(p) > 0;
-}
-
-static float *stash_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)ops_stash_floats(p));
-    if (p->pool.n_free_stash) return p->pool.free_stash[--p->pool.n_free_stash];
-    p->pool.n_stash_alloc++;
-    return backend_alloc_floats(p->be, ops_stash_floats(p));
-}
-
-static void stash_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_STASH, -(double)sizeof(float) * (double)ops_stash_floats(p));
-    p->pool.free_stash[p->pool.n_free_stash++] = s;
-}
-
-static float *adj_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_BW_ADJOINTS, sizeof(float) * (double)adj_floats(p));
-    if (p->pool.n_free_adj) return p->pool.free_adj[--p->pool.n_free_adj];
-    p->pool.n_adj_alloc++;
-    return backend_alloc_floats(p->be, adj_floats(p));
-}
-
-static void adj_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_BW_ADJOINTS, -(double)sizeof(float) * (double)adj_floats(p));
-    p->pool.free_adj[p->pool.n_free_adj++] = s;
-}
-
-// recompute = stage: F keeps the stage's input [B, in] alone, until the micro-batch's last
-// backward op; every B, Bi and Bw op reruns the layers after it into a stash of its own.
-static float *input_take(Pipeline *p) {
-    mem_account_add(&p->mem, MEM_STASH, sizeof(float) * (double)input_floats(p));
-    if (p->pool.n_free_input) return p->pool.free_input[--p->pool.n_free_input];
-    p->pool.n_input_alloc++;
-    return backend_alloc_floats(p->be, input_floats(p));
-}
-
-static void input_give(Pipeline *p, float *s) {
-    mem_account_add(&p->mem, MEM_STASH, -(double)sizeof(float) * (double)input_floats(p));
-    p->pool.free_input[p->pool.n_free_input++] = s;
-}
-
-// Layer l's input in lane a's stash; with recompute, the input F held and the rerun's layers.
-static float *lane_layer_input(const Pipeline *p, const Lane *a, int l) {
-    const Stage *st = &p->stage;
-    const int B = p->cfg->training.micro_batch;
-    if (!p->run.recompute) return a->stash + stage_stash_offset(st, l, B);
-    return l == st->first ? a->input : a->stash + stage_stash_offset(st, l, B) - input_floats(p);
-}
-
-// A backward lane's buffers: the stash of its micro-batch's F (recompute: its input, and a
-// stash for the op's rerun), and its output adjoint: the loss's on the last stage, else a
-// message. With recompute Bw redoes Bi from the input and the output adjoint, which Bi keeps
-// (the last stage's dz stays for the step).
-static int backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
-    const int B = p->cfg->training.micro_batch, C = pipeline_adjoint_width(p);
-    const int r = ring(p, step - a->lag), mb = a->microbatch;
-    a->stash = p->pool.stash[r][mb];
-    if (p->run.recompute) a->input = a->stash, a->stash = a->input ? stash_take(p) : NULL;
-    if (a->kind == OP_BI && keeps_adjoints(p)) p->pool.bw_adj[r][mb] = a->bw_adjoints = adj_take(p);
-    if (a->kind == OP_BW) a->bw_adjoints = p->pool.bw_adj[r][mb], p->pool.bw_adj[r][mb] = NULL;
-    if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
-    const int no_bw_adjoints = a->kind == OP_BW && keeps_adjoints(p) && !a->bw_adjoints;
-    if (!a->stash || (p->run.recompute && !a->input) || no_bw_adjoints)
-        return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
-                       p->tr->stage, op_kind_name(a->kind), mb, a->lag);
-    if (p->is_last) {
-        a->dy = p->pool.dz[r] + (size_t)mb * B * p->model->tokens * C;
-        return FG_OK;
-    }
-    if (a->kind == OP_BW) {
-        a->dy = p->run.recompute ? a->bw_adjoints : NULL;
-        return FG_OK;
-    }
-    const float *msg = NULL;
-    int rc = messages_take(p, step, &msg, err);
-    a->dy = msg;
-    if (!rc && p->run.recompute && a->bw_adjoints)  // for Bw: the message's slot is reused
-        p->be->copy(p->be, a->bw_adjoints, msg, adj_floats(p) * sizeof(float));
-    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,13 +57,9 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
-            if (ops_keeps_stash(p, step, a->microbatch)) {
-                float **pooled = &p->pool.stash[ring(p, step)][a->microbatch];
-                if (p->run.recompute) *pooled = a->input = input_take(p);
-                else *pooled = a->stash = stash_take(p);
-            }
+            if (ops_keeps_stash(p, step, a->microbatch)) stash_hold(p, step, a);
         } else {
-            rc = backward_lane(p, step, a, err);
+            rc = stash_backward_lane(p, step, a, err);
         }
         n++;
     }
@@ -280,13 +171,13 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
-        if (L->kind == LAYER_HEAD_LOSS) {
+        if (st->plan[l].scores) {
             HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
             head_end(p, a, &h, tangents);
         }
         a->x = y;
-        a->xdot = tangents && L->kind != LAYER_HEAD_LOSS ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+        a->xdot = tangents && !st->plan[l].scores ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
     }
     return rc;
 }
@@ -321,7 +212,7 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             float *ydot = tangents ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
             if (tangents && L->param_count && p->run.saves_inputs) save_layer_input(p, step, l, a, i);
             const float *xdot = a->xdot;
-            const int scores = L->kind == LAYER_HEAD_LOSS;
+            const int scores = st->plan[l].scores;
             HeadScore head = scores ? head_begin(p, step, a) : (HeadScore){0};
             stage_layer_forward(st, l, s.params, tangents, scores ? &head : NULL, a->x, a->xdot, y,
                                 ydot, a->rows);
@@ -363,7 +254,7 @@ static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, 
     int rows = c->training.micro_batch * p->model->tokens, mb = a->microbatch;
     if (p->model->fused_head) {  // scored in the head's layer: keep its records for B
         if (ops_keeps_stash(p, step, mb))
-            be->copy(be, p->pool.dz[ring(p, step)] + (size_t)mb * rows * HEAD_RECORD, a->x,
+            be->copy(be, p->pool.dz[stash_ring(p, step)] + (size_t)mb * rows * HEAD_RECORD, a->x,
                      (size_t)rows * HEAD_RECORD * sizeof(float));
         *loss_sum += a->loss;
         return FG_OK;
@@ -383,7 +274,7 @@ static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, 
         loss = be->loss_forward(be, a->x, p->work.labels, rows, C, NULL);
     }
     if (ops_keeps_stash(p, step, mb)) {  // scaled for its average (pipeline_adjoint_scale)
-        float *dz = p->pool.dz[ring(p, step)] + (size_t)mb * rows * C.stride;
+        float *dz = p->pool.dz[stash_ring(p, step)] + (size_t)mb * rows * C.stride;
         be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
         be->scale(be, dz, pipeline_adjoint_scale(p), dz, (size_t)rows * C.stride);
     }
@@ -413,40 +304,36 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
     return rc;
 }
 
-// Where Bi keeps layer l's output adjoint for Bw (NULL: none; a layer without a weight
-// gradient, or with recompute, where Bw redoes Bi instead).
-static float *lane_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
-    const Layer *L = &p->model->layers[l];
-    if (!a->bw_adjoints || p->run.recompute || !L->param_count || L->frozen) return NULL;
-    return a->bw_adjoints + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
-}
-
-// One layer of the backward ops for every lane: B both halves, Bi the input adjoint (keeping
-// the layer's output adjoint for Bw), Bw the weight gradient; with recompute Bw redoes Bi's
-// half too (the same calls on the same inputs: the same bits), but for the stage's input.
-// zero: the step's first gradient (it starts here).
+// One layer of the backward ops for every lane, each computing its half (StashPolicy.half): B
+// both, Bi the input adjoint (keeping the layer's output adjoint for Bw), Bw the weight
+// gradient; where Bw redoes Bi (recompute) both halves (the same calls on the same inputs: the
+// same bits), but for the stage's input. zero: the step's first gradient (it starts here).
 static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     const Layer *L = &p->model->layers[l];
     const Backend *be = p->be;
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1;
-    if (zero && L->param_count && !L->frozen) be->zero(be, s->grad, L->param_count * sizeof(float));
+    const int trains = st->plan[l].trains;
+    if (zero && trains) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
-        const float *x = lane_layer_input(p, a, l);
-        float *bw_dy = lane_bw_adjoint(p, a, l);
+        const float *x = p->stash.layer_input(p, a, l);
+        float *bw_dy = p->stash.bw_adjoint(p, a, l);
         // An op with a lag differentiates at the weights its activations were computed with.
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
+        const BackwardHalf half = p->stash.half[a->kind];
         // Bw reads no weights, but a fused head recomputes its logits
-        if (a->kind == OP_BW && !p->run.recompute) {
+        if (half == HALF_WEIGHT) {
             if (bw_dy) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, bw_dy, NULL, s->grad, B);
             continue;
         }
         const int sends = !p->is_first && a->kind != OP_BW;
         float *dx = l == st->first && !sends ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
         if (bw_dy) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
-        // A frozen layer (freeze, a LoRA base) has no weight gradient: its B ops pass dx only.
-        be->backward(be, L, params, x, a->dy, dx, a->kind != OP_BI && !L->frozen ? s->grad : NULL, B);
+        // A layer that does not train (frozen: freeze, a LoRA base) has no weight gradient: its
+        // B ops pass dx only.
+        float *grad = half == HALF_BOTH && trains ? s->grad : NULL;
+        be->backward(be, L, params, x, a->dy, dx, grad, B);
         a->dy = dx;
     }
 }
@@ -462,16 +349,17 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, cur = (st->last - 1 - l) & 1, rc = FG_OK;
     const size_t C = layer_row_floats(L);
+    const int trains = st->plan[l].trains;
     for (int b = 0; b < layer_blocks(L) && !rc; b++) {
         LayerSlot s;
         unsigned parts = LAYER_WEIGHTS | LAYER_STEP, dirty = 0;
         if ((rc = layers_acquire_block(p, l, b, -1, parts, &s, err))) break;
         int r0 = (int)(s.first / C), rows = (int)(s.count / C);
-        if (zero && !L->frozen) be->zero(be, s.grad, s.count * sizeof(float));
+        if (zero && trains) be->zero(be, s.grad, s.count * sizeof(float));
         for (int i = 0; i < n; i++) {
             Lane *a = &p->work.lanes[i];
-            const float *x = lane_layer_input(p, a, l);
-            float *bw_dy = lane_bw_adjoint(p, a, l);  // never recomputed (config.c)
+            const float *x = p->stash.layer_input(p, a, l);
+            float *bw_dy = p->stash.bw_adjoint(p, a, l);  // never recomputed (config.c)
             const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
             if (a->kind == OP_BW) {
                 if (bw_dy) stage_rows_backward(st, l, params, r0, rows, x, bw_dy, NULL, s.grad, B);
@@ -480,9 +368,9 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
             float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
             if (bw_dy && b == 0) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
             stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
-                                a->kind == OP_B && !L->frozen ? s.grad : NULL, B);
+                                a->kind == OP_B && trains ? s.grad : NULL, B);
         }
-        if (last_w && p->src.streamed) rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+        if (last_w) rc = p->upd.finish_in_wave(p, step, total, l, &s, &dirty, err);
         int rc2 = layers_release_block(p, l, b, parts, dirty, err);
         if (!rc) rc = rc2;
     }
@@ -494,29 +382,6 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     return rc;
 }
 
-// recompute = stage: the stash of each lane (B, Bi or Bw), rerun from the input its F held
-// with the weights F ran with (those B differentiates at), as F computed it: F's primal is the
-// plain forward with or without tangents (every layer's jvp calls its forward). The stage's
-// last layer is not rerun: B reads layer inputs only, and its output went to the loss or the
-// next stage.
-static int rerun_forward(Pipeline *p, int n, FgError *err) {
-    Stage *st = &p->stage;
-    int rc = FG_OK;
-    for (int l = st->first; l < st->last - 1 && !rc; l++) {
-        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0;
-        LayerSlot s = {0};
-        if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
-        for (int i = 0; i < n; i++) {
-            const Lane *a = &p->work.lanes[i];
-            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL, NULL,
-                                lane_layer_input(p, a, l), NULL,
-                                lane_layer_input(p, a, l + 1), NULL, a->rows);
-        }
-        if (parts) rc = layers_release(p, l, parts, 0, err);
-    }
-    return rc;
-}
-
 int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, FgError *err) {
     Stage *st = &p->stage;
     int B = p->cfg->training.micro_batch, rc = FG_OK, weights = 0;
@@ -524,7 +389,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     const int zero = weights && !p->upd.weight_lanes;
     p->upd.weight_lanes += weights;
     if (last_w) rc = update_at(p, AT_LAST_BACKWARD, step, err);
-    if (!rc && p->run.recompute) rc = rerun_forward(p, n, err);
+    if (!rc) rc = p->stash.rerun(p, n, err);
     for (int l = st->last - 1; l >= st->first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
@@ -534,8 +399,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
         }
         if (parts && (rc = layers_acquire(p, l, -1, parts, &s, err))) break;
         backward_layer(p, l, &s, n, zero);
-        if (parts && last_w && p->src.streamed)
-            rc = update_finish_layer_gradient(p, step, total, l, &s, 1, &dirty, err);
+        if (parts && last_w) rc = p->upd.finish_in_wave(p, step, total, l, &s, &dirty, err);
         if (parts) {
             int rc2 = layers_release(p, l, parts, dirty, err);
             if (!rc) rc = rc2;
@@ -544,10 +408,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     size_t n_dx = (size_t)B * p->model->layers[st->first].in;
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &p->work.lanes[i];
-        // Bi's rerun goes at its end too (recompute): Bw makes its own
-        if (a->kind != OP_BI || p->run.recompute) stash_give(p, a->stash);
-        if (a->kind != OP_BI && a->input) input_give(p, a->input);
-        if (a->kind == OP_BW && a->bw_adjoints) adj_give(p, a->bw_adjoints);
+        stash_lane_done(p, a);
         // Not to a step after the run's last: nobody would take it.
         if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)
             rc = p->tr->send(p->tr, p->tr->stage - 1,

@@ -11,6 +11,7 @@
 #include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
+#include "stash_policy.h"
 
 // Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
 // selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
@@ -199,9 +200,12 @@ static void alloc_buffers(Pipeline *p) {
         p->saved.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = alloc_counted(p, MEM_GRADIENTS, p->n);
-    if (p->run.forms_estimate)
-        p->upd.estimate = p->src.streamed ? p->src.layer_buffer : backend_alloc_floats(be, p->n);  // count_source's
-    if (K && p->upd.want_stats && !p->src.streamed) p->upd.scratch = alloc_counted(p, MEM_GRADIENTS, p->largest);
+    // Op U's estimate, and with statistics the plain fg estimate beside it: in the one layer
+    // buffer the source lends (streamed: each layer's is formed again as it is applied), else
+    // the stage's estimate (count_source's) and one layer's scratch.
+    float *lent = p->src.layer_buffer;
+    if (p->run.forms_estimate) p->upd.estimate = lent ? lent : backend_alloc_floats(be, p->n);
+    if (K && p->upd.want_stats) p->upd.scratch = lent ? lent : alloc_counted(p, MEM_GRADIENTS, p->largest);
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
@@ -409,7 +413,8 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
         (rc = open_source(p, streams, streams_here, err)))
         return rc;
     count_source(p);
-    p->upd.when = update_timing(p);
+    update_plan(p);
+    stash_policy_init(p);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
     if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);
@@ -425,11 +430,12 @@ int pipeline_free(Pipeline *p, FgError *err) {
     const Backend *be = p->be;
     if (!be) return FG_OK;
     int rc = FG_OK;
+    const float *lent = p->src.layer_buffer;  // the source's (alloc_buffers), freed by its close
     if (p->src.ctx) {
         char who[48];
         snprintf(who, sizeof who, p->tr->replicas > 1 ? "stage %d replica %d" : "stage %d",
                  p->tr->stage, p->tr->replica);
-        if (p->src.streamed) p->src.report(&p->src, who);
+        p->src.report(&p->src, who);
         rc = p->src.close(&p->src, err);
     }
     for (int i = 0; i <= SCHED_MAX_LAG; i++)
@@ -444,7 +450,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     void *on_backend[] = {w->act[0], w->act[1], w->tan[0], w->tan[1], w->adj[0], w->adj[1],
                           w->x_in, w->labels, p->msg.inbox, p->msg.outbox,
                           p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
-                          p->src.streamed ? NULL : p->upd.estimate, p->upd.scratch,
+                          p->upd.estimate != lent ? p->upd.estimate : NULL,
+                          p->upd.scratch != lent ? p->upd.scratch : NULL,
                           p->saved.blocks[0], p->saved.blocks[1], p->saved.work, p->saved.local_input,
                           p->saved.local_estimate,
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};

@@ -25,12 +25,28 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-UpdateWhen update_timing(const Pipeline *p) {
+static int finish_now(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                      FgError *err) {
+    return update_finish_layer_gradient(p, step, total, l, s, 1, dirty, err);
+}
+
+static int finish_in_u(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
+                       FgError *err) {
+    (void)p, (void)step, (void)total, (void)l, (void)s, (void)dirty, (void)err;
+    return FG_OK;
+}
+
+static UpdateWhen update_timing(const Pipeline *p) {
     if (!p->src.streamed) return UPDATE_IN_U;
     // bp reads no gradient after the wave that made it (no clipping): the step needs no version
     // of its own, and each layer steps in the wave.
     return p->cfg->method.mode == MODE_BP && !p->need.keep_grad ? UPDATE_IN_BACKWARD
                                                                 : UPDATE_IN_NEXT_FORWARD;
+}
+
+void update_plan(Pipeline *p) {
+    p->upd.when = update_timing(p);
+    p->upd.finish_in_wave = p->upd.when == UPDATE_IN_U ? finish_in_u : finish_now;
 }
 
 static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
@@ -91,7 +107,7 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 // swap for the stage), and its weights are copied back from the swapped-out buffer; streamed,
 // it is read-only: its earlier weights are its weights, and nothing of it is written back (no
 // optimizer state, no reference in its slot).
-static int layer_frozen(const Pipeline *p, int l) { return p->model->layers[l].frozen; }
+static int layer_trains(const Pipeline *p, int l) { return p->stage.plan[l].trains; }
 
 int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
                                unsigned *dirty, FgError *err) {
@@ -108,6 +124,21 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }
 
+// bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U):
+// *waits. Kept once, the embedding, the copy the backward wave reaches last, takes the head's
+// gradient and steps as the other layers do; op U has nothing left to do for them.
+static int keep_tied_gradient(Pipeline *p, int l, LayerSlot *s, int fresh, int *waits, FgError *err) {
+    *waits = !p->run.forms_estimate && tied_apart(p, l);
+    if (fresh && p->src.tied_once && l == p->model->tied_first && layer_trains(p, l)) {
+        *waits = 0;
+        return tied_add_head_gradient(p, s, err);
+    }
+    if (!fresh || !*waits) return FG_OK;
+    float *copy = tied_buffer(p, l);
+    if (copy) p->be->copy(p->be, copy + s->first, s->grad, s->count * sizeof(float));
+    return tied_keep(p, l, s, s->grad, err);
+}
+
 int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, LayerSlot *s, int fresh,
                                  unsigned *dirty, FgError *err) {
     const Backend *be = p->be;
@@ -115,7 +146,7 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     int rc;
     // A frozen layer has no gradient (a streamed stage's gradient buffer holds its largest
     // trained layer's): only the replicas' sync before its slot is reused.
-    if (layer_frozen(p, l)) return fresh ? layers_sync(p, err) : FG_OK;
+    if (!layer_trains(p, l)) return fresh ? layers_sync(p, err) : FG_OK;
     if (fresh && p->src.streamed && p->tr->replicas > 1 &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;
@@ -137,17 +168,9 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
         double *norm = &p->scalars[scalars_grad_norms(p) + l];
         *norm = s->first ? *norm + g2 : g2;
     }
-    // bp: a tied copy's gradient waits apart (memory or flash) for its sum with the other's (op U).
-    int tied = !p->run.forms_estimate && tied_apart(p, l);
-    // Kept once (bp): the embedding, the copy the backward wave reaches last, takes the head's
-    // gradient and steps as the other layers do; op U has nothing left to do for them.
-    if (fresh && p->src.tied_once && l == p->model->tied_first && !layer_frozen(p, l)) {
-        if ((rc = tied_add_head_gradient(p, s, err))) return rc;
-        tied = 0;
-    }
-    if (fresh && tied && tied_buffer(p, l)) be->copy(be, tied_buffer(p, l) + s->first, s->grad, n * sizeof(float));
-    if (fresh && tied && (rc = tied_keep(p, l, s, s->grad, err))) return rc;
-    if (update_in_backward(p) && !tied && writes && !layer_frozen(p, l)) {  // bp without clipping
+    int tied = 0;
+    if ((rc = keep_tied_gradient(p, l, s, fresh, &tied, err))) return rc;
+    if (update_in_backward(p) && !tied && writes && layer_trains(p, l)) {  // bp without clipping
         OptimizerConfig oc = config_optimizer(p->cfg);
         be->optimizer_step(be, &oc, step, lr_at(&oc, step, total), s->params, s->params, s->grad,
                            1.0f, s->state, s->state_stride, n);
@@ -181,7 +204,7 @@ static void add_base_terms(Pipeline *p, int l, const LayerSlot *s, float *upd, i
 static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
     const PendingUpdate *u = &p->upd.pending;
     const PerturbationOps *perturb = stage_perturbation(&p->stage, l);
-    int fg_part = !p->model->layers[l].frozen && u->coeff_nonzero;  // frozen: steps of size 0
+    int fg_part = layer_trains(p, l) && u->coeff_nonzero;  // frozen: steps of size 0
     if (!fg_part || !perturb->sets_estimate) add_base_terms(p, l, s, upd, 0);
     if (!fg_part) return;
     PerturbEstimate e = {.seed = p->cfg->training.seed, .step = u->step,
@@ -230,10 +253,11 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
 static int tie_copies(Pipeline *p, FgError *err) {
     const Model *m = p->model;
     int first = m->tied_first, last = m->tied_last, rc;
-    // A frozen table (a LoRA base) takes no step: nothing to sum, nothing to write.
-    if (first < 0 || m->layers[first].frozen || !(layers_held(p, first) || layers_held(p, last)))
-        return FG_OK;
+    if (first < 0 || !(layers_held(p, first) || layers_held(p, last))) return FG_OK;
     int mine = layers_held(p, first) ? first : last, both = layers_held(p, first) && layers_held(p, last);
+    // A frozen table (a LoRA base; both copies are, train.c) takes no step: nothing to sum,
+    // nothing to write.
+    if (!layer_trains(p, mine)) return FG_OK;
     // bp's gradient of a resident stage is in the step part; tied_grad and the spill need no
     // layer read.
     // Block 0 of a copy in row blocks: its pointers are where the layer starts (a resident
@@ -278,7 +302,7 @@ unsigned update_apply(Pipeline *p, int l, LayerSlot *s) {
     const Backend *be = p->be;
     size_t n = s->count;  // the layer, or a row block of it (bp: its tangents are not in blocks)
     unsigned dirty = LAYER_WEIGHTS;
-    if (layer_frozen(p, l)) {  // resident: the swap left its weights in prev[0], and they stay
+    if (!layer_trains(p, l)) {  // frozen; resident: the swap left its weights in prev[0], and they stay
         if (u->aged) be->copy(be, s->params, s->prev[0], n * sizeof(float));
         return 0;
     }
@@ -376,9 +400,9 @@ static int norm_rows(Pipeline *p, int l, LayerSlot *s, int have_c, int with_fg, 
     row[ROW_G2] += be->dot(be, upd, upd, n);  // from 0: the first block's (or layer's) dot
     if (have_c) row[ROW_GC] += p->upd.c_scale * be->dot(be, upd, s->update_grad, n);
     if (!with_fg) return FG_OK;
-    // A streamed stage forms g again when it applies it: f may take its buffer (also when g, of
-    // a tied copy, is in tied_grad).
-    float *f = p->src.streamed ? p->upd.estimate : p->upd.scratch;
+    // A streamed stage forms g again when it applies it: f may take its buffer, its scratch
+    // (also when g, of a tied copy, is in tied_grad).
+    float *f = p->upd.scratch;
     be->zero(be, f, n * sizeof(float));
     TangentKey key = tangent_key(p->cfg->training.seed, p->upd.pending.step, 0, l);
     stage_layer_add_tangents_part(&p->stage, l, key, p->run.all_microbatches, fcoeff, s->first, n, f);

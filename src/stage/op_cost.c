@@ -36,7 +36,7 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
     int n_mb = setup->n_mb, rows = setup->rows;
     for (int l = st->first; st->tangents && n_mb && l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
-        if (!L->param_count || L->frozen) continue;
+        if (!st->plan[l].trains) continue;
         PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
                              .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
                              .fg_weight = 1.0f, .work = in->work, .first = 0, .count = L->param_count,

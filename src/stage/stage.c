@@ -18,6 +18,7 @@ int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last
     st->param_count = model_range_count(m, first, last);
     st->max_rows = max_rows;
     st->tangents = tangents;
+    st->plan = layer_plan_build(m);
     // One layer's tangents at a time, or a row block's of a table in blocks (stage_rows.c).
     if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * model_largest_trained_block(m, first, last));
     return FG_OK;
@@ -44,6 +45,7 @@ void stage_free(Stage *st) {
         be->free(be, st->tan[i]);
     }
     be->free(be, st->pdot);
+    fg_free(st->plan);
     be->free(be, st->lowrank_work);
     be->free(be, st->head_factors);
     be->free(be, st->ones);
@@ -118,7 +120,7 @@ static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTa
         stage_rows_forward(st, l, p + first, first, count, t ? &tb : NULL, x, xdot,
                            head ? head->labels : NULL, y, ydot, rows, state);
     }
-    if (L->kind == LAYER_HEAD_LOSS) stage_rows_finish(st, l, state, head, t != NULL, y, rows);
+    stage_rows_finish(st, l, state, head, t != NULL, y, rows);  // a head scores: an embedding has no end
     fg_free(state);
 }
 
@@ -128,9 +130,9 @@ void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, head, x, xdot, y, ydot, rows);
-    else if (L->kind == LAYER_HEAD_LOSS) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
+    else if (st->plan[l].scores) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
     else if (!tangents) be->forward(be, L, p, x, y, rows);
-    else if (!L->param_count || L->frozen) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    else if (!st->plan[l].trains) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);
 }
 
@@ -207,7 +209,7 @@ static void tangent_pass(const Stage *st, TangentKey key, int n_mb, const float 
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &st->model->layers[l];
         size_t off = L->param_offset - st->param_base;
-        if (!L->param_count || L->frozen) continue;
+        if (!st->plan[l].trains) continue;
         if (grad) stage_layer_add_tangents(st, l, key, n_mb, coeff, grad + off);
         else stage_layer_tangent_dots(st, l, key, n_mb, x + off,
                                       dots + (per_layer ? (size_t)(l - st->first) * n_mb * K : 0));

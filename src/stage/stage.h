@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "layer_plan.h"
 #include "model.h"
 #include "tangent.h"
 
@@ -29,6 +30,7 @@ typedef struct {
     const Backend *be;
     const Model *model;
     int first, last;
+    LayerPlan *plan;     // [model->n_layers], host: plan[l] of layer l (layer_plan.h)
     size_t param_base;   // model_range_offset(model, first)
     size_t param_count;  // parameters owned by the stage
     int max_rows;        // largest micro-batch the buffers hold

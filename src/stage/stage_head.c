@@ -13,7 +13,7 @@ void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *t
     }
     TangentKey key;  // what activity tangents point at during the call
     HeadTangents t = {0};
-    if (L->param_count && !L->frozen)
+    if (st->plan[l].trains)
         t = stage_perturbation(st, l)->head_tangents(st, l, tangents, x, rows, &key);
     h->loss = be->head_jvp(be, L, p, x, xdot, h->labels, rows, st->tangents, h->weight, &t, rec, h->d);
     h->correct = 0;

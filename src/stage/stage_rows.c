@@ -8,9 +8,82 @@
 #include "head_loss.h"
 #include "perturbation.h"
 
+// A token table's row ops, by layer kind (rows_of): the embedding's and the fused head's.
+typedef struct {
+    // Bytes of what a lane carries from block to block (0: nothing).
+    size_t (*state_bytes)(const Layer *L, int rows, int K);
+    // Rows [r0, r0 + n) of the table for a lane; pdot: their K tangents (NULL: none), t: whether
+    // the call carries tangents at all.
+    void (*forward)(Stage *st, const Layer *L, const float *p, int r0, int n, const float *pdot,
+                    size_t count, int t, const float *x, const float *xdot, const Label *labels,
+                    float *y, float *ydot, int rows, void *state);
+    // After the last block: the lane's score (a head), or nothing.
+    void (*finish)(const Stage *st, const Layer *L, const void *state, HeadScore *h, int tangents,
+                   float *rec, int rows);
+    void (*backward)(const Layer *L, const float *p, int r0, int n, const float *x, const float *dy,
+                     float *dx, float *grad, int rows);
+} RowsOps;
+
+static size_t no_state(const Layer *L, int rows, int K) {
+    (void)L, (void)rows, (void)K;
+    return 0;
+}
+
+static void embedding_forward(Stage *st, const Layer *L, const float *p, int r0, int n, const float *pdot,
+                              size_t count, int t, const float *x, const float *xdot, const Label *labels,
+                              float *y, float *ydot, int rows, void *state) {
+    (void)xdot, (void)labels, (void)state;
+    const int K = st->tangents;
+    embedding_rows_forward(L, p, r0, n, x, y, rows);
+    size_t plane = (size_t)rows * L->out;
+    if (t && !pdot && r0 == 0) st->be->zero(st->be, ydot, (size_t)K * plane * sizeof(float));
+    for (int k = 0; pdot && k < K; k++)  // ids carry no tangent: the table's alone
+        embedding_rows_forward(L, pdot + (size_t)k * count, r0, n, x, ydot + k * plane, rows);
+}
+
+static void embedding_finish(const Stage *st, const Layer *L, const void *state, HeadScore *h,
+                             int tangents, float *rec, int rows) {
+    (void)st, (void)L, (void)state, (void)h, (void)tangents, (void)rec, (void)rows;
+}
+
+static void embedding_backward(const Layer *L, const float *p, int r0, int n, const float *x,
+                               const float *dy, float *dx, float *grad, int rows) {
+    (void)p, (void)dx;  // ids: no input adjoint
+    if (grad) embedding_rows_backward(L, r0, n, x, dy, grad, rows);
+}
+
+static void head_forward(Stage *st, const Layer *L, const float *p, int r0, int n, const float *pdot,
+                         size_t count, int t, const float *x, const float *xdot, const Label *labels,
+                         float *y, float *ydot, int rows, void *state) {
+    (void)y, (void)ydot;
+    if (!t) {
+        head_rows_forward(L, p, r0, n, x, labels, rows, state);
+        return;
+    }
+    HeadTangents ht = {.Wdot = pdot, .wdot_stride = count};
+    head_rows_jvp(L, p, r0, n, x, xdot, labels, rows, st->tangents, &ht, state);
+}
+
+static void head_finish(const Stage *st, const Layer *L, const void *state, HeadScore *h,
+                        int tangents, float *rec, int rows) {
+    if (tangents)
+        h->loss = head_rows_jvp_finish(L, state, h->labels, rows, st->tangents, h->weight, 0, rec, h->d);
+    else
+        h->loss = head_rows_finish(L, state, h->labels, rows, h->weight, rec, &h->correct);
+    if (tangents) h->correct = 0;
+}
+
+static const RowsOps embedding_rows = {no_state, embedding_forward, embedding_finish, embedding_backward};
+static const RowsOps head_rows = {head_rows_state_bytes, head_forward, head_finish, head_rows_backward};
+// The kinds that come in row blocks (model.c: the token tables).
+static const RowsOps *const rows_by_kind[LAYER_KIND_COUNT] = {[LAYER_EMBEDDING] = &embedding_rows,
+                                                              [LAYER_HEAD_LOSS] = &head_rows};
+
+static const RowsOps *rows_of(const Layer *L) { return rows_by_kind[L->kind]; }
+
 size_t stage_rows_state_bytes(const Stage *st, int l, int rows) {
     const Layer *L = &st->model->layers[l];
-    return L->kind == LAYER_HEAD_LOSS && L->block_rows ? head_rows_state_bytes(L, rows, st->tangents) : 0;
+    return L->block_rows ? rows_of(L)->state_bytes(L, rows, st->tangents) : 0;
 }
 
 // The K weight tangents' rows of the block [first, first + count) into st->pdot [K, count] (the
@@ -39,36 +112,20 @@ void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t c
                         const Label *labels, float *y, float *ydot, int rows, void *state) {
     const Layer *L = &st->model->layers[l];
     const int r0 = (int)(first / layer_row_floats(L)), n = (int)(count / layer_row_floats(L));
-    const int K = st->tangents, perturbed = t && !L->frozen;
+    const int perturbed = t && st->plan[l].trains;
     if (perturbed) block_tangents(st, l, t, first, count);
-    if (L->kind == LAYER_HEAD_LOSS && t) {
-        HeadTangents ht = {.Wdot = perturbed ? st->pdot : NULL, .wdot_stride = count};
-        head_rows_jvp(L, p, r0, n, x, xdot, labels, rows, K, &ht, state);
-    } else if (L->kind == LAYER_HEAD_LOSS) {
-        head_rows_forward(L, p, r0, n, x, labels, rows, state);
-    } else {
-        embedding_rows_forward(L, p, r0, n, x, y, rows);
-        size_t plane = (size_t)rows * L->out;
-        if (t && !perturbed && r0 == 0) st->be->zero(st->be, ydot, (size_t)K * plane * sizeof(float));
-        for (int k = 0; perturbed && k < K; k++)  // ids carry no tangent: the table's alone
-            embedding_rows_forward(L, st->pdot + (size_t)k * count, r0, n, x, ydot + k * plane, rows);
-    }
+    rows_of(L)->forward(st, L, p, r0, n, perturbed ? st->pdot : NULL, count, t != NULL, x, xdot, labels,
+                        y, ydot, rows, state);
 }
 
 void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, int tangents,
                        float *rec, int rows) {
     const Layer *L = &st->model->layers[l];
-    if (L->kind != LAYER_HEAD_LOSS) return;
-    if (tangents)
-        h->loss = head_rows_jvp_finish(L, state, h->labels, rows, st->tangents, h->weight, 0, rec, h->d);
-    else
-        h->loss = head_rows_finish(L, state, h->labels, rows, h->weight, rec, &h->correct);
-    if (tangents) h->correct = 0;
+    rows_of(L)->finish(st, L, state, h, tangents, rec, rows);
 }
 
 void stage_rows_backward(const Stage *st, int l, const float *p, int r0, int n, const float *x,
                          const float *dy, float *dx, float *grad, int rows) {
     const Layer *L = &st->model->layers[l];
-    if (L->kind == LAYER_HEAD_LOSS) head_rows_backward(L, p, r0, n, x, dy, dx, grad, rows);
-    else if (grad) embedding_rows_backward(L, r0, n, x, dy, grad, rows);  // ids: no input adjoint
+    rows_of(L)->backward(L, p, r0, n, x, dy, dx, grad, rows);
 }

@@ -1,0 +1,180 @@
+// What a stage keeps from F (or Bi) to its backward ops, two ways (StashPolicy): every layer's
+// input, written by F as it runs; or the stage's input alone (recompute = stage), from which
+// each backward op reruns F into a stash of its own. Bi keeps the adjoints Bw needs until Bw:
+// every parameter layer's output adjoint, or (recompute) the stage's, from which Bw redoes Bi.
+// Freed buffers are reused, so memory grows with the number in flight, not with N; their bytes
+// go into the stage's account (mem_account.h) as they are taken and given back.
+#include "stash_policy.h"
+
+#include "engine_ops.h"
+
+int stash_ring(const Pipeline *p, long step) { return (int)(step % p->pool.rings); }
+
+static float *pool_take(Pipeline *p, MemOwner owner, size_t floats, float **free, int *n_free,
+                        int *n_alloc) {
+    mem_account_add(&p->mem, owner, sizeof(float) * (double)floats);
+    if (*n_free) return free[--*n_free];
+    ++*n_alloc;
+    return backend_alloc_floats(p->be, floats);
+}
+
+static void pool_give(Pipeline *p, MemOwner owner, size_t floats, float **free, int *n_free, float *buf) {
+    mem_account_add(&p->mem, owner, -(double)sizeof(float) * (double)floats);
+    free[(*n_free)++] = buf;
+}
+
+static float *stash_take(Pipeline *p) {
+    StashPool *q = &p->pool;
+    return pool_take(p, MEM_STASH, p->stash.stash_floats, q->free_stash, &q->n_free_stash, &q->n_stash_alloc);
+}
+
+static float *input_take(Pipeline *p) {
+    StashPool *q = &p->pool;
+    return pool_take(p, MEM_STASH, p->stash.input_floats, q->free_input, &q->n_free_input, &q->n_input_alloc);
+}
+
+static float *adj_take(Pipeline *p) {
+    StashPool *q = &p->pool;
+    return pool_take(p, MEM_BW_ADJOINTS, p->stash.adj_floats, q->free_adj, &q->n_free_adj, &q->n_adj_alloc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every layer's input: F writes each layer's output into the stash, as the next one's input.
+
+static float *hold_stash(Pipeline *p, Lane *a) { return a->stash = stash_take(p); }
+
+static void take_stash(Pipeline *p, Lane *a, float *held) {
+    (void)p;
+    a->stash = held;
+}
+
+static void output_adjoint_of_message(Pipeline *p, Lane *a, const float *dy) {
+    (void)p;
+    a->dy = dy;  // Bw: none (it reads the adjoints Bi kept, layer by layer)
+}
+
+static float *stash_layer_input(const Pipeline *p, const Lane *a, int l) {
+    return a->stash + stage_stash_offset(&p->stage, l, p->cfg->training.micro_batch);
+}
+
+static float *layer_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
+    if (!a->bw_adjoints || !p->stage.plan[l].trains) return NULL;
+    return a->bw_adjoints + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
+}
+
+static int rerun_nothing(Pipeline *p, int n, FgError *err) {
+    (void)p, (void)n, (void)err;
+    return FG_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// recompute = stage: F holds the stage's input [B, in] alone, until the micro-batch's last
+// backward op; every B, Bi and Bw op reruns the layers after it into a stash of its own.
+
+static float *hold_input(Pipeline *p, Lane *a) { return a->input = input_take(p); }
+
+static void take_input(Pipeline *p, Lane *a, float *held) {
+    a->input = held;
+    a->stash = held ? stash_take(p) : NULL;
+}
+
+// Bi keeps the stage's output adjoint (the message's slot is reused), Bw redoes Bi from it.
+static void output_adjoint_kept(Pipeline *p, Lane *a, const float *dy) {
+    if (a->kind == OP_BW) {
+        a->dy = a->bw_adjoints;
+        return;
+    }
+    a->dy = dy;
+    if (a->bw_adjoints) p->be->copy(p->be, a->bw_adjoints, dy, p->stash.adj_floats * sizeof(float));
+}
+
+// The input F held, and the rerun's layers after it.
+static float *rerun_layer_input(const Pipeline *p, const Lane *a, int l) {
+    const Stage *st = &p->stage;
+    const int B = p->cfg->training.micro_batch;
+    return l == st->first ? a->input : a->stash + stage_stash_offset(st, l, B) - p->stash.input_floats;
+}
+
+static float *no_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
+    (void)p, (void)a, (void)l;
+    return NULL;
+}
+
+// The stash of each lane (B, Bi or Bw), rerun from the input its F held with the weights F ran
+// with (those B differentiates at), as F computed it: F's primal is the plain forward with or
+// without tangents (every layer's jvp calls its forward). The stage's last layer is not rerun:
+// B reads layer inputs only, and its output went to the loss or the next stage.
+static int rerun_forward(Pipeline *p, int n, FgError *err) {
+    Stage *st = &p->stage;
+    int rc = FG_OK;
+    for (int l = st->first; l < st->last - 1 && !rc; l++) {
+        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0;
+        LayerSlot s = {0};
+        if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
+        for (int i = 0; i < n; i++) {
+            const Lane *a = &p->work.lanes[i];
+            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL, NULL,
+                                rerun_layer_input(p, a, l), NULL, rerun_layer_input(p, a, l + 1), NULL,
+                                a->rows);
+        }
+        if (parts) rc = layers_release(p, l, parts, 0, err);
+    }
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void stash_policy_init(Pipeline *p) {
+    const int B = p->cfg->training.micro_batch, rerun = p->run.recompute;
+    const size_t whole = stage_stash_floats(&p->stage, B);
+    const size_t input = (size_t)B * p->model->layers[p->stage.first].in;
+    StashPolicy keep_layers = {
+        .stash_floats = whole, .half = {[OP_B] = HALF_BOTH, [OP_BI] = HALF_INPUT, [OP_BW] = HALF_WEIGHT},
+        .hold = hold_stash, .take = take_stash, .output_adjoint = output_adjoint_of_message,
+        .layer_input = stash_layer_input, .bw_adjoint = layer_bw_adjoint, .rerun = rerun_nothing};
+    StashPolicy keep_input = {
+        .stash_floats = whole - input, .input_floats = input,
+        .half = {[OP_B] = HALF_BOTH, [OP_BI] = HALF_INPUT, [OP_BW] = HALF_BOTH},
+        .hold = hold_input, .take = take_input, .output_adjoint = output_adjoint_kept,
+        .layer_input = rerun_layer_input, .bw_adjoint = no_bw_adjoint, .rerun = rerun_forward};
+    p->stash = rerun ? keep_input : keep_layers;
+    // With recompute the last stage's Bw reads dz, held anyway: Bi keeps nothing there.
+    p->stash.adj_floats = bw_adjoint_floats(&p->stage, B, rerun, p->is_last);
+}
+
+void stash_hold(Pipeline *p, long step, Lane *a) {
+    p->pool.stash[stash_ring(p, step)][a->microbatch] = p->stash.hold(p, a);
+}
+
+int stash_backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
+    const int B = p->cfg->training.micro_batch, C = pipeline_adjoint_width(p);
+    const int r = stash_ring(p, step - a->lag), mb = a->microbatch;
+    const int keeps_adjoints = p->stash.adj_floats > 0;
+    p->stash.take(p, a, p->pool.stash[r][mb]);
+    if (a->kind == OP_BI && keeps_adjoints) p->pool.bw_adj[r][mb] = a->bw_adjoints = adj_take(p);
+    if (a->kind == OP_BW) a->bw_adjoints = p->pool.bw_adj[r][mb], p->pool.bw_adj[r][mb] = NULL;
+    if (a->kind != OP_BI) p->pool.stash[r][mb] = NULL;  // the lane's last use
+    const int no_bw_adjoints = a->kind == OP_BW && keeps_adjoints && !a->bw_adjoints;
+    if (!a->stash || no_bw_adjoints)
+        return fg_fail(err, FG_ERR_INTERNAL, "stage %d: %s of micro-batch %d (lag %d) has no stash",
+                       p->tr->stage, op_kind_name(a->kind), mb, a->lag);
+    if (p->is_last) {
+        a->dy = p->pool.dz[r] + (size_t)mb * B * p->model->tokens * C;
+        return FG_OK;
+    }
+    const float *msg = NULL;
+    int rc = a->kind == OP_BW ? FG_OK : messages_take(p, step, &msg, err);
+    if (!rc) p->stash.output_adjoint(p, a, msg);
+    return rc;
+}
+
+void stash_lane_done(Pipeline *p, Lane *a) {
+    StashPool *q = &p->pool;
+    // Bi leaves the stash to Bw, but a rerun's (a->input held) is its own.
+    if (a->kind != OP_BI || a->input)
+        pool_give(p, MEM_STASH, p->stash.stash_floats, q->free_stash, &q->n_free_stash, a->stash);
+    if (a->kind != OP_BI && a->input)
+        pool_give(p, MEM_STASH, p->stash.input_floats, q->free_input, &q->n_free_input, a->input);
+    if (a->kind == OP_BW && a->bw_adjoints)
+        pool_give(p, MEM_BW_ADJOINTS, p->stash.adj_floats, q->free_adj, &q->n_free_adj, a->bw_adjoints);
+}
