@@ -24,6 +24,11 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model
                   const int *first, Transport *t, const Dataset *train,
                   const LayerStreams *streams, int want_stats, FgError *err);
 
+// What stage `stage` of the layout `first` needs before pipeline_init makes it (the token
+// table's row blocks are chosen by it, table_rows.h): in memory, and streamed besides its slots.
+int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, const int *first, int stage,
+                         int stages, int replicas, double *in_memory, double *streamed, FgError *err);
+
 // Stage [first, last) of model m as cfg runs it: its buffers for cfg's micro-batch, K
 // tangents, perturbation, low-rank tangents and local losses.
 int pipeline_stage_init(Stage *st, const Backend *be, const Config *cfg, const Model *m, int first,

@@ -74,6 +74,28 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
            (double)p->largest_trained * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
 }
 
+int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, const int *first, int stage,
+                         int stages, int replicas, double *in_memory, double *streamed, FgError *err) {
+    Pipeline *p = calloc(1, sizeof *p);
+    p->be = be, p->cfg = c, p->model = m, p->is_first = stage == 0, p->is_last = stage == stages - 1;
+    p->run = run_plan(c, replicas);
+    p->K = p->run.tangents;
+    p->need = layer_needs(c);
+    p->largest = model_largest_block(m, first[stage], first[stage + 1]);
+    // The stage's shape without its buffers (pdot: K tangents of its largest block).
+    int rc = stage_init(&p->stage, be, m, first[stage], first[stage + 1], c->training.micro_batch, 0, err);
+    if (!rc) {
+        p->n = p->stage.param_count;
+        p->stage.tangents = p->K, p->stage.perturb = (Perturbation)c->method.perturb;
+        if (p->K) p->stage.local_groups = c->method.local_groups;
+        *in_memory = stage_needs_bytes(p, 0), *streamed = stage_needs_bytes(p, 1);
+        p->stage.tangents = p->stage.local_groups = 0;
+        stage_free(&p->stage);
+    }
+    free(p);
+    return rc;
+}
+
 // Resident when everything fits mem_budget with the runtime (or there is none) and stream is
 // 0, else streamed from weights_dir: decided (*streams_here) before anything is allocated, so
 // that the start-up's timing of the ops, which makes buffers of the stage's size, does not add

@@ -139,6 +139,16 @@ size_t layer_source_streamed_params(const Config *c, const Model *m, int first, 
     return sp.twin >= 0 ? n - m->layers[sp.twin].param_count : n;
 }
 
+SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last) {
+    SlotPlan sp;
+    int param_layers;
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    double two = 2.0 * (double)sp.large_bytes;
+    if (one_large_slot(&sp)) two += overlap_slots(&sp) * (double)slot_bytes(&sp, sp.small);
+    return (SlotNeeds){.floor = slots_floor(&sp), .two = two,
+                       .tied = (double)(sp.tied[0] + sp.tied[1]) * sizeof(float)};
+}
+
 // A budget without room for the smallest set of slots, refused naming the smallest that works.
 // A measured runtime varies between processes: the budget named leaves a margin for it.
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,

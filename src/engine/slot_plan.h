@@ -42,6 +42,15 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
                    int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
                    FgError *err);
 
+// What the stage's slots take (the token table's row blocks are chosen by them, table_rows.c):
+// the floor slot_plan_make refuses below; two slots of the largest layer, so that one is read
+// while the other computes, with the small ones that overlap; the tied copies' gradients, which
+// take memory where they cannot spill.
+typedef struct {
+    double floor, two, tied;
+} SlotNeeds;
+SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last);
+
 // Bytes of one version of the stage's layers in both stores.
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last);
 // A step's weights bytes read from and written to flash by layers [first, last) (the step

@@ -108,7 +108,7 @@ static const ConfigKey KEYS[] = {
     STR_OR_NONE(layout, weights_dir, "directory on local flash for the layer stores of out-of-core stages (with mem_budget)"),
     NUM(KEY_INT, layout, frozen_fp32, 0, 1, "1: a frozen layer (a LoRA base, freeze) that the checkpoint of --init-from or --resume holds in BF16 is widened to FP32 in its layer store and checkpoints (twice the bytes on flash and read per step); 0: kept in BF16 as imported (docs/out-of-core.md, \"A frozen base in BF16\")"),
     NUM(KEY_INT, layout, stream, 0, 1, "1: every stage streams its layers from weights_dir (mem_budget > 0), also one that would fit mem_budget in memory (a stage that streams can need more than in memory: it keeps a wave's activations; to measure the streamed step); 0: only a stage that does not fit"),
-    NUM(KEY_INT, layout, table_block_rows, 0, 1 << 24, "model = gpt, mode = bp, device = cpu: the token table (embedding and fused head) in blocks of this many rows, read, computed and written a block at a time, so that a streamed stage holds a block of it, not the whole table (docs/out-of-core.md, \"Row blocks of the token table\"); a multiple of head_block, and of 1024 / n_embd; 0: whole"),
+    NUM(KEY_INT, layout, table_block_rows, 0, 1 << 24, "model = gpt or llama, device = cpu: the token table (embedding and fused head) in blocks of this many rows, read, computed and written a block at a time, so that a streamed stage holds a block of it, not the whole table (docs/out-of-core.md, \"Row blocks of the token table\"); a multiple of head_block, and of 1024 / n_embd; 0: whole"),
     NUM(KEY_INT, layout, io_every_step, 0, 1, "1: a streamed stage prints every step's I/O (GB read and written, I/O and compute seconds, the bound max(I/O, compute) and step / bound); 0: one line of averages after the first 4 steps"),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -293,43 +293,6 @@ int config_load_text(Config *c, const char *text, const char *name, FgError *err
     return rc;
 }
 
-// The fewest rows of C floats that are a multiple of head_block and of 1024 floats.
-static int lcm_rows(int head_block, int C) {
-    int r = head_block;
-    while (((size_t)r * C) % 1024) r += head_block;
-    return r;
-}
-
-// Row blocks of the token table (docs/out-of-core.md): built for the CPU, bp and weight tangents. A block's rows
-// start the head's blocks of columns, and a block's bytes are whole 4 KiB pages (direct I/O)
-// at offsets the tied copies' spill file takes (1024 floats).
-static int validate_table_blocks(const Config *c, FgError *err) {
-    int rows = c->layout.table_block_rows, C = c->net.n_embd;
-    if (!rows) return FG_OK;
-    if (strcmp(c->net.model, "gpt") != 0)
-        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: row blocks of the token table "
-                       "are built for model = gpt only (this is %s)", rows, c->net.model);
-    if (c->layout.device != DEVICE_CPU)
-        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: row blocks of the token table "
-                       "are built for device = cpu only (the GPU's fused head has no row form)", rows);
-    EstimatorKind est = config_estimator(c);
-    if (c->method.mode != MODE_BP && (c->method.perturb != PERTURB_WEIGHT || c->method.tangent_rank ||
-                                      (c->method.mode == MODE_FG_BP && est != EST_CV && est != EST_FG)))
-        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: fg and fg+bp run on row blocks of "
-                       "the token table with perturb = weight, tangent_rank = 0 and (fg+bp) estimator "
-                       "cv or fg only (a row block's activity, low-rank, guided or mix terms are not "
-                       "written)", rows);
-    if (c->timetable.recompute != RECOMPUTE_NONE)
-        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: recompute = stage reruns the "
-                       "forward of whole layers; set recompute = none", rows);
-    if (rows % c->net.head_block || ((size_t)rows * C) % 1024)
-        return fg_fail(err, FG_ERR_INPUT, "table_block_rows = %d: must be a multiple of head_block "
-                       "(%d) and its rows of n_embd = %d floats a multiple of 1024 floats (4 KiB "
-                       "pages); %d would do", rows, c->net.head_block, C,
-                       lcm_rows(c->net.head_block, C));
-    return FG_OK;
-}
-
 // model = gpt or llama reads text (bytes) or tokens; each names its files, and bytes need vocab
 // 256.
 static int validate_language(const Config *c, FgError *err) {
@@ -447,7 +410,7 @@ int config_validate(const Config *c, FgError *err) {
         return fg_fail(err, FG_ERR_INPUT, "mem_budget is set but weights_dir is not: name a "
                        "directory on local flash for the layers that do not fit (--weights-dir)");
     int rc = validate_language(c, err);
-    if (!rc) rc = validate_table_blocks(c, err);
+    if (!rc) rc = config_validate_table_blocks(c, err);
     if (!rc) rc = validate_lora(c, err);
     if (rc) return rc;
     rc = validate_cpu_precision(c, err);
@@ -536,11 +499,6 @@ void config_write_help(FILE *f) {
     for (size_t i = 0; i < N_KEYS; i++)
         fprintf(f, "  %-14s %s%s%s%s\n", KEYS[i].name, KEYS[i].help, KEYS[i].choices ? " [" : "",
                 KEYS[i].choices ? KEYS[i].choices : "", KEYS[i].choices ? "]" : "");
-}
-
-EstimatorKind config_estimator(const Config *c) {
-    if (c->method.estimator != EST_AUTO) return c->method.estimator;
-    return c->method.perturb == PERTURB_ACTIVITY ? EST_MIX : EST_CV;
 }
 
 int config_dots_reference(const Config *c) {

@@ -185,6 +185,15 @@ const char *config_data_path(const Config *c);
 // (the last step's c) with every tangent it makes.
 int config_uses_cv(const Config *c);
 
+// Row blocks of the token table (table_block_rows; config_blocks.c): the fewest rows a block
+// may have (a multiple of head_block whose n_embd floats a row make whole 4 KiB pages); whether
+// the run's options forbid them (1: option names the key and value, "perturb = activity", and
+// why says what blocks are built for); table_block_rows checked.
+enum { CONFIG_OPTION_MAX = 64 };
+int config_table_block_unit(const Config *c);
+int config_table_blocks_forbidden(const Config *c, char *option, char *why, size_t size);
+int config_validate_table_blocks(const Config *c, FgError *err);
+
 // The name of value `value` of a choice key ("mode", 2 -> "fg+bp"), written into buf: the
 // one table of names is config.c's.
 enum { CONFIG_NAME_MAX = 24 };

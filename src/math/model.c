@@ -222,12 +222,22 @@ void model_init_range(const Model *m, int first, int last, float *params, uint32
         model_init_part(m, l, 0, m->layers[l].param_count, params + (m->layers[l].param_offset - base), seed);
 }
 
+static int is_table(const Layer *L) { return L->kind == LAYER_EMBEDDING || L->kind == LAYER_HEAD_LOSS; }
+
 void model_set_row_blocks(Model *m, int rows) {
-    for (int l = 0; l < m->n_layers && rows > 0; l++) {
+    for (int l = 0; l < m->n_layers; l++) {
         Layer *L = &m->layers[l];
-        int table = L->kind == LAYER_EMBEDDING || L->kind == LAYER_HEAD_LOSS;
-        if (table && L->param_count > (size_t)rows * layer_row_floats(L)) L->block_rows = rows;
+        L->block_rows = is_table(L) && rows > 0 && L->param_count > (size_t)rows * layer_row_floats(L) ? rows : 0;
     }
+}
+
+int model_table_rows(const Model *m, int first, int last) {
+    int rows = 0;
+    for (int l = first; l < last; l++) {
+        const Layer *L = &m->layers[l];
+        if (is_table(L) && L->param_count) rows = FG_MAX(rows, (int)(L->param_count / layer_row_floats(L)));
+    }
+    return rows;
 }
 
 size_t model_largest_block(const Model *m, int first, int last) {

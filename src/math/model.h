@@ -100,7 +100,9 @@ void model_init_part(const Model *m, int l, size_t first, size_t n, float *out, 
 // Row blocks (config table_block_rows > 0): the token table's layers (embedding, fused head) of
 // more rows than `rows` get block_rows = rows; a layer's largest block in floats is then
 // model_largest_block.
-void model_set_row_blocks(Model *m, int rows);
+void model_set_row_blocks(Model *m, int rows);  // rows 0: every table whole
+// The most rows of a token table (embedding, fused head) among layers [first, last); 0: none.
+int model_table_rows(const Model *m, int first, int last);
 size_t model_largest_block(const Model *m, int first, int last);
 // The same over the layers that train (not frozen): what one layer's gradient or parameter
 // tangents hold (a LoRA base's token table needs neither); at least 1.

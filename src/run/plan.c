@@ -11,6 +11,7 @@
 #include "pipeline.h"
 #include "progress.h"
 #include "run_plan.h"
+#include "table_rows.h"
 #include "train_internal.h"
 
 enum { SET_BP, SET_FG, SET_FG_BP, N_SETS };
@@ -330,6 +331,27 @@ static void count_runtime(CostSet *sets, double runtime, FILE *out) {
             "mem_runtime" : "estimated from this process at start-up; a run measures its own");
 }
 
+// The token table's row blocks a run of the config chooses for mem_budget (table_rows.h), set on
+// m for the figures after (plan --batches): the fewest rows any stage of its cut chose, with the
+// plan's runtime (a run measures its own: the same choice where mem_runtime sets it). A budget
+// the run would refuse is said, not refused.
+static void plan_table_rows(const Config *cfg, const Backend *be, Model *m, const CostSet *sets,
+                            double runtime, FILE *out) {
+    const CostSet *cs = &sets[0];
+    for (int i = 0; i < N_SETS; i++)
+        if (set_modes[i] == cfg->method.mode) cs = &sets[i];
+    int rows = 0, mine, hand = cfg->layout.table_block_rows;
+    for (int s = 0; s < cfg->layout.stages && !hand && cfg->layout.mem_budget > 0; s++) {
+        FgError why = {0};
+        if (table_rows_plan(be, cfg, m, cs->layout, s, runtime, 1, &mine, &why))
+            fprintf(out, "(a run refuses mem_budget: %s)\n", why.msg);
+        else if (mine && (!rows || mine < rows))
+            rows = mine;
+    }
+    model_set_row_blocks(m, hand ? hand : rows);
+    if (rows) table_rows_say(cfg, m, rows, out);
+}
+
 int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *out, FgError *err) {
     if (a->node) {  // a node described: its curves from its figures, nothing timed here
         NodeSpec node;
@@ -359,6 +381,7 @@ int plan_print(const Config *cfg, const Backend *be, const PlanArgs *a, FILE *ou
                     "redoes Bi (its cost and Bi's), their activations a stage input per micro-batch "
                     "in flight, the stage's output adjoint from Bi to Bw and one rerun's stash\n");
         count_runtime(sets, runtime, out);
+        plan_table_rows(cfg, be, &m, sets, runtime, out);
         for (int i = 0; i < N_SETS; i++) print_cost_set(out, &sets[i], i);
         if (json) json_cost_sets(json, sets);
         Figures figs[N_PLANNED];

@@ -296,6 +296,7 @@ static int open_run(Run *r, FgError *err) {
     const TrainEnv *e = r->env;
     int rc, want_stats = r->out.log_path && e->storage;
     if ((rc = load_model_and_data(r, err)) || (rc = check_inputs(r, err)) ||
+        (rc = layout_table_rows(r->cfg, e, &r->model, r->res->layout, err)) ||
         (rc = pipeline_init(&r->p, e->be, r->cfg, &r->model, r->res->layout, e->tr, &r->train,
                             e->streams, want_stats, err)))
         return rc;

@@ -39,6 +39,9 @@ LlamaShape train_llama_shape(const NetConfig *n, int training);
 // The first layer of each stage into res->layout (how it was cut: res->layout_by, and per stage
 // the timed work it balanced: res->work_stage); collective over the world.
 int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult *res, FgError *err);
+// The token table's row blocks for mem_budget (table_rows.h), chosen on m before the stage is
+// made, with the runtime this process holds now.
+int layout_table_rows(const Config *c, const TrainEnv *e, Model *m, const int *layout, FgError *err);
 // Its parts. Whether a run of c on M stages cuts by timed work (boundaries = auto, in memory);
 // every layer's op costs as one rank times them, cost[l * N_OP_COSTS + kind]; the cut: by
 // boundaries, or by parameter counts unless layer_cost's cut makes the largest stage clearly

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "op_cost.h"
+#include "mem_account.h"
 #include "partition.h"
+#include "table_rows.h"
 #include "train_internal.h"
 
 // A layer's seconds of work in one step of one replica: N F ops and one U pass when the
@@ -109,4 +111,11 @@ int layout_plan(const Config *c, const TrainEnv *e, const Model *m, TrainResult 
     res->layout_by = by_work ? "measured work" : "parameters";
     free(cost);
     return rc;
+}
+
+int layout_table_rows(const Config *c, const TrainEnv *e, Model *m, const int *layout, FgError *err) {
+    const LayerStreams *ls = e->streams;
+    if (!ls || !ls->open || c->layout.mem_budget <= 0) return FG_OK;  // the run refuses, or nothing streams
+    int spill = ls->open_spill && !e->be->on_device;
+    return table_rows_choose(e->be, c, m, layout, e->tr, mem_runtime_bytes(c), spill, err);
 }
