@@ -82,6 +82,7 @@ int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, con
     p->K = p->run.tangents;
     p->need = layer_needs(c);
     p->largest = model_largest_block(m, first[stage], first[stage + 1]);
+    p->largest_trained = model_largest_trained_block(m, first[stage], first[stage + 1]);
     // The stage's shape without its buffers (pdot: K tangents of its largest block).
     int rc = stage_init(&p->stage, be, m, first[stage], first[stage + 1], c->training.micro_batch, 0, err);
     if (!rc) {
