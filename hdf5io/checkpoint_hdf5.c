@@ -125,11 +125,6 @@ static int is_bf16(hid_t d) {
     return yes;
 }
 
-static void widen_in_place(float *data, size_t n) {
-    const uint16_t *h = (const uint16_t *)data;
-    for (size_t k = n; k-- > 0;) data[k] = bf16_to_f32(h[k]);
-}
-
 static int tensor_rank(const TensorView *tv, hsize_t dims[2]) {
     dims[0] = (hsize_t)tv->rows;
     dims[1] = (hsize_t)tv->cols;
@@ -160,7 +155,7 @@ static herr_t transfer_rows(hid_t d, const TensorView *tv, int load, size_t row,
     if (h >= 0)
         h = load ? H5Dread(d, type, mem, file, H5P_DEFAULT, data)
                  : H5Dwrite(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data);
-    if (h >= 0 && bf16) widen_in_place(data, rows * (size_t)tv->cols);
+    if (h >= 0 && bf16) bf16_widen_in_place(data, rows * (size_t)tv->cols);
     if (!whole) H5Sclose(mem), H5Sclose(file);
     if (bf16) H5Tclose(type);
     return h;

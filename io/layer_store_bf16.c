@@ -25,15 +25,9 @@ static void narrow(const float *x, uint16_t *y, size_t n) {
     }
 }
 
-static void widen_in_place(void *buf, size_t count) {
-    const uint16_t *h = buf;
-    float *f = buf;
-    for (size_t k = count; k-- > 0;) f[k] = bf16_to_f32(h[k]);
-}
-
 int store_read_values(LayerStore *s, int i, void *buf, size_t count, uint64_t off, FgError *err) {
     int rc = dio_read(&s->f, buf, dio_round_up(count * store_elem_bytes(s, i)), off, err);
-    if (!rc && s->layers[i].bf16) widen_in_place(buf, count);
+    if (!rc && s->layers[i].bf16) bf16_widen_in_place(buf, count);
     return rc;
 }
 

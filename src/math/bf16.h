@@ -25,6 +25,14 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+// BF16 bits in the first half of buf widened in place to n floats, last first (no value is
+// overwritten before it is read): a BF16 store's slot, a BF16 checkpoint tensor.
+static inline void bf16_widen_in_place(void *buf, size_t n) {
+    const uint16_t *h = buf;
+    float *f = buf;
+    for (size_t k = n; k-- > 0;) f[k] = bf16_to_f32(h[k]);
+}
+
 // y[i] = bf16_round(x[i]), i < n.
 typedef void (*Bf16Convert)(const float *x, uint16_t *y, size_t n);
 void bf16_convert_scalar(const float *x, uint16_t *y, size_t n);
