@@ -279,13 +279,73 @@ static void test_run_plan_tangents(void **state) {
     assert_false(r.forms_estimate);
 }
 
+// key=value;key=value onto c.
+static void set_all(Config *c, const char *list) {
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", list);
+    FgError err = {0};
+    for (char *save = NULL, *kv = strtok_r(copy, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = 0;
+        if (config_set(c, kv, eq + 1, &err)) fail_msg("%s", err.msg);
+    }
+}
+
+// The keys that say what the model is (config.c's table marks them): the first on which a
+// checkpoint's config a and the run's b differ, class by class (every model's, the MLP's
+// activation, Llama's, LoRA's), or none where b runs a's weights as they are.
+static void test_model_keys(void **state) {
+    (void)state;
+    const char *llama = "model=llama;data=tokens", *lora = "model=llama;data=tokens;lora_rank=4";
+    const struct { const char *a, *b, *model_key, *store_key; } cases[] = {
+        {llama, "rope_theta=500000", "rope_theta", "rope_theta"},
+        {llama, "tie_embeddings=0;rope_theta=500000", "rope_theta", "rope_theta"},  // table order
+        {llama, "rope_theta=500000;n_layer=2", "n_layer", "n_layer"},  // every model's key first
+        {llama, "ctx=64;data=text", NULL, NULL},  // any ctx up to its own (RoPE), text or tokens
+        {llama, "ctx=256", "ctx", "ctx"},
+        {llama, "lora_rank=4", NULL, "lora_rank"},  // a base loads under new adapters
+        {llama, "pad_vocab=64;lora_dropout=0.5", NULL, "pad_vocab"},
+        {lora, "lora_alpha=8;lora_targets=q", "lora_alpha", "lora_alpha"},
+        {lora, "lora_rank=0", "lora_rank", "lora_rank"},
+        {"model=gpt;data=text", "rope_theta=500000;activation=gelu", NULL, NULL},  // not the GPT's
+        {"model=gpt;data=text", "ctx=64", "ctx", "ctx"},  // the GPT's position table is ctx rows
+        {"model=784-10", "activation=gelu;n_layer=2", "n_layer", "n_layer"},
+        {"model=784-10", "activation=gelu;rope_theta=500000", "activation", "activation"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config a, b;
+        config_defaults(&a);
+        set_all(&a, cases[i].a);
+        b = a;
+        set_all(&b, cases[i].b);
+        char va[64], vb[64];
+        const char *key = config_model_mismatch(&a, &b, va, vb, sizeof va);
+        const char *store = config_store_mismatch(&a, &b, va, vb, sizeof va);
+        if ((key == NULL) != (cases[i].model_key == NULL) || (key && strcmp(key, cases[i].model_key)))
+            fail_msg("%s, then %s: model key %s, not %s", cases[i].a, cases[i].b, key ? key : "none",
+                     cases[i].model_key ? cases[i].model_key : "none");
+        if ((store == NULL) != (cases[i].store_key == NULL) || (store && strcmp(store, cases[i].store_key)))
+            fail_msg("%s, then %s: store key %s, not %s", cases[i].a, cases[i].b, store ? store : "none",
+                     cases[i].store_key ? cases[i].store_key : "none");
+    }
+    Config a, b;  // the values come with the key, as the table writes them
+    config_defaults(&a);
+    set_all(&a, llama);
+    b = a;
+    set_all(&b, "rms_norm_eps=1e-5");
+    char va[64], vb[64];
+    assert_string_equal(config_model_mismatch(&a, &b, va, vb, sizeof va), "rms_norm_eps");
+    assert_string_equal(va, "9.9999999999999995e-07");
+    assert_string_equal(vb, "1.0000000000000001e-05");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_values), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_mode_defaults),
         cmocka_unit_test(test_validate),  cmocka_unit_test(test_run_plan_tangents),
-        cmocka_unit_test(test_lora_keys),
+        cmocka_unit_test(test_lora_keys),  cmocka_unit_test(test_model_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

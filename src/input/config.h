@@ -1,8 +1,10 @@
 // Run configuration: a flat list of `key = value` lines, overridable with --set key=value; in
 // memory the keys sit in groups (c->method.mode, c->training.steps).
 //
-// One table (config.c) describes every key: its type, accepted values and help text. Parsing,
-// validation, error messages and the dump of the resolved config all read that table.
+// One table (config.c) describes every key: its type, accepted values, default, help text, and
+// whether it says what the model is (a checkpoint of another value holds another model).
+// Parsing, defaults, validation, error messages, the dump of the resolved config and the
+// model check of a resumed checkpoint all read that table.
 #ifndef FGPIPE_CONFIG_H
 #define FGPIPE_CONFIG_H
 
@@ -153,9 +155,10 @@ void config_write(const Config *c, FILE *f);
 // Writes the key reference (name, accepted values, help) for --help.
 void config_write_help(FILE *f);
 
-// The first key that defines the model (data, model, its shape, the MLP's activation, and
-// LoRA's keys when a has adapters: b must keep them) on which a and b differ, with both values;
-// NULL when they agree. a: the stored config (a checkpoint's), b: the run's.
+// The first key that defines the model (config.c's MODEL_* rows: data, model, its shape, the
+// MLP's activation, and LoRA's keys when a has adapters: b must keep them) on which a and b
+// differ, with both values; NULL when they agree. a: the stored config (a checkpoint's), b: the
+// run's.
 const char *config_model_mismatch(const Config *a, const Config *b, char *value_a, char *value_b,
                                   size_t size);
 // The same for a layer store's config a (--resume-weights): every key its bytes depend on (the
