@@ -18,6 +18,7 @@ checkpoint's adapters merged into its weights, and export-lora writes them in PE
 """
 import json
 import os
+from typing import NamedTuple, Optional
 
 import h5py
 import numpy as np
@@ -30,6 +31,44 @@ from fgpipe_safetensors import BadInput
 ARCHITECTURES = {"LlamaForCausalLM": ("llama", 0), "Qwen3ForCausalLM": ("qwen3", 1)}
 MAX_VOCAB = 1 << 24  # the config's largest vocab (token files hold uint32 above 65536)
 DEFAULT_CTX = 1024
+REQUIRED = None  # a Key's hf_default: config.json must have the key
+
+
+class Key(NamedTuple):
+    fgpipe: str             # fgpipe's config key (src/input/config.c's table)
+    hf: Optional[str]       # config.json's key; "rope_scaling.x": x of the rope_scaling object;
+                            # None: the architecture says (ARCHITECTURES)
+    kind: type              # int, float or bool
+    hf_default: object      # config.json's value where it has none: REQUIRED, a value, or a
+                            # function of the keys read before it (rope_scaling's keys: none
+                            # where the object is)
+    fgpipe_default: object  # fgpipe's (config.c's), for a checkpoint whose config lacks the key
+
+
+# The model's hyperparameters, fgpipe's and Hugging Face's: import reads config.json through
+# this table (read_shape) and writes fgpipe's config (config_text), export writes config.json
+# back (hf_config), in this order; tools/model-spec checks it against config.c's table (the
+# model_spec test).
+SPEC = (
+    Key("n_embd", "hidden_size", int, REQUIRED, 128),
+    Key("intermediate_size", "intermediate_size", int, REQUIRED, 344),
+    Key("n_layer", "num_hidden_layers", int, REQUIRED, 4),
+    Key("n_head", "num_attention_heads", int, REQUIRED, 4),
+    Key("n_kv_head", "num_key_value_heads", int, lambda s: s["n_head"], 4),
+    Key("head_dim", "head_dim", int, lambda s: s["n_embd"] // s["n_head"], 32),
+    Key("rms_norm_eps", "rms_norm_eps", float, 1e-6, 1e-6),
+    Key("rope_theta", "rope_theta", float, 10000.0, 10000.0),
+    Key("ctx", "max_position_embeddings", int, DEFAULT_CTX, 128),  # ctx: --ctx, at most this
+    Key("vocab", "vocab_size", int, REQUIRED, 256),
+    Key("tie_embeddings", "tie_word_embeddings", bool, False, True),
+    Key("rope_scaling_factor", "rope_scaling.factor", float, REQUIRED, 0.0),  # 0: no scaling
+    Key("rope_scaling_low_freq_factor", "rope_scaling.low_freq_factor", float, REQUIRED, 1.0),
+    Key("rope_scaling_high_freq_factor", "rope_scaling.high_freq_factor", float, REQUIRED, 4.0),
+    Key("rope_scaling_original_max_position_embeddings", "rope_scaling.original_max_position_embeddings",
+        int, REQUIRED, 8192),
+    Key("qk_norm", None, bool, None, False),  # Qwen3ForCausalLM's q and k norms
+)
+FORMAT = {int: str, float: repr, bool: lambda v: str(int(v))}  # fgpipe's config syntax
 
 
 def config_value(cfg, key, kind, default=None):
@@ -59,7 +98,21 @@ def refuse_unsupported(cfg):
             raise BadInput(f"config.json: rope_scaling of type {kind!r}: fgpipe reads none or llama3")
 
 
-def read_shape(folder):
+def read_order(k):  # the keys config.json must have, then those that may follow from them, then rope_scaling's
+    return "." in k.hf, k.hf_default is not REQUIRED
+
+
+def hf_value(cfg, k, s):  # key k of config.json (s: the keys read before it)
+    outer, _, key = k.hf.rpartition(".")
+    if outer:
+        inner = cfg.get(outer) or {}
+        return config_value(inner, key, k.kind) if inner else k.fgpipe_default
+    if k.kind is bool:
+        return bool(cfg.get(key, k.hf_default))
+    return config_value(cfg, key, k.kind, k.hf_default(s) if callable(k.hf_default) else k.hf_default)
+
+
+def read_shape(folder):  # {fgpipe key: value} (ctx: max_position_embeddings) and the family
     path = os.path.join(folder, "config.json")
     try:
         cfg = json.load(open(path))
@@ -67,32 +120,23 @@ def read_shape(folder):
     except (OSError, ValueError, AssertionError) as e:
         raise BadInput(f"{path}: not a JSON object ({e})")
     refuse_unsupported(cfg)
-    family, qk_norm = ARCHITECTURES[cfg["architectures"][0]]
-    s = {key: config_value(cfg, key, int) for key in
-         ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")}
-    s["num_key_value_heads"] = config_value(cfg, "num_key_value_heads", int, s["num_attention_heads"])
-    s["head_dim"] = config_value(cfg, "head_dim", int, s["hidden_size"] // s["num_attention_heads"])
-    s["rms_norm_eps"] = config_value(cfg, "rms_norm_eps", float, 1e-6)
-    s["rope_theta"] = config_value(cfg, "rope_theta", float, 10000.0)
-    s["max_position_embeddings"] = config_value(cfg, "max_position_embeddings", int, DEFAULT_CTX)
-    rs = cfg.get("rope_scaling") or {}
-    s["rope"] = [config_value(rs, k, kind) for k, kind in (("factor", float), ("low_freq_factor", float),
-                 ("high_freq_factor", float), ("original_max_position_embeddings", int))] if rs else None
-    s["tie"] = bool(cfg.get("tie_word_embeddings", False))
-    s["family"], s["qk_norm"] = family, qk_norm
-    if s["num_attention_heads"] % s["num_key_value_heads"]:
-        raise BadInput(f"config.json: num_key_value_heads {s['num_key_value_heads']} does not divide "
-                       f"num_attention_heads {s['num_attention_heads']}")
-    if not 1 <= s["vocab_size"] <= MAX_VOCAB:
-        raise BadInput(f"config.json: vocab_size {s['vocab_size']}: fgpipe takes at most {MAX_VOCAB}")
+    s = {}
+    s["family"], s["qk_norm"] = ARCHITECTURES[cfg["architectures"][0]]
+    for k in sorted((k for k in SPEC if k.hf), key=read_order):
+        s[k.fgpipe] = hf_value(cfg, k, s)
+    if s["n_head"] % s["n_kv_head"]:
+        raise BadInput(f"config.json: num_key_value_heads {s['n_kv_head']} does not divide "
+                       f"num_attention_heads {s['n_head']}")
+    if not 1 <= s["vocab"] <= MAX_VOCAB:
+        raise BadInput(f"config.json: vocab_size {s['vocab']}: fgpipe takes at most {MAX_VOCAB}")
     return s
 
 
 def expected_shapes(s):  # Hugging Face's names and shapes
-    C, I, d = s["hidden_size"], s["intermediate_size"], s["head_dim"]
-    q, kv = s["num_attention_heads"] * d, s["num_key_value_heads"] * d
-    shapes = {"model.embed_tokens.weight": [s["vocab_size"], C], "model.norm.weight": [C]}
-    for i in range(s["num_hidden_layers"]):
+    C, I, d = s["n_embd"], s["intermediate_size"], s["head_dim"]
+    q, kv = s["n_head"] * d, s["n_kv_head"] * d
+    shapes = {"model.embed_tokens.weight": [s["vocab"], C], "model.norm.weight": [C]}
+    for i in range(s["n_layer"]):
         block = {"input_layernorm.weight": [C], "self_attn.q_proj.weight": [q, C],
                  "self_attn.k_proj.weight": [kv, C], "self_attn.v_proj.weight": [kv, C],
                  "self_attn.o_proj.weight": [C, q], "post_attention_layernorm.weight": [C],
@@ -100,8 +144,8 @@ def expected_shapes(s):  # Hugging Face's names and shapes
         if s["qk_norm"]:
             block.update({"self_attn.q_norm.weight": [d], "self_attn.k_norm.weight": [d]})
         shapes.update({f"model.layers.{i}.{k}": v for k, v in block.items()})
-    if not s["tie"]:
-        shapes["lm_head.weight"] = [s["vocab_size"], C]
+    if not s["tie_embeddings"]:
+        shapes["lm_head.weight"] = [s["vocab"], C]
     return shapes
 
 
@@ -112,7 +156,7 @@ def check_tensors(folder, s, t):
         if name.endswith("rotary_emb.inv_freq"):  # a buffer older files carry: recomputed
             del t[name]
     shapes = expected_shapes(s)
-    if s["tie"] and "lm_head.weight" in t:
+    if s["tie_embeddings"] and "lm_head.weight" in t:
         head, table = t.pop("lm_head.weight"), t.get("model.embed_tokens.weight")
         same = head.equals(table) if isinstance(head, safetensors.Tensor) else np.array_equal(head, table)
         if not same:
@@ -131,17 +175,10 @@ def check_tensors(folder, s, t):
 
 
 def config_text(s, ctx, pad_vocab, seed):
-    V = s["vocab_size"]
-    lines = ["data = text" if V == 256 else "data = tokens", "model = llama", f"vocab = {V}",
-             f"pad_vocab = {pad_vocab}", f"n_layer = {s['num_hidden_layers']}", f"n_embd = {s['hidden_size']}",
-             f"n_head = {s['num_attention_heads']}", f"n_kv_head = {s['num_key_value_heads']}",
-             f"head_dim = {s['head_dim']}", f"intermediate_size = {s['intermediate_size']}", f"ctx = {ctx}",
-             f"rope_theta = {s['rope_theta']!r}", f"rms_norm_eps = {s['rms_norm_eps']!r}",
-             f"qk_norm = {s['qk_norm']}", f"tie_embeddings = {int(s['tie'])}", f"seed = {seed}"]
-    factor, low, high, original = s["rope"] or (0.0, 1.0, 4.0, 8192)
-    lines += [f"rope_scaling_factor = {factor!r}", f"rope_scaling_low_freq_factor = {low!r}",
-              f"rope_scaling_high_freq_factor = {high!r}",
-              f"rope_scaling_original_max_position_embeddings = {original}"]
+    shape = dict(s, ctx=ctx)
+    lines = ["data = text" if s["vocab"] == 256 else "data = tokens", "model = llama"]
+    lines += [f"{k.fgpipe} = {FORMAT[k.kind](shape[k.fgpipe])}" for k in SPEC]
+    lines += [f"pad_vocab = {pad_vocab}", f"seed = {seed}"]
     return "\n".join(lines) + "\n"
 
 
@@ -151,15 +188,15 @@ def import_hf(folder, out, seed, pad_vocab, ctx):
     if pad_vocab < 1:
         raise BadInput(f"--pad-vocab {pad_vocab}: must be at least 1 (1: no padding)")
     s = read_shape(folder)
-    ctx = ctx or min(s["max_position_embeddings"], DEFAULT_CTX)
-    if not 1 <= ctx <= s["max_position_embeddings"]:
-        raise BadInput(f"--ctx {ctx}: must be 1 to max_position_embeddings {s['max_position_embeddings']}")
+    ctx = ctx or min(s["ctx"], DEFAULT_CTX)
+    if not 1 <= ctx <= s["ctx"]:
+        raise BadInput(f"--ctx {ctx}: must be 1 to max_position_embeddings {s['ctx']}")
     t = safetensors.open_dir(folder)
     check_tensors(folder, s, t)
-    V, C = s["vocab_size"], s["hidden_size"]
+    V, C = s["vocab"], s["n_embd"]
     Vp = -(-V // pad_vocab) * pad_vocab
     table = t.pop("model.embed_tokens.weight")
-    head = table if s["tie"] else t.pop("lm_head.weight")
+    head = table if s["tie_embeddings"] else t.pop("lm_head.weight")
     # BF16 tensors stay BF16 (a frozen base streams half the bytes; a trained layer is widened
     # when a run loads it); F16 and F32 become float32
     plan = {k[len("model."):]: (v.shape, v.rows, v.dtype == "BF16") for k, v in t.items()}
@@ -177,7 +214,7 @@ def import_hf(folder, out, seed, pad_vocab, ctx):
         for name, (shape, get, bf16) in sorted(plan.items()):
             group, _, tensor = name.rpartition(".")
             stream.write_dataset(f, f"params/{group}/{tensor}", shape, get, bf16)
-        L = s["num_hidden_layers"]
+        L = s["n_layer"]
         n_layers = 1 + (10 if s["qk_norm"] else 9) * L + 2  # embed_tokens, the blocks, norm, lm_head
         for k, v in {"format_version": 1, "step": 0, "seed": seed, "stages": 1}.items():
             f.attrs[k] = np.int64(v)
@@ -186,7 +223,7 @@ def import_hf(folder, out, seed, pad_vocab, ctx):
         f.attrs["model_kind"] = np.bytes_(b"llama")
         f.attrs["weight_orientation"] = np.bytes_(b"linear weights are [out, in]: y = x W^T + b")
         for k, v in {"vocab": V, "padded_vocab": Vp, "ctx": ctx, "n_layer": L, "n_embd": C,
-                     "n_head": s["num_attention_heads"]}.items():
+                     "n_head": s["n_head"]}.items():
             f.attrs[k] = np.float64(v)
 
 
@@ -206,26 +243,27 @@ def dtype_option(argv):
     raise BadInput(f"export of a llama checkpoint takes --dtype f32|bf16, not {' '.join(argv)}")
 
 
+def checkpoint_value(c, k):  # key k of a checkpoint's config (text); fgpipe's default where it lacks it
+    if k.fgpipe not in c:
+        return k.fgpipe_default
+    return c[k.fgpipe] == "1" if k.kind is bool else k.kind(c[k.fgpipe])
+
+
+def checkpoint_shape(c):  # {fgpipe key: value}
+    return {k.fgpipe: checkpoint_value(c, k) for k in SPEC}
+
+
 def hf_config(c, dtype):
-    num = lambda k: float(c[k])
-    qwen3 = c.get("qk_norm", "0") == "1"
-    L = int(c["n_layer"])
+    s = checkpoint_shape(c)
+    qwen3, L = s["qk_norm"], s["n_layer"]
     cfg = {"architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
-           "model_type": "qwen3" if qwen3 else "llama", "hidden_act": "silu",
-           "hidden_size": int(c["n_embd"]), "intermediate_size": int(c["intermediate_size"]),
-           "num_hidden_layers": L, "num_attention_heads": int(c["n_head"]),
-           "num_key_value_heads": int(c["n_kv_head"]), "head_dim": int(c["head_dim"]),
-           "rms_norm_eps": num("rms_norm_eps"), "rope_theta": num("rope_theta"),
-           "max_position_embeddings": int(c["ctx"]), "vocab_size": int(c["vocab"]),
-           "tie_word_embeddings": c.get("tie_embeddings", "1") == "1", "attention_bias": False,
-           "attention_dropout": 0.0, "initializer_range": 0.02,
-           "torch_dtype": "bfloat16" if dtype == "BF16" else "float32", "rope_scaling": None}
-    if num("rope_scaling_factor") > 0:
-        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": num("rope_scaling_factor"),
-                               "low_freq_factor": num("rope_scaling_low_freq_factor"),
-                               "high_freq_factor": num("rope_scaling_high_freq_factor"),
-                               "original_max_position_embeddings":
-                                   int(c["rope_scaling_original_max_position_embeddings"])}
+           "model_type": "qwen3" if qwen3 else "llama", "hidden_act": "silu"}
+    cfg.update({k.hf: s[k.fgpipe] for k in SPEC if k.hf and "." not in k.hf})
+    cfg.update({"attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+                "torch_dtype": "bfloat16" if dtype == "BF16" else "float32", "rope_scaling": None})
+    rope = {k.hf.split(".")[1]: s[k.fgpipe] for k in SPEC if k.hf and k.hf.startswith("rope_scaling.")}
+    if rope["factor"] > 0:
+        cfg["rope_scaling"] = {"rope_type": "llama3", **rope}
     if qwen3:
         cfg.update({"use_sliding_window": False, "sliding_window": None, "max_window_layers": L})
     else:
@@ -279,7 +317,7 @@ def export_hf(src, out, dtype):
                 shape = (min(V, shape[0]),) + tuple(shape[1:])  # the pad rows are fgpipe's, not the model's
             if not name.startswith("lm_head."):
                 entries.append((f"model.{name}", shape, get))
-            elif c.get("tie_embeddings", "1") != "1":
+            elif not checkpoint_shape(c)["tie_embeddings"]:
                 entries.append(("lm_head.weight", shape, get))
         path = os.path.join(out, "model.safetensors")
         stream.check_room(path, safetensors.file_bytes([e[1] for e in entries], [e[0] for e in entries], dtype)
