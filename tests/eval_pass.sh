@@ -58,7 +58,7 @@ import re, sys
 log, M = open(sys.argv[1]).read(), int(sys.argv[2])
 windows, group = 375, 2  # micro-batches of the set (750 windows of 16 tokens); the step's
 plans = {int(s): (int(g), int(b)) for s, g, b in
-         re.findall(r"stage (\d) evaluates up to (\d+) windows a pass .*: its store's (\d+) bytes", log)}
+         re.findall(r"stage (\d) evaluates up to (\d+) windows a pass .*: its layers \((\d+) bytes\)", log)}
 lines = re.findall(r"stage (\d) evaluation: (\d+) windows in (\d+) passes of up to (\d+): read [0-9.]+ GB "
                    r"\((\d+) bytes", log)
 problems = []

@@ -33,14 +33,14 @@ void eval_pass_plan(Pipeline *p, double lent_bytes) {
     e->group = group;
     e->window_bytes = sizeof(float) * (2.0 * (double)p->work.act_stride + (double)input_floats(p)) +
                       (double)rows_state(p);
-    e->lent_bytes = p->n_streamed ? lent_bytes : 0.0;  // all in memory: the step's lanes, as ever
+    e->lent_bytes = lent_bytes;
     e->windows = (int)FG_MAX((double)group, FG_MIN(floor(e->lent_bytes / e->window_bytes), INT_MAX / 2));
-    if (!p->src.streamed || p->tr->replica) return;
+    if (!p->src.io_stats || p->tr->replica) return;  // a stage that reads its layers says it
     double store, written;
     slot_plan_step_bytes(p->cfg, p->model, p->stage.first, p->stage.last, &store, &written);
     fprintf(stderr, "fgpipe: stage %d evaluates up to %d windows a pass (%.2f MB each, in the %.1f MB "
-            "its stashes take in a step): its store's %.0f bytes are read once a pass\n", p->tr->stage,
-            e->windows, e->window_bytes / 1e6, e->lent_bytes / 1e6, store);
+            "its stashes take in a step): its layers (%.0f bytes) are read once a pass, not once a "
+            "window\n", p->tr->stage, e->windows, e->window_bytes / 1e6, e->lent_bytes / 1e6, store);
 }
 
 // One evaluation: its windows (micro-batches of the set) in passes of `windows`.
@@ -63,8 +63,14 @@ typedef struct {
 static int agree_windows(EvalRun *r, FgError *err) {
     Pipeline *p = r->p;
     const EvalPlan *e = &p->eval;
+    // What the pool has held at once (never more than planned), less what it holds now: the
+    // windows take no memory the step has not taken.
+    const StashPool *q = &p->pool;
+    const double pool = sizeof(float) * ((double)q->n_stash_alloc * p->stash.stash_floats +
+                                         (double)q->n_input_alloc * p->stash.input_floats +
+                                         (double)q->n_adj_alloc * p->stash.adj_floats);
     const double held = p->mem.current[MEM_STASH] + p->mem.current[MEM_BW_ADJOINTS];
-    const double fits = floor((e->lent_bytes - held) / e->window_bytes);
+    const double fits = floor((FG_MIN(e->lent_bytes, pool) - held) / e->window_bytes);
     double mine = FG_MAX((double)e->group, FG_MIN((double)e->windows, fits));
     mine = FG_MIN(mine, (double)FG_MAX(r->chunks, 1));
     const int M = p->tr->stages;

@@ -15,8 +15,9 @@
 #include "engine_state.h"
 
 // Decides p->eval once at setup: the windows a pass takes at most, from lent_bytes (what the
-// step's stash pool may hold, pipeline_setup.c) over a window's bytes; at least the step's
-// largest op group, and just that where no stage streams. A streamed stage says it on stderr.
+// step's stash pool may hold, pipeline_setup.c) over a window's bytes, at least the step's
+// largest op group; a stage that streams its layers says it on stderr. Each evaluation takes at
+// most what the pool has held at once (so a run's memory never grows by it).
 void eval_pass_plan(Pipeline *p, double lent_bytes);
 
 #endif

@@ -79,9 +79,7 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
 // budget beside the slots): stashes and Bi's adjoints for Bw, idle between steps, which
 // evaluation's windows take then (eval_pass.h).
 static double pool_bytes(const Pipeline *p) {
-    Stage st = p->stage;
-    st.local_keeps = p->src.streamed;
-    const ActivationSizes z = activation_sizes(p->cfg, &st, p->is_first, p->is_last);
+    const ActivationSizes z = activation_sizes(p->cfg, &p->stage, p->is_first, p->is_last);
     double by[N_MEM_ACTIVATIONS];
     activation_bytes(&z, stashes_in_flight(p->cfg), adjoints_in_flight(p->cfg), 1, 1, by);
     return by[MEM_STASH] + by[MEM_BW_ADJOINTS];
