@@ -7,6 +7,8 @@
 #ifndef FGPIPE_ENGINE_STATE_H
 #define FGPIPE_ENGINE_STATE_H
 
+#include <signal.h>
+
 #include "config.h"
 #include "cv_scale.h"
 #include "data.h"
@@ -131,7 +133,8 @@ typedef struct {
     float *stash[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float *bw_adj[SCHED_MAX_LAG + 1][SCHED_MAX_MICROBATCHES];
     float **free_stash, **free_adj;
-    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;
+    int n_free_stash, n_stash_alloc, n_free_adj, n_adj_alloc;  // n_*_alloc: at most at once
+    int n_trimmed[3];         // of those, freed while idle (stash, input, adj; stash_pool_trim)
     // recompute = stage: F keeps the stage's input alone (in stash[][], until the last
     // backward op); each backward op reruns the stash of the layers after it, for itself.
     float **free_input;
@@ -140,6 +143,19 @@ typedef struct {
 
 struct Pipeline;
 struct Lane;
+
+// Evaluation's passes (eval_pass.h), decided once at setup: every layer is acquired once a pass
+// for as many windows (micro-batches of the validation set) as the stage's memory holds.
+typedef struct {
+    int windows;              // at most, a pass (the step's largest op group at least)
+    int group;                // the step's largest op group: up to these, the step's own lanes
+    double window_bytes;      // a window's buffers beyond those: 2 activations, its input, a
+                              // fused head's running softmax
+    double lent_bytes;        // what the step's stash pool may hold (stashes, Bi's adjoints
+                              // for Bw), planned within the budget and idle between steps
+    const volatile sig_atomic_t *stop;  // during an evaluation: the run's stop request (a
+                                        // signal), read before each layer (NULL: none)
+} EvalPlan;
 
 // What a backward op computes at each layer (StashPolicy.half, by OpKind).
 typedef enum {
@@ -237,6 +253,7 @@ typedef struct Pipeline {
     long first_step;          // the run's first step (a resumed run's is > 0)
     MemAccount mem;           // the stage's memory by owner, counted as it is allocated
     double runtime;           // bytes of mem_budget the process holds besides the stage's own
+    EvalPlan eval;            // evaluation's passes (eval_pass.c)
 } Pipeline;
 
 // One micro-batch of an op group on its way through the stage's layers.
@@ -285,6 +302,10 @@ static inline int pipeline_adjoint_width(const Pipeline *p) {
 static inline float pipeline_adjoint_scale(const Pipeline *p) {
     int fixed = pipeline_fixed_corrections(p), n = fixed ? fixed : 1;
     return 1.0f / (float)(n * p->tr->replicas);
+}
+// An evaluation is to stop (its run's stop request is set): read before each layer.
+static inline int pipeline_eval_stopping(const Pipeline *p) {
+    return p->eval.stop && *p->eval.stop;
 }
 // The timetable's phase of a step.
 static inline int pipeline_step_phase(const Pipeline *p, long step) {

@@ -1,5 +1,5 @@
-// The step engine's set-up and step loop, evaluation and checkpoint visits. The ops themselves
-// are in pipeline_ops.c (F, B) and pipeline_update.c (U).
+// The step engine's step loop and checkpoint visits (evaluation: eval_pass.c). The ops
+// themselves are in pipeline_ops.c (F, B) and pipeline_update.c (U).
 #include "pipeline.h"
 
 #include <math.h>
@@ -175,67 +175,6 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
     *f_seconds = steps > 1 ? fg_median(per_step + 1, (size_t)steps - 1) : per_step[0];
     fg_free(order);
     fg_free(per_step);
-    return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Evaluation
-
-int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, FgError *err) {
-    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
-    if (p->is_first) {
-        p->be->upload(p->be, x, ds->x + chunk * rows * ds->features, (size_t)n * ds->features * sizeof(float));
-        return FG_OK;
-    }
-    return p->tr->recv(p->tr, p->tr->stage - 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), x,
-                       (size_t)n * p->model->layers[p->stage.first].in, err);
-}
-
-int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const Lane *a,
-                         double *totals, FgError *err) {
-    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
-    const float *y = a->x;
-    if (!p->is_last)
-        return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
-                           (size_t)n * p->model->layers[p->stage.last - 1].out, err);
-    size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
-    if (p->model->fused_head) {
-        totals[0] += (double)a->loss * (double)(n * T);
-        totals[1] += a->correct;
-        return FG_OK;
-    }
-    p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T * sizeof(Label));
-    totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, model_logit_rows(p->model),
-                                             &correct) * (double)(n * T);
-    totals[1] += correct;
-    return FG_OK;
-}
-
-// Chunks of micro_batch rows in groups as large as the step's (a streamed stage reads its
-// weights once per group).
-int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err) {
-    int rows = p->cfg->training.micro_batch, group = p->tt.plans[0].max_group, rc;
-    double totals[2] = {0, 0};  // loss * rows, hits
-    if ((rc = pipeline_apply_pending(p, err))) return rc;
-    size_t chunks = (ds->count + rows - 1) / rows;
-    for (size_t w = 0; w < chunks && !rc; w += group) {
-        int n = (int)FG_MIN((size_t)group, chunks - w);
-        for (int i = 0; i < n && !rc; i++) {
-            float *x = p->msg.inbox + (size_t)i * p->msg.stride;  // no receive is posted now
-            p->work.lanes[i] = (Lane){.rows = (int)FG_MIN((size_t)rows, ds->count - (w + i) * rows), .x = x};
-            if (p->is_last)  // a fused head scores them in its layer
-                p->work.lanes[i].labels = ds->labels + (w + i) * rows * ds->tokens;
-            rc = pipeline_eval_input(p, ds, w + i, x, err);
-        }
-        if (!rc) rc = ops_forward_layers(p, -1, p->work.lanes, n, err);
-        for (int i = 0; i < n && !rc; i++)
-            rc = pipeline_eval_output(p, ds, w + i, &p->work.lanes[i], totals, err);
-        if (!rc) rc = p->be->sync(p->be, err);
-    }
-    if (!rc) rc = p->tr->allreduce_sum(p->tr, totals, 2, err);
-    double labels = (double)ds->count * ds->tokens;
-    *loss = totals[0] / labels;
-    *acc = totals[1] / labels;
     return rc;
 }
 

@@ -84,8 +84,11 @@ int pipeline_visit_layers(Pipeline *p, int writable, long next_step, LayerVisito
 // bracket's end while the node's I/O rank reads alone. Nothing otherwise.
 int pipeline_solo(Pipeline *p, int on, FgError *err);
 
-// Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them).
-int pipeline_evaluate(Pipeline *p, const Dataset *ds, double *loss, double *acc, FgError *err);
+// Mean loss and accuracy over a dataset, streamed through the pipeline (all stages get them)
+// in passes of as many windows as the stage's memory holds (eval_pass.h). Once *stop is set (a
+// signal; NULL: never) it ends before the next layer: *stopped on every stage, loss and acc NaN.
+int pipeline_evaluate(Pipeline *p, const Dataset *ds, const volatile sig_atomic_t *stop, double *loss,
+                      double *acc, int *stopped, FgError *err);
 
 // Bytes held for backward ops at most at once: stashes of activations and Bi's adjoints, and
 // the layer inputs that activity perturbation keeps for the update.

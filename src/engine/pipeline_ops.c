@@ -182,7 +182,8 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     return rc;
 }
 
-// The lanes through every layer of the stage, without tangents when step < 0 (evaluation).
+// The lanes through every layer of the stage, without tangents when step < 0 (evaluation: it
+// ends before the next layer once its run is to stop, the lanes unfinished; eval_pass.c).
 int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
@@ -194,7 +195,7 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
                     (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
         lanes[i].x = held;
     }
-    for (int l = st->first; l < st->last && !rc; l++) {
+    for (int l = st->first; l < st->last && !rc && !(step < 0 && pipeline_eval_stopping(p)); l++) {
         const Layer *L = &p->model->layers[l];
         LayerSlot s = {0};
         unsigned parts = 0, dirty = 0;

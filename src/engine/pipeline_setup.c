@@ -8,6 +8,7 @@
 
 #include "op_cost.h"
 #include "engine_ops.h"
+#include "eval_pass.h"
 #include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
@@ -72,6 +73,16 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
     // budget counts host and device bytes alike.
     return activation_bytes(&z, stashes, adjoints, c->training.micro_batches, 2, NULL) + head_bytes(p) +
            (double)p->largest_trained * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
+}
+
+// What the step's stash pool holds at most, as the stage's needs count it (streamed: within the
+// budget beside the slots): stashes and Bi's adjoints for Bw, idle between steps, which
+// evaluation's windows take then (eval_pass.h).
+static double pool_bytes(const Pipeline *p) {
+    const ActivationSizes z = activation_sizes(p->cfg, &p->stage, p->is_first, p->is_last);
+    double by[N_MEM_ACTIVATIONS];
+    activation_bytes(&z, stashes_in_flight(p->cfg), adjoints_in_flight(p->cfg), 1, 1, by);
+    return by[MEM_STASH] + by[MEM_BW_ADJOINTS];
 }
 
 int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, const int *first, int stage,
@@ -444,6 +455,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, p->tt.costs, err))) return rc;
     if ((rc = pipeline_check_every_stage_learns(c, &p->tt.sched, err))) return rc;
+    eval_pass_plan(p, pool_bytes(p));
     p->upd.stats.estimate_norm = p->upd.stats.exact_norm = p->upd.stats.cos_estimate_exact = NAN;
     p->upd.stats.cos_fg_exact = p->upd.stats.variance_reduction = p->upd.stats.cv_beta_median = NAN;
     return FG_OK;

@@ -10,11 +10,13 @@
 
 int stash_ring(const Pipeline *p, long step) { return (int)(step % p->pool.rings); }
 
+// A buffer from the free ones, or a new one: one more at once unless it replaces one trimmed.
 static float *pool_take(Pipeline *p, MemOwner owner, size_t floats, float **free, int *n_free,
-                        int *n_alloc) {
+                        int *n_alloc, int *n_trimmed) {
     mem_account_add(&p->mem, owner, sizeof(float) * (double)floats);
     if (*n_free) return free[--*n_free];
-    ++*n_alloc;
+    if (*n_trimmed) --*n_trimmed;
+    else ++*n_alloc;
     return backend_alloc_floats(p->be, floats);
 }
 
@@ -25,17 +27,20 @@ static void pool_give(Pipeline *p, MemOwner owner, size_t floats, float **free, 
 
 static float *stash_take(Pipeline *p) {
     StashPool *q = &p->pool;
-    return pool_take(p, MEM_STASH, p->stash.stash_floats, q->free_stash, &q->n_free_stash, &q->n_stash_alloc);
+    return pool_take(p, MEM_STASH, p->stash.stash_floats, q->free_stash, &q->n_free_stash, &q->n_stash_alloc,
+                     &q->n_trimmed[0]);
 }
 
 static float *input_take(Pipeline *p) {
     StashPool *q = &p->pool;
-    return pool_take(p, MEM_STASH, p->stash.input_floats, q->free_input, &q->n_free_input, &q->n_input_alloc);
+    return pool_take(p, MEM_STASH, p->stash.input_floats, q->free_input, &q->n_free_input, &q->n_input_alloc,
+                     &q->n_trimmed[1]);
 }
 
 static float *adj_take(Pipeline *p) {
     StashPool *q = &p->pool;
-    return pool_take(p, MEM_BW_ADJOINTS, p->stash.adj_floats, q->free_adj, &q->n_free_adj, &q->n_adj_alloc);
+    return pool_take(p, MEM_BW_ADJOINTS, p->stash.adj_floats, q->free_adj, &q->n_free_adj, &q->n_adj_alloc,
+                     &q->n_trimmed[2]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,4 +182,12 @@ void stash_lane_done(Pipeline *p, Lane *a) {
         pool_give(p, MEM_STASH, p->stash.input_floats, q->free_input, &q->n_free_input, a->input);
     if (a->kind == OP_BW && a->bw_adjoints)
         pool_give(p, MEM_BW_ADJOINTS, p->stash.adj_floats, q->free_adj, &q->n_free_adj, a->bw_adjoints);
+}
+
+void stash_pool_trim(Pipeline *p) {
+    StashPool *q = &p->pool;
+    float **free[3] = {q->free_stash, q->free_input, q->free_adj};
+    int *n_free[3] = {&q->n_free_stash, &q->n_free_input, &q->n_free_adj};
+    for (int k = 0; k < 3; k++)
+        for (; *n_free[k]; q->n_trimmed[k]++) p->be->free(p->be, free[k][--*n_free[k]]);
 }

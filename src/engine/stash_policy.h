@@ -26,4 +26,8 @@ int stash_backward_lane(Pipeline *p, long step, Lane *a, FgError *err);
 // The lane's op is done: the buffers whose last use it was go back to the pool.
 void stash_lane_done(Pipeline *p, Lane *a);
 
+// Frees the pool's idle buffers (those given back), so that their memory serves something else
+// between steps (evaluation's windows, eval_pass.c); the next step takes new ones as it needs.
+void stash_pool_trim(Pipeline *p);
+
 #endif

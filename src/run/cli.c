@@ -355,17 +355,32 @@ static void plan_stopped(int sig) {
     _exit(128 + sig);
 }
 
-int cli_plan(const RunArgs *a, const Backend *be) {
-    FgError err = {0};
+// fgpipe eval and generate read a checkpoint and change nothing: a signal ends them at once in
+// the same way (their --summary-json or --logits is left as PATH.tmp; PATH is untouched).
+static void read_stopped(int sig) {
+    static const char msg[] = "fgpipe: error: stopped by a signal (SIGTERM or SIGINT)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(128 + sig);
+}
+
+static void end_at_signals(void (*handler)(int)) {
     struct sigaction sa = {0};
-    sa.sa_handler = plan_stopped;
+    sa.sa_handler = handler;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+}
+
+int cli_plan(const RunArgs *a, const Backend *be) {
+    FgError err = {0};
+    end_at_signals(plan_stopped);
     return plan_print(&a->cfg, be, &a->plan, stdout, &err) ? cli_fail(&err) : 0;
 }
 
 int cli_read_checkpoint(const RunArgs *a, Storage *io) {
     FgError err = {0};
+    end_at_signals(read_stopped);
+    if (stop_requested) read_stopped(SIGTERM);  // a signal before now (MPI's start-up) was caught
     int rc = a->command == COMMAND_EVAL ? eval_checkpoint(&a->eval, io, stdout, &err)
                                         : generate_text(&a->gen, io, stdout, &err);
     return rc ? cli_fail(&err) : 0;

@@ -436,12 +436,29 @@ static int checkpoint_and_flush(Run *r, const char *path, long next_step, FgErro
 }
 
 // Replica 0 evaluates (pipeline_solo: replicas sharing its node's stores wait); called on
-// every rank.
-static int evaluate_replica0(Run *r, double *loss, double *acc, FgError *err) {
-    int rc = pipeline_solo(&r->p, 1, err);
-    if (!rc && r->env->tr->replica == 0) rc = pipeline_evaluate(&r->p, &r->test, loss, acc, err);
+// every rank. *stopped: a stop request (a signal) ended it within a layer; every rank learns
+// it (one sum over the grid), so all of them stop alike.
+static int evaluate_replica0(Run *r, double *loss, double *acc, int *stopped, FgError *err) {
+    Transport *t = r->env->tr;
+    int rc = pipeline_solo(&r->p, 1, err), mine = 0;
+    if (!rc && t->replica == 0)
+        rc = pipeline_evaluate(&r->p, &r->test, r->in.stop_requested, loss, acc, &mine, err);
     int rc2 = pipeline_solo(&r->p, 0, rc ? &(FgError){0} : err);
-    return rc ? rc : rc2;
+    double any = mine;
+    if (!(rc = rc ? rc : rc2)) rc = t->allreduce_sum_world(t, &any, 1, err);
+    *stopped = any > 0;
+    return rc;
+}
+
+// A stop request: a checkpoint on which step `next` runs, then the run ends there (exit 0).
+static int stop_run(Run *r, long next, const char *when, int *stop, FgError *err) {
+    const char *ckpt = r->env->storage ? r->out.checkpoint_path : NULL;
+    int rc = ckpt ? checkpoint_and_flush(r, ckpt, next, err) : FG_OK;
+    if (rc) return rc;
+    if (r->reporter) fprintf(stderr, "fgpipe: stopped by a signal %s %ld\n", when, next);
+    r->res->stopped = *stop = 1;
+    r->total = next;
+    return FG_OK;
 }
 
 // After each step's outputs: a stop request (checkpoint, then stop), the periodic checkpoint,
@@ -452,23 +469,17 @@ static int stop_and_checkpoint_policy(Run *r, long step, int requested, int *sto
     long next = step + 1;
     int rc = FG_OK;
     *stop = 0;
-    if (requested) {
-        // In the last step a stop is just the end: the run is complete, not stopped.
-        if (next < r->total) {
-            if (ckpt && (rc = checkpoint_and_flush(r, ckpt, next, err))) return rc;
-            if (r->reporter) fprintf(stderr, "fgpipe: stopped by a signal after step %ld\n", next);
-            r->res->stopped = *stop = 1;
-            r->total = next;
-            return FG_OK;
-        }
-    }
+    // In the last step a stop is just the end: the run is complete, not stopped.
+    if (requested && next < r->total) return stop_run(r, next, "after step", stop, err);
     if (ckpt && r->out.checkpoint_every && next % r->out.checkpoint_every == 0 && next < r->total &&
         (rc = checkpoint_and_flush(r, ckpt, next, err)))
         return rc;
     int every = r->cfg->training.eval_every;
     if (every && next % every == 0 && next < r->total) {
         double loss, acc;
-        if ((rc = evaluate_replica0(r, &loss, &acc, err))) return rc;
+        int stopped;
+        if ((rc = evaluate_replica0(r, &loss, &acc, &stopped, err))) return rc;
+        if (stopped) return stop_run(r, next, "during the evaluation after step", stop, err);
         if (r->reporter)
             fprintf(stderr, "%seval step %ld: test loss %.4f  test accuracy %.4f\n",
                     r->prog.is_tty ? "\n" : "", next, loss, acc);
@@ -552,7 +563,13 @@ static int finish_run(Run *r, FgError *err) {
     if ((rc = pipeline_apply_pending(&r->p, err))) return rc;
     if (ckpt && !r->res->stopped && (rc = checkpoint_and_flush(r, ckpt, r->total, err))) return rc;
     if ((rc = state_check_replicas_agree(&r->p, err))) return rc;
-    if ((rc = evaluate_replica0(r, &r->res->test_loss, &r->res->test_acc, err))) return rc;
+    // A run a signal stopped (every rank knows it) goes to its end without an evaluation, which
+    // the signal would stop anyway; one stopped within a layer loses nothing but the test loss.
+    int stopped = r->res->stopped;
+    r->res->test_loss = r->res->test_acc = NAN;
+    if (!stopped && (rc = evaluate_replica0(r, &r->res->test_loss, &r->res->test_acc, &stopped, err)))
+        return rc;
+    if (stopped && r->reporter) fprintf(stderr, "fgpipe: stopped by a signal: no test loss\n");
     Schedule measured;
     rc = report_gather_measured(&r->p, &measured, err);
     if (!rc && r->out.trace_path && t->stage == 0 && t->replica == 0)

@@ -243,8 +243,16 @@ static void write_op_costs(FILE *f, const Config *c, const TrainResult *r) {
     fputs("}}", f);
 }
 
+// A number as JSON: null where it is not finite (the test loss of an evaluation a signal stopped).
+// The test loss and accuracy go at full precision: runs compare them bit for bit.
+static const char *json_number(char *out, size_t size, const char *format, double v) {
+    if (isfinite(v)) snprintf(out, size, format, v);
+    else snprintf(out, size, "null");
+    return out;
+}
+
 int train_write_summary(const Config *c, const TrainResult *r, const char *path, FgError *err) {
-    char mode[CONFIG_NAME_MAX], perturb[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX];
+    char mode[CONFIG_NAME_MAX], perturb[CONFIG_NAME_MAX], est[CONFIG_NAME_MAX], loss[32], acc[32], bits[32];
     OutFile file;
     FILE *f = out_file_open(&file, "--summary-json", path, err);
     if (!f) return FG_ERR_INPUT;
@@ -258,21 +266,22 @@ int train_write_summary(const Config *c, const TrainResult *r, const char *path,
     for (int s = 0; s <= r->stages; s++) fprintf(f, "%s%d", s ? ", " : "", r->layout[s]);
     fprintf(f,
             "], \"steps\": %ld, \"micro_batch\": %d, \"micro_batches\": %d, \"makespan_vs_fg\": %.4f, "
-            "\"replicas\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %.6f, "
-            "\"test_acc\": %.4f, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
+            "\"replicas\": %d, \"params\": %zu, \"first_loss\": %.6f, \"final_loss\": %.6f, \"test_loss\": %s, "
+            "\"test_acc\": %s, \"samples_per_s\": %.1f, \"step_seconds\": %.6f, "
             "\"train_seconds\": %.3f, \"bubble_planned\": %.4f, \"bubble_used_by_b\": %.4f, "
             "\"bubble_measured\": %.4f, \"bubble_used_measured\": %.4f, \"peak_rss_bytes\": %zu, "
             "\"seed\": %u",
             r->steps, c->training.micro_batch, c->training.micro_batches, r->makespan_vs_fg,
             c->layout.replicas, r->n_params, r->first_loss,
-            r->final_loss, r->test_loss, r->test_acc, r->samples_per_s, r->step_seconds,
+            r->final_loss, json_number(loss, sizeof loss, "%.17g", r->test_loss),
+            json_number(acc, sizeof acc, "%.17g", r->test_acc), r->samples_per_s, r->step_seconds,
             r->train_seconds, r->bubble_planned, r->bubble_used_by_b, r->bubble_measured,
             r->bubble_used_measured, r->peak_rss_bytes, c->training.seed);
     if (config_is_language(c))  // the validation split's loss per token, and tokens per second
-        fprintf(f, ", \"val_loss\": %.6f, \"tokens_per_s\": %.1f", r->test_loss,
+        fprintf(f, ", \"val_loss\": %s, \"tokens_per_s\": %.1f", loss,
                 r->samples_per_s * c->net.ctx);
     if (c->input.data == DATA_TEXT)  // tokens are bytes
-        fprintf(f, ", \"val_bits_per_byte\": %.6f", r->test_loss / M_LN2);
+        fprintf(f, ", \"val_bits_per_byte\": %s", json_number(bits, sizeof bits, "%.6f", r->test_loss / M_LN2));
     double work_ms[SCHED_MAX_STAGES];
     for (int s = 0; s < r->stages; s++) work_ms[s] = 1e3 * r->per_stage.work[s];
     json_array(f, "work_ms_stage", work_ms, r->stages);
