@@ -4,6 +4,9 @@
 # with identical losses and parameters (bp-zb and fg+bp), the loss falls, fgpipe eval scores
 # the checkpoint exactly as the run scored its validation split, generate writes BPE text, and
 # bad token files are refused by name; a run out of core equals it in memory.
+# FGPIPE_TIER=rest: all but the long tier's cases (each behaviour once); long: the head in
+# eleven blocks, bp-1f1b clipped, fg+bp cv out of core, row blocks in fg and fg+bp cv, bp-zb's
+# checkpoint in row blocks.
 # usage: gpt_tokens.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
 . "$(dirname "$0")/lib.sh" "$@"
 root=$(realpath "$(dirname "$0")/..")
@@ -32,6 +35,7 @@ run() {  # run NAME M KEY=VALUE...: trains into $dir/NAME/ and $dir/NAME.bin
     echo "mpirun -np $M exited with $?: $(grep -m1 error "$dir/$name.log")" >"$dir/$name.problem"
 }
 
+if in_tier rest; then  # (not indented: a heredoc's end starts its line)
 for c in "bp-zb|mode=bp schedule=zb" "fgbp|mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=1"; do
   name=${c%%|*}
   read -r -a sets <<<"${c#*|}"
@@ -67,6 +71,7 @@ out=$("$fgpipe" generate --checkpoint "$dir/bp-zb-M1/checkpoint.h5" --vocab "$vo
 [ "${out#In the beginning}" != "$out" ] && [ ${#out} -gt 20 ] &&
   verdict "generate: BPE text after the prompt" "" ||
   verdict "generate: BPE text after the prompt" "rc/output: $(tail -n 1 "$dir/gen.err") '$out'"
+fi
 
 # Tokens out of core: a stage at the smallest budget that streams (the one the refusal of a
 # 1-byte budget names: ONE slot of the token table and three small ones for the blocks' layers,
@@ -101,14 +106,17 @@ streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's
   verdict "tokens out of core ($label, $large slot(s) of the token table, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
 }
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=0)
-streamed "fg+bp, the head's logits in one block of 1024 columns" 1 "${fgbp[@]}" head_block=1024
-# The head's logits in eleven blocks (head_block = 96, the last of 64 columns).
-streamed "fg+bp, eleven blocks" 1 "${fgbp[@]}" head_block=96
-streamed "fg+bp, eleven blocks" 2 "${fgbp[@]}" head_block=96
-streamed "bp-zb" 1 mode=bp schedule=zb head_block=96
-streamed "bp-1f1b, clipped" 1 mode=bp schedule=1f1b clip_norm=0.05
-streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
-streamed "fg+bp cv lag 1" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001
+if in_tier rest; then
+  streamed "fg+bp, the head's logits in one block of 1024 columns" 1 "${fgbp[@]}" head_block=1024
+  streamed "bp-zb" 1 mode=bp schedule=zb head_block=96
+  streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
+else
+  # The head's logits in eleven blocks (head_block = 96, the last of 64 columns).
+  streamed "fg+bp, eleven blocks" 1 "${fgbp[@]}" head_block=96
+  streamed "fg+bp, eleven blocks" 2 "${fgbp[@]}" head_block=96
+  streamed "bp-1f1b, clipped" 1 mode=bp schedule=1f1b clip_norm=0.05
+  streamed "fg+bp cv lag 1" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001
+fi
 
 # The token table in row blocks (table_block_rows, docs/out-of-core.md): the store, the waves and
 # op U take the table (embedding 1040 rows, head 1024) 512 rows at a time, so its slot and the
@@ -117,12 +125,15 @@ streamed "fg+bp cv lag 1" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd
 # A block (512 x 64) is less than the three small slots the floor holds beside one large one
 # (c_fc's 64 x 256 and bias, Adam's state), so this floor is two slots of a block, one size.
 blocks=(head_block=128 table_block_rows=512)
-SIZES=1 streamed "bp-zb, the table in row blocks" 1 mode=bp schedule=zb "${blocks[@]}"
-SIZES=1 streamed "fg, the table in row blocks" 1 mode=fg optimizer=sgd lr=0.0001 "${blocks[@]}"
-SIZES=1 streamed "fg+bp cv lag 1, the table in row blocks" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001 "${blocks[@]}"
-# The table frozen (freeze = embedding, the tied head with it): the store keeps one copy of it,
-# written block by block once by the load, never by a step; no tied gradient (TIED=0).
-TIED=0 streamed "bp-zb, the table frozen in row blocks" 1 mode=bp schedule=zb freeze=embedding "${blocks[@]}"
+if in_tier rest; then
+  SIZES=1 streamed "bp-zb, the table in row blocks" 1 mode=bp schedule=zb "${blocks[@]}"
+  # The table frozen (freeze = embedding, the tied head with it): the store keeps one copy of it,
+  # written block by block once by the load, never by a step; no tied gradient (TIED=0).
+  TIED=0 streamed "bp-zb, the table frozen in row blocks" 1 mode=bp schedule=zb freeze=embedding "${blocks[@]}"
+else
+  SIZES=1 streamed "fg, the table in row blocks" 1 mode=fg optimizer=sgd lr=0.0001 "${blocks[@]}"
+  SIZES=1 streamed "fg+bp cv lag 1, the table in row blocks" 1 mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001 "${blocks[@]}"
+fi
 floor() {  # floor KEY=VALUE...: the smallest budget the refusal of a 1-byte budget names
   local sets=()
   for kv in "$@"; do sets+=(--set "$kv"); done
@@ -163,7 +174,9 @@ print(f"{len(a)} datasets against {len(b)}" if a.keys() != b.keys() else
       "" if any(k.startswith("optimizer/") for k in a) else "no optimizer state")
 PY
 }
-for c in "bp-zb|mode=bp schedule=zb" "fg+bp cv|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001"; do
+ck_cases=("fg+bp cv|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001")  # the loads below read its checkpoint
+in_tier rest || ck_cases=("bp-zb|mode=bp schedule=zb")
+for c in "${ck_cases[@]}"; do
   label=${c%%|*}
   read -r -a sets <<<"${c#*|}"
   budget=$(floor "${sets[@]}" "${blocks[@]}")
@@ -174,6 +187,7 @@ for c in "bp-zb|mode=bp schedule=zb" "fg+bp cv|mode=fg+bp estimator=cv select=1 
   [ "$label" = bp-zb ] || { h5ls -r "$dir/ck-ooc.h5" | grep -q "^/estimator/reference/wte" || why="$why no reference"; }
   verdict "row blocks: $label's checkpoint and --save-params written a block at a time, streamed (budget ${budget:-?}) = whole, in memory, bitwise" "$why"
 done
+in_tier rest || finish  # the rest is the full suite's
 cp "$dir/ck-ooc.h5" "$dir/ck-blocks.h5"  # fg+bp cv's, with its reference
 why=$(table_run ld-none 0 "${sets[@]}" head_block=128 steps=6)  # what a load must change
 [ -z "$why" ] || verdict "row blocks: 6 steps without a load" "$why"

@@ -11,6 +11,9 @@
 # twice end as the uninterrupted run, bitwise, with the base's bytes on flash untouched; with
 # --init-from beside it, refused by name. The base's one copy on flash, on a tmpfs (root).
 # LoRA on CUDA: tests/test_cuda_lora.c (the GPU's adapter and tail against the CPU's; skipped without a GPU).
+# FGPIPE_TIER=rest: each mode once against memory (bp on 1 stage, fg on 1, fg+bp on 2), the
+# replicas, the stores, one resume (fg+bp on 2 stages), the kills, the tmpfs and the refusals;
+# long: each mode on the other stage count, and the bp and fg resumes.
 #
 # usage: lora_out_of_core.sh FGPIPE CONFIG   (CONFIG: launch/configs/llama-tiny.conf)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -83,23 +86,29 @@ cases=(
   "fg|mode=fg optimizer=sgd lr=0.001"
   "fgbp|mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.001"
 )
+rest_cases=" bp-M1 fg-M1 fgbp-M2 "  # the full suite's; the long tier's are the others
+tier_of() { [[ $rest_cases == *" $1 "* ]] && echo rest || echo long; }
 for c in "${cases[@]}"; do
   IFS='|' read -r name sets_text <<<"$c"
   read -r -a sets <<<"$sets_text"
-  for M in 1 2; do compare "$name-M$M" "$M" steps=8 "${lora[@]}" "${sets[@]}" "${from[@]}"; done
+  for M in 1 2; do
+    in_tier "$(tier_of "$name-M$M")" && compare "$name-M$M" "$M" steps=8 "${lora[@]}" "${sets[@]}" "${from[@]}"
+  done
 done
-# Two replicas of one stage share its store on the node (docs/out-of-core.md, "Replicas").
-compare bp-R2 1 steps=8 replicas=2 "${lora[@]}" mode=bp "${from[@]}"
+if in_tier rest; then
+  # Two replicas of one stage share its store on the node (docs/out-of-core.md, "Replicas").
+  compare bp-R2 1 steps=8 replicas=2 "${lora[@]}" mode=bp "${from[@]}"
 
-# stream = 1: a stage that fits the budget in memory streams all the same, with the same bytes;
-# without a budget it is refused by name.
-run fg-forced 1 1G steps=8 stream=1 "${lora[@]}" mode=fg optimizer=sgd lr=0.001 "${from[@]}"
-why=$(grep -q "streams its layers" "$dir/fg-forced.log" || echo "it did not stream: $(grep -m1 error "$dir/fg-forced.log")")
-cmp -s "$dir/fg-forced.bin" "$dir/fg-M1-mem.bin" || why="$why params differ from in memory"
-verdict "stream = 1 streams a stage that fits mem_budget, bitwise as in memory" "$why"
-run no-budget 1 - steps=1 stream=1
-grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
-  verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
+  # stream = 1: a stage that fits the budget in memory streams all the same, with the same bytes;
+  # without a budget it is refused by name.
+  run fg-forced 1 1G steps=8 stream=1 "${lora[@]}" mode=fg optimizer=sgd lr=0.001 "${from[@]}"
+  why=$(grep -q "streams its layers" "$dir/fg-forced.log" || echo "it did not stream: $(grep -m1 error "$dir/fg-forced.log")")
+  cmp -s "$dir/fg-forced.bin" "$dir/fg-M1-mem.bin" || why="$why params differ from in memory"
+  verdict "stream = 1 streams a stage that fits mem_budget, bitwise as in memory" "$why"
+  run no-budget 1 - steps=1 stream=1
+  grep -q "stream = 1 needs mem_budget" "$dir/no-budget.log" && verdict "stream = 1 without mem_budget: refused by name" "" ||
+    verdict "stream = 1 without mem_budget: refused by name" "$(tail -n 1 "$dir/no-budget.log")"
+fi
 
 # The stores on flash: a frozen layer holds its parameters alone in one copy (slot0; an
 # adapter has two, docs/out-of-core.md "Consistency"), its newest stamp is version 1
@@ -172,6 +181,7 @@ print("; ".join(out))
 PY
 }
 for name in bp-M1 fg-M1 fg-M2 fgbp-M2; do
+  in_tier "$(tier_of "$name")" || continue
   verdict "$name: the base streams read-only (stamps, bytes on flash, bytes moved per step)" \
     "$(store_check "$dir/$name-ooc.w" "$dir/$name-mem.bin" "$dir/$name-ooc.log" "$name")"
 done
@@ -220,8 +230,11 @@ resume_case() {  # resume_case NAME M KEY=VALUE...: stopped at 4 and resumed aga
     "$(store_check "$dir/$b.w" "$dir/$b.bin" "$dir/$b.log" "$name")"
 }
 constant=(lr_schedule=constant "${lora[@]}")
-resume_case bp-resume-M1 1 "${constant[@]}" mode=bp
-resume_case fg-resume-M2 2 "${constant[@]}" mode=fg optimizer=sgd lr=0.001
+if in_tier long; then
+  resume_case bp-resume-M1 1 "${constant[@]}" mode=bp
+  resume_case fg-resume-M2 2 "${constant[@]}" mode=fg optimizer=sgd lr=0.001
+fi
+in_tier rest || finish  # the rest is the full suite's
 resume_case fgbp-resume-M2 2 "${constant[@]}" mode=fg+bp estimator=cv select=1 lag=0 optimizer=sgd lr=0.001
 
 # SIGKILL mid-run (after the 3rd step since the run (re)started, plus up to 0.09 s), then
