@@ -10,6 +10,10 @@ export OMP_NUM_THREADS=1
 # A rank waiting in MPI yields its core (Open MPI spins otherwise): the ranks of a job, and of
 # two tests run at once, share 2 cores
 export OMPI_MCA_mpi_yield_when_idle=1
+# One host: shared memory only, and a singleton (a test's `fgpipe` without mpirun) starts no
+# daemon: Open MPI's start-up scans its network transports (ofi, openib, UCX) at every process
+# start otherwise, 0.4 of a tiny run's 0.5 s. tests/multihost.sh names TCP on its command line.
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_ess_singleton_isolated=1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
 trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
