@@ -193,21 +193,12 @@ int pipeline_eval_input(Pipeline *p, const Dataset *ds, size_t chunk, float *x, 
 
 int pipeline_eval_output(Pipeline *p, const Dataset *ds, size_t chunk, const Lane *a,
                          double *totals, FgError *err) {
-    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows), correct;
+    int rows = p->cfg->training.micro_batch, n = (int)FG_MIN((size_t)rows, ds->count - chunk * rows);
     const float *y = a->x;
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), y,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
-    size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
-    if (p->model->fused_head) {
-        totals[0] += (double)a->loss * (double)(n * T);
-        totals[1] += a->correct;
-        return FG_OK;
-    }
-    p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T * sizeof(Label));
-    totals[0] += (double)p->be->loss_forward(p->be, y, p->work.labels, n * (int)T, model_logit_rows(p->model),
-                                             &correct) * (double)(n * T);
-    totals[1] += correct;
+    p->loss->eval(p, ds, chunk, n, a, totals);
     return FG_OK;
 }
 
