@@ -21,15 +21,16 @@ static int open_resident(Pipeline *p, const LayerStreams *streams, FgError *err)
 
 static int open_streamed(Pipeline *p, const LayerStreams *streams, FgError *err) {
     long next_step = 0;
-    int rc = layer_source_streamed(p->be, p->cfg, p->model, p->stage.first, p->stage.last, p->tr,
-                                   streams, source_streamed_needs_bytes(p), p->runtime, &p->src, &next_step, err);
+    int rc = layer_source_streamed(p->be, p->cfg, p->model, p->stage.first, p->stage.last, p->tr, streams,
+                                   source_streamed_needs_bytes(p), p->runtime, &p->src, &next_step, err);
     p->first_step = next_step;
     return rc;
 }
 
 // The layer source's buffers into the stage's account (LayerSource.held).
 static void count_source(Pipeline *p) {
-    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++) mem_account_add(&p->mem, (MemOwner)o, p->src.held[o]);
+    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++)
+        mem_account_add(&p->mem, (MemOwner)o, p->src.held[o]);
 }
 
 // A buffer of n floats that the stage's account counts under `owner`.
@@ -87,7 +88,8 @@ static void alloc_buffers(Pipeline *p) {
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     size_t saved = p->run.saves_inputs ? stage_saved_floats(&p->stage, N * B) : 0;
     if (saved) {
-        for (int i = 0; i < p->upd.saved_copies; i++) p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
+        for (int i = 0; i < p->upd.saved_copies; i++)
+            p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
         p->saved.work = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups && !p->stage.local_keeps) {

@@ -41,8 +41,8 @@ static double resident_needs_bytes(const Pipeline *p) {
     const ActivationSizes z = stage_activations(p, 0);
     const LayerNeeds need = p->need;
     int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
-    return (double)p->n * sizeof(float) * buffers +
-           activation_bytes(&z, p->run.stashes_in_flight, p->run.adjoints_in_flight, 1, 1, NULL) + head_bytes(p);
+    const double activations = activation_bytes(&z, p->run.stashes_in_flight, p->run.adjoints_in_flight, 1, 1, NULL);
+    return (double)p->n * sizeof(float) * buffers + activations + head_bytes(p);
 }
 
 // Streamed, what stays besides the slots: lanes of a whole wave, stashes and adjoints for Bw,

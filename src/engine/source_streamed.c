@@ -133,8 +133,9 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
         for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, &st->dev_weights, b);
         if (st->on_device) device_lanes_ready(&st->dev_weights);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
-        // A frozen layer's slot holds its parameters alone: no optimizer state, no reference.
-        int trained = !st->m->layers[layer].frozen;
+        // A layer that does not train (frozen) holds its parameters alone: no optimizer state,
+        // no reference.
+        int trained = st->plan[layer].trains;
         out->params = bufs[0];
         out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
         out->state_stride = st->on_device ? w.count : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
