@@ -1,8 +1,10 @@
 // What the units of the step engine below pipeline.c call of one another: pipeline_ops.c (op
-// groups F and B, messages, the loss end of F), pipeline_update.c (op U: the estimate, clipping,
-// statistics, applying updates), and below both of these pipeline_messages.c (the step's
-// messages) and pipeline_layers.c (layer access, what F keeps for U). The state they share is
-// engine_state.h's; the run's options are resolved once into Pipeline.run (run_plan.h).
+// groups F and B, messages), loss_end.c (the loss end of F), pipeline_update.c (op U: the
+// estimate, clipping, statistics, applying updates), and below both of these
+// pipeline_messages.c (the step's messages) and pipeline_layers.c (layer access, what F keeps
+// for U). The state they share is engine_state.h's; the run's options are resolved once into
+// Pipeline.run (run_plan.h), where the layers live and when they update into the source and
+// update plans (source_plan.c, update_plan.c).
 #ifndef FGPIPE_ENGINE_OPS_H
 #define FGPIPE_ENGINE_OPS_H
 
@@ -10,6 +12,16 @@
 
 // Whether F of micro-batch mb keeps a stash in this step (some backward op will use it).
 int ops_keeps_stash(const Pipeline *p, long step, int mb);
+
+// Micro-batch mb of the step's inputs (x) or labels (either may be NULL): samples of the
+// epoch's order, or text windows drawn for (seed, step, global micro-batch) (an error: a
+// token outside the vocabulary).
+int ops_gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
+                          size_t sample0, float *x, Label *labels, FgError *err);
+
+// loss_end.c: the last stage's end of op F and of evaluation (LossEnd), for the model's last
+// layer: scored in a fused head's layer, or from logits.
+const LossEnd *loss_end_of(const Pipeline *p);
 
 // pipeline_layers.c: the stage's layers and what F keeps of them for U.
 // The next layer after l (before l when dir < 0) that has parameters, or -1; the first.
@@ -68,8 +80,9 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 // estimate (resident), or the one layer buffer (streamed).
 float *update_estimate_of_layer(Pipeline *p, int l);
 
-// When the stage applies its updates and finishes its gradients (p->upd.when and
-// finish_in_wave, decided once, at setup, from where the layers live).
+// update_plan.c: when the stage applies its updates, where it finishes and sums its gradients
+// and where op U's estimates live (UpdateState's plan fields), decided once, at setup, from
+// where the layers live.
 void update_plan(Pipeline *p);
 // At point `at` of step `step` (AT_LOAD: the version a load writes): begins the layer source's
 // next weight version and applies a pending update where p->upd.when says so, else nothing.

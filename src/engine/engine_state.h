@@ -199,6 +199,16 @@ typedef struct {
                               // [max_group][B * tokens]
 } ForwardSaved;
 
+// Where op U keeps layer l's estimate (UpdateState.layer[l]; update_plan.c).
+typedef struct {
+    size_t estimate_at;       // its offset in UpdateState.estimate: the stage's (resident), or 0
+                              // in the one layer buffer (streamed)
+    int holds_layer;          // its buffer holds the whole layer (a block's rows from the slot's
+                              // first on), not only the rows being formed (the layer buffer)
+    int formed_in_u;          // op U forms it before the update (form_all_estimates): every
+                              // layer's on a resident stage, a streamed one's tied copies alone
+} UpdateLayer;
+
 // Op U's state between steps: the exact gradient c, the reference, the update in waiting.
 typedef struct {
     long first_c_step;        // fg+bp: the first step with an exact gradient c
@@ -215,11 +225,35 @@ typedef struct {
     // else nothing: op U finishes the stage's. Set with `when` (update_plan).
     int (*finish_in_wave)(struct Pipeline *p, long step, long total, int l, LayerSlot *s,
                           unsigned *dirty, FgError *err);
+    // Also set by update_plan, from where the layers live:
+    int sums_layer_replicas;  // the replicas' sum of a fresh gradient runs per layer as the wave
+                              // finishes it (streamed), else once for the stage's (resident)
+    int keeps_estimates;      // the estimates op U forms stay until applied (resident: the stage's
+                              // buffer), else each is formed again as it is applied (streamed)
+    int saved_copies;         // of what F saves for U (ForwardSaved.blocks): 2 where the update
+                              // waits for the next forward wave, whose F saves the next step's
+    int forms_in_u;           // op U forms estimates before the update (form_all_estimates): for
+                              // the tied copies' sum, and where replicas sum theirs (resident with
+                              // saved inputs)
+    UpdateLayer *layer;       // [n_layers], host
     PendingUpdate pending;    // owned by pipeline_update.c
     int want_stats;           // fill the StepResult statistics (costs allreduces and one more
                               // tangent pass); the same on every stage
     StepResult stats;         // of the last update
 } UpdateState;
+
+// The last stage's end of op F and of evaluation (loss_end.c), chosen once at setup
+// (loss_end_of) from the model's last layer: a head fused with the loss scored the labels in its
+// own layer (its records are the loss adjoints), or the layer's logits are scored here.
+typedef struct {
+    // Op F: the loss into *loss_sum, the directional derivatives into the step's scalars, and
+    // for a micro-batch B ops will take, its loss adjoint dz scaled for its average.
+    int (*train)(struct Pipeline *p, long step, const struct Lane *a, const size_t *order,
+                 size_t sample0, double *loss_sum, FgError *err);
+    // Evaluation: lane a's n rows of chunk `chunk` of ds: loss * labels and hits into totals.
+    void (*eval)(struct Pipeline *p, const Dataset *ds, size_t chunk, int n, const struct Lane *a,
+                 double *totals);
+} LossEnd;
 
 typedef struct Pipeline {
     const Backend *be;        // every float buffer below is its memory unless marked host
@@ -230,6 +264,7 @@ typedef struct Pipeline {
     Stage stage;
     LayerSource src;          // the stage's layers: resident or streamed
     RunPlan run;              // the run's options, resolved
+    const LossEnd *loss;      // the last stage's end of F and of evaluation (loss_end_of)
     LayerNeeds need;
     StageTimetable tt;
     int is_first, is_last;
@@ -238,6 +273,8 @@ typedef struct Pipeline {
     size_t largest;           // parameters of its largest layer (a row block of a table in blocks)
     size_t largest_trained;   // ... of its largest trained one: a gradient's, a tangent's size
     int n_streamed;           // stages of the pipeline that stream their layers
+    int layer_major;          // some do: every stage runs layer-major waves (neighbours agree on
+                              // their messages' order), and their F times are nominal
     Messages msg;
     LaneBuffers work;
     StashPool pool;
@@ -288,13 +325,12 @@ static inline int pipeline_global_microbatch(const Pipeline *p, int mb) {
 // timetables all N, fg+bp's explicit select n (also where select = -1 chose one); 0 where each
 // stage averages its own corrections of the step (fg+bp's auto timetable).
 static inline int pipeline_fixed_corrections(const Pipeline *p) {
-    const Schedule *S = &p->tt.sched;
-    return S->mode != SCHED_FG_BP ? S->N : S->select >= 0 ? S->select : 0;
+    return schedule_fixed_corrections(&p->tt.sched);
 }
 // The loss's adjoint per label position: a fused head's record (head_loss.h), or a row of
 // logits.
 static inline int pipeline_adjoint_width(const Pipeline *p) {
-    return p->model->fused_head ? HEAD_RECORD : p->model->logit_stride;
+    return p->stage.plan[p->model->n_layers - 1].loss_width;
 }
 // What a micro-batch's loss adjoint is scaled by: bp averages over all N micro-batches and the
 // R replicas (the replica sum adds them up); fg+bp's c with select = n over the n on every
@@ -306,6 +342,17 @@ static inline float pipeline_adjoint_scale(const Pipeline *p) {
 // An evaluation is to stop (its run's stop request is set): read before each layer.
 static inline int pipeline_eval_stopping(const Pipeline *p) {
     return p->eval.stop && *p->eval.stop;
+}
+// Activity perturbation: each sample's directional derivative, in place in d [K][rows]. A GPT
+// sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
+// the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
+static inline void pipeline_per_sample_means(const Pipeline *p, float *d, int rows) {
+    int T = p->model->tokens, samples = rows / T;
+    for (int i = 0; T > 1 && i < p->K * samples; i++) {  // in place: i <= i * T
+        double sum = 0;
+        for (int t = 0; t < T; t++) sum += d[(size_t)i * T + t];
+        d[i] = (float)(sum / T);
+    }
 }
 // The timetable's phase of a step.
 static inline int pipeline_step_phase(const Pipeline *p, long step) {

@@ -133,24 +133,14 @@ static int window_input(EvalRun *r, size_t chunk, float *x, FgError *err) {
                        (size_t)n * p->model->layers[p->stage.first].in, err);
 }
 
-// Window `chunk`'s output (lane a): sent on, or scored into the totals (a fused head scored it
-// in its layer).
+// Window `chunk`'s output (lane a): sent on, or scored into the totals by the loss end.
 static int window_output(EvalRun *r, size_t chunk, const Lane *a, FgError *err) {
     Pipeline *p = r->p;
-    const Dataset *ds = r->ds;
-    const int rows = p->cfg->training.micro_batch, n = window_rows(r, chunk);
+    const int n = window_rows(r, chunk);
     if (!p->is_last)
         return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), a->x,
                            (size_t)n * p->model->layers[p->stage.last - 1].out, err);
-    const size_t T = (size_t)ds->tokens;  // a GPT predicts every token: n x T labels
-    int correct = a->correct;
-    double loss = a->loss;
-    if (!p->model->fused_head) {
-        p->be->upload(p->be, p->work.labels, ds->labels + chunk * rows * T, (size_t)n * T * sizeof(Label));
-        loss = p->be->loss_forward(p->be, a->x, p->work.labels, n * (int)T, model_logit_rows(p->model), &correct);
-    }
-    r->totals[0] += loss * (double)(n * T);
-    r->totals[1] += correct;
+    p->loss->eval(p, r->ds, chunk, n, a, r->totals);
     return FG_OK;
 }
 

@@ -21,6 +21,7 @@
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"
+#include "mem_account.h"
 #include "model.h"
 #include "transport.h"
 
@@ -39,17 +40,6 @@ typedef struct {
                            // its copy in the step store (streamed)
     float *prev[LAYER_MAX_LAG];  // prev[j]: the weights of j + 1 steps ago (lag j + 1)
 } LayerSlot;
-
-// What a stage's run needs of its layers, derived from the config (layer_needs).
-typedef struct {
-    int opt_buffers;       // optimizer state buffers
-    int ref;               // the estimator keeps a reference (cv, guided)
-    int grad;              // B ops run (bp, fg+bp)
-    int keep_grad;         // the update reads the gradient after the B wave that made it
-    int prev;              // previous weight versions held: the largest lag of a B op
-} LayerNeeds;
-
-LayerNeeds layer_needs(const Config *c);
 
 typedef struct LayerSource LayerSource;
 struct LayerSource {
@@ -108,6 +98,11 @@ struct LayerSource {
     // Streamed only: bytes of the stores on flash, and what the stage holds in memory besides
     // the slots (activations, lanes, one layer's gradient).
     double flash_bytes, work_bytes;
+    // The source's own memory by owner (mem_account.h), set when it opens: resident, the
+    // weights (and versions held for lagged ops), gradient, reference and optimizer state of
+    // every layer, the tied table's second copy apart; streamed, the slots mem_budget leaves
+    // after the work and the runtime, and one layer's gradient.
+    double held[N_MEM_OWNERS];
     // Streamed, replicas on one node sharing one store per stage (LayerStreams.share): the
     // others' acquire and release are collective over the stage's replicas on the node, and
     // only the node's I/O rank changes a layer: reads_only on the others, whose dirty flags

@@ -3,8 +3,6 @@
 
 #include <math.h>
 
-#include "head_loss.h"
-#include "layer_source.h"
 #include "perturbation.h"
 #include "run_plan.h"
 
@@ -20,9 +18,21 @@ void mem_account_add(MemAccount *a, MemOwner owner, double bytes) {
     if (a->activations > a->activation_peak) a->activation_peak = a->activations;
 }
 
-size_t bw_adjoint_floats(const Stage *st, int B, int recompute, int is_last) {
-    if (!recompute) return stage_adjoint_floats(st, B);
-    return is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out;
+static StashSizes layer_inputs_sizes(const Stage *st, int B, int is_last) {
+    (void)is_last;
+    return (StashSizes){.stash = stage_stash_floats(st, B), .adjoints = stage_adjoint_floats(st, B)};
+}
+
+static StashSizes stage_input_sizes(const Stage *st, int B, int is_last) {
+    const size_t input = (size_t)B * st->model->layers[st->first].in;
+    return (StashSizes){.stash = stage_stash_floats(st, B) - input, .input = input,
+                        .adjoints = is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out};
+}
+
+StashSizes stash_sizes(StashKind kind, const Stage *st, int B, int is_last) {
+    static StashSizes (*const of_kind[N_STASH_KINDS])(const Stage *, int, int) = {
+        [KEEP_LAYER_INPUTS] = layer_inputs_sizes, [KEEP_STAGE_INPUT] = stage_input_sizes};
+    return of_kind[kind](st, B, is_last);
 }
 
 // The sizes as pipeline_setup.c allocates them: a lane holds ping-pong activations, tangents
@@ -33,19 +43,17 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
     const RunPlan run = run_plan(c, 1);
     const int B = c->training.micro_batch, N = c->training.micro_batches, K = run.tangents;
     const double f = sizeof(float), width = (double)B * m->max_width, x = (double)B * m->in_features;
-    const int grad = layer_needs(c).grad;
-    ActivationSizes z = {.stash = f * (double)stage_stash_floats(st, B),
-                         .adjoint = f * (double)bw_adjoint_floats(st, B, run.recompute, is_last),
-                         .rings = config_timetable_lag(c) + 1};
-    if (run.recompute) z.input = f * (double)B * m->layers[st->first].in;
+    const int grad = run.backprops;
+    const StashSizes kept = stash_sizes(run.stash, st, B, is_last);
+    ActivationSizes z = {.stash = f * (double)(kept.stash + kept.input), .input = f * (double)kept.input,
+                         .adjoint = f * (double)kept.adjoints, .rings = config_timetable_lag(c) + 1};
     if (run.saves_inputs) {
         z.saved = f * (double)stage_saved_floats(st, N * B);
         z.saved_work = z.saved > 0.0 ? f * (double)N * B * m->max_width : 0.0;
     }
     if (st->local_groups && !st->local_keeps) z.local_lane = f * (double)B * m->max_width;
-    if (is_last && c->method.mode != MODE_FG) {
-        double width_dz = m->fused_head ? HEAD_RECORD : m->logit_stride;
-        z.loss_adjoints = f * (double)N * B * m->tokens * width_dz;
+    if (is_last && run.backprops) {
+        z.loss_adjoints = f * (double)N * B * m->tokens * st->plan[m->n_layers - 1].loss_width;
     }
     z.lane = f * (2.0 * (width + width * K + (grad ? width : 0.0)) + (is_first ? x : 0.0));
     z.message = f * FG_MAX(width * (1 + K), x);

@@ -6,6 +6,7 @@
 #define FGPIPE_MEM_ACCOUNT_H
 
 #include "config.h"
+#include "run_plan.h"
 #include "stage.h"
 
 // The activation categories come first: what F keeps for B (stashes), what Bi keeps for Bw
@@ -34,10 +35,16 @@ typedef struct {
 // bytes > 0: allocated (or taken from a pool); < 0: freed (given back).
 void mem_account_add(MemAccount *a, MemOwner owner, double bytes);
 
-// Floats that Bi keeps for Bw of one micro-batch of B rows: each parameter layer's output
-// adjoint; with recompute the stage's output adjoint alone, from which (and the saved input)
-// Bw redoes Bi, and none on the last stage, whose dz stays for the step anyway.
-size_t bw_adjoint_floats(const Stage *st, int B, int recompute, int is_last);
+// What one micro-batch of B rows holds from F to its backward ops, in floats, by what F keeps
+// (StashKind): a stash (every layer's input and the stage's output; with the stage's input
+// kept, the rerun's: the stash less that input), the input F holds in its place (0: none) and
+// what Bi keeps for Bw: each parameter layer's output adjoint, or with the stage's input kept
+// the stage's output adjoint alone, from which (and the input) Bw redoes Bi, none on the last
+// stage, whose dz stays for the step anyway.
+typedef struct {
+    size_t stash, input, adjoints;
+} StashSizes;
+StashSizes stash_sizes(StashKind kind, const Stage *st, int B, int is_last);
 
 // What a stage's activation memory is made of, from its config and layers.
 typedef struct {

@@ -15,11 +15,8 @@ int ops_keeps_stash(const Pipeline *p, long step, int mb) {
 // ---------------------------------------------------------------------------------------------
 // Lanes
 
-// Micro-batch mb of the step's inputs (x) or labels (either may be NULL): samples of the
-// epoch's order, or text windows drawn for (seed, step, global micro-batch) (an error: a
-// token outside the vocabulary).
-static int gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
-                             size_t sample0, float *x, Label *labels, FgError *err) {
+int ops_gather_microbatch(const Pipeline *p, long step, int mb, const size_t *order,
+                          size_t sample0, float *x, Label *labels, FgError *err) {
     int B = p->cfg->training.micro_batch;
     if (p->data->text)
         return text_train_batch(p->data->text, p->cfg->training.seed, (uint64_t)step,
@@ -46,7 +43,7 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
             a->key = tangent_key(p->cfg->training.seed, step, global_mb, 0);
             if (p->is_first) {
                 float *x = p->work.x_in + (size_t)n * p->work.x_stride;
-                rc = gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL, err);
+                rc = ops_gather_microbatch(p, step, a->microbatch, order, sample0, p->work.host_x, NULL, err);
                 be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = messages_take(p, step, &msg, err))) {
@@ -54,7 +51,7 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
             }
             if (p->saved.lane_labels && !rc) {  // local losses, or the fused head's
                 Label *labels = p->saved.lane_labels + (size_t)n * B * p->model->tokens;
-                rc = gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
+                rc = ops_gather_microbatch(p, step, a->microbatch, order, sample0, NULL, labels, err);
                 a->labels = labels;
             }
             if (ops_keeps_stash(p, step, a->microbatch)) stash_hold(p, step, a);
@@ -127,12 +124,10 @@ static HeadScore head_begin(Pipeline *p, long step, const Lane *a) {
                        .weight = step >= 0 && (a->stash || a->input) ? pipeline_adjoint_scale(p) : 1.0f};
 }
 
-static void per_sample_means(const Pipeline *p, float *d, int rows);
-
 static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
     a->loss = h->loss, a->correct = h->correct;
     if (!tangents) return;
-    if (p->run.d_per_sample) per_sample_means(p, h->d, a->rows * p->model->tokens);
+    if (p->run.d_per_sample) pipeline_per_sample_means(p, h->d, a->rows * p->model->tokens);
     int n_d = p->run.d_per_microbatch;
     double *d = p->scalars + scalars_d(p) + (size_t)pipeline_global_microbatch(p, a->microbatch) * n_d;
     for (int i = 0; i < n_d; i++) d[i] = h->d[i];
@@ -226,63 +221,6 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
     return rc;
 }
 
-// Activity perturbation: each sample's directional derivative into p->work.loss_d [K][B]. A GPT
-// sample's loss is the mean over its T tokens, each of which depends on the tangents of all of
-// the sample's rows: d_b = mean over t of the token rows' derivatives (docs/gpt.md).
-static void per_sample_means(const Pipeline *p, float *d, int rows) {
-    int T = p->model->tokens, samples = rows / T;
-    for (int i = 0; T > 1 && i < p->K * samples; i++) {  // in place: i <= i * T
-        double sum = 0;
-        for (int t = 0; t < T; t++) sum += d[(size_t)i * T + t];
-        d[i] = (float)(sum / T);
-    }
-}
-
-static double sample_derivatives(Pipeline *p, const Lane *a, int rows, LogitRows C) {
-    double loss = p->be->loss_jvp_rows(p->be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
-    per_sample_means(p, p->work.loss_d, rows);
-    return loss;
-}
-
-// The last stage's end of op F: the loss (added to *loss_sum), the directional derivatives d
-// into the step's scalars (fg), and for a selected micro-batch the loss adjoint dz, scaled for
-// its average.
-static int loss_end(Pipeline *p, long step, const Lane *a, const size_t *order, size_t sample0,
-                    double *loss_sum, FgError *err) {
-    const Config *c = p->cfg;
-    const Backend *be = p->be;
-    // A GPT's rows are its tokens: the loss is the mean over B x tokens next-byte predictions.
-    int rows = c->training.micro_batch * p->model->tokens, mb = a->microbatch;
-    if (p->model->fused_head) {  // scored in the head's layer: keep its records for B
-        if (ops_keeps_stash(p, step, mb))
-            be->copy(be, p->pool.dz[stash_ring(p, step)] + (size_t)mb * rows * HEAD_RECORD, a->x,
-                     (size_t)rows * HEAD_RECORD * sizeof(float));
-        *loss_sum += a->loss;
-        return FG_OK;
-    }
-    LogitRows C = model_logit_rows(p->model);
-    int rc = gather_microbatch(p, step, mb, order, sample0, NULL, p->work.host_labels, err);
-    if (rc) return rc;
-    be->upload(be, p->work.labels, p->work.host_labels, (size_t)rows * sizeof(Label));
-    double loss;
-    if (p->K) {
-        int n_d = p->run.d_per_microbatch;
-        loss = p->run.d_per_sample ? sample_derivatives(p, a, rows, C)
-                                    : be->loss_jvp(be, a->x, a->xdot, p->work.labels, rows, C, p->K, p->work.loss_d);
-        double *d = p->scalars + scalars_d(p) + (size_t)pipeline_global_microbatch(p, mb) * n_d;
-        for (int i = 0; i < n_d; i++) d[i] = p->work.loss_d[i];
-    } else {
-        loss = be->loss_forward(be, a->x, p->work.labels, rows, C, NULL);
-    }
-    if (ops_keeps_stash(p, step, mb)) {  // scaled for its average (pipeline_adjoint_scale)
-        float *dz = p->pool.dz[stash_ring(p, step)] + (size_t)mb * rows * C.stride;
-        be->loss_backward(be, a->x, p->work.labels, rows, C, dz);
-        be->scale(be, dz, pipeline_adjoint_scale(p), dz, (size_t)rows * C.stride);
-    }
-    *loss_sum += loss;
-    return FG_OK;
-}
-
 int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
                       double *loss_sum, FgError *err) {
     const Backend *be = p->be;
@@ -293,7 +231,7 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
     for (int i = 0; i < n && !rc; i++) {
         const Lane *a = &p->work.lanes[i];
         if (p->is_last) {
-            rc = loss_end(p, step, a, order, sample0, loss_sum, err);
+            rc = p->loss->train(p, step, a, order, sample0, loss_sum, err);
             continue;
         }
         be->copy(be, p->msg.outbox, a->x, rows_out * sizeof(float));

@@ -1,5 +1,5 @@
-// Setting up a stage of the step engine: where its layers live (resident or streamed), the
-// buffers its op groups need, the measured op costs and the timetable.
+// Setting up a stage of the step engine: its layer source (where its layers live is decided in
+// source_plan.c), the buffers its op groups need, the measured op costs and the timetable.
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,67 +12,12 @@
 #include "pipeline.h"
 #include "pipeline_internal.h"
 #include "progress.h"
+#include "source_plan.h"
 #include "stash_policy.h"
 
-// Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
-// selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
-static int stashes_in_flight(const Config *c) {
-    if (c->method.mode == MODE_BP) return c->training.micro_batches;
-    if (c->method.mode == MODE_FG) return 0;
-    if (c->timetable.select >= 0) return c->timetable.select * (1 + c->timetable.lag);
-    return FG_MIN(c->training.micro_batches, c->layout.stages) * (1 + c->timetable.max_lag);
-}
-
-// Micro-batches whose input adjoints Bi keeps for Bw at once: a split backward (bp-zb, fg+bp)
-// keeps one per stash; GPipe and 1F1B run B whole.
-static int adjoints_in_flight(const Config *c) {
-    if (c->method.mode == MODE_BP) return c->timetable.schedule == SCHEDULE_ZB ? c->training.micro_batches : 0;
-    return stashes_in_flight(c);
-}
-
-// The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
-// their tangents, and activity's estimate of the head over the replica's micro-batches.
-static double head_bytes(const Pipeline *p) {
-    const Layer *L = &p->model->layers[p->stage.last - 1];
-    if (L->kind != LAYER_HEAD_LOSS) return 0.0;
-    int n_mb = p->run.saves_inputs ? p->cfg->training.micro_batches : 0, B = p->cfg->training.micro_batch;
-    return (double)head_loss_work_floats(L, B, p->K, n_mb) * sizeof(float) +
-           (double)p->cfg->training.micro_batches * stage_rows_state_bytes(&p->stage, p->stage.last - 1, B);
-}
-
-// A resident stage that cannot fit this machine is refused before it allocates: an allocation
-// that fails aborts, after a long time on a machine that overcommits.
-static int check_fits_machine(const Pipeline *p, double in_memory, FgError *err) {
-    double available = fg_available_memory_bytes();
-    if (p->cfg->layout.device != DEVICE_CPU || available <= 0 || in_memory <= available) return FG_OK;
-    return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.2f GiB (weights, optimizer state, "
-                   "activations), this machine has %.2f GiB available: use more stages, or "
-                   "mem_budget and weights_dir to stream its layers from flash", p->tr->stage,
-                   in_memory / 1073741824.0, available / 1073741824.0);
-}
-
-// What the stage needs in memory: its layers' buffers and activations (mem_account.h) with the
-// stashes and the adjoints Bi keeps for Bw of the micro-batches in flight, and what F keeps for
-// U (activity: every micro-batch's layer inputs; local losses: also their estimates) until the
-// update. Streamed (saved_copies 2, lanes of a whole wave), what stays besides the slots.
-static double stage_needs_bytes(const Pipeline *p, int streamed) {
-    const Config *c = p->cfg;
-    Stage st = p->stage;  // local losses: a streamed stage keeps what a resident one folds in F
-    st.local_keeps = streamed;
-    const ActivationSizes z = activation_sizes(c, &st, p->is_first, p->is_last);
-    const int stashes = stashes_in_flight(c), adjoints = adjoints_in_flight(c);
-    const LayerNeeds need = p->need;
-    if (!streamed) {
-        int buffers = 1 + need.opt_buffers + need.ref + need.grad + need.prev + p->run.forms_estimate;
-        return (double)p->n * sizeof(float) * buffers +
-               activation_bytes(&z, stashes, adjoints, 1, 1, NULL) + head_bytes(p);
-    }
-    // Lanes of a whole wave, stashes and adjoints for Bw, two steps' saved inputs, a fused head's
-    // blocks, one layer's gradient and update, the parameter tangents of one layer (K). On a
-    // device these are device memory, and so is a copy of the layer being computed on; the
-    // budget counts host and device bytes alike.
-    return activation_bytes(&z, stashes, adjoints, c->training.micro_batches, 2, NULL) + head_bytes(p) +
-           (double)p->largest_trained * sizeof(float) * ((need.grad || p->run.forms_estimate) + p->K);
+static int open_resident(Pipeline *p, const LayerStreams *streams, FgError *err) {
+    (void)streams;
+    return layer_source_resident(p->be, p->cfg, p->model, p->stage.first, p->stage.last, &p->src, err);
 }
 
 // What the step's stash pool holds at most, as the stage's needs count it (streamed: within the
@@ -81,90 +26,22 @@ static double stage_needs_bytes(const Pipeline *p, int streamed) {
 static double pool_bytes(const Pipeline *p) {
     const ActivationSizes z = activation_sizes(p->cfg, &p->stage, p->is_first, p->is_last);
     double by[N_MEM_ACTIVATIONS];
-    activation_bytes(&z, stashes_in_flight(p->cfg), adjoints_in_flight(p->cfg), 1, 1, by);
+    activation_bytes(&z, p->run.stashes_in_flight, p->run.adjoints_in_flight, 1, 1, by);
     return by[MEM_STASH] + by[MEM_BW_ADJOINTS];
 }
 
-int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, const int *first, int stage,
-                         int stages, int replicas, double *in_memory, double *streamed, FgError *err) {
-    Pipeline *p = calloc(1, sizeof *p);
-    p->be = be, p->cfg = c, p->model = m, p->is_first = stage == 0, p->is_last = stage == stages - 1;
-    p->run = run_plan(c, replicas);
-    p->K = p->run.tangents;
-    p->need = layer_needs(c);
-    p->largest = model_largest_block(m, first[stage], first[stage + 1]);
-    p->largest_trained = model_largest_trained_block(m, first[stage], first[stage + 1]);
-    // The stage's shape without its buffers (pdot: K tangents of its largest block).
-    int rc = stage_init(&p->stage, be, m, first[stage], first[stage + 1], c->training.micro_batch, 0, err);
-    if (!rc) {
-        p->n = p->stage.param_count;
-        p->stage.tangents = p->K, p->stage.perturb = (Perturbation)c->method.perturb;
-        if (p->K) p->stage.local_groups = c->method.local_groups;
-        *in_memory = stage_needs_bytes(p, 0), *streamed = stage_needs_bytes(p, 1);
-        p->stage.tangents = p->stage.local_groups = 0;
-        stage_free(&p->stage);
-    }
-    free(p);
-    return rc;
-}
-
-// Resident when everything fits mem_budget with the runtime (or there is none) and stream is
-// 0, else streamed from weights_dir: decided (*streams_here) before anything is allocated, so
-// that the start-up's timing of the ops, which makes buffers of the stage's size, does not add
-// to the stage's own.
-static int choose_source(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err) {
-    const Config *c = p->cfg;
-    double in_memory = stage_needs_bytes(p, 0);
-    // Every stage of the pipeline learns how many stream before any store is opened: resuming
-    // from the stores needs all of them (and their versions are agreed over the whole grid).
-    int rc;
-    *streams_here = c->layout.mem_budget > 0 &&
-                    (c->layout.stream || in_memory + p->runtime > c->layout.mem_budget);
-    double n_streamed = *streams_here;
-    if ((rc = p->tr->allreduce_sum(p->tr, &n_streamed, 1, err))) return rc;
-    p->n_streamed = (int)n_streamed;
-    if (streams && streams->resume && p->n_streamed < p->tr->stages)
-        return fg_fail(err, FG_ERR_INPUT, "--resume-weights: %d of the %d stages fit mem_budget and "
-                       "have no layer store to resume from (resume them from a checkpoint)",
-                       p->tr->stages - p->n_streamed, p->tr->stages);
-    if (!*streams_here) return check_fits_machine(p, in_memory, err);
-    if (p->run.grad_delay)
-        return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers (mem_budget): grad_delay "
-                       "needs every stage in memory", p->tr->stage);
-    if (!streams || !streams->open)
-        return fg_fail(err, FG_ERR_INPUT, "stage %d needs %.0f bytes with the runtime's %.0f, more "
-                       "than mem_budget (%.0f), and this build cannot stream layers from local flash",
-                       p->tr->stage, in_memory + p->runtime, p->runtime, c->layout.mem_budget);
-    return FG_OK;
-}
-
-static int open_source(Pipeline *p, const LayerStreams *streams, int streams_here, FgError *err) {
-    const Config *c = p->cfg;
-    if (!streams_here)
-        return layer_source_resident(p->be, c, p->model, p->stage.first, p->stage.last, &p->src, err);
+static int open_streamed(Pipeline *p, const LayerStreams *streams, FgError *err) {
     long next_step = 0;
-    int rc = layer_source_streamed(p->be, c, p->model, p->stage.first, p->stage.last, p->tr,
-                                   streams, stage_needs_bytes(p, 1), p->runtime, &p->src, &next_step, err);
+    int rc = layer_source_streamed(p->be, p->cfg, p->model, p->stage.first, p->stage.last, p->tr, streams,
+                                   source_streamed_needs_bytes(p), p->runtime, &p->src, &next_step, err);
     p->first_step = next_step;
     return rc;
 }
 
-// The layer source's buffers into the stage's account: resident, the weights (and versions held
-// for lagged ops), gradient, reference and optimizer state of every layer, the tied table's
-// second copy apart; streamed, the slots mem_budget leaves after the work and the runtime, and
-// one layer's gradient.
+// The layer source's buffers into the stage's account (LayerSource.held).
 static void count_source(Pipeline *p) {
-    const double f = sizeof(float);
-    MemAccount *a = &p->mem;
-    if (p->src.streamed) {
-        double slots = p->cfg->layout.mem_budget - p->src.work_bytes - p->runtime;
-        mem_account_add(a, MEM_IO_SLOTS, FG_MAX(slots, 0.0));
-        if (p->src.layer_buffer) mem_account_add(a, MEM_GRADIENTS, f * (double)p->largest_trained);
-        return;
-    }
-    double bytes[N_MEM_OWNERS] = {0};
-    mem_resident_bytes(p->cfg, p->model, p->stage.first, p->stage.last, bytes);
-    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++) mem_account_add(a, (MemOwner)o, bytes[o]);
+    for (int o = N_MEM_ACTIVATIONS; o < N_MEM_OWNERS; o++)
+        mem_account_add(&p->mem, (MemOwner)o, p->src.held[o]);
 }
 
 // A buffer of n floats that the stage's account counts under `owner`.
@@ -210,7 +87,7 @@ static void alloc_buffers(Pipeline *p) {
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     // A B op lags its F by at most the timetable's lag: that many steps' dz (and stashes) at once.
     p->pool.rings = config_timetable_lag(c) + 1;
-    if (p->is_last && c->method.mode != MODE_FG)
+    if (p->is_last && p->run.backprops)
         for (int i = 0; i < p->pool.rings; i++)
             p->pool.dz[i] = alloc_counted(p, MEM_LOSS_ADJOINTS, (size_t)N * labels * pipeline_adjoint_width(p));
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
@@ -222,7 +99,8 @@ static void alloc_buffers(Pipeline *p) {
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     size_t saved = p->run.saves_inputs ? stage_saved_floats(&p->stage, N * B) : 0;
     if (saved) {
-        for (int i = 0; i < 1 + p->src.streamed; i++) p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
+        for (int i = 0; i < p->upd.saved_copies; i++)
+            p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
         p->saved.work = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)N * B * p->model->max_width);
     }
     if (p->stage.local_groups && !p->stage.local_keeps) {
@@ -230,7 +108,7 @@ static void alloc_buffers(Pipeline *p) {
         p->saved.local_input = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)group * lane);
         p->saved.local_estimate = alloc_counted(p, MEM_SAVED_INPUTS, lane);
     }
-    if (p->stage.local_groups || (p->is_last && p->model->fused_head))
+    if (p->stage.local_groups || p->stage.plan[p->stage.last - 1].scores)
         p->saved.lane_labels = fg_alloc_bytes((size_t)group * labels * sizeof(Label));
     for (int i = 0; p->run.grad_delay && i <= p->run.grad_delay; i++)
         p->upd.delayed[i] = alloc_counted(p, MEM_GRADIENTS, p->n);
@@ -243,25 +121,40 @@ static void alloc_buffers(Pipeline *p) {
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
+// The stage's op costs (op_cost.h), timed.
+static int timed_costs(Pipeline *p, double cost[N_OP_COSTS], FgError *err) {
+    return pipeline_stage_costs(&p->stage, p->cfg, p->tr->stage, p->tr->replicas, cost, err);
+}
+
+// Out of core, the I/O of each wave dominates and timing would read the whole store: the GEMM
+// work at a nominal 10 GFLOP/s is planned instead.
+static int nominal_costs(Pipeline *p, double cost[N_OP_COSTS], FgError *err) {
+    (void)err;
+    int B = p->cfg->training.micro_batch;
+    cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
+    cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
+    cost[COST_U] = cost[COST_ZERO] = 0.0;
+    return FG_OK;
+}
+
+// What each place of the layers brings, by source_choose's choice ([0] resident, [1] streamed):
+// how its ops are costed and how it opens.
+typedef struct {
+    int (*costs)(Pipeline *p, double cost[N_OP_COSTS], FgError *err);
+    int (*open)(Pipeline *p, const LayerStreams *streams, FgError *err);
+} SourceKind;
+
+static const SourceKind source_kinds[2] = {{timed_costs, open_resident}, {nominal_costs, open_streamed}};
+
 typedef struct {
     Pipeline *p;
     double *cost;
-    int streamed;  // the stage will stream its layers (choose_source)
+    const SourceKind *kind;  // where the stage's layers will live (source_choose)
 } StageTiming;
 
-// The stage's op costs (op_cost.h). Out of core, the I/O of each wave dominates and timing
-// would read the whole store: the GEMM work at a nominal 10 GFLOP/s is planned instead.
 static int measure_costs(void *arg, FgError *err) {
-    Pipeline *p = ((StageTiming *)arg)->p;
-    double *cost = ((StageTiming *)arg)->cost;
-    int B = p->cfg->training.micro_batch;
-    if (((StageTiming *)arg)->streamed) {
-        cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
-        cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
-        cost[COST_U] = cost[COST_ZERO] = 0.0;
-        return FG_OK;
-    }
-    return pipeline_stage_costs(&p->stage, p->cfg, p->tr->stage, p->tr->replicas, cost, err);
+    const StageTiming *t = arg;
+    return t->kind->costs(t->p, t->cost, err);
 }
 
 int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
@@ -272,17 +165,17 @@ int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
                        .with_ref = run.dots_reference,
                        .n_mb = config_update_microbatches(c, replicas),
                        .seed = c->training.seed, .optimizer = &oc,
-                       .lagged_weights = config_timetable_lag(c) > 0, .recompute = run.recompute};
+                       .lagged_weights = config_timetable_lag(c) > 0, .reruns = run.recompute};
     return stage_measure_costs(st, &setup, cost, err);
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
 // mean over the replicas): costs[kind * M + stage].
-static int measure_all_costs(Pipeline *p, double *costs, int streamed, FgError *err) {
+static int measure_all_costs(Pipeline *p, double *costs, const SourceKind *kind, FgError *err) {
     Transport *t = p->tr;
     int M = t->stages;
     double mine[N_OP_COSTS];
-    int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine, streamed}, err);
+    int rc = measure_in_turns(t, measure_costs, &(StageTiming){p, mine, kind}, err);
     for (int i = 0; i < N_OP_COSTS; i++) costs[i * M + t->stage] = mine[i];
     if (!rc) rc = t->allreduce_sum_world(t, costs, N_OP_COSTS * M, err);
     for (int i = 0; i < N_OP_COSTS * M; i++) costs[i] /= t->replicas;
@@ -325,7 +218,7 @@ static void plan_stage(Pipeline *p) {
             for (int i = 0; i < n; i++)
                 if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) *first_c = k;
         }
-    for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->n_streamed > 0, &p->tt.plans[ph]);
+    for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->layer_major, &p->tt.plans[ph]);
     p->tt.plan = &p->tt.plans[0];
     p->tt.measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
 }
@@ -348,9 +241,9 @@ static void unplan_stage(Pipeline *p) {
 // that moment: no calibration.
 const char *pipeline_calibration_off(const Pipeline *p) {
     const Config *c = p->cfg;
-    if (c->method.mode != MODE_FG_BP || p->tr->stages == 1) return "not fg+bp on several stages";
+    if (!p->run.fills_bubbles || p->tr->stages == 1) return "not fg+bp on several stages";
     if (c->timetable.calibrate_steps == 0) return "calibrate_steps = 0";
-    if (p->n_streamed) return "stages stream their layers";
+    if (p->layer_major) return "stages stream their layers";
     if (p->tr->shares_cores) return "ranks share cores";
     return NULL;
 }
@@ -421,13 +314,14 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Before the stage's first buffer: what the process holds besides them.
     p->runtime = mem_runtime_bytes(c);
     mem_account_add(&p->mem, MEM_RUNTIME, p->runtime);
-    if (m->fused_head && !be->head_forward)
+    if (layer_plan_of(m, m->n_layers - 1).scores && !be->head_forward)
         return fg_fail(err, FG_ERR_INPUT, "the %s backend has no fused head and loss (a model "
                        "built with fused_head; the run plan keeps it unfused there)", be->name);
     if (N > SCHED_MAX_MICROBATCHES)
         return fg_fail(err, FG_ERR_INPUT, "micro_batches: %d is more than %d", N, SCHED_MAX_MICROBATCHES);
     if ((rc = pipeline_stage_init(&p->stage, be, c, m, first[s], first[s + 1], err))) return rc;
     p->n = p->stage.param_count;
+    p->loss = loss_end_of(p);
     p->largest = model_largest_block(m, first[s], first[s + 1]);  // a row block of a table in blocks
     p->largest_trained = model_largest_trained_block(m, first[s], first[s + 1]);
     size_t width = (size_t)m->max_width;
@@ -437,14 +331,14 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     // Messages, and evaluation's inputs on every stage.
     p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
     int streams_here = 0;
-    if ((rc = choose_source(p, streams, &streams_here, err))) return rc;
+    if ((rc = source_choose(p, streams, &streams_here, err))) return rc;
     p->stage.local_keeps = streams_here;
     if (p->run.saves_inputs && streams_here && t->replicas > 1)
         return fg_fail(err, FG_ERR_INPUT, "stage %d streams its layers: perturb = activity out of "
                        "core runs with replicas = 1 only", s);
     const int calibrates = !pipeline_calibration_off(p);
-    if ((rc = measure_all_costs(p, p->tt.costs, streams_here, err)) ||
-        (rc = open_source(p, streams, streams_here, err)))
+    const SourceKind *kind = &source_kinds[streams_here];
+    if ((rc = measure_all_costs(p, p->tt.costs, kind, err)) || (rc = kind->open(p, streams, err)))
         return rc;
     count_source(p);
     update_plan(p);
@@ -494,8 +388,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
                        p->pool.free_input,
                        p->pool.keeps, p->tt.taker_lag, p->scalars,
-                       p->upd.pending.coeff, p->tt.measured, p->host_layer[0], p->host_layer[1],
-                       p->host_layer[2], p->host_layer[3],
+                       p->upd.pending.coeff, p->upd.layer, p->tt.measured, p->host_layer[0],
+                       p->host_layer[1], p->host_layer[2], p->host_layer[3],
                        p->saved.lane_labels, w->rows_state};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(w->lanes);

@@ -25,37 +25,12 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
-static int finish_now(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
-                      FgError *err) {
-    return update_finish_layer_gradient(p, step, total, l, s, 1, dirty, err);
-}
-
-static int finish_in_u(Pipeline *p, long step, long total, int l, LayerSlot *s, unsigned *dirty,
-                       FgError *err) {
-    (void)p, (void)step, (void)total, (void)l, (void)s, (void)dirty, (void)err;
-    return FG_OK;
-}
-
-static UpdateWhen update_timing(const Pipeline *p) {
-    if (!p->src.streamed) return UPDATE_IN_U;
-    // bp reads no gradient after the wave that made it (no clipping): the step needs no version
-    // of its own, and each layer steps in the wave.
-    return p->cfg->method.mode == MODE_BP && !p->need.keep_grad ? UPDATE_IN_BACKWARD
-                                                                : UPDATE_IN_NEXT_FORWARD;
-}
-
-void update_plan(Pipeline *p) {
-    p->upd.when = update_timing(p);
-    p->upd.finish_in_wave = p->upd.when == UPDATE_IN_U ? finish_in_u : finish_now;
-}
-
 static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
 // guide's scale and for the log's |c| or |g|.
 static int needs_grad_norms(const Pipeline *p) {
-    int bp_clips = p->cfg->method.mode == MODE_BP && p->cfg->optim.clip_norm > 0;
-    return bp_clips || p->run.guided || p->upd.want_stats;
+    return p->run.clips_gradient || p->run.guided || p->upd.want_stats;
 }
 
 // Whether applying the update reads the step's update_grad.
@@ -76,16 +51,14 @@ static void sum_layer_rows(const double *rows, const float *weights, int n_layer
 
 float *update_estimate_of_layer(Pipeline *p, int l) {
     float *tied = tied_buffer(p, l);
-    if (tied) return tied;
-    if (p->src.streamed) return p->upd.estimate;
-    return p->upd.estimate + (p->model->layers[l].param_offset - p->stage.param_base);
+    return tied ? tied : p->upd.estimate + p->upd.layer[l].estimate_at;
 }
 
-// The slot's rows of layer l's estimate: a streamed stage's one layer buffer holds a block's
-// (the rows being formed), a tied copy's buffer and a resident stage's estimate the layer's.
+// The slot's rows of layer l's estimate: where the buffer holds the whole layer, from the
+// slot's first row on; else (one layer buffer of a streamed stage) it holds the slot's rows.
 static float *estimate_rows(Pipeline *p, int l, const LayerSlot *s) {
     float *e = update_estimate_of_layer(p, l);
-    return p->src.streamed && !tied_buffer(p, l) ? e : e + s->first;
+    return p->upd.layer[l].holds_layer ? e + s->first : e;
 }
 
 // Whether layer l's estimate is in update_estimate_of_layer already: a resident stage's once op
@@ -147,12 +120,12 @@ int update_finish_layer_gradient(Pipeline *p, long step, long total, int l, Laye
     // A frozen layer has no gradient (a streamed stage's gradient buffer holds its largest
     // trained layer's): only the replicas' sync before its slot is reused.
     if (!layer_trains(p, l)) return fresh ? layers_sync(p, err) : FG_OK;
-    if (fresh && p->src.streamed && p->tr->replicas > 1 &&
+    if (fresh && p->upd.sums_layer_replicas &&
         ((rc = p->tr->start_replica_sum(p->tr, s->grad, n, err)) || (rc = p->tr->wait_replica_sum(p->tr, err))))
         return rc;
     // fg+bp auto: c is the mean of the stage's corrections; the scale rides on c's readers
-    // (a pass over the stage's weights saved).
-    if (fresh && p->cfg->method.mode == MODE_FG_BP)
+    // (a pass over the stage's weights saved). Elsewhere the corrections are fixed (bp: all N).
+    if (fresh)
         p->upd.c_scale = pipeline_fixed_corrections(p) ? 1.0f : 1.0f / (float)p->upd.weight_lanes;
     // Replicas sharing the slot: the I/O rank writes it once every one is done reading it.
     if (fresh && (rc = layers_sync(p, err))) return rc;
@@ -227,7 +200,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     // The weights' part holds the reference (mix).
     unsigned parts = LAYER_STEP | (p->upd.pending.base_ref != 0.0f ? LAYER_WEIGHTS : 0);
     for (int l = layers_first_param(p); l >= 0 && !rc; l = layers_next_param(p, l, 1)) {
-        if (p->src.streamed && !tied_apart(p, l)) continue;
+        if (!p->upd.layer[l].formed_in_u) continue;
         for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc; b++) {
             LayerSlot s;
             if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
@@ -240,7 +213,7 @@ static int form_all_estimates(Pipeline *p, FgError *err) {
     if (!rc && p->run.saves_inputs && p->tr->replicas > 1 &&
         !(rc = p->tr->start_replica_sum(p->tr, p->upd.estimate, p->n, err)))
         rc = p->tr->wait_replica_sum(p->tr, err);
-    p->upd.pending.formed = !p->src.streamed;
+    p->upd.pending.formed = p->upd.keeps_estimates;
     return rc;
 }
 
@@ -434,7 +407,7 @@ static int norm_pass(Pipeline *p, const float *d, int have_c, double *sums, FgEr
     sum_layer_rows(rows, NULL, L, ROW_WIDTH, sums);
     free(rows);
     free(fcoeff);
-    p->upd.pending.formed = !p->src.streamed;
+    p->upd.pending.formed = p->upd.keeps_estimates;
     return rc;
 }
 
@@ -533,11 +506,11 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     const Config *c = p->cfg;
     int N = p->run.all_microbatches, K = p->K, L = p->model->n_layers, rc;
     int est = p->run.forms_estimate;  // else bp: the update is the gradient
-    int have_c = c->method.mode == MODE_FG_BP && step >= p->upd.first_c_step;
+    int have_c = p->run.corrects && step >= p->upd.first_c_step;
     // fg+bp: a stage without corrections this step keeps its last c, which stays its
     // reference.
     int fresh = p->upd.weight_lanes > 0;
-    int finish = fresh ? !p->src.streamed : have_c;
+    int finish = fresh ? p->upd.when == UPDATE_IN_U : have_c;  // else the wave finished it
     if (finish && (rc = finish_stage_gradient(p, step, total, fresh, waited, err))) return rc;
     OptimizerConfig oc = config_optimizer(c);
     PendingUpdate *u = &p->upd.pending;
@@ -557,7 +530,7 @@ int update_op(Pipeline *p, long step, long total, double *waited, FgError *err) 
     if (est) plan_estimate(p, kind, have_c, d, rdots);
     // fg, fg+bp: the tied copies' estimates are summed once formed (bp's were above).
     int tied = p->model->tied_first >= 0;
-    if (est && (tied || (p->run.saves_inputs && !p->src.streamed))) rc = form_all_estimates(p, err);
+    if (est && p->upd.forms_in_u) rc = form_all_estimates(p, err);
     if (!rc && est && tied) rc = tie_copies(p, err);
     if (!rc && est && (oc.clip_norm > 0 || p->upd.want_stats)) rc = norm_pass(p, d, have_c, sums, err);
     if (!est) sums[ROW_G2] = c2;  // bp: the estimate is the gradient

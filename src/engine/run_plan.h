@@ -7,6 +7,12 @@
 #include "config.h"
 #include "estimator.h"
 #include "perturbation.h"
+#include "schedule.h"
+
+// What a stage keeps from op F for its backward ops (StashPolicy, stash_policy.c; its sizes:
+// stash_sizes, mem_account.h): every layer's input, or the stage's input alone, from which each
+// backward op reruns F (recompute = stage).
+typedef enum { KEEP_LAYER_INPUTS, KEEP_STAGE_INPUT, N_STASH_KINDS } StashKind;
 
 typedef struct {
     int tangents;            // K per micro-batch; 0 in bp and where fg weighs 0 (no tangents)
@@ -26,7 +32,35 @@ typedef struct {
     int grad_delay;          // bp: steps a gradient waits before its update
     int recompute;           // F keeps the stage's input alone, B (or Bi) reruns F from it
                              // (recompute = stage in a mode with B ops)
+    StashKind stash;         // what F keeps for B: KEEP_STAGE_INPUT with recompute
+    // What the mode asks of the engine (bp, fg, fg+bp), so that no step code tests the mode:
+    int backprops;           // B ops run (bp, fg+bp): loss adjoints, a gradient per layer
+    int corrects;            // fg+bp: the B ops' mean gradient c corrects the estimate (and
+                             // becomes the next step's reference)
+    int clips_gradient;      // bp with clip_norm: the update waits for the gradient's global norm
+    int keeps_gradient;      // the update reads the gradient after the B wave that made it
+                             // (corrects or clips_gradient)
+    ScheduleMode schedule;   // the timetable's kind
+    int select;              // fg+bp's explicit select (n micro-batches), else -1
+    int fills_bubbles;       // fg+bp: B ops fill fg's bubbles, planned with F's times (the
+                             // start-up may calibrate them)
+    int chooses_timetable;   // fg+bp auto whose update is c alone: a choice among candidate
+                             // timetables (timetable_choice.c)
+    int stashes_in_flight;   // micro-batches a stage keeps stashes for at once, before the
+                             // timetable says (memory estimates)
+    int adjoints_in_flight;  // ... and input adjoints Bi keeps for Bw
 } RunPlan;
+
+// What a stage's run needs of its layers, derived from the config (layer_needs).
+typedef struct {
+    int opt_buffers;       // optimizer state buffers
+    int ref;               // the estimator keeps a reference (cv, guided)
+    int grad;              // B ops run (bp, fg+bp)
+    int keep_grad;         // the update reads the gradient after the B wave that made it
+    int prev;              // previous weight versions held: the largest lag of a B op
+} LayerNeeds;
+
+LayerNeeds layer_needs(const Config *c);
 
 // The plan of cfg's run with `replicas` data-parallel pipelines.
 RunPlan run_plan(const Config *cfg, int replicas);

@@ -3,20 +3,7 @@
 #include <stdlib.h>
 
 #include "layer_source.h"
-
-LayerNeeds layer_needs(const Config *c) {
-    int fg_bp = c->method.mode == MODE_FG_BP;
-    return (LayerNeeds){
-        .opt_buffers = optimizer_state_buffers(c->optim.optimizer),
-        .ref = config_dots_reference(c),  // cv, guided: the step before's c, dotted in F
-        .grad = c->method.mode != MODE_FG,
-        // fg+bp's c becomes the next step's reference (and with select's lag 0 is part of the
-        // update); bp's gradient is read after the B wave only when a global norm (clipping)
-        // must come first.
-        .keep_grad = fg_bp || (c->method.mode == MODE_BP && c->optim.clip_norm > 0),
-        .prev = config_timetable_lag(c),
-    };
-}
+#include "mem_account.h"
 
 typedef struct {
     const Backend *be;
@@ -117,5 +104,6 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
                          .release = resident_release, .begin_version = resident_begin_version,
                          .age_weights = resident_age_weights,
                          .flush = resident_flush, .report = resident_report, .close = resident_close};
+    mem_resident_bytes(c, m, first, last, out->held);
     return FG_OK;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "device_lanes.h"
+#include "layer_plan.h"
 #include "layer_source.h"
 #include "slot_plan.h"
 #include "slot_share.h"
@@ -21,11 +22,19 @@ typedef struct {
     int64_t next_step;
     uint32_t seed, mode;
 } StoreRecord;
+_Static_assert(sizeof(StoreRecord) == 16, "a StoreRecord is compared whole (memcmp)");
+
+// The record this run writes for a version on which step next_step runs (16 bytes, no padding:
+// a reopened store's record is compared with it whole).
+static StoreRecord store_record(const Config *c, long next_step) {
+    return (StoreRecord){next_step, c->training.seed, (uint32_t)c->method.mode};
+}
 
 typedef struct {
     const Backend *be;
     const Config *cfg;
     const Model *m;
+    LayerPlan *plan;          // [m->n_layers]: which layers train (layer_plan.h)
     LayerNeeds need;
     LayerStream weights;      // params, optimizer state (, the estimator's reference)
     LayerStream step;         // the update's gradient (, previous weights); .ctx NULL: none
@@ -74,7 +83,7 @@ static int stage_out(Streamed *st, const LayerView *v, DeviceLanes *dev, int dir
 
 // The step part of a layer is in the step store: it has one and the layer is trained.
 static int steps_of(const Streamed *st, int layer, unsigned parts) {
-    return (parts & LAYER_STEP) && st->has_step && !st->m->layers[layer].frozen;
+    return (parts & LAYER_STEP) && st->has_step && st->plan[layer].trains;
 }
 
 static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
@@ -124,8 +133,9 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
         for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, &st->dev_weights, b);
         if (st->on_device) device_lanes_ready(&st->dev_weights);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
-        // A frozen layer's slot holds its parameters alone: no optimizer state, no reference.
-        int trained = !st->m->layers[layer].frozen;
+        // A layer that does not train (frozen) holds its parameters alone: no optimizer state,
+        // no reference.
+        int trained = st->plan[layer].trains;
         out->params = bufs[0];
         out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
         out->state_stride = st->on_device ? w.count : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
@@ -184,7 +194,7 @@ static int streamed_solo(LayerSource *s, int on, FgError *err) {
 
 static int streamed_begin_version(LayerSource *s, long next_step, FgError *err) {
     Streamed *st = s->ctx;
-    StoreRecord rec = {next_step, st->cfg->training.seed, (uint32_t)st->cfg->method.mode};
+    StoreRecord rec = store_record(st->cfg, next_step);
     int rc = st->io ? st->weights.write_aux(&st->weights, st->version + 1, &rec, err) : FG_OK;
     if (!rc) st->version++;
     return rc;
@@ -272,6 +282,7 @@ static int streamed_close(LayerSource *s, FgError *err) {
     device_lanes_close(&st->dev_step);
     for (int i = 0; i < 2; i++)
         if (st->pinned[i]) st->be->host_free(st->be, st->pinned[i]);
+    fg_free(st->plan);
     free(st);
     s->ctx = NULL;
     return rc;
@@ -345,7 +356,8 @@ static int open_weights(Streamed *st, Transport *t, const LayerStreams *ls, Laye
     store_path(st, spec->name, path, sizeof path);
     if (st->shared) rc = slot_share_outcome(&st->share, rc, &rec, sizeof rec, path, err);
     const Config *c = st->cfg;
-    if (!rc && (rec.seed != c->training.seed || rec.mode != (uint32_t)c->method.mode))
+    const StoreRecord want = store_record(c, (long)rec.next_step);  // written by a run like this one
+    if (!rc && memcmp(&rec, &want, sizeof rec))
         rc = fg_fail(err, FG_ERR_INPUT, "layer store %s was written with seed %u and mode %u; "
                      "the config has seed %u and mode %d", path, rec.seed, rec.mode,
                      c->training.seed, c->method.mode);
@@ -423,9 +435,9 @@ static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *
             sp->twin >= 0 ? ", the tied copies kept once" : "", shared, note[0] ? ": " : "", note);
 }
 
-static int trains_any(const Model *m, int first, int last) {
+static int trains_any(const Streamed *st, int first, int last) {
     for (int l = first; l < last; l++)
-        if (m->layers[l].param_count && !m->layers[l].frozen) return 1;
+        if (st->plan[l].trains) return 1;
     return 0;
 }
 
@@ -466,6 +478,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
+    st->plan = layer_plan_build(m);
     st->on_device = be->on_device;
     st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
@@ -499,11 +512,15 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     if (!rc) pin_slots(st, &sp), slot_memory(st, SHARE_WEIGHTS, &spec);
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
     if (!rc) say_streams(st, t, &sp);
-    if (!rc && n_step && trains_any(m, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
+    if (!rc && n_step && trains_any(st, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
     out->large_above = sp.n_small ? sp.small : 0;
-    if (!rc && (need.grad || c->method.mode != MODE_BP))
+    // The B wave's gradient accumulator (bp, fg+bp) and op U's estimate (fg, fg+bp): every mode's.
+    if (!rc)
         out->layer_buffer = st->grad = backend_alloc_floats(be, model_largest_trained_block(m, first, last));
     if (!rc) rc = keep_tied(st, ls, t->stage, &sp, spill, out, err);
+    out->held[MEM_IO_SLOTS] = FG_MAX(c->layout.mem_budget - work_bytes - runtime_bytes, 0.0);
+    if (out->layer_buffer)
+        out->held[MEM_GRADIENTS] = sizeof(float) * (double)model_largest_trained_block(m, first, last);
     st->largest = largest;
     if (!rc && st->on_device) {
         device_lanes_open(&st->dev_weights, be, sp.device_lanes, sp.lane_weights);

@@ -129,22 +129,24 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
 
 // ---------------------------------------------------------------------------------------------
 
-void stash_policy_init(Pipeline *p) {
-    const int B = p->cfg->training.micro_batch, rerun = p->run.recompute;
-    const size_t whole = stage_stash_floats(&p->stage, B);
-    const size_t input = (size_t)B * p->model->layers[p->stage.first].in;
-    StashPolicy keep_layers = {
-        .stash_floats = whole, .half = {[OP_B] = HALF_BOTH, [OP_BI] = HALF_INPUT, [OP_BW] = HALF_WEIGHT},
+// The policies by what F keeps (RunPlan.stash); their sizes are the stage's (stash_sizes).
+static const StashPolicy policies[N_STASH_KINDS] = {
+    [KEEP_LAYER_INPUTS] = {
+        .half = {[OP_B] = HALF_BOTH, [OP_BI] = HALF_INPUT, [OP_BW] = HALF_WEIGHT},
         .hold = hold_stash, .take = take_stash, .output_adjoint = output_adjoint_of_message,
-        .layer_input = stash_layer_input, .bw_adjoint = layer_bw_adjoint, .rerun = rerun_nothing};
-    StashPolicy keep_input = {
-        .stash_floats = whole - input, .input_floats = input,
+        .layer_input = stash_layer_input, .bw_adjoint = layer_bw_adjoint, .rerun = rerun_nothing},
+    [KEEP_STAGE_INPUT] = {
         .half = {[OP_B] = HALF_BOTH, [OP_BI] = HALF_INPUT, [OP_BW] = HALF_BOTH},
         .hold = hold_input, .take = take_input, .output_adjoint = output_adjoint_kept,
-        .layer_input = rerun_layer_input, .bw_adjoint = no_bw_adjoint, .rerun = rerun_forward};
-    p->stash = rerun ? keep_input : keep_layers;
-    // With recompute the last stage's Bw reads dz, held anyway: Bi keeps nothing there.
-    p->stash.adj_floats = bw_adjoint_floats(&p->stage, B, rerun, p->is_last);
+        .layer_input = rerun_layer_input, .bw_adjoint = no_bw_adjoint, .rerun = rerun_forward},
+};
+
+void stash_policy_init(Pipeline *p) {
+    const StashSizes kept = stash_sizes(p->run.stash, &p->stage, p->cfg->training.micro_batch, p->is_last);
+    p->stash = policies[p->run.stash];
+    p->stash.stash_floats = kept.stash;
+    p->stash.input_floats = kept.input;
+    p->stash.adj_floats = kept.adjoints;
 }
 
 void stash_hold(Pipeline *p, long step, Lane *a) {

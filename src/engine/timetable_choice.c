@@ -16,18 +16,11 @@
 #include "run_plan.h"
 #include "timetable_choice.h"
 
-static ScheduleMode schedule_mode(const Config *c) {
-    static const ScheduleMode bp[] = {[SCHEDULE_GPIPE] = SCHED_BP_GPIPE,
-                                      [SCHEDULE_1F1B] = SCHED_BP_1F1B, [SCHEDULE_ZB] = SCHED_BP_ZB};
-    if (c->method.mode == MODE_BP) return bp[c->timetable.schedule];
-    return c->method.mode == MODE_FG ? SCHED_FG : SCHED_FG_BP;
-}
-
 ScheduleSpec pipeline_schedule_spec(const Config *c, int M, const double *costs) {
-    const int select = c->method.mode == MODE_FG_BP ? c->timetable.select : -1;
-    return (ScheduleSpec){M, c->training.micro_batches, schedule_mode(c), config_timetable_lag(c),
-                          select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
-                          costs + COST_U * M, run_plan(c, 1).recompute};
+    const RunPlan run = run_plan(c, 1);
+    return (ScheduleSpec){M, c->training.micro_batches, run.schedule, config_timetable_lag(c),
+                          run.select, costs + COST_F * M, costs + COST_BI * M, costs + COST_BW * M,
+                          costs + COST_U * M, run.recompute};
 }
 
 double pipeline_weighed_exact_rate(const Schedule *S, double lag_cost) {
@@ -38,10 +31,6 @@ double pipeline_weighed_exact_rate(const Schedule *S, double lag_cost) {
         sum += b.corrections / (1.0 + lag_cost * b.max_lag);
     }
     return sum / S->M / (S->n_phases * S->makespan);
-}
-
-static int weighs_c_alone(const Config *c) {
-    return c->method.mode == MODE_FG_BP && c->timetable.select < 0 && !run_plan(c, 1).tangents;
 }
 
 // Appends to a why-line of `size` bytes (NULL: none), which holds *len characters.
@@ -61,12 +50,13 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
     size_t len = 0;
     if (why && why_size) why[0] = '\0';
     int rc = schedule_build_clearing(&spec, costs + COST_ZERO * M, out, err);
-    if (rc || without_b || !weighs_c_alone(c)) return rc;
+    if (rc || without_b || !run_plan(c, 1).chooses_timetable) return rc;
     const double lag_cost = c->timetable.lag_cost;
     double best = pipeline_weighed_exact_rate(out, lag_cost);
     append(why, why_size, &len, "c alone: exact micro-batches per second (weighed by lag): auto %.0f", best);
     // Every micro-batch at lag 0 is bp: bp-zb's interleaved timetable first (ties go to it),
     // then fg+bp's explicit timetable, as select = N, at each lag the run allows.
+    int won = -2;  // the candidate taken: -2 auto, -1 bp-zb's, else all at that lag
     for (int lag = -1; lag <= c->timetable.max_lag && !rc; lag++) {
         ScheduleSpec all = spec;
         all.select = spec.N, all.lag = lag;
@@ -78,7 +68,7 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
         else append(why, why_size, &len, ", all %d at lag %d %.0f", spec.N, lag, rate);
         if (rate > best) {
             schedule_free(out);
-            *out = S, best = rate;
+            *out = S, best = rate, won = lag;
         } else {
             schedule_free(&S);
         }
@@ -87,8 +77,8 @@ int pipeline_build_timetable(const Config *c, int M, const double *costs, int wi
         schedule_free(out);
         return rc;
     }
-    if (out->mode == SCHED_BP_ZB) append(why, why_size, &len, ": bp-zb's timetable");
-    else if (out->select < 0) append(why, why_size, &len, ": auto");
+    if (won == -1) append(why, why_size, &len, ": bp-zb's timetable");
+    else if (won == -2) append(why, why_size, &len, ": auto");
     else append(why, why_size, &len, ": all at lag %d", out->lag);
     return FG_OK;
 }

@@ -18,6 +18,10 @@ const char *schedule_mode_name(ScheduleMode mode) {
     return "?";
 }
 
+int schedule_fixed_corrections(const Schedule *s) {
+    return s->mode != SCHED_FG_BP ? s->N : s->select >= 0 ? s->select : 0;
+}
+
 const char *op_kind_name(OpKind kind) {
     static const char *const names[] = {"F", "B", "Bi", "Bw", "U"};
     return (int)kind >= OP_F && (int)kind <= OP_U ? names[kind] : "?";

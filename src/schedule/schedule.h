@@ -113,6 +113,10 @@ int schedule_build_clearing(const ScheduleSpec *spec, const double *cost_zero, S
 
 ScheduleStats schedule_stats(const Schedule *s);
 StageBubbles schedule_stage_bubbles(const Schedule *s, int stage);
+// The micro-batches whose exact gradients every stage averages each step, at the same places:
+// all N in bp's timetables (and fg's, which has none to average), fg+bp's explicit select n;
+// 0 where each stage averages its own corrections of the step (fg+bp's auto timetable).
+int schedule_fixed_corrections(const Schedule *s);
 
 // The ops of phase `phase`, stage s: *first, and the count as the return value.
 int schedule_stage_ops(const Schedule *s, int phase, int stage, const ScheduledOp **first);

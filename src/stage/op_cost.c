@@ -94,7 +94,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
     // A fused head scores in its layer's F and recomputes its logits in Bi and Bw: no dz.
     float *head_d = fg_alloc_floats((size_t)FG_MAX(K, 1) * rows * m->tokens);  // activity: per row
     HeadScore head = {.labels = labels, .weight = 1.0f, .d = head_d};
-    const int fused = scores && m->fused_head;
+    const int fused = scores && st->plan[st->last - 1].scores;
     ForwardCall f = {.key = K ? &key : NULL, .ref = ref, .ref_dots = ref_dots,
                      .head = fused ? &head : NULL};
     double times[N_OP_COSTS][COST_ROUNDS] = {{0}};
@@ -110,7 +110,7 @@ int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COST
         t[1] = wall_seconds() - dz_seconds;  // dz counts in Bi, below
         // B's rerun: the plain forward, in Bi's time (a split Bw redoes Bi: the timetable plans
         // it at cost_bi + cost_bw, ScheduleSpec.bw_redoes_bi)
-        if (setup->recompute)
+        for (int i = 0; i < setup->reruns; i++)
             stage_forward_call(st, w_lagged ? w_lagged : w, &(ForwardCall){.head = f.head}, x, NULL,
                                rows, stash, &y, &ydot);
         stage_backward_input(st, w_lagged ? w_lagged : w, stash, dy, setup->with_xdot ? dx : NULL,

@@ -28,8 +28,9 @@ typedef struct {
     const OptimizerConfig *optimizer;  // U steps it over the parameters (NULL: U is the
                                        // tangents' part alone)
     int lagged_weights;    // Bi reads a weight version of its own (the timetable's B ops lag)
-    int recompute;         // Bi first reruns the stage's plain forward (recompute = stage; a
-                           // split Bw redoes that and Bi, planned as cost_bi + cost_bw)
+    int reruns;            // plain forwards Bi runs first: 1 where F keeps the stage's input
+                           // alone (recompute = stage; a split Bw redoes that and Bi, planned
+                           // as cost_bi + cost_bw), else 0
     int best;              // the fastest of the rounds, not their median: the cut into stages
                            // compares layers, and other jobs' load only ever adds time
 } CostSetup;

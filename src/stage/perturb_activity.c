@@ -50,7 +50,7 @@ void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n
     const Backend *be = st->be;
     const Layer *L = &st->model->layers[l];
     int K = st->tangents, T = layer_tokens(L), offset, width;
-    if (L->kind == LAYER_HEAD_LOSS) {  // G block by block
+    if (st->plan[l].scores) {  // the fused head: G block by block
         key.layer = (uint32_t)l;
         key.stream = STREAM_ACTIVITY;
         be->head_activity_grad(be, L, key, K, n_mb, rows, coeff, x, grad);

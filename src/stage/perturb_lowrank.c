@@ -15,11 +15,14 @@ typedef struct {
     float *At, *Bt, *vb, *product;
 } Factors;
 
+// The plan of layer L of the stage's model.
+static const LayerPlan *plan_of(const Stage *st, const Layer *L) { return &st->plan[L - st->model->layers]; }
+
 static Factors factors_at(const Stage *st, const Layer *L) {
     size_t r = (size_t)st->tangent_rank;
     LinearShape s = linear_shape(L, 1);
     Factors f = {.n = s.n, .k = s.k, .out_offset = s.out_offset, .At = st->lowrank_work};
-    if (L->kind == LAYER_HEAD_LOSS) f.n = L->vocab, f.out_offset = 0;  // its table [vocab, C]
+    if (plan_of(st, L)->scores) f.n = L->vocab, f.out_offset = 0;  // the fused head's table [vocab, C]
     f.Bt = f.At + r * f.n;
     f.vb = f.Bt + r * f.k;
     f.product = f.vb + f.n;
@@ -27,7 +30,7 @@ static Factors factors_at(const Stage *st, const Layer *L) {
 }
 
 int stage_layer_lowrank(const Stage *st, const Layer *L) {
-    return st->tangent_rank > 0 && (L->kind == LAYER_LINEAR || L->kind == LAYER_HEAD_LOSS);
+    return st->tangent_rank > 0 && plan_of(st, L)->lowrank;
 }
 
 void stage_set_tangent_rank(Stage *st, int rank) {
@@ -43,7 +46,7 @@ void stage_set_tangent_rank(Stage *st, int rank) {
         size_t product = (size_t)rank * FG_MAX((size_t)f.n, token_rows);
         most = FG_MAX(most, (size_t)rank * (f.n + f.k) + f.n + product);
         rows = FG_MAX(rows, token_rows);
-        if (L->kind == LAYER_HEAD_LOSS)  // every tangent's At and x Btᵀ at once (lowrank_head_tangents)
+        if (plan_of(st, L)->scores)  // every tangent's At and x Btᵀ at once (lowrank_head_tangents)
             st->head_factors = backend_alloc_floats(be, (size_t)st->tangents * rank * (f.n + token_rows));
     }
     st->lowrank_work = backend_alloc_floats(be, FG_MAX(most, 1));
