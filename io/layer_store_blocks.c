@@ -62,13 +62,16 @@ int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err)
 }
 
 // Reads only what the writer of block b's version leaves alone: pend_slot is set before that
-// version's first block is written, cur changes with its last block.
+// version's first block is written, cur changes with its last block. A layer kept once (frozen)
+// has no current version while a load rewrites its one copy in order (store_begin_layer_write):
+// its blocks from pend_next on still hold the old version there.
 int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err) {
     if (!s->block[i]) return layer_store_read(s, i, buf, err);
-    if (s->cur[i] < 0)
+    const int rewriting = s->cur[i] < 0 && s->pend_ver[i] > 0;  // version 0 has no old one
+    if (s->cur[i] < 0 && !rewriting)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
                        s->path, s->layers[i].name);
-    return block_io(s, i, b, pending ? s->pend_slot[i] : s->cur[i], buf, 0, err);
+    return block_io(s, i, b, pending || rewriting ? s->pend_slot[i] : s->cur[i], buf, 0, err);
 }
 
 int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {
