@@ -21,7 +21,9 @@
 #include "train_internal.h"
 
 // The checkpoint's config as this stage runs it: one stage on the CPU in FP32, fg with one
-// tangent (nothing to stash), micro-batches of one window, within the budget.
+// tangent (nothing to stash), micro-batches of one window, streamed within the budget also where
+// the model would fit it (its slots then keep every layer after the first pass, and nothing is
+// timed at start-up).
 static int stage_config(const EvalArgs *a, Storage *io, Config *c, FgError *err) {
     char *text = NULL, budget[64];
     config_defaults(c);
@@ -37,7 +39,8 @@ static int stage_config(const EvalArgs *a, Storage *io, Config *c, FgError *err)
         {"stages", "1"}, {"replicas", "1"}, {"device", "cpu"}, {"precision", "fp32"},
         {"mode", "fg"}, {"tangents", "1"}, {"perturb", "weight"}, {"local_groups", "0"},
         {"grad_delay", "0"}, {"micro_batch", "1"}, {"micro_batches", "1"}, {"steps", "1"},
-        {"eval_every", "0"}, {"freeze", ""}, {"mem_budget", budget}, {"weights_dir", a->weights_dir}};
+        {"eval_every", "0"}, {"freeze", ""}, {"stream", "1"}, {"mem_budget", budget},
+        {"weights_dir", a->weights_dir}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++) {
         FgError e = {0};
         if (config_set(c, keys[i][0], keys[i][1], &e))
