@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,8 @@ int store_begin_layer_write(LayerStore *s, int i, long version, int *slot, FgErr
     // The only copy's stamp goes before its data: a write cut short leaves the layer with no
     // version, never a stamp over torn data.
     if (n_copies(s, i) == 1 && s->cur[i] >= 0) {
+        s->rewritten[i] = 1;  // before cur goes: a reader on the stream's other thread sees it
+        atomic_thread_fence(memory_order_release);
         s->cur[i] = -1;
         memset(s->rec, 0, HDR_BYTES);
         uint64_t at = s->hdr_off + (uint64_t)record_of(KIND_LAYER, i, *slot, s->n) * HDR_BYTES;

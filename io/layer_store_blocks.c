@@ -2,6 +2,7 @@
 // table"): byte ranges of the layer's datasets, so the file is the same either way. A version is
 // written block by block into the slot that does not hold the current one, and stamped after its
 // last block: a crash before leaves the layer at its current version.
+#include <stdatomic.h>
 #include <string.h>
 
 #include "layer_store_internal.h"
@@ -62,13 +63,19 @@ int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err)
 }
 
 // Reads only what the writer of block b's version leaves alone: pend_slot is set before that
-// version's first block is written, cur changes with its last block.
+// version's first block is written, cur changes with its last block. A layer kept once (frozen)
+// has no current version while a load rewrites its one copy in order (store_begin_layer_write,
+// on the stream's write thread): the blocks the stream has not seen written still hold the
+// version before there.
 int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err) {
     if (!s->block[i]) return layer_store_read(s, i, buf, err);
-    if (s->cur[i] < 0)
+    int slot = s->cur[i];
+    atomic_thread_fence(memory_order_acquire);
+    if (slot < 0 && s->rewritten[i]) slot = 0;  // the one copy
+    if (slot < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
                        s->path, s->layers[i].name);
-    return block_io(s, i, b, pending ? s->pend_slot[i] : s->cur[i], buf, 0, err);
+    return block_io(s, i, b, pending ? s->pend_slot[i] : slot, buf, 0, err);
 }
 
 int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {

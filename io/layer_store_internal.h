@@ -30,6 +30,9 @@ struct LayerStore {
     size_t block[MODEL_MAX_LAYERS];              // floats per row block (0: whole)
     int pend_slot[MODEL_MAX_LAYERS], pend_next[MODEL_MAX_LAYERS];  // a version being written
     long pend_ver[MODEL_MAX_LAYERS];             // block by block (-1: none)
+    int rewritten[MODEL_MAX_LAYERS];             // a layer kept once whose one copy is, or was,
+                                                 // rewritten in order from a whole version: its
+                                                 // blocks not yet written hold that version
     DioFile f;
     unsigned char *rec;  // DIO_ALIGN scratch for one stamp
     unsigned char *aux_buf;

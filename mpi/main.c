@@ -103,7 +103,9 @@ static int run(RunArgs *args) {
     FgError err = {0};
     if (args->command == COMMAND_GENERATE || args->command == COMMAND_EVAL) {
         Storage storage = checkpoint_hdf5(MPI_COMM_WORLD);
-        int rc = cli_read_checkpoint(args, &storage);
+        LayerStreams streams = {.open = stage_store_open, .open_spill = layer_spill_open,
+                                .lock = store_lock_take, .unlock = store_lock_release};
+        int rc = cli_read_checkpoint(args, &storage, &streams);
         checkpoint_hdf5_free(&storage);
         return rc;
     }

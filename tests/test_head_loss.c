@@ -3,7 +3,8 @@
 // block (bit for bit), several blocks, a padded vocabulary and a vocabulary that is not a
 // multiple of the block; then central differences and the dot-product test <1, J v> =
 // <Jᵀ 1, v>, as tests/test_layers.c checks every layer; and activity and low-rank tangents on
-// its logits.
+// its logits. head_loss_of_logits on the unfused logits (fgpipe eval in memory) gives the fused
+// loss and hits bit for bit, in every case.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,15 +66,18 @@ static void free_head(Head *h) {
 typedef struct {
     float loss, d[K], *dx, *dW;
     int correct;
+    float loss_blocks;  // unfused: head_loss_of_logits over the fused head's blocks
+    int correct_blocks;
 } Result;
 
-static Result unfused(const Head *h, float weight) {
+static Result unfused(const Head *h, int block, float weight) {
     LogitRows lr = {h->plain.classes, h->plain.vocab};
     Result r = {.dx = fg_alloc_floats(ROWS * C), .dW = fg_alloc_floats(h->n)};
     float *z = fg_alloc_floats((size_t)ROWS * lr.stride), *zd = fg_alloc_floats((size_t)K * ROWS * lr.stride);
     float *dz = fg_alloc_floats((size_t)ROWS * lr.stride);
     layer_ops(&h->plain)->forward(&h->plain, h->W, h->x, z, B);
     r.loss = loss_forward(z, h->labels, ROWS, lr, &r.correct);
+    r.loss_blocks = head_loss_of_logits(z, h->labels, ROWS, lr, block, &r.correct_blocks);
     layer_ops(&h->plain)->jvp(&h->plain, h->W, h->Wdot, h->x, h->xdot, z, zd, B, K);
     assert_true(loss_jvp(z, zd, h->labels, ROWS, lr, K, r.d) == r.loss);
     loss_backward(z, h->labels, ROWS, lr, dz);
@@ -105,7 +109,9 @@ static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-6)
 // padding too), else within `tol` (relative to the largest magnitude of the vector).
 static void compare(Case c, float tol) {
     Head h = make_head(c);
-    Result u = unfused(&h, 0.25f), f = fused(&h, 0.25f);
+    Result u = unfused(&h, c.block, 0.25f), f = fused(&h, 0.25f);
+    assert_true(u.loss_blocks == f.loss);  // any number of blocks: the same arithmetic
+    assert_int_equal(u.correct_blocks, f.correct);
     if (c.block >= c.classes) {  // one block: the same GEMMs and row formulas
         assert_true(f.loss == u.loss);
         assert_memory_equal(f.d, u.d, sizeof f.d);

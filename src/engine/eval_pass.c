@@ -38,9 +38,14 @@ void eval_pass_plan(Pipeline *p, double lent_bytes) {
     if (!p->src.io_stats || p->tr->replica) return;  // a stage that reads its layers says it
     double store, written;
     slot_plan_step_bytes(p->cfg, p->model, p->stage.first, p->stage.last, &store, &written);
-    fprintf(stderr, "fgpipe: stage %d evaluates up to %d windows a pass (%.2f MB each, in the %.1f MB "
-            "its stashes take in a step): its layers (%.0f bytes) are read once a pass, not once a "
-            "window\n", p->tr->stage, e->windows, e->window_bytes / 1e6, e->lent_bytes / 1e6, store);
+    char where[96];
+    if (e->windows > group)
+        snprintf(where, sizeof where, "%.2f MB each, in the %.1f MB its stashes take in a step",
+                 e->window_bytes / 1e6, e->lent_bytes / 1e6);
+    else
+        snprintf(where, sizeof where, "the step's lanes");
+    fprintf(stderr, "fgpipe: stage %d evaluates up to %d windows a pass (%s): its layers (%.0f bytes) "
+            "are read once a pass, not once a window\n", p->tr->stage, e->windows, where, store);
 }
 
 // One evaluation: its windows (micro-batches of the set) in passes of `windows`.

@@ -92,6 +92,26 @@ float head_loss_forward(const Layer *L, const float *W, const float *x, const La
     return loss;
 }
 
+float head_loss_of_logits(const float *z, const Label *labels, int rows, LogitRows C, int block,
+                          int *correct) {
+    RunningRow *run = fg_alloc_bytes((size_t)rows * sizeof(RunningRow));
+#pragma omp parallel for schedule(static) if ((long)rows * C.classes > 65536)
+    for (int r = 0; r < rows; r++)
+        for (int j0 = 0; j0 < C.classes; j0 += block)
+            fg_head_running(&run[r], z + (size_t)r * C.stride + j0, j0, FG_MIN(block, C.classes - j0), labels[r]);
+    float rec[HEAD_RECORD];
+    double loss = 0.0;
+    int hits = 0;
+    for (int r = 0; r < rows; r++) {  // finish_rows' sum, one record at a time
+        int hit;
+        loss += fg_head_record(&run[r], labels[r], 1.0f, rec, &hit);
+        hits += hit;
+    }
+    fg_free(run);
+    if (correct) *correct = hits;
+    return (float)(loss / rows);
+}
+
 // y [rows, nb] += diag(coeff) u [rows, j0 .. j0 + nb) (coeff NULL: 1), u of key with a row of
 // `vocab` values per token: the activity tangent's block, element for element as the unfused
 // layer's whole rows.

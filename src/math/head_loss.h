@@ -30,6 +30,12 @@ enum { HEAD_RECORD = 4 };
 // over the rows; *correct (may be NULL) counts the rows whose largest logit is the label's.
 float head_loss_forward(const Layer *L, const float *W, const float *x, const Label *labels,
                         int B, float weight, float *rec, int *correct);
+// The same loss and hits from rows whose logits are whole, z [rows][C.stride] (an unfused
+// head: fgpipe eval in memory): each row's running softmax over blocks of `block` columns as
+// head_loss_forward forms it, so that a fused head's evaluation of the same logits agrees bit
+// for bit (with one block, loss_forward's arithmetic).
+float head_loss_of_logits(const float *z, const Label *labels, int rows, LogitRows C, int block,
+                          int *correct);
 // The tangents of the head's logits zdot_k besides xdot_k Wᵀ (every pointer may be NULL):
 typedef struct {
     const float *Wdot;           // full weight tangents [K, param_count]: + x Wdot_kᵀ

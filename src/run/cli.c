@@ -60,10 +60,14 @@ static const char USAGE_GENERATE[] =
 static const char USAGE_EVAL[] =
     "usage: fgpipe eval --checkpoint FILE (--tokens FILE | --text FILE) [--ctx T]\n"
     "                   [--batch B] [--summary-json F] [--logits F]\n"
+    "                   [--mem-budget BYTES --weights-dir DIR]\n"
     "  on one rank: the mean loss in nats per token over every non-overlapping window\n"
     "  of T + 1 tokens of a file (T: the model's ctx unless smaller), and next-token\n"
     "  accuracy; --text reads bytes as tokens (byte-level models: also bits per byte);\n"
-    "  --logits writes the first window's logits, float32 [T][vocab]\n";
+    "  --logits writes the first window's logits, float32 [T][vocab]. --mem-budget\n"
+    "  (suffix K, M, G): a model larger than BYTES streams its layers from a layer store\n"
+    "  made from the checkpoint in DIR (local flash), layer-major in passes of as many\n"
+    "  windows as BYTES holds: the same loss; T is the model's ctx, no --logits, --batch\n";
 static const char USAGE_TOKENIZE[] =
     "usage: fgpipe tokenize --in TEXT --out TOKENS.bin [--vocab DIR | --tokenizer JSON]\n"
     "                       [--decode]\n"
@@ -285,10 +289,29 @@ static int parse_generate(int argc, char **argv, RunArgs *a, FgError *err) {
     return FG_OK;
 }
 
+// The options of a streamed evaluation beside the in-memory one's: both or neither of
+// --mem-budget and --weights-dir, and none of what a streamed one has no use for.
+static int check_eval_budget(const EvalArgs *e, int batch_given, FgError *err) {
+    if ((e->mem_budget > 0) != (e->weights_dir != NULL))
+        return fg_fail(err, FG_ERR_INPUT, e->weights_dir ? "eval: --weights-dir needs --mem-budget "
+                       "BYTES (the memory its layers stream through)" : "eval: --mem-budget needs "
+                       "--weights-dir DIR (local flash for the layer store the checkpoint's layers "
+                       "stream from)");
+    if (e->mem_budget > 0 && e->logits_path)
+        return fg_fail(err, FG_ERR_INPUT, "eval: --logits with --mem-budget: a streamed evaluation "
+                       "scores each window in its fused head and never holds its logits whole");
+    if (e->mem_budget > 0 && batch_given)
+        return fg_fail(err, FG_ERR_INPUT, "eval: --batch with --mem-budget: the budget decides how "
+                       "many windows a pass takes");
+    return FG_OK;
+}
+
 static int parse_eval(int argc, char **argv, RunArgs *a, FgError *err) {
     EvalArgs *e = &a->eval;
     *e = (EvalArgs){.batch = 8};
     a->command = COMMAND_EVAL;
+    char budget[64];
+    int batch_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         double v = 0;
@@ -301,12 +324,14 @@ static int parse_eval(int argc, char **argv, RunArgs *a, FgError *err) {
         else if (strcmp(f, "--summary-json") == 0) e->summary_path = value;
         else if (strcmp(f, "--logits") == 0) e->logits_path = value;
         else if (strcmp(f, "--ctx") == 0 && !(rc = parse_number(f, value, 0, 1, 65536, &v, err))) e->ctx = (int)v;
-        else if (strcmp(f, "--batch") == 0 && !(rc = parse_number(f, value, 0, 1, 4096, &v, err))) e->batch = (int)v;
+        else if (strcmp(f, "--batch") == 0 && !(rc = parse_number(f, value, 0, 1, 4096, &v, err))) e->batch = (int)v, batch_given = 1;
+        else if (strcmp(f, "--weights-dir") == 0) e->weights_dir = value;
+        else if (strcmp(f, "--mem-budget") == 0 && !(rc = parse_bytes(value, budget, sizeof budget, err))) e->mem_budget = atof(budget);
         else if (!rc) return fg_fail(err, FG_ERR_INPUT, "eval: unknown argument '%s' (see fgpipe --help)", f);
         if (rc) return rc;
     }
     if (!e->checkpoint) return fg_fail(err, FG_ERR_INPUT, "eval needs --checkpoint FILE");
-    return FG_OK;
+    return check_eval_budget(e, batch_given, err);
 }
 
 static int parse_plan(int argc, char **argv, RunArgs *a, FgError *err) {
@@ -356,7 +381,9 @@ static void plan_stopped(int sig) {
 }
 
 // fgpipe eval and generate read a checkpoint and change nothing: a signal ends them at once in
-// the same way (their --summary-json or --logits is left as PATH.tmp; PATH is untouched).
+// the same way (their --summary-json or --logits is left as PATH.tmp; PATH is untouched; a
+// streamed eval's layer store in --weights-dir, a scratch copy of the checkpoint's weights, is
+// left as it was, a new one made by the next eval).
 static void read_stopped(int sig) {
     static const char msg[] = "fgpipe: error: stopped by a signal (SIGTERM or SIGINT)\n";
     ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -377,11 +404,11 @@ int cli_plan(const RunArgs *a, const Backend *be) {
     return plan_print(&a->cfg, be, &a->plan, stdout, &err) ? cli_fail(&err) : 0;
 }
 
-int cli_read_checkpoint(const RunArgs *a, Storage *io) {
+int cli_read_checkpoint(const RunArgs *a, Storage *io, const LayerStreams *streams) {
     FgError err = {0};
     end_at_signals(read_stopped);
     if (stop_requested) read_stopped(SIGTERM);  // a signal before now (MPI's start-up) was caught
-    int rc = a->command == COMMAND_EVAL ? eval_checkpoint(&a->eval, io, stdout, &err)
+    int rc = a->command == COMMAND_EVAL ? eval_checkpoint(&a->eval, io, streams, stdout, &err)
                                         : generate_text(&a->gen, io, stdout, &err);
     return rc ? cli_fail(&err) : 0;
 }

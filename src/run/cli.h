@@ -44,8 +44,8 @@ int cli_check_paths(const RunArgs *a, const char *config_path, FgError *err);
 int cli_train(RunArgs *a, const TrainEnv *env);
 
 // `fgpipe generate` and `fgpipe eval`: a checkpoint read through io on one rank, the output on
-// stdout. Returns the process exit code.
-int cli_read_checkpoint(const RunArgs *a, Storage *io);
+// stdout (streams: the layer stores of eval --mem-budget). Returns the process exit code.
+int cli_read_checkpoint(const RunArgs *a, Storage *io, const LayerStreams *streams);
 
 // `fgpipe plan`: every schedule's timetable for the config (plan.h), onto stdout, with the
 // backend main made. Returns the process exit code.

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "checkpoint_model.h"
+#include "head_loss.h"
 #include "layer.h"
 #include "out_file.h"
 #include "text_data.h"
@@ -38,7 +39,9 @@ static int write_logits(const char *path, const float *logits, const Model *m, i
 }
 
 // Windows of T tokens run through the model at its own ctx: the positions after T are padding
-// that causal attention keeps from the first T predictions.
+// that causal attention keeps from the first T predictions. A window's loss is the fused head's
+// on its logits (blocks of head_block columns, head_loss_of_logits), summed window by window:
+// a streamed evaluation's (eval_streamed.c) numbers, bit for bit.
 static int score_windows(const EvalArgs *a, CheckpointModel *cm, const TextCorpus *tc, int T,
                          EvalTotals *tot, FgError *err) {
     const Model *m = &cm->model;
@@ -56,8 +59,8 @@ static int score_windows(const EvalArgs *a, CheckpointModel *cm, const TextCorpu
         for (int r = 0; r < rows; r++) {
             int correct = 0;
             const float *z = logits + (size_t)r * ctx * m->logit_stride;
-            tot->loss_sum += (double)loss_forward(z, labels + (size_t)r * T, T, model_logit_rows(m),
-                                                  &correct) * T;
+            tot->loss_sum += (double)head_loss_of_logits(z, labels + (size_t)r * T, T, model_logit_rows(m),
+                                                         cm->cfg.net.head_block, &correct) * T;
             tot->correct += correct;
         }
         if (w0 == 0 && a->logits_path) rc = write_logits(a->logits_path, logits, m, T, err);
@@ -70,19 +73,19 @@ static int score_windows(const EvalArgs *a, CheckpointModel *cm, const TextCorpu
     return rc;
 }
 
-static int write_summary(const EvalArgs *a, const EvalTotals *t, int T, FgError *err) {
+// The loss and accuracy at full precision (%.17g: a double read back is the same double).
+static int write_summary(const EvalArgs *a, const EvalResult *e, FgError *err) {
     OutFile o;
     FILE *f = out_file_open(&o, "eval --summary-json", a->summary_path, err);
     if (!f) return FG_ERR_INPUT;
-    double loss = t->loss_sum / (double)t->tokens;
-    fprintf(f, "{\"loss\": %.8f, \"accuracy\": %.6f, \"windows\": %ld, \"tokens\": %ld, \"ctx\": %d",
-            loss, (double)t->correct / (double)t->tokens, t->windows, t->tokens, T);
-    if (a->text_path) fprintf(f, ", \"bits_per_byte\": %.8f", loss / M_LN2);
+    fprintf(f, "{\"loss\": %.17g, \"accuracy\": %.17g, \"windows\": %ld, \"tokens\": %ld, \"ctx\": %d",
+            e->loss, e->accuracy, e->windows, e->tokens, e->ctx);
+    if (a->text_path) fprintf(f, ", \"bits_per_byte\": %.17g", e->loss / M_LN2);
     fputs("}\n", f);
     return out_file_commit(&o, err);
 }
 
-int eval_checkpoint(const EvalArgs *a, Storage *io, FILE *out, FgError *err) {
+static int eval_in_memory(const EvalArgs *a, Storage *io, EvalResult *res, FgError *err) {
     CheckpointModel cm;
     TextCorpus tc = {0};
     EvalTotals tot = {0};
@@ -90,15 +93,24 @@ int eval_checkpoint(const EvalArgs *a, Storage *io, FILE *out, FgError *err) {
     if (!rc) T = a->ctx ? a->ctx : cm.model.tokens;
     if (!rc) rc = open_file(a, &cm.model, T, &tc, err);
     if (!rc) rc = score_windows(a, &cm, &tc, T, &tot, err);
-    if (!rc) {
-        double loss = tot.loss_sum / (double)tot.tokens;
-        fprintf(out, "eval: %s on %s: %ld windows of %d tokens: loss %.4f nats/token", a->checkpoint,
-                a->tokens_path ? a->tokens_path : a->text_path, tot.windows, T, loss);
-        if (a->text_path) fprintf(out, " (%.4f bits/byte)", loss / M_LN2);
-        fprintf(out, ", next-token accuracy %.4f\n", (double)tot.correct / (double)tot.tokens);
-    }
-    if (!rc && a->summary_path) rc = write_summary(a, &tot, T, err);
+    *res = (EvalResult){.loss = tot.loss_sum / (double)tot.tokens,
+                        .accuracy = (double)tot.correct / (double)tot.tokens,
+                        .windows = tot.windows, .tokens = tot.tokens, .ctx = T};
     text_corpus_free(&tc);
     checkpoint_model_free(&cm);
+    return rc;
+}
+
+int eval_checkpoint(const EvalArgs *a, Storage *io, const LayerStreams *streams, FILE *out,
+                    FgError *err) {
+    EvalResult e = {0};
+    int rc = a->mem_budget > 0 ? eval_streamed(a, io, streams, &e, err) : eval_in_memory(a, io, &e, err);
+    if (!rc) {
+        fprintf(out, "eval: %s on %s: %ld windows of %d tokens: loss %.4f nats/token", a->checkpoint,
+                a->tokens_path ? a->tokens_path : a->text_path, e.windows, e.ctx, e.loss);
+        if (a->text_path) fprintf(out, " (%.4f bits/byte)", e.loss / M_LN2);
+        fprintf(out, ", next-token accuracy %.4f\n", e.accuracy);
+    }
+    if (!rc && a->summary_path) rc = write_summary(a, &e, err);
     return rc;
 }
