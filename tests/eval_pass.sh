@@ -89,17 +89,14 @@ budget=$(grep -oE "(at least [0-9]* bytes\)|[0-9]* bytes with two slots)" "$dir/
 # problems: not exit 0 within LIMIT seconds, or a checkpoint that is not run MEM's (the same
 # steps in memory, on 12 000 validation tokens: the training set is the same).
 stop_during_eval() {
-  local name=$1 mem=$2 signal=$3 limit=$4 pid rc t0 elapsed why=""; shift 4
+  local name=$1 mem=$2 signal=$3 limit=$4 pid why=""; shift 4
   mkdir -p "$dir/$name.w"
   "$@" >"$dir/$name.log" 2>&1 &
   pid=$!
   for _ in $(seq 1200); do [ -s "$dir/$name/checkpoint.h5" ] && break; sleep 0.05; done
   sleep 0.5
-  kill "-$signal" "$pid"; t0=$(date +%s.%N)
-  wait "$pid"; rc=$?
-  elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
-  [ "$rc" -eq 0 ] || why="exit $rc: $(grep -m1 error "$dir/$name.log")"
-  [ "$(echo "$elapsed < $limit" | bc)" = 1 ] || why="$why; it took $elapsed s to end"
+  signal_stop "$pid" "$signal" 0 "$limit" "$dir/$name.log"
+  why=$stop_problem
   h5diff -q "$dir/$name/checkpoint.h5" "$dir/$mem/checkpoint.h5" /params /params >/dev/null 2>&1 ||
     why="$why; the checkpoint's /params differ from the run in memory's (or it is unreadable)"
   echo "$why"
@@ -126,12 +123,8 @@ verdict "2 stages, SIGUSR1 during the evaluation: exit 0 ($elapsed), the checkpo
   >"$dir/eval.log" 2>&1 &
 pid=$!
 sleep 1
-kill -TERM "$pid"; t0=$(date +%s.%N)
-wait "$pid"; rc=$?
-elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
-why=""
-[ "$rc" -eq 143 ] || why="exit $rc (not 128 + 15): $(tail -n 1 "$dir/eval.log")"
-[ "$(echo "$elapsed < 1" | bc)" = 1 ] || why="$why; it took $elapsed s to end"
+signal_stop "$pid" TERM 143 1 "$dir/eval.log"
+why=$stop_problem
 grep -q "stopped by a signal" "$dir/eval.log" || why="$why; no line saying so"
 verdict "SIGTERM ends fgpipe eval at once (exit 143)" "$why"
 finish

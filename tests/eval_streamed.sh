@@ -130,12 +130,8 @@ mkdir -p "$dir/term.w"
 pid=$!
 for _ in $(seq 200); do grep -q "evaluates up to" "$dir/term.log" && break; sleep 0.05; done
 sleep 0.5
-kill -TERM "$pid"; t0=$(date +%s.%N)
-wait "$pid"; rc=$?
-elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
-why=""
-[ "$rc" -eq 143 ] || why="exit $rc (not 128 + 15): $(tail -n 1 "$dir/term.log")"
-[ "$(echo "$elapsed < 1" | bc)" = 1 ] || why="$why; it took $elapsed s to end"
+signal_stop "$pid" TERM 143 1 "$dir/term.log"
+why=$stop_problem
 grep -q "evaluates up to" "$dir/term.log" || why="$why; it never began streaming"
-verdict "SIGTERM ends a streamed eval at once (exit 143 in ${elapsed}s)" "$why"
+verdict "SIGTERM ends a streamed eval at once (exit 143 in ${stop_seconds}s)" "$why"
 finish

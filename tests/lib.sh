@@ -126,6 +126,18 @@ kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after i
   pkill -KILL -f "fgpipe train .*--out $1( |$)"
 }
 
+signal_stop() {  # signal_stop PID SIGNAL RC LIMIT LOG: sends SIGNAL to PID (this shell's child)
+  # and waits; $stop_problem: an exit status other than RC, or LIMIT seconds or more to end (LOG's
+  # last line then), empty if neither; $stop_seconds: how long it took
+  local pid=$1 signal=$2 want=$3 limit=$4 log=$5 rc t0
+  kill "-$signal" "$pid"; t0=$(date +%s.%N)
+  wait "$pid"; rc=$?
+  stop_seconds=$(echo "$(date +%s.%N) - $t0" | bc)
+  stop_problem=""
+  [ "$rc" -eq "$want" ] || stop_problem="exit $rc (not $want): $(tail -n 1 "$log")"
+  [ "$(echo "$stop_seconds < $limit" | bc)" = 1 ] || stop_problem="$stop_problem; it took $stop_seconds s to end"
+}
+
 finish() {  # the count, and the script's exit status
   echo "# $SECONDS s"
   echo "$passed passed, $failed failed"
