@@ -26,6 +26,20 @@
 #include "stage.h"
 #include "transport.h"
 
+// Times the ops of stage `stage` of the layout `first` as cfg runs it with its layers resident,
+// alone (op_timing.h's pipeline_time_ops). The run hands it to pipeline_init, since the timing
+// steps a throwaway pipeline of its own.
+typedef int (*StageTimer)(const Backend *be, const Config *cfg, const Model *m, const int *first,
+                          int stage, int stages, int replica, int replicas,
+                          double cost[N_OP_COSTS], FgError *err);
+
+// Where the timetable's op costs come from: timed at start-up (each resident stage alone, in
+// turns over the ranks), or given ([kind * M + stage], taken as they are; time is NULL).
+typedef struct {
+    StageTimer time;
+    const double *given;
+} OpCostSource;
+
 typedef struct {
     double loss;        // mean loss of the step's micro-batches (valid on every stage)
     double seconds;     // wall time of the step on this stage
@@ -268,6 +282,9 @@ typedef struct Pipeline {
     LayerNeeds need;
     StageTimetable tt;
     int is_first, is_last;
+    const int *layout;        // the cut (pipeline_init's `first`): stage s has layers
+                              // [layout[s], layout[s + 1])
+    OpCostSource cost_source; // where the timetable's op costs come from (pipeline_init)
     int K;                    // tangents (0 in bp)
     size_t n;                 // parameters of this stage
     size_t largest;           // parameters of its largest layer (a row block of a table in blocks)

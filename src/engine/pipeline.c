@@ -106,27 +106,29 @@ static void add_op_times(Pipeline *p, long step) {
     }
 }
 
-// The mean seconds of this stage's ops of `kind` so far, or `none` where none ran.
-static double mean_op_seconds(const StageTimetable *tt, OpKind kind, double none) {
-    return tt->op_count[kind] ? tt->op_seconds[kind] / tt->op_count[kind] : none;
+void pipeline_costs_of_kinds(const Pipeline *p, const double seconds[OP_U + 1], double cost[N_OP_COSTS]) {
+    const int M = p->tr->stages, s = p->tr->stage;
+    const double *planned = p->tt.costs;
+    const double bi = planned[COST_BI * M + s], bw = planned[COST_BW * M + s];
+    cost[COST_F] = seconds[OP_F] >= 0 ? seconds[OP_F] : planned[COST_F * M + s];
+    cost[COST_BI] = seconds[OP_BI] >= 0 ? seconds[OP_BI] : bi;
+    cost[COST_BW] = seconds[OP_BW] >= 0 ? seconds[OP_BW] : bw;
+    // Bw redoing Bi (recompute): the time past Bi's is Bw's
+    if (seconds[OP_BW] >= 0 && p->stash.half[OP_BW] == HALF_BOTH)
+        cost[COST_BW] = FG_MAX(cost[COST_BW] - cost[COST_BI], 0.0);
+    cost[COST_U] = seconds[OP_U] >= 0 ? seconds[OP_U] : planned[COST_U * M + s];
+    cost[COST_ZERO] = 0.0;
+    if (seconds[OP_B] >= 0) {  // a whole B: shared between Bi and Bw as planned
+        const double ratio = bi + bw > 0 ? bi / (bi + bw) : 0.5;
+        cost[COST_BI] = seconds[OP_B] * ratio, cost[COST_BW] = seconds[OP_B] * (1 - ratio);
+    }
 }
 
 void pipeline_measured_costs(const Pipeline *p, double cost[N_OP_COSTS]) {
-    const int M = p->tr->stages, s = p->tr->stage;
-    const StageTimetable *tt = &p->tt;
-    const double *planned = tt->costs;
-    cost[COST_F] = mean_op_seconds(tt, OP_F, planned[COST_F * M + s]);
-    cost[COST_BI] = mean_op_seconds(tt, OP_BI, planned[COST_BI * M + s]);
-    cost[COST_BW] = mean_op_seconds(tt, OP_BW, planned[COST_BW * M + s]);
-    const double bi = planned[COST_BI * M + s], bw = planned[COST_BW * M + s];
-    // Bw redoing Bi (recompute): the share of its time that is Bw's
-    if (tt->op_count[OP_BW] && p->stash.half[OP_BW] == HALF_BOTH) cost[COST_BW] *= bw / (bi + bw);
-    cost[COST_U] = mean_op_seconds(tt, OP_U, planned[COST_U * M + s]);
-    cost[COST_ZERO] = 0.0;
-    if (tt->op_count[OP_B]) {  // a whole B: shared between Bi and Bw as planned
-        const double ratio = mean_op_seconds(tt, OP_B, 0.0) / (cost[COST_BI] + cost[COST_BW]);
-        cost[COST_BI] *= ratio, cost[COST_BW] *= ratio;
-    }
+    double seconds[OP_U + 1];
+    for (int k = 0; k <= OP_U; k++)
+        seconds[k] = p->tt.op_count[k] ? p->tt.op_seconds[k] / p->tt.op_count[k] : -1.0;
+    pipeline_costs_of_kinds(p, seconds, cost);
 }
 
 int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_t sample0,

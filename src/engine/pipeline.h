@@ -18,11 +18,11 @@
 // Builds the stage for transport t's stage. A stage that does not fit cfg->mem_budget keeps
 // its layers in stores under cfg->weights_dir through `streams` (NULL: refused); resuming from
 // those stores (streams->resume) sets p->first_step. If any stage streams, every stage runs
-// layer-major (so neighbours agree on the order of messages). Measures op costs in a warm-up
-// and builds the timetable (identical on every stage).
+// layer-major (so neighbours agree on the order of messages). Plans the timetable (identical on
+// every stage) with the op costs `costs` gives (a streamed stage's: nominal).
 int pipeline_init(Pipeline *p, const Backend *be, const Config *cfg, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
-                  const LayerStreams *streams, int want_stats, FgError *err);
+                  const LayerStreams *streams, int want_stats, OpCostSource costs, FgError *err);
 
 // What stage `stage` of the layout `first` needs before pipeline_init makes it (the token
 // table's row blocks are chosen by it, table_rows.h): in memory, and streamed besides its slots.
@@ -33,10 +33,6 @@ int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, con
 // tangents, perturbation, low-rank tangents and local losses.
 int pipeline_stage_init(Stage *st, const Backend *be, const Config *cfg, const Model *m, int first,
                         int last, FgError *err);
-// The costs of stage st's ops (op_cost.h) as a run of cfg with `replicas` pipelines times them
-// at start-up when st is its stage `stage` (resident: a streamed stage's are nominal).
-int pipeline_stage_costs(Stage *st, const Config *cfg, int stage, int replicas,
-                         double cost[N_OP_COSTS], FgError *err);
 // This stage's ops as they ran, in op_cost's kinds: the mean seconds of each kind over the
 // run's steps after its first 3 (B split into Bi and Bw in the planned ratio; a kind that never
 // ran: as planned; clearing the gradient is inside the measured B or Bw: 0).

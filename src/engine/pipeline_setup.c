@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_cost.h"
 #include "engine_ops.h"
 #include "eval_pass.h"
 #include "pipeline.h"
@@ -121,9 +120,12 @@ static void alloc_buffers(Pipeline *p) {
     for (int b = 0; be->on_device && b < 4; b++) p->host_layer[b] = fg_alloc_floats(p->largest);
 }
 
-// The stage's op costs (op_cost.h), timed.
+// The stage's op costs (op_cost.h), timed as the run says (op_timing.h: through the engine's own
+// step).
 static int timed_costs(Pipeline *p, double cost[N_OP_COSTS], FgError *err) {
-    return pipeline_stage_costs(&p->stage, p->cfg, p->tr->stage, p->tr->replicas, cost, err);
+    const Transport *t = p->tr;
+    return p->cost_source.time(p->be, p->cfg, p->model, p->layout, t->stage, t->stages,
+                               t->replica, t->replicas, cost, err);
 }
 
 // Out of core, the I/O of each wave dominates and timing would read the whole store: the GEMM
@@ -155,18 +157,6 @@ typedef struct {
 static int measure_costs(void *arg, FgError *err) {
     const StageTiming *t = arg;
     return t->kind->costs(t->p, t->cost, err);
-}
-
-int pipeline_stage_costs(Stage *st, const Config *c, int stage, int replicas,
-                         double cost[N_OP_COSTS], FgError *err) {
-    const RunPlan run = run_plan(c, replicas);
-    OptimizerConfig oc = config_optimizer(c);
-    CostSetup setup = {.rows = c->training.micro_batch, .with_xdot = stage > 0 && run.sends_tangents,
-                       .with_ref = run.dots_reference,
-                       .n_mb = config_update_microbatches(c, replicas),
-                       .seed = c->training.seed, .optimizer = &oc,
-                       .lagged_weights = config_timetable_lag(c) > 0, .reruns = run.recompute};
-    return stage_measure_costs(st, &setup, cost, err);
 }
 
 // Every stage times its own ops (in turns), one sum gives everyone every stage's costs (the
@@ -302,11 +292,12 @@ int pipeline_stage_init(Stage *st, const Backend *be, const Config *c, const Mod
 
 int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *m,
                   const int *first, Transport *t, const Dataset *train,
-                  const LayerStreams *streams, int want_stats, FgError *err) {
+                  const LayerStreams *streams, int want_stats, OpCostSource costs, FgError *err) {
     memset(p, 0, sizeof *p);
     int s = t->stage, N = c->training.micro_batches, B = c->training.micro_batch, rc;
     p->be = be, p->cfg = c, p->model = m, p->tr = t, p->data = train, p->upd.want_stats = want_stats;
-    p->is_first = s == 0, p->is_last = s == t->stages - 1;
+    p->is_first = s == 0, p->is_last = s == t->stages - 1, p->layout = first;
+    p->cost_source = costs;
     p->run = run_plan(c, t->replicas);
     p->K = p->run.tangents;
     p->upd.c_scale = 1.0f;
@@ -338,8 +329,9 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
                        "core runs with replicas = 1 only", s);
     const int calibrates = !pipeline_calibration_off(p);
     const SourceKind *kind = &source_kinds[streams_here];
-    if ((rc = measure_all_costs(p, p->tt.costs, kind, err)) || (rc = kind->open(p, streams, err)))
-        return rc;
+    if (costs.given) memcpy(p->tt.costs, costs.given, sizeof(double) * N_OP_COSTS * (size_t)t->stages);
+    else if ((rc = measure_all_costs(p, p->tt.costs, kind, err))) return rc;
+    if ((rc = kind->open(p, streams, err))) return rc;
     count_source(p);
     update_plan(p);
     stash_policy_init(p);

@@ -291,6 +291,7 @@ void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int ro
     for (int r = 0; r < rows; r++) {
         size_t src = order[first + (size_t)r];
         if (x) memcpy(x + (size_t)r * f, ds->x + src * f, f * sizeof(float));
-        if (labels) labels[r] = ds->labels[src];
+        if (labels) memcpy(labels + (size_t)r * ds->tokens, ds->labels + src * ds->tokens,
+                           (size_t)ds->tokens * sizeof(Label));
     }
 }

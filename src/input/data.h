@@ -46,7 +46,7 @@ void dataset_free(Dataset *ds);
 // A seeded permutation of 0..count-1 for one epoch: a pure function of (seed, epoch).
 void dataset_shuffle(size_t *order, size_t count, uint32_t seed, uint32_t epoch);
 
-// Copies rows order[first .. first+rows) into x [rows, features] and labels [rows]; either
+// Copies rows order[first .. first+rows) into x [rows, features] and labels [rows, tokens]; either
 // may be NULL (a pipeline's last stage needs only the labels).
 void dataset_gather(const Dataset *ds, const size_t *order, size_t first, int rows, float *x,
                     Label *labels);

@@ -15,6 +15,7 @@
 
 #include "eval.h"
 #include "mem_account.h"
+#include "op_timing.h"
 #include "slot_plan.h"
 #include "table_rows.h"
 #include "text_data.h"
@@ -109,7 +110,8 @@ static int run_stage(const EvalArgs *a, Storage *io, const LayerStreams *streams
     Pipeline *p = calloc(1, sizeof *p);
     int rc = table_rows_choose(be, c, m, layout, &t, runtime, spill, err), stopped = 0;
     if (!rc) rc = choose_windows(be, c, m, layout, runtime, spill, ds->count, err);
-    if (!rc) rc = pipeline_init(p, be, c, m, layout, &t, ds, streams, 0, err);
+    if (!rc) rc = pipeline_init(p, be, c, m, layout, &t, ds, streams, 0,
+                                  (OpCostSource){.time = pipeline_time_ops}, err);
     if (!rc) rc = state_load_weights(p, io, a->checkpoint, layout, err);
     if (!rc) rc = pipeline_evaluate(p, ds, NULL, &res->loss, &res->accuracy, &stopped, err);
     FgError close_err = {0};

@@ -8,6 +8,7 @@
 
 #include "exec_plan.h"
 #include "plan_node.h"
+#include "op_timing.h"
 #include "pipeline.h"
 #include "progress.h"
 #include "run_plan.h"
@@ -37,7 +38,8 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
         Stage st;
         if ((rc = pipeline_stage_init(&st, be, c, m, cs->layout[s], cs->layout[s + 1], err))) break;
         double cost[N_OP_COSTS];
-        if (timed && !(rc = pipeline_stage_costs(&st, c, s, c->layout.replicas, cost, err)))
+        if (timed && !(rc = pipeline_time_ops(be, c, m, cs->layout, s, M, 0, c->layout.replicas,
+                                              cost, err)))
             for (int k = 0; k < N_OP_COSTS; k++) cs->costs[k * M + s] = cost[k];
         cs->act[s] = activation_sizes(c, &st, s == 0, s == M - 1);
         memset(cs->resident[s], 0, sizeof cs->resident[s]);

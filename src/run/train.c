@@ -12,6 +12,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "op_timing.h"
 #include "progress.h"
 #include "train_internal.h"
 
@@ -240,7 +241,7 @@ static int open_run(Run *r, FgError *err) {
     if ((rc = load_model_and_data(r, err)) || (rc = check_inputs(r, err)) ||
         (rc = layout_table_rows(r->cfg, e, &r->model, r->res->layout, err)) ||
         (rc = pipeline_init(&r->p, e->be, r->cfg, &r->model, r->res->layout, e->tr, &r->train,
-                            e->streams, want_stats, err)))
+                            e->streams, want_stats, (OpCostSource){.time = pipeline_time_ops}, err)))
         return rc;
     plan_figures(r);
     const char *warning = config_warning(r->cfg);

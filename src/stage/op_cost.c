@@ -1,4 +1,4 @@
-// Timing a stage's ops.
+// Timing each layer's ops on its own, for the cut into stages.
 #include "op_cost.h"
 
 #include <math.h>
@@ -67,7 +67,8 @@ static double time_loss(Stage *st, const float *y, const float *ydot, const Labe
     return wall_seconds() - t0;
 }
 
-int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err) {
+static int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS],
+                               FgError *err) {
     const Backend *be = st->be;
     const Model *m = st->model;
     int K = st->tangents, rows = setup->rows, n_mb = setup->n_mb, rc = FG_OK;

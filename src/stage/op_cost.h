@@ -1,5 +1,5 @@
-// What a stage's ops cost on this machine, timed: the timetable is planned with these, and the
-// model is cut into stages of equal work with them.
+// What ops cost on this machine: the kinds of op the timetable is planned with, and the
+// per-layer timing the model is cut into stages of equal work with.
 #ifndef FGPIPE_OP_COST_H
 #define FGPIPE_OP_COST_H
 
@@ -35,13 +35,13 @@ typedef struct {
                            // compares layers, and other jobs' load only ever adds time
 } CostSetup;
 
-// Seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
-// of every micro-batch, or with activity perturbation forming each layer's estimate from their
-// saved inputs, then the optimizer's step) and of clearing the gradient, the median of five.
-// Values do not change the cost, so the buffers are zeros.
-int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_OP_COSTS], FgError *err);
-
-// The same for every layer of the model on its own: cost[l * N_OP_COSTS + i]. Only layer 0
+// The costs of every layer of the model on its own, for the cut into stages of equal work
+// (before any stage exists; a stage's own ops are timed through the engine's step, op_timing.h):
+// seconds of one op F, Bi and Bw on a micro-batch, of U (regenerating and adding the tangents
+// of every micro-batch, or with activity perturbation forming the estimate from their saved
+// inputs, then the optimizer's step) and of clearing the gradient, the median of five (the
+// fastest with setup->best), into cost[l * N_OP_COSTS + i]. Values do not change the cost, so
+// the buffers are zeros. Only layer 0
 // runs without an input tangent, as it does in any pipeline (setup->with_xdot is ignored), or
 // every layer with local losses.
 // K tangents as in stage_init.

@@ -43,4 +43,9 @@ struct Transport {
 // The one-stage pipeline of one replica: nothing to send, sums are the local values.
 Transport transport_local(void);
 
+// Stage `stage` of `stages` (replica `replica` of `replicas`) timed alone, in host memory: sends
+// go nowhere, receives and sums are made-up values, never zero (op U's estimate runs). For the
+// start-up's timing of the engine's own ops (op_timing.c), not for training.
+Transport transport_timing(int stage, int stages, int replica, int replicas);
+
 #endif
