@@ -9,8 +9,8 @@
 #include "pipeline_internal.h"
 #include "transport_staged.h"
 
-// Steps timed after the warm-up (which takes the allocations and cold caches) and the lag (the
-// steps before the first lagged B op runs).
+// Steps run after the lag (the steps before the first lagged B op runs): each kind's first op
+// is its warm-up (allocations, cold caches) and is not counted.
 enum { TIMED_STEPS = 2 };
 
 // The run as its stage is timed: resident (the streamed source's costs are nominal), no
@@ -45,21 +45,26 @@ static void collect(const Pipeline *p, long step, double *by_kind[OP_U + 1], int
     }
 }
 
+// The median of a kind's ops but its first (the warm-up), or the first where it ran once.
+static double typical(double *seconds, int n) {
+    return n > 1 ? fg_median(seconds + 1, (size_t)n - 1) : n ? seconds[0] : -1.0;
+}
+
 // Steps the timing pipeline and turns the median of each kind's ops into costs.
 static int time_steps(Pipeline *t, double cost[N_OP_COSTS], FgError *err) {
-    const long lag = config_timetable_lag(t->cfg), steps = lag + 1 + TIMED_STEPS;
+    const long steps = config_timetable_lag(t->cfg) + TIMED_STEPS;
     const int per_step = FG_MAX(t->tt.sched.n_ops, 1);
     size_t *order = fg_alloc_bytes(sizeof(size_t) * (size_t)t->cfg->training.micro_batches *
                                    (size_t)t->cfg->training.micro_batch);  // sample 0 each time
     double *by_kind[OP_U + 1], seconds[OP_U + 1];
     int n[OP_U + 1] = {0}, rc = FG_OK;
-    for (int k = 0; k <= OP_U; k++) by_kind[k] = fg_alloc_bytes(sizeof(double) * (size_t)per_step * TIMED_STEPS);
+    for (int k = 0; k <= OP_U; k++) by_kind[k] = fg_alloc_bytes(sizeof(double) * (size_t)per_step * (size_t)steps);
     for (long step = 0; step < steps && !rc; step++) {
         StepResult res;
         rc = pipeline_step(t, step, t->cfg->training.steps, order, 0, &res, err);
-        if (!rc && step > lag) collect(t, step, by_kind, n);
+        if (!rc) collect(t, step, by_kind, n);
     }
-    for (int k = 0; k <= OP_U; k++) seconds[k] = n[k] ? fg_median(by_kind[k], (size_t)n[k]) : -1.0;
+    for (int k = 0; k <= OP_U; k++) seconds[k] = typical(by_kind[k], n[k]);
     if (!rc) pipeline_costs_of_kinds(t, seconds, cost);
     // What never ran costs nothing (not the even nominal costs it was planned with).
     const int ran_b = n[OP_B] > 0;
