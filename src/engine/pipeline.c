@@ -113,9 +113,10 @@ void pipeline_costs_of_kinds(const Pipeline *p, const double seconds[OP_U + 1], 
     cost[COST_F] = seconds[OP_F] >= 0 ? seconds[OP_F] : planned[COST_F * M + s];
     cost[COST_BI] = seconds[OP_BI] >= 0 ? seconds[OP_BI] : bi;
     cost[COST_BW] = seconds[OP_BW] >= 0 ? seconds[OP_BW] : bw;
-    // Bw redoing Bi (recompute): the time past Bi's is Bw's
+    // Bw redoing Bi (recompute): the time past Bi's is Bw's; where noise leaves less, a third
+    // (Bw's share where the rerun F, Bi and Bw cost alike)
     if (seconds[OP_BW] >= 0 && p->stash.half[OP_BW] == HALF_BOTH)
-        cost[COST_BW] = FG_MAX(cost[COST_BW] - cost[COST_BI], 0.0);
+        cost[COST_BW] = FG_MAX(cost[COST_BW] - cost[COST_BI], cost[COST_BW] / 3);
     cost[COST_U] = seconds[OP_U] >= 0 ? seconds[OP_U] : planned[COST_U * M + s];
     cost[COST_ZERO] = 0.0;
     if (seconds[OP_B] >= 0) {  // a whole B: shared between Bi and Bw as planned

@@ -13,7 +13,7 @@ int pipeline_time_forward(Pipeline *p, int steps, double *f_seconds, FgError *er
 
 // Op costs (op_cost.h's kinds) from the seconds of this stage's ops by OpKind (< 0: none ran,
 // planned costs stand in): a whole B split into Bi and Bw in the planned ratio, a Bw that redoes
-// Bi (recompute) less Bi's time.
+// Bi (recompute) less Bi's time (at least a third of it).
 void pipeline_costs_of_kinds(const Pipeline *p, const double seconds[OP_U + 1], double cost[N_OP_COSTS]);
 
 // ref_active from the reference's values (after a load): one sum over the stages.
