@@ -59,5 +59,5 @@ except ImportError:
 sys.exit(1 if ratio > 1.02 else 0)
 PY
 rc=$?
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] || { echo "a run failed: exit $rc1 and $rc2 (logs: $dir)"; tail -5 "$dir"/*.log; exit 1; }
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] || { echo "a run failed: exit $rc1 and $rc2; the logs end:"; tail -5 "$dir"/*.log; exit 1; }
 exit $rc
