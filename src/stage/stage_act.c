@@ -8,8 +8,8 @@
 #include "stage.h"
 
 void stage_set_act_type(Stage *st, FgDtype type) {
-    st->act_type = type;
-    st->act_convert = cpu_bf16_missing() ? bf16_convert_scalar : bf16_convert_avx512;
+    st->act_type = type;  // BF16 runs only where the CPU has it (config validation): the vector loop
+    st->act_convert = type == FG_BF16 && !cpu_bf16_missing() ? bf16_convert_avx512 : bf16_convert_scalar;
 }
 
 FgDtype stage_act_type(const Stage *st, int l) {
