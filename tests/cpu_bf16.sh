@@ -9,7 +9,8 @@
 #   are the same calls whatever the cut);
 # - fg+bp (activity perturbation: the JVP's products too) in bf16 stays within 2% of fp32's;
 # - the stash holds BF16 activations: summary.json's stash bytes of bf16 are half of fp32's (but
-#   for the FP32 token ids the embedding reads and the head's FP32 records);
+#   for the FP32 token ids the embedding reads and the head's FP32 records), and fgpipe plan
+#   counts half the stash and half the bytes of op F's messages;
 # - checkpoints hold FP32 masters: bf16 stopped on 2 stages (SIGUSR1) and resumed on 1 and on 2
 #   ends with the uninterrupted run's parameters and losses, byte for byte, and an fp32 run
 #   resumes from the bf16 checkpoint.
@@ -55,6 +56,25 @@ half, full = (json.load(open(f))["memory_bytes"]["stash"][0] for f in sys.argv[1
 if not (full > 0 and 0.5 <= half / full <= 0.53): print(f"stash bytes {half} (bf16) against {full} (fp32)")
 PY
 )"
+
+# fgpipe plan counts the same: bp on a fixed cut of 2 stages, fp32 against bf16.
+for p in fp32 bf16; do
+  "$fgpipe" plan --config "$config" "${base[@]}" --set stages=2 --set boundaries=5 --set mode=bp \
+    --set precision=$p --json "$dir/plan-$p.json" >"$dir/plan-$p.out" 2>&1 ||
+    echo "fgpipe plan ($p) exited with $?: $(tail -n 1 "$dir/plan-$p.out")" >"$dir/plan-$p.problem"
+done
+why=$(problem plan-fp32)$(problem plan-bf16)
+[ -n "$why" ] || why=$(py_check "$dir/plan-bf16.json" "$dir/plan-fp32.json" <<'PY'
+import json, sys
+half, full = (json.load(open(f))["schedules"][0] for f in sys.argv[1:])
+for s in range(2):
+    a, b = half["memory_bytes"]["stash"][s], full["memory_bytes"]["stash"][s]
+    if not (b > 0 and 0.5 <= a / b <= 0.53): print(f"stage {s}: stash {a} (bf16) against {b} (fp32)")
+a, b = half["sent_bytes"], full["sent_bytes"]
+if not (b[0] > 0 and a[0] * 2 == b[0] and a[1] == b[1]): print(f"sent bytes {a} (bf16) against {b} (fp32)")
+PY
+)
+verdict "fgpipe plan: bf16's stash half of fp32's, stage 0's messages (activations) half, stage 1's (adjoints) equal" "$why"
 
 # Stopped by SIGUSR1 once the log has 20 steps (mpirun forwards it to every rank; the timeout
 # around it must not get it).
