@@ -22,7 +22,7 @@ size_t stage_act_floats(const Stage *st, int l, size_t n) {
 
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n) {
     if (stage_act_type(st, l) == FG_F32) st->be->copy(st->be, dst, x, n * sizeof(float));
-    else bf16_convert_rows(st->act_convert, x, 1, (int)n, (int)n, dst);
+    else st->act_convert(x, dst, n);  // serial (bf16_widen says why)
 }
 
 const float *stage_act_load(const Stage *st, int l, const void *src, float *scratch, size_t n) {
