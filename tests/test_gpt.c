@@ -123,11 +123,65 @@ static void test_gpt_padded_vocab(void **state) {
     for (int k = 0; k < 2; k++) fg_free(p[k]), fg_free(grad[k]);
 }
 
+// BF16 activations (stage_act.c): a stash keeps every layer's input but the model's (token ids)
+// in BF16, two to a float's bytes, and the last layer's output (logits) in FP32; each layer's
+// output is rounded once where it is made, so the forward with a stash gives the bits of the one
+// without, every kept value is a BF16 value, and the loss and gradient stay near FP32's.
+static void test_gpt_bf16_activations(void **state) {
+    (void)state;
+    enum { B = 2, T = 4, C = 8, V = 300 };
+    FgError err = {0};
+    Model m;
+    GptShape g = {.n_layer = 1, .n_embd = C, .n_head = 2, .ctx = T, .vocab = V, .pad_vocab = 1};
+    assert_int_equal(model_build_gpt(&m, g, &err), FG_OK);
+    Rng r = {DATA_SEED};
+    float x[B * T];
+    Label labels[B * T];
+    for (int i = 0; i < B * T; i++) x[i] = (float)rng_int(&r, 0, V - 1), labels[i] = (Label)rng_int(&r, 0, V - 1);
+    float *p = fg_alloc_floats(m.n_params), *grad[2];
+    model_init_params(&m, p, SEED);
+    double loss[2], g2[2] = {0}, dot = 0;
+    for (int k = 0; k < 2; k++) {
+        Stage st;
+        assert_int_equal(stage_init(&st, &backend_cpu, &m, 0, m.n_layers, B, 0, &err), FG_OK);
+        if (k) stage_set_act_type(&st, FG_BF16);
+        size_t expect = (size_t)B * m.layers[0].in + (size_t)B * m.layers[m.n_layers - 1].out;
+        for (int l = 1; l < m.n_layers; l++) expect += ((size_t)B * m.layers[l].in + k) / (1 + k);
+        assert_int_equal(stage_stash_floats(&st, B), expect);
+        size_t logits = (size_t)B * T * m.logit_stride;
+        float *stash = fg_alloc_floats(stage_stash_floats(&st, B)), *dz = fg_alloc_floats(logits);
+        float *plain = fg_alloc_floats(logits);
+        const float *y;
+        stage_forward(&st, p, NULL, x, NULL, B, NULL, &y, NULL);
+        memcpy(plain, y, logits * sizeof(float));
+        stage_forward(&st, p, NULL, x, NULL, B, stash, &y, NULL);
+        assert_memory_equal(plain, y, logits * sizeof(float));
+        for (int l = 1; k && l < m.n_layers; l++) {
+            const uint16_t *h = (const uint16_t *)(stash + stage_stash_offset(&st, l, B));
+            const float *f = stage_act_load(&st, l, h, st.act[1], (size_t)B * m.layers[l].in);
+            for (size_t i = 0; i < (size_t)B * m.layers[l].in; i++) assert_true(bf16_round(f[i]) == h[i]);
+        }
+        loss[k] = loss_backward(y, labels, B * T, model_logit_rows(&m), dz);
+        grad[k] = fg_alloc_floats(m.n_params);
+        stage_backward(&st, p, stash, dz, NULL, grad[k], B);
+        fg_free(stash), fg_free(dz), fg_free(plain);
+        stage_free(&st);
+    }
+    for (size_t i = 0; i < m.n_params; i++)
+        g2[0] += (double)grad[0][i] * grad[0][i], g2[1] += (double)grad[1][i] * grad[1][i],
+        dot += (double)grad[0][i] * grad[1][i];
+    assert_true(loss[0] != loss[1]);  // the rounding happened
+    assert_true(fabs(loss[0] - loss[1]) <= 1e-2 * fabs(loss[0]));
+    assert_true(dot / sqrt(g2[0] * g2[1]) > 0.999);
+    fg_free(p), fg_free(grad[0]), fg_free(grad[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_model),
         cmocka_unit_test(test_gpt_activity_d),
         cmocka_unit_test(test_gpt_padded_vocab),
+        cmocka_unit_test(test_gpt_bf16_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

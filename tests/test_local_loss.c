@@ -136,8 +136,8 @@ static void draws(const Problem *p, int K, double *err2, double *var, double *va
     double sum[DIM] = {0}, s1 = 0, s2 = 0;
     for (uint32_t t = 0; t < T; t++) {
         ParamTangents tangents = {.key = tangent_key(SEED, t, 0, 0)};
-        stage_layer_forward(&st, 0, p->params, &tangents, NULL, p->x, NULL, z, zdot, ROWS);
-        stage_layer_forward(&st, 1, NULL, &tangents, NULL, z, zdot, h, hdot, ROWS);
+        stage_layer_forward(&st, 0, p->params, NULL, &tangents, NULL, p->x, NULL, z, zdot, ROWS);
+        stage_layer_forward(&st, 1, NULL, NULL, &tangents, NULL, z, zdot, h, hdot, ROWS);
         stage_local_output_grad(&st, 1, h, hdot, zdot, p->labels, ROWS, 1.0f / (ROWS * K), out_grad);
         memset(est, 0, sizeof est);
         stage_local_weight_grad(&st, 0, ROWS, p->x, out_grad, est);

@@ -485,12 +485,12 @@ static void test_forward_reference_dots(void **state) {
         const float *p = n.params + Ly->param_offset, *lref = ref + Ly->param_offset;
         double dots[K] = {0}, guided_dots[K] = {0};
         ParamTangents t = {.key = key_at(5), .ref = lref, .ref_dots = dots};
-        stage_layer_forward(&st, l, p, &t, NULL, n.x, NULL, y, ydot, ROWS);
+        stage_layer_forward(&st, l, p, NULL, &t, NULL, n.x, NULL, y, ydot, ROWS);
         for (int k = 0; k < K; k++)
             assert_true(fabs(dots[k] - by_layer[l * K + k]) <= 1e-12 * (1.0 + fabs(dots[k])));
         // Guided: tangent 0 is the reference itself, tangent 1 unchanged.
         ParamTangents g = {.key = key_at(5), .guide = lref, .ref = lref, .ref_dots = guided_dots};
-        stage_layer_forward(&st, l, p, &g, NULL, n.x, NULL, y, ydot_guided, ROWS);
+        stage_layer_forward(&st, l, p, NULL, &g, NULL, n.x, NULL, y, ydot_guided, ROWS);
         double norm2 = 0.0;
         for (size_t i = 0; i < Ly->param_count; i++) norm2 += (double)lref[i] * lref[i];
         assert_true(fabs(guided_dots[0] - norm2) <= 1e-9 * norm2);

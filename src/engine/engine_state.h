@@ -193,7 +193,7 @@ typedef struct {
     void (*take)(struct Pipeline *p, struct Lane *a, float *held);
     // The lane's output adjoint (dy: the message, NULL for Bw) and what Bi keeps of it.
     void (*output_adjoint)(struct Pipeline *p, struct Lane *a, const float *dy);
-    // Layer l's input in the lane's buffers.
+    // Layer l's input in the lane's buffers, in its element type (stage_act_type).
     float *(*layer_input)(const struct Pipeline *p, const struct Lane *a, int l);
     // Where Bi keeps layer l's output adjoint for Bw, and Bw reads it (NULL: none).
     float *(*bw_adjoint)(const struct Pipeline *p, const struct Lane *a, int l);

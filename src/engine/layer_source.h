@@ -32,6 +32,9 @@ enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_MAX_LAG = 2 };
 typedef struct {
     size_t first, count;
     float *params;
+    const uint16_t *params16;  // the BF16 copy of params that the GEMMs read (LayerNeeds.weights16,
+                               // layer_has_weights16; NULL: none), refreshed by the source
+                               // whenever a release says the weights were written
     float *state;          // optimizer state buffers, state_stride floats apart
     size_t state_stride;
     float *ref;            // fg+bp's reference, the last step's c: as is (cv), or c/|c| (guided)

@@ -24,7 +24,7 @@ static StashSizes layer_inputs_sizes(const Stage *st, int B, int is_last) {
 }
 
 static StashSizes stage_input_sizes(const Stage *st, int B, int is_last) {
-    const size_t input = (size_t)B * st->model->layers[st->first].in;
+    const size_t input = stage_act_floats(st, st->first, (size_t)B * st->model->layers[st->first].in);
     return (StashSizes){.stash = stage_stash_floats(st, B) - input, .input = input,
                         .adjoints = is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out};
 }
@@ -102,4 +102,7 @@ void mem_resident_bytes(const Config *c, const Model *m, int first, int last, do
         out[owner[i]] += f * (n - n_tied) * per_param[i];
         out[MEM_TIED] += f * n_tied * per_param[i];
     }
+    for (int l = first; need.weights16 && l < last; l++)  // the GEMMs' BF16 copy of their weights
+        if (layer_has_weights16(&m->layers[l]))
+            out[l == m->tied_last ? MEM_TIED : MEM_WEIGHTS] += 2.0 * (double)m->layers[l].param_count;
 }

@@ -4,7 +4,8 @@
 #include "engine_ops.h"
 
 size_t messages_forward_floats(const Pipeline *p, int layer, int rows) {
-    return (size_t)rows * p->model->layers[layer].in * (1 + (p->run.sends_tangents ? p->K : 0));
+    size_t n = (size_t)rows * p->model->layers[layer].in;
+    return stage_act_floats(&p->stage, layer, n) + (p->run.sends_tangents ? n * p->K : 0);
 }
 
 static int post_receive(Pipeline *p, long step, FgError *err) {

@@ -47,7 +47,12 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = messages_take(p, step, &msg, err))) {
-                a->x = msg, a->xdot = p->run.sends_tangents ? msg + in : NULL;
+                // Its activations in the type of the stage's input (the odd layers' buffer is
+                // free until the stage's second layer writes it), then its tangents.
+                const Stage *st = &p->stage;
+                float *scratch = p->work.act[1] + (size_t)n * p->work.act_stride;
+                a->x = stage_act_load(st, st->first, msg, scratch, in);
+                a->xdot = p->run.sends_tangents ? msg + stage_act_floats(st, st->first, in) : NULL;
             }
             if (p->saved.lane_labels && !rc) {  // local losses, or the fused head's
                 Label *labels = p->saved.lane_labels + (size_t)n * B * p->model->tokens;
@@ -133,11 +138,24 @@ static void head_end(Pipeline *p, Lane *a, const HeadScore *h, int tangents) {
     for (int i = 0; i < n_d; i++) d[i] = h->d[i];
 }
 
-// Where lane a (i: its place in the group) writes layer l's output: its stash, or the lanes'
-// buffer of the layer's parity cur.
+// Where lane a keeps layer l's output for its backward ops (NULL: nowhere), in the type of the
+// next layer's input (stage_act_type).
+static float *lane_kept(const Pipeline *p, const Lane *a, int l) {
+    return a->stash ? a->stash + stage_stash_offset(&p->stage, l + 1, a->rows) : NULL;
+}
+
+// Where lane a (i: its place in the group) writes layer l's output as floats: straight into its
+// stash where that keeps floats, else the lanes' buffer of the layer's parity cur.
 static float *lane_output(const Pipeline *p, const Lane *a, int l, int i, int cur) {
-    return a->stash ? a->stash + stage_stash_offset(&p->stage, l + 1, a->rows)
-                    : p->work.act[cur] + (size_t)i * p->work.act_stride;
+    float *kept = lane_kept(p, a, l);
+    return kept && stage_act_type(&p->stage, l + 1) == FG_F32 ? kept
+                                                              : p->work.act[cur] + (size_t)i * p->work.act_stride;
+}
+
+// Layer l's output y of lane a, made: kept in the stash's type where it is not already there.
+static void lane_keep_output(const Pipeline *p, const Lane *a, int l, const float *y) {
+    float *kept = lane_kept(p, a, l);
+    if (kept && kept != y) stage_act_store(&p->stage, l + 1, kept, y, (size_t)a->rows * p->model->layers[l].out);
 }
 
 // A token table in row blocks (Layer.block_rows; CPU, weight tangents): each block acquired once
@@ -166,6 +184,8 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
+        stage_round_output(st, l, y, a->rows);  // an embedding's (a head's records stay FP32)
+        lane_keep_output(p, a, l, y);
         if (st->plan[l].scores) {
             HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
@@ -186,9 +206,9 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
         // Every layer's input is held (layers write straight into the stash), or the first's.
         float *held = lanes[i].stash ? lanes[i].stash : lanes[i].input;
         if (!held) continue;
-        p->be->copy(p->be, held, lanes[i].x,
-                    (size_t)lanes[i].rows * p->model->layers[st->first].in * sizeof(float));
-        lanes[i].x = held;
+        stage_act_store(st, st->first, held, lanes[i].x,
+                        (size_t)lanes[i].rows * p->model->layers[st->first].in);
+        if (stage_act_type(st, st->first) == FG_F32) lanes[i].x = held;
     }
     for (int l = st->first; l < st->last && !rc && !(step < 0 && pipeline_eval_stopping(p)); l++) {
         const Layer *L = &p->model->layers[l];
@@ -210,9 +230,10 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             const float *xdot = a->xdot;
             const int scores = st->plan[l].scores;
             HeadScore head = scores ? head_begin(p, step, a) : (HeadScore){0};
-            stage_layer_forward(st, l, s.params, tangents, scores ? &head : NULL, a->x, a->xdot, y,
+            stage_layer_forward(st, l, s.params, s.params16, tangents, scores ? &head : NULL, a->x, a->xdot, y,
                                 ydot, a->rows);
             if (scores) head_end(p, a, &head, tangents != NULL);
+            lane_keep_output(p, a, l, y);
             a->x = y, a->xdot = scores ? NULL : ydot;
             if (tangents && stage_local_head(st, l)) end_local_loss(p, step, l, a, xdot, i);
         }
@@ -234,13 +255,22 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
             rc = p->loss->train(p, step, a, order, sample0, loss_sum, err);
             continue;
         }
-        be->copy(be, p->msg.outbox, a->x, rows_out * sizeof(float));
+        stage_act_store(&p->stage, last, p->msg.outbox, a->x, rows_out);  // in the next stage's input type
         if (p->run.sends_tangents)
-            be->copy(be, p->msg.outbox + rows_out, a->xdot, rows_out * p->K * sizeof(float));
+            be->copy(be, p->msg.outbox + stage_act_floats(&p->stage, last, rows_out), a->xdot,
+                     rows_out * p->K * sizeof(float));
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
                          p->msg.outbox, messages_forward_floats(p, last, B), err);
     }
     return rc;
+}
+
+// Layer l's input of backward lane a (i: its place in the group) as floats: where its stash
+// keeps BF16, widened into the lanes' first buffer (op F's, free during backward ops).
+static const float *lane_layer_input(const Pipeline *p, const Lane *a, int l, int i) {
+    return stage_act_load(&p->stage, l, p->stash.layer_input(p, a, l),
+                          p->work.act[0] + (size_t)i * p->work.act_stride,
+                          (size_t)a->rows * p->model->layers[l].in);
 }
 
 // One layer of the backward ops for every lane, each computing its half (StashPolicy.half): B
@@ -256,14 +286,16 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
     if (zero && trains) be->zero(be, s->grad, L->param_count * sizeof(float));
     for (int i = 0; i < n; i++) {
         Lane *a = &p->work.lanes[i];
-        const float *x = p->stash.layer_input(p, a, l);
+        const float *x = lane_layer_input(p, a, l, i);
         float *bw_dy = p->stash.bw_adjoint(p, a, l);
-        // An op with a lag differentiates at the weights its activations were computed with.
+        // An op with a lag differentiates at the weights its activations were computed with
+        // (rounded per call in BF16: only the current weights have a BF16 copy).
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
+        const Layer Lw = layer_with_weights16(L, a->lag ? NULL : s->params16);
         const BackwardHalf half = p->stash.half[a->kind];
         // Bw reads no weights, but a fused head recomputes its logits
         if (half == HALF_WEIGHT) {
-            if (bw_dy) be->backward(be, L, layer_grad_reads_params(L) ? params : NULL, x, bw_dy, NULL, s->grad, B);
+            if (bw_dy) be->backward(be, &Lw, layer_grad_reads_params(L) ? params : NULL, x, bw_dy, NULL, s->grad, B);
             continue;
         }
         const int sends = !p->is_first && a->kind != OP_BW;
@@ -272,7 +304,7 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         // A layer that does not train (frozen: freeze, a LoRA base) has no weight gradient: its
         // B ops pass dx only.
         float *grad = half == HALF_BOTH && trains ? s->grad : NULL;
-        be->backward(be, L, params, x, a->dy, dx, grad, B);
+        be->backward(be, &Lw, params, x, a->dy, dx, grad, B);
         a->dy = dx;
     }
 }
@@ -297,7 +329,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
         if (zero && trains) be->zero(be, s.grad, s.count * sizeof(float));
         for (int i = 0; i < n; i++) {
             Lane *a = &p->work.lanes[i];
-            const float *x = p->stash.layer_input(p, a, l);
+            const float *x = lane_layer_input(p, a, l, i);
             float *bw_dy = p->stash.bw_adjoint(p, a, l);  // never recomputed (config.c)
             const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
             if (a->kind == OP_BW) {

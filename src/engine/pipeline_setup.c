@@ -284,6 +284,7 @@ int pipeline_stage_init(Stage *st, const Backend *be, const Config *c, const Mod
     int rc = stage_init(st, be, m, first, last, c->training.micro_batch, K, err);
     if (rc) return rc;
     st->perturb = (Perturbation)c->method.perturb;
+    stage_set_act_type(st, run_plan(c, 1).activations);
     if (K) stage_set_tangent_rank(st, c->method.tangent_rank);
     if (K && (rc = stage_set_local_groups(st, c->method.local_groups, c->training.seed, err)))
         stage_free(st);

@@ -1,5 +1,7 @@
 #include "run_plan.h"
 
+#include "backend.h"
+
 // Micro-batches a stage keeps stashes for at once, before the timetable says: all in bp, the
 // selected ones of lag + 1 steps in fg+bp, and in auto about a chain per stage per step.
 static int stashes_in_flight(const Config *c) {
@@ -47,6 +49,7 @@ LayerNeeds layer_needs(const Config *c) {
         // must come first.
         .keep_grad = run.keeps_gradient,
         .prev = config_timetable_lag(c),
+        .weights16 = c->layout.precision == PRECISION_BF16 && c->layout.device == DEVICE_CPU,
     };
 }
 
@@ -67,6 +70,7 @@ RunPlan run_plan(const Config *c, int replicas) {
     const TimetableConfig *tt = &c->timetable;
     if (c->method.mode == MODE_FG_BP && tt->select >= 0 && tt->lag == 0) r.exact_in_step = tt->select;
     r.chooses_timetable = r.corrects && tt->select < 0 && !r.tangents;
+    r.activations = c->layout.precision == PRECISION_BF16 && c->layout.device == DEVICE_CPU ? FG_BF16 : FG_F32;
     if (!r.tangents) return r;
     const PerturbationOps *perturb = perturbation_of_kind((Perturbation)c->method.perturb);
     r.saves_inputs = perturb->saved_floats != NULL;

@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "estimator.h"
+#include "gemm.h"
 #include "perturbation.h"
 #include "schedule.h"
 
@@ -49,6 +50,8 @@ typedef struct {
     int stashes_in_flight;   // micro-batches a stage keeps stashes for at once, before the
                              // timetable says (memory estimates)
     int adjoints_in_flight;  // ... and input adjoints Bi keeps for Bw
+    FgDtype activations;     // between layers, in stashes and in F's messages (stage_act.c):
+                             // FG_BF16 with precision = bf16 on the CPU, else FG_F32
 } RunPlan;
 
 // What a stage's run needs of its layers, derived from the config (layer_needs).
@@ -58,6 +61,8 @@ typedef struct {
     int grad;              // B ops run (bp, fg+bp)
     int keep_grad;         // the update reads the gradient after the B wave that made it
     int prev;              // previous weight versions held: the largest lag of a B op
+    int weights16;         // the GEMMs read a BF16 copy of their layers' weights, made where
+                           // the weights are written (precision = bf16 on the CPU)
 } LayerNeeds;
 
 LayerNeeds layer_needs(const Config *c);

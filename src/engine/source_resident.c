@@ -1,7 +1,9 @@
 // The resident layer source: every buffer of the stage in the backend's memory at once, each
 // layer's slot a view into stage-sized buffers. Acquire and release cost nothing.
+#include <stdint.h>
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "layer_source.h"
 #include "mem_account.h"
 
@@ -10,7 +12,34 @@ typedef struct {
     const Model *model;
     size_t base, n;        // the stage's offset in the model's flat layout, its parameters
     float *params, *state, *ref, *grad, *prev[LAYER_MAX_LAG];
+    // LayerNeeds.weights16: the BF16 copy of the layers that have one (layer_has_weights16),
+    // layer l's at at16[l] (SIZE_MAX: none), made from params by refresh16 alone.
+    uint16_t *params16;
+    size_t *at16;
+    Bf16Convert convert;
 } Resident;
+
+// The one writer of the BF16 copy: layer l's floats [first, first + count) were written.
+static void refresh16(Resident *r, int l, size_t first, size_t count) {
+    if (!r->params16 || r->at16[l] == SIZE_MAX) return;
+    size_t off = r->model->layers[l].param_offset - r->base + first;
+    bf16_convert_rows(r->convert, r->params + off, 1, (int)count, (int)count, r->params16 + r->at16[l] + first);
+}
+
+// The copy's layout, sized for the stage's layers that read one, and its first values.
+static void make_copy16(Resident *r, int first, int last) {
+    const Model *m = r->model;
+    size_t n16 = 0;
+    r->at16 = malloc((size_t)m->n_layers * sizeof *r->at16);
+    for (int l = 0; l < m->n_layers; l++) {
+        int has = l >= first && l < last && layer_has_weights16(&m->layers[l]);
+        r->at16[l] = has ? n16 : SIZE_MAX;
+        if (has) n16 += m->layers[l].param_count;
+    }
+    r->convert = cpu_bf16_missing() ? bf16_convert_scalar : bf16_convert_avx512;
+    r->params16 = r->be->alloc(r->be, FG_MAX(n16, 1) * sizeof(uint16_t));
+    for (int l = first; l < last; l++) refresh16(r, l, 0, m->layers[l].param_count);
+}
 
 static int resident_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
     (void)s, (void)layer, (void)block, (void)parts, (void)err;
@@ -28,6 +57,7 @@ static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts
     size_t off = r->model->layers[layer].param_offset - r->base + out->first;
     if (parts & LAYER_WEIGHTS) {
         out->params = r->params + off;
+        if (r->params16 && r->at16[layer] != SIZE_MAX) out->params16 = r->params16 + r->at16[layer] + out->first;
         out->state = view(r->state, off);
         out->state_stride = r->n;
         out->ref = view(r->ref, off);
@@ -39,9 +69,17 @@ static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts
     return FG_OK;
 }
 
+// Written weights refresh their BF16 copy here, whoever wrote them (the update, a checkpoint's
+// load, the tied copies' sum): every writer releases them dirty before anything reads them.
 static int resident_release(LayerSource *s, int layer, int block, unsigned parts, unsigned dirty,
                             FgError *err) {
-    (void)s, (void)layer, (void)block, (void)parts, (void)dirty, (void)err;
+    (void)parts, (void)err;
+    Resident *r = s->ctx;
+    if (dirty & LAYER_WEIGHTS) {
+        size_t first, count;
+        layer_block(&r->model->layers[layer], block, &first, &count);
+        refresh16(r, layer, first, count);
+    }
     return FG_OK;
 }
 
@@ -75,6 +113,8 @@ static int resident_close(LayerSource *s, FgError *err) {
     if (!r) return FG_OK;
     float *bufs[] = {r->params, r->state, r->ref, r->grad, r->prev[0], r->prev[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) r->be->free(r->be, bufs[i]);
+    r->be->free(r->be, r->params16);
+    free(r->at16);
     free(r);
     s->ctx = NULL;
     return FG_OK;
@@ -99,6 +139,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     if (need.ref) r->ref = backend_alloc_floats(be, r->n);
     if (need.grad) r->grad = backend_alloc_floats(be, r->n);
     for (int j = 0; j < need.prev; j++) r->prev[j] = backend_alloc_floats(be, r->n);
+    if (need.weights16) make_copy16(r, first, last);
     *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,
                          .prefetch = resident_prefetch, .acquire = resident_acquire,
                          .release = resident_release, .begin_version = resident_begin_version,

@@ -116,11 +116,20 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0;
         LayerSlot s = {0};
         if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
+        const size_t in = (size_t)p->model->layers[l].in * p->cfg->training.micro_batch;
+        const size_t out = (size_t)p->model->layers[l].out * p->cfg->training.micro_batch;
         for (int i = 0; i < n; i++) {
             const Lane *a = &p->work.lanes[i];
-            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params, NULL, NULL,
-                                rerun_layer_input(p, a, l), NULL, rerun_layer_input(p, a, l + 1), NULL,
-                                a->rows);
+            // BF16 activations pass through the lanes' buffers as floats (F's, free here).
+            float *x_work = p->work.act[(l - st->first + 1) & 1] + (size_t)i * p->work.act_stride;
+            float *kept = rerun_layer_input(p, a, l + 1);
+            float *y = stage_act_type(st, l + 1) == FG_F32
+                           ? kept : p->work.act[(l - st->first) & 1] + (size_t)i * p->work.act_stride;
+            stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params,
+                                a->lag ? NULL : s.params16, NULL, NULL,
+                                stage_act_load(st, l, rerun_layer_input(p, a, l), x_work, in), NULL, y,
+                                NULL, a->rows);
+            if (y != kept) stage_act_store(st, l + 1, kept, y, out);
         }
         if (parts) rc = layers_release(p, l, parts, 0, err);
     }

@@ -20,8 +20,9 @@
 
 // What a backend's GEMMs compute in (config key `precision`): FP32 everywhere, TF32 tensor
 // cores (GPU only), or BF16 inputs with FP32 accumulation (the GPU; the CPU where it has
-// AVX512-BF16, gemm.h). Storage (weights, optimizer state, activations, tangents) is FP32 in
-// every mode.
+// AVX512-BF16, gemm.h). Storage (weights, optimizer state, activations, tangents) is FP32 on the
+// GPU; a CPU bf16 run also keeps a BF16 copy of the weights for its GEMMs and BF16 activations
+// between layers (docs/core.md, "BF16 on the CPU").
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
 
 // A device backend's two streams: the compute stream runs every op above in order; the copy

@@ -18,10 +18,12 @@ static const Gemm *cpu_gemm(const Backend *be) {
     return be->ctx ? &((const CpuCtx *)be->ctx)->gemm : NULL;
 }
 
-// L with this backend's products: the layers reach their GEMMs through L->gemm.
+// L with this backend's products: the layers reach their GEMMs through L->gemm, and its
+// weights' BF16 copy only where those products are BF16.
 static Layer with_gemm(const Backend *be, const Layer *L) {
     Layer l = *L;
     l.gemm = cpu_gemm(be);
+    if (!l.gemm || l.gemm->precision != PRECISION_BF16) l.params16 = NULL;
     return l;
 }
 

@@ -34,6 +34,24 @@ void bf16_convert_avx512(const float *x, uint16_t *y, size_t n) {
 }
 #endif
 
+// Serial, as bf16_round_floats: the activations' passes are a few per layer and lane, and on a
+// shared machine each parallel region's barrier may wait a time slice for a descheduled thread.
+void bf16_widen(const uint16_t *h, float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
+}
+
+// Through a small buffer, 1024 values at a time (the vector rounding, then back).
+void bf16_round_floats(Bf16Convert convert, float *y, size_t n) {
+    enum { CHUNK = 1024 };
+    size_t chunks = (n + CHUNK - 1) / CHUNK;
+    for (size_t c = 0; c < chunks; c++) {
+        uint16_t h[CHUNK];
+        size_t a = c * CHUNK, m = n - a < CHUNK ? n - a : CHUNK;
+        convert(y + a, h, m);
+        for (size_t i = 0; i < m; i++) y[a + i] = bf16_to_f32(h[i]);
+    }
+}
+
 // Parallel only past 256 Ki elements (a few tens of microseconds alone): on a shared machine
 // every parallel region's barrier can wait a time slice for a descheduled thread.
 void bf16_convert_rows(Bf16Convert convert, const float *x, int rows, int cols, int ld,

@@ -8,6 +8,8 @@
 #ifndef FGPIPE_GEMM_H
 #define FGPIPE_GEMM_H
 
+#include <stdint.h>
+
 #include "common.h"
 
 // C [m, n] = alpha op(A) op(B) + beta C, row-major; op(X) = X^T when trans_x. lda, ldb, ldc are
@@ -22,8 +24,8 @@ void fg_gemm_scale(int m, int n, float beta, float *C, int ldc);
 // The library behind fg_sgemm, for run reports: "oneDNN" or "OpenBLAS".
 const char *fg_sgemm_library(void);
 
-// An operand's element type: FP32 today; BF16 operands (issue 52's BF16 activations) pass
-// through a BF16 Gemm without conversion.
+// An operand's element type: a BF16 operand (a layer's BF16 weights copy) passes through a BF16
+// Gemm without conversion.
 typedef enum { FG_F32, FG_BF16 } FgDtype;
 
 // One operand as stored: rows `ld` elements apart, read transposed when trans.
@@ -35,6 +37,14 @@ typedef struct {
 
 static inline GemmOperand gemm_f32(const float *data, int ld, int trans) {
     return (GemmOperand){data, ld, trans, FG_F32};
+}
+
+// A layer's weights from element `at` on: their BF16 copy where the call has one (Layer.params16,
+// set only for a BF16 Gemm), else the FP32 weights, which a BF16 Gemm rounds per call.
+static inline GemmOperand gemm_weights(const float *p, const uint16_t *p16, size_t at, int ld,
+                                       int trans) {
+    if (p16) return (GemmOperand){p16 + at, ld, trans, FG_BF16};
+    return gemm_f32(p + at, ld, trans);
 }
 
 typedef struct Gemm Gemm;
@@ -53,6 +63,9 @@ extern const Gemm gemm_fp32;
 // fg_sgemm's arguments through g; g NULL (a Layer no backend set up: tests, tools) is FP32.
 void fg_gemm(const Gemm *g, int trans_a, int trans_b, int m, int n, int k, float alpha,
              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// The same on operands (a BF16 one only through a BF16 Gemm).
+void fg_gemm_op(const Gemm *g, int m, int n, int k, float alpha, GemmOperand A, GemmOperand B,
+                float beta, float *C, int ldc);
 
 // The BF16 Gemm (gemm_bf16.c): oneDNN's BF16 matmul, FP32 operands rounded to BF16 per call
 // (round to nearest even), FP32 accumulation and output, primitives cached by shape. FG_OK, or

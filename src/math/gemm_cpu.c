@@ -55,10 +55,16 @@ void fg_gemm(const Gemm *g, int trans_a, int trans_b, int m, int n, int k, float
     g->run(g, m, n, k, alpha, gemm_f32(A, lda, trans_a), gemm_f32(B, ldb, trans_b), beta, C, ldc);
 }
 
+void fg_gemm_op(const Gemm *g, int m, int n, int k, float alpha, GemmOperand A, GemmOperand B,
+                float beta, float *C, int ldc) {
+    const Gemm *use = g ? g : &gemm_fp32;
+    use->run(use, m, n, k, alpha, A, B, beta, C, ldc);
+}
+
 static void fp32_run(const Gemm *g, int m, int n, int k, float alpha, GemmOperand A, GemmOperand B,
                      float beta, float *C, int ldc) {
     (void)g;
-    if (A.type != FG_F32 || B.type != FG_F32) {  // no caller passes BF16 to an FP32 backend yet
+    if (A.type != FG_F32 || B.type != FG_F32) {  // a BF16 copy is made only for a BF16 Gemm
         fprintf(stderr, "fgpipe: internal error: a BF16 operand reached the FP32 GEMM\n");
         abort();
     }

@@ -14,21 +14,24 @@
 typedef struct {
     int rows, C, classes, block, n_blocks;
     const struct Gemm *gemm;  // the layer's products (layer.h)
+    const uint16_t *W16;      // the whole table's BF16 copy (Layer.params16), or NULL
 } HeadShape;
 
 static HeadShape head_shape(const Layer *L, int B) {
-    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0, L->gemm};
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0, L->gemm,
+                   L->params16};
     h.n_blocks = (h.classes + h.block - 1) / h.block;
     return h;
 }
 
 static int block_width(const HeadShape *h, int b) { return FG_MIN(h->block, h->classes - b * h->block); }
 
-// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ, W the table's rows from r0 on.
-static void block_logits(const HeadShape *h, const float *x, const float *W, int r0, int j0, int nb,
-                         int rows, float beta, float *z) {
-    fg_gemm(h->gemm, 0, 1, rows, nb, h->C, 1.0f, x, h->C,
-                W + (size_t)(j0 - r0) * h->C, h->C, beta, z, nb);
+// z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ, W the table's rows from r0 on; W16: the
+// whole table's BF16 copy (h->W16) or NULL (tangents; a call on a later row block).
+static void block_logits(const HeadShape *h, const float *x, const float *W, const uint16_t *W16,
+                         int r0, int j0, int nb, int rows, float beta, float *z) {
+    fg_gemm_op(h->gemm, rows, nb, h->C, 1.0f, gemm_f32(x, h->C, 0),
+               gemm_weights(W, r0 ? NULL : W16, (size_t)(j0 - r0) * h->C, h->C, 1), beta, z, nb);
 }
 
 // The scored blocks among the table's rows [r0, r0 + n): [*b0, *b1).
@@ -45,7 +48,7 @@ static void stats_rows(const HeadShape *h, const float *W, int r0, int n, const 
     row_blocks(h, r0, n, &b0, &b1);
     for (int b = b0; b < b1; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
-        block_logits(h, x, W, r0, j0, nb, h->rows, 0.0f, z);
+        block_logits(h, x, W, h->W16, r0, j0, nb, h->rows, 0.0f, z);
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
         for (int r = 0; r < h->rows; r++) fg_head_running(&run[r], z + (size_t)r * nb, j0, nb, labels[r]);
     }
@@ -127,11 +130,11 @@ static void block_tangents(const Layer *L, const HeadShape *h, const float *W, i
                            const HeadTangents *t, const float *x, const float *xdot, int K, int j0,
                            int nb, float *zd) {
     size_t plane = (size_t)h->rows * nb, stride = t && t->wdot_stride ? t->wdot_stride : L->param_count;
-    if (xdot) block_logits(h, xdot, W, r0, j0, nb, K * h->rows, 0.0f, zd);
+    if (xdot) block_logits(h, xdot, W, h->W16, r0, j0, nb, K * h->rows, 0.0f, zd);
     else for (size_t i = 0; i < K * plane; i++) zd[i] = 0.0f;
     for (int k = 0; t && k < K; k++) {
         float *zk = zd + k * plane;
-        if (t->Wdot) block_logits(h, x, t->Wdot + k * stride, r0, j0, nb, h->rows, 1.0f, zk);
+        if (t->Wdot) block_logits(h, x, t->Wdot + k * stride, NULL, r0, j0, nb, h->rows, 1.0f, zk);
         if (t->At)
             fg_gemm(L->gemm, 0, 0, h->rows, nb, t->rank,
                         1.0f / sqrtf((float)t->rank), t->P + (size_t)k * h->rows * t->rank, t->rank,
@@ -185,7 +188,7 @@ static void jvp_rows(const Layer *L, const HeadShape *h, const float *W, int r0,
     row_blocks(h, r0, n, &b0, &b1);
     for (int b = b0; b < b1; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
-        block_logits(h, x, W, r0, j0, nb, h->rows, 0.0f, z);
+        block_logits(h, x, W, h->W16, r0, j0, nb, h->rows, 0.0f, z);
         block_tangents(L, h, W, r0, t, x, xdot, K, j0, nb, zd);
 #pragma omp parallel for schedule(static) if ((long)h->rows * nb > 65536)
         for (int r = 0; r < h->rows; r++) {
@@ -255,11 +258,11 @@ void head_rows_backward(const Layer *L, const float *W, int r0, int n, const flo
     for (int b = b0; b < b1 && (dx || dW); b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
         size_t at = (size_t)(j0 - r0) * h.C;
-        block_logits(&h, x, W, r0, j0, nb, h.rows, 0.0f, dz);
+        block_logits(&h, x, W, h.W16, r0, j0, nb, h.rows, 0.0f, dz);
         block_adjoint(&h, rec, j0, nb, dz);
         if (dx)  // the table's first block starts the sum
-            fg_gemm(L->gemm, 0, 0, h.rows, h.C, nb, 1.0f, dz, nb,
-                        W + at, h.C, b ? 1.0f : 0.0f, dx, h.C);
+            fg_gemm_op(L->gemm, h.rows, h.C, nb, 1.0f, gemm_f32(dz, nb, 0),
+                       gemm_weights(W, r0 ? NULL : h.W16, at, h.C, 0), b ? 1.0f : 0.0f, dx, h.C);
         if (dW)
             fg_gemm(L->gemm, 1, 0, nb, h.C, h.rows, 1.0f, dz, nb, x,
                         h.C, 1.0f, dW + at, h.C);

@@ -22,6 +22,7 @@
 #define FGPIPE_LAYER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common.h"
 
@@ -85,6 +86,9 @@ typedef struct {
     size_t param_count;
     const struct Gemm *gemm;  // its matrix products (gemm.h): set by the CPU backend on the copy
                               // it runs (its precision's); NULL: FP32 through fg_sgemm
+    const uint16_t *params16; // the BF16 copy of the call's parameters p (same layout), made when
+                              // they were written (weights_bf16.h), for a BF16 gemm; NULL: none
+                              // (the gemm rounds p per call)
 } Layer;
 
 static inline int layer_tokens(const Layer *L) { return L->tokens > 0 ? L->tokens : 1; }
@@ -158,6 +162,20 @@ static inline const LayerOps *layer_ops(const Layer *L) {
         &attention_ops, &rmsnorm_ops, &qknorm_ops, &rope_ops,   &swiglu_ops, &lora_ops,
         &head_loss_ops};
     return table[L->kind];
+}
+
+// Whether a BF16 gemm reads the layer's weights from a BF16 copy (Layer.params16) made when they
+// are written: a linear layer's and a whole fused head's products (a table in row blocks, and a
+// LoRA adapter's small factors, are rounded per call).
+static inline int layer_has_weights16(const Layer *L) {
+    return (L->kind == LAYER_LINEAR || L->kind == LAYER_HEAD_LOSS) && !L->block_rows;
+}
+
+// L run with p16 as its weights' BF16 copy (NULL: none).
+static inline Layer layer_with_weights16(const Layer *L, const uint16_t *p16) {
+    Layer w = *L;
+    w.params16 = p16;
+    return w;
 }
 
 // Whether the weight half of backward (dx == NULL) reads the parameters: a head fused with the

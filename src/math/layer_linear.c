@@ -19,11 +19,12 @@ static void copy_carry(const LinearShape *s, const float *x, float *y, int rows)
     for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * s->out, x + (size_t)r * s->in, (size_t)s->c * sizeof(float));
 }
 
-// y's branch (+)= x's branch W^T over `rows` tokens; accumulate, or residual: add.
+// y's branch (+)= x's branch W^T over `rows` tokens; accumulate, or residual: add. W16: W's
+// BF16 copy (NULL: none).
 static void branch_matmul(const Layer *L, const LinearShape *s, const float *x, const float *W,
-                          float *y, int rows, int accumulate) {
-    fg_gemm(L->gemm, 0, 1, rows, s->n, s->k, 1.0f, x + s->c, s->in,
-                W, s->k, accumulate ? 1.0f : 0.0f, y + s->out_offset, s->out);
+                          const uint16_t *W16, float *y, int rows, int accumulate) {
+    fg_gemm_op(L->gemm, rows, s->n, s->k, 1.0f, gemm_f32(x + s->c, s->in, 0),
+               gemm_weights(W, W16, 0, s->k, 1), accumulate ? 1.0f : 0.0f, y + s->out_offset, s->out);
 }
 
 // y's branch += the input's tail (a LoRA adapter's delta, layer_lora.c), over `rows` tokens.
@@ -46,7 +47,7 @@ static void add_bias(const LinearShape *s, float *y, const float *b, int rows) {
 static void linear_forward(const Layer *L, const float *p, const float *x, float *y, int B) {
     LinearShape s = linear_shape(L, B);
     copy_carry(&s, x, y, s.rows);
-    branch_matmul(L, &s, x, p, y, s.rows, L->residual);
+    branch_matmul(L, &s, x, p, L->params16, y, s.rows, L->residual);
     add_tail(&s, x, y, s.rows);
     if (!L->no_bias) add_bias(&s, y, p + (size_t)s.n * s.k, s.rows);
 }
@@ -59,7 +60,7 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
     linear_forward(L, p, x, y, B);
     if (xdot) {  // all K blocks at once: they are K * rows tokens
         copy_carry(&s, xdot, ydot, K * s.rows);
-        branch_matmul(L, &s, xdot, p, ydot, K * s.rows, L->residual);
+        branch_matmul(L, &s, xdot, p, L->params16, ydot, K * s.rows, L->residual);
         add_tail(&s, xdot, ydot, K * s.rows);
     } else {
         memset(ydot, 0, K * block * sizeof(float));
@@ -67,7 +68,7 @@ static void linear_jvp(const Layer *L, const float *p, const float *pdot, const 
     if (!pdot) return;
     for (int k = 0; k < K; k++) {
         const float *Wdot = pdot + k * L->param_count;
-        branch_matmul(L, &s, x, Wdot, ydot + k * block, s.rows, 1);
+        branch_matmul(L, &s, x, Wdot, NULL, ydot + k * block, s.rows, 1);
         if (!L->no_bias) add_bias(&s, ydot + k * block, Wdot + (size_t)s.n * s.k, s.rows);
     }
 }
@@ -81,8 +82,8 @@ static void linear_backward(const Layer *L, const float *p, const float *x, cons
     if (dx) {
         for (int r = 0; s.c && r < s.rows; r++)
             memcpy(dx + (size_t)r * s.in, dy + (size_t)r * s.out, (size_t)s.c * sizeof(float));
-        fg_gemm(L->gemm, 0, 0, s.rows, s.k, s.n, 1.0f, dy_branch,
-                    s.out, p, s.k, 0.0f, dx + s.c, s.in);
+        fg_gemm_op(L->gemm, s.rows, s.k, s.n, 1.0f, gemm_f32(dy_branch, s.out, 0),
+                   gemm_weights(p, L->params16, 0, s.k, 0), 0.0f, dx + s.c, s.in);
         for (int r = 0; s.in > s.c + s.k && r < s.rows; r++)
             memcpy(dx + (size_t)r * s.in + s.c + s.k, dy_branch + (size_t)r * s.out,
                    (size_t)(s.in - s.c - s.k) * sizeof(float));

@@ -45,7 +45,9 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
         memset(cs->resident[s], 0, sizeof cs->resident[s]);
         mem_resident_bytes(c, m, cs->layout[s], cs->layout[s + 1], cs->resident[s]);
         const int out = m->layers[cs->layout[s + 1] - 1].out;
-        cs->forward_msg[s] = (double)B * out * (1 + (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
+        const size_t acts = (size_t)B * out;  // in the next stage's input type (BF16 in a bf16 run)
+        cs->forward_msg[s] = ((double)stage_act_floats(&st, cs->layout[s + 1], acts) +
+                              (double)acts * (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
         cs->adjoint_msg[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
         stage_free(&st);
     }

@@ -3,12 +3,13 @@
 // input; op U forms G = sum_k diag(coeff) u_k and the weight half of the backward from it.
 #include "perturbation.h"
 
-void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
+void perturb_activity_jvp(Stage *st, int l, const float *p, const uint16_t *p16, const ParamTangents *t,
                           const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
     const Backend *be = st->be;
     int offset, width, T = layer_tokens(L);
-    be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    const Layer Lw = layer_with_weights16(L, p16);
+    be->jvp(be, &Lw, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     TangentKey key = t->key;
     key.layer = (uint32_t)l;
     key.stream = STREAM_ACTIVITY;

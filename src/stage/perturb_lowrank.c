@@ -149,10 +149,11 @@ static HeadTangents lowrank_head_tangents(Stage *st, int l, const ParamTangents 
 }
 
 // F: the layer's JVP without parameter tangents, then each tangent's x V_k^T + vb_k.
-static void lowrank_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
+static void lowrank_jvp(Stage *st, int l, const float *p, const uint16_t *p16, const ParamTangents *t,
                         const float *x, const float *xdot, float *y, float *ydot, int rows) {
     const Layer *L = &st->model->layers[l];
-    st->be->jvp(st->be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    const Layer Lw = layer_with_weights16(L, p16);
+    st->be->jvp(st->be, &Lw, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     TangentKey key = t->key;
     key.layer = (uint32_t)l;
     for (int k = 0; k < st->tangents; k++) {

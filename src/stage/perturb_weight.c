@@ -25,10 +25,11 @@ static void weight_tangents(Stage *st, int l, const ParamTangents *t) {
 }
 
 // F: the layer's JVP with them.
-static void weight_jvp(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
-                       const float *xdot, float *y, float *ydot, int rows) {
+static void weight_jvp(Stage *st, int l, const float *p, const uint16_t *p16, const ParamTangents *t,
+                       const float *x, const float *xdot, float *y, float *ydot, int rows) {
     weight_tangents(st, l, t);
-    st->be->jvp(st->be, &st->model->layers[l], p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
+    Layer L = layer_with_weights16(&st->model->layers[l], p16);
+    st->be->jvp(st->be, &L, p, st->pdot, x, xdot, y, ydot, rows, st->tangents);
 }
 
 // U: every replica's micro-batches, regenerated from the seed (no inputs saved); of a row block

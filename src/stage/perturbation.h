@@ -37,9 +37,10 @@ typedef struct {
     // Floats F keeps of layer l for U per row (0: nothing; the estimate regenerates).
     size_t (*saved_floats)(const Stage *st, int l);
     // Op F: y and ydot [K, rows, out] of layer l (with parameters, not frozen) from x, xdot
-    // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t.
-    void (*jvp)(Stage *st, int l, const float *p, const ParamTangents *t, const float *x,
-                const float *xdot, float *y, float *ydot, int rows);
+    // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t; p16:
+    // p's BF16 copy (LayerSlot.params16) or NULL.
+    void (*jvp)(Stage *st, int l, const float *p, const uint16_t *p16, const ParamTangents *t,
+                const float *x, const float *xdot, float *y, float *ydot, int rows);
     // Op U: grad_l += fg's estimate of layer l's gradient; with sets_estimate, grad_l = it
     // (what op F folded into grad_l, weighed: the estimator's other terms are added after).
     void (*estimate)(const Stage *st, int l, const PerturbEstimate *e, float *grad_l);
@@ -65,7 +66,7 @@ size_t stage_saved_floats(const Stage *st, int rows);
 
 // The activity row's jvp and head tangents, which the local row shares (the tangent enters the
 // same way).
-void perturb_activity_jvp(Stage *st, int l, const float *p, const ParamTangents *t,
+void perturb_activity_jvp(Stage *st, int l, const float *p, const uint16_t *p16, const ParamTangents *t,
                           const float *x, const float *xdot, float *y, float *ydot, int rows);
 HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangents *t,
                                             const float *x, int rows, TangentKey *key);

@@ -56,12 +56,20 @@ void stage_free(Stage *st) {
 // Stash layout: layer l's input at stash_at(l), the stage output at stash_at(last).
 size_t stage_stash_offset(const Stage *st, int l, int rows) {
     size_t off = 0;
-    for (int i = st->first; i < l; i++) off += (size_t)rows * st->model->layers[i].in;
+    for (int i = st->first; i < l; i++) off += stage_act_floats(st, i, (size_t)rows * st->model->layers[i].in);
     return off;
 }
 
 size_t stage_stash_floats(const Stage *st, int rows) {
-    return stage_stash_offset(st, st->last, rows) + (size_t)rows * st->model->layers[st->last - 1].out;
+    return stage_stash_offset(st, st->last, rows) +
+           stage_act_floats(st, st->last, (size_t)rows * st->model->layers[st->last - 1].out);
+}
+
+// Layer l's input from a stash, as floats (BF16 widened into the stage's first buffer, free
+// during whole-stage backward passes).
+static const float *stash_input(const Stage *st, const float *stash, int l, int rows) {
+    return stage_act_load(st, l, stash + stage_stash_offset(st, l, rows), st->act[0],
+                          (size_t)rows * st->model->layers[l].in);
 }
 
 static const float *layer_params(const Stage *st, const float *params, const Layer *L) {
@@ -79,23 +87,24 @@ void stage_forward_call(Stage *st, const float *params, const ForwardCall *call,
                         const float **ydot) {
     const Model *m = st->model;
     const TangentKey *key = call->key;
-    const Backend *be = st->be;
     whole_stage_buffers(st);
     if (stash) {
-        be->copy(be, stash, x, (size_t)rows * m->layers[st->first].in * sizeof(float));
-        x = stash;
+        stage_act_store(st, st->first, stash, x, (size_t)rows * m->layers[st->first].in);
+        if (stage_act_type(st, st->first) == FG_F32) x = stash;
     }
     for (int l = st->first; l < st->last; l++) {
         const Layer *L = &m->layers[l];
         int slot = (l - st->first) & 1;
-        // Outputs go straight into the stash when there is one: they are the next input.
-        float *out = stash ? stash + stage_stash_offset(st, l + 1, rows) : st->act[slot];
+        // FP32 outputs go straight into the stash when there is one: they are the next input.
+        float *kept = stash ? stash + stage_stash_offset(st, l + 1, rows) : NULL;
+        float *out = kept && stage_act_type(st, l + 1) == FG_F32 ? kept : st->act[slot];
         ParamTangents t = {.guide = call->guide ? layer_params(st, call->guide, L) : NULL,
                            .ref = call->ref ? layer_params(st, call->ref, L) : NULL,
                            .ref_dots = call->ref_dots};
         if (key) t.key = *key;
-        stage_layer_forward(st, l, layer_params(st, params, L), key ? &t : NULL, call->head, x,
+        stage_layer_forward(st, l, layer_params(st, params, L), NULL, key ? &t : NULL, call->head, x,
                             xdot, out, key ? st->tan[slot] : NULL, rows);
+        if (kept && out != kept) stage_act_store(st, l + 1, kept, out, (size_t)rows * L->out);
         x = out;
         // A local loss ends its tangent at the head (the engine's op F does the same).
         if (key) xdot = stage_local_head(st, l) ? NULL : st->tan[slot];
@@ -124,16 +133,17 @@ static void layer_forward_blocks(Stage *st, int l, const float *p, const ParamTa
     fg_free(state);
 }
 
-void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                         HeadScore *head, const float *x, const float *xdot, float *y,
-                         float *ydot, int rows) {
-    const Layer *L = &st->model->layers[l];
+void stage_layer_forward(Stage *st, int l, const float *p, const uint16_t *p16,
+                         const ParamTangents *tangents, HeadScore *head, const float *x,
+                         const float *xdot, float *y, float *ydot, int rows) {
+    const Layer L = layer_with_weights16(&st->model->layers[l], p16);
     const Backend *be = st->be;
-    if (layer_blocks(L) > 1) layer_forward_blocks(st, l, p, tangents, head, x, xdot, y, ydot, rows);
-    else if (st->plan[l].scores) stage_head_forward(st, l, p, tangents, head, x, xdot, y, rows);
-    else if (!tangents) be->forward(be, L, p, x, y, rows);
-    else if (!st->plan[l].trains) be->jvp(be, L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
-    else stage_perturbation(st, l)->jvp(st, l, p, tangents, x, xdot, y, ydot, rows);
+    if (layer_blocks(&L) > 1) layer_forward_blocks(st, l, p, tangents, head, x, xdot, y, ydot, rows);
+    else if (st->plan[l].scores) stage_head_forward(st, l, p, p16, tangents, head, x, xdot, y, rows);
+    else if (!tangents) be->forward(be, &L, p, x, y, rows);
+    else if (!st->plan[l].trains) be->jvp(be, &L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
+    else stage_perturbation(st, l)->jvp(st, l, p, p16, tangents, x, xdot, y, ydot, rows);
+    stage_round_output(st, l, y, rows);
 }
 
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
@@ -143,7 +153,7 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];
-        st->be->backward(st->be, L, layer_params(st, params, L), stash + stage_stash_offset(st, l, rows),
+        st->be->backward(st->be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                                dy, dx_l, grad + (L->param_offset - st->param_base), rows);
         dy = dx_l;
     }
@@ -180,7 +190,7 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
         if (l > st->first)
             dx_l = m->layers[l - 1].param_count ? adjoints + stage_adjoint_offset(st, l - 1, rows)
                                                 : st->adj[(l - st->first) & 1];
-        be->backward(be, L, layer_params(st, params, L), stash + stage_stash_offset(st, l, rows),
+        be->backward(be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                      dy, dx_l, NULL, rows);
         dy = dx_l;
     }
@@ -190,11 +200,12 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
 void stage_backward_weight(Stage *st, const float *params, const float *stash,
                            const float *adjoints, float *grad, int rows) {
     const Model *m = st->model;
+    whole_stage_buffers(st);
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
         const float *p = layer_grad_reads_params(L) ? layer_params(st, params, L) : NULL;
-        st->be->backward(st->be, L, p, stash + stage_stash_offset(st, l, rows),
+        st->be->backward(st->be, L, p, stash_input(st, stash, l, rows),
                          adjoints + stage_adjoint_offset(st, l, rows), NULL,
                          grad + (L->param_offset - st->param_base), rows);
     }

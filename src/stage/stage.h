@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "bf16.h"
+#include "gemm.h"
 #include "layer_plan.h"
 #include "model.h"
 #include "tangent.h"
@@ -50,11 +52,29 @@ typedef struct {
     float *tan[2];       // ping-pong tangents [K, max_rows, max_width]
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
+    FgDtype act_type;    // the activations between layers (stage_act.c): FG_F32, or FG_BF16
+    Bf16Convert act_convert;  // FG_BF16: the rounding
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
                int tangents, FgError *err);
 void stage_free(Stage *st);
+
+// The element type of activations (stage_act.c), set once at setup (stage_set_act_type; FP32
+// unless set): layer l's input (l = last: the stage's output) is stage_act_type(st, l), BF16
+// between layers of a BF16 stage, FP32 for the model's input and its last layer's output. A
+// stash's and a message's activations are held in their layer's type; FG_BF16 is CPU memory.
+void stage_set_act_type(Stage *st, FgDtype type);
+FgDtype stage_act_type(const Stage *st, int l);
+// Floats (4-byte words) n elements of layer l's input type take: BF16 two to a word.
+size_t stage_act_floats(const Stage *st, int l, size_t n);
+// dst (layer l's input type) = x's n floats, rounded where BF16.
+void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n);
+// Layer l's input as floats: src itself (FP32), or src widened into scratch (BF16).
+const float *stage_act_load(const Stage *st, int l, const void *src, float *scratch, size_t n);
+// Layer l's output y [rows, out], rounded in place to the type of the next layer's input (every
+// op F runs this where the output is made: stage_layer_forward, row blocks' last block).
+void stage_round_output(const Stage *st, int l, float *y, int rows);
 
 // Floats one micro-batch needs to keep for stage_backward: every layer's input and the
 // stage's output.
@@ -95,14 +115,16 @@ typedef struct {
 // next): x [rows, in] through the layer with its parameters p (the layer's own, not the
 // stage's) into y; with tangents (NULL: none), also xdot [K, rows, in] (NULL: zero) into ydot.
 // A fused head (LAYER_HEAD_LOSS) scores `head` (its labels in, its loss out; NULL elsewhere).
-void stage_layer_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                         HeadScore *head, const float *x, const float *xdot, float *y,
-                         float *ydot, int rows);
+// p16: p's BF16 copy (LayerSlot.params16), read by a BF16 backend's GEMMs, or NULL.
+void stage_layer_forward(Stage *st, int l, const float *p, const uint16_t *p16,
+                         const ParamTangents *tangents, HeadScore *head, const float *x,
+                         const float *xdot, float *y, float *ydot, int rows);
 // Op F of a head fused with the loss (layer l, LAYER_HEAD_LOSS): scores h's labels (and with
 // tangents, those of its perturbation's row, or none when frozen, its d) and writes each row's
 // record into rec [rows * tokens, HEAD_RECORD] (stage_head.c).
-void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                        HeadScore *h, const float *x, const float *xdot, float *rec, int rows);
+void stage_head_forward(Stage *st, int l, const float *p, const uint16_t *p16,
+                        const ParamTangents *tangents, HeadScore *h, const float *x,
+                        const float *xdot, float *rec, int rows);
 // A token table in row blocks (Layer.block_rows > 0; stage_rows.c, CPU): ops F and B on its
 // floats [first, first + count) (whole rows; p, grad: those rows), called on the blocks in
 // ascending order, every number the whole layer's. F with weight tangents t (NULL: none; t's
@@ -124,7 +146,8 @@ void stage_rows_backward(const Stage *st, int l, const float *p, int r0, int n, 
 // the whole layer through the backend, a row block (CPU) in the same order of adds.
 void stage_layer_add_tangents_part(const Stage *st, int l, TangentKey key, int n_mb,
                                    const float *coeff, size_t first, size_t count, float *grad_l);
-// Where a stash keeps layer l's input (l = last: the stage's output), in floats.
+// Where a stash keeps layer l's input (l = last: the stage's output), in floats (4-byte words:
+// the inputs before it in their types).
 size_t stage_stash_offset(const Stage *st, int layer, int rows);
 
 // Op B: from the output adjoint dy [rows, out] and the stash of stage_forward, adds the

@@ -3,9 +3,10 @@
 // row makes (full weight, low-rank, activity: made block by block) or none (frozen).
 #include "perturbation.h"
 
-void stage_head_forward(Stage *st, int l, const float *p, const ParamTangents *tangents,
-                        HeadScore *h, const float *x, const float *xdot, float *rec, int rows) {
-    const Layer *L = &st->model->layers[l];
+void stage_head_forward(Stage *st, int l, const float *p, const uint16_t *p16,
+                        const ParamTangents *tangents, HeadScore *h, const float *x,
+                        const float *xdot, float *rec, int rows) {
+    const Layer Lw = layer_with_weights16(&st->model->layers[l], p16), *L = &Lw;
     const Backend *be = st->be;
     if (!tangents) {
         h->loss = be->head_forward(be, L, p, x, h->labels, rows, h->weight, rec, &h->correct);
