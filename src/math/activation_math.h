@@ -23,12 +23,12 @@ FG_HD float fg_pow2i(int k) {
 }
 
 // tanh(x) within 1.35 ulp of the exact value over every float (glibc's tanhf: 2.2; checked
-// against double tanh over all of [0, 10), odd by construction), with +, *, / and rintf
-// alone, no branch, no table: 35x glibc's tanhf in a vectorized loop here, where tanhf (with
-// its expm1f) was a sixth of a bf16 GPT-2 step (docs/results/cpu.md). |x| < 0.625:
+// against double tanh over all of [0, 10), odd by construction), with +, *, / and rintf alone
+// (a select, no branch, no table): 35x glibc's tanhf in a vectorized loop here, where tanhf
+// (with its expm1f) was a sixth of a bf16 GPT-2 step (docs/results/cpu.md). |x| < 0.625:
 // x + x^3 Q(x^2), Q fitted for relative error; else 1 - 2 / (e^2|x| + 1), e^y = 2^k e^r with
 // r = y - k ln 2 in two parts (Cody-Waite) and e^r a degree-6 fit, |x| clamped at 10 (tanh
-// rounds to 1 there). NaN takes the first branch and stays NaN.
+// rounds to 1 there). NaN gets the polynomial and stays NaN.
 FG_HD float fg_tanh(float x) {
     float a = fabsf(x), s = x * x;
     float q = -5.796964280e-03f;
