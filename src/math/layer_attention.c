@@ -16,12 +16,29 @@ static size_t attention_param_count(const Layer *L) {
     return 0;
 }
 
+// out[u] = a . rows[u] (rows[u] at rows + u stride) for u < count, each summed in fg_dot_hs's
+// order, so the same bits as one fg_dot_hs per row; DOTS rows at a time keep as many
+// independent sums in flight instead of one chain of dependent adds.
+enum { DOTS = 8 };
+static void dot_rows(const float *a, const float *rows, size_t stride, int count, int n, float *out) {
+    int u = 0;
+    for (; u + DOTS <= count; u += DOTS) {
+        float d[DOTS] = {0};
+        const float *r = rows + (size_t)u * stride;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < DOTS; j++) d[j] += a[i] * r[j * stride + i];
+        for (int j = 0; j < DOTS; j++) out[u + j] = d[j];
+    }
+    for (; u < count; u++) out[u] = fg_dot_hs(a, rows + (size_t)u * stride, n);
+}
+
 // P[t, 0..t] of head h of sample b into prob.
 static void softmax_row(const AttnShape *s, const float *x, int b, int h, int t, float *prob) {
     const float *q = x + attn_at_in(s, b, t, 1, h);
     float max = -INFINITY, sum = 0;
+    dot_rows(q, x + attn_at_in(s, b, 0, 2, h), (size_t)s->in, t + 1, s->hs, prob);
     for (int u = 0; u <= t; u++) {
-        prob[u] = fg_dot_hs(q, x + attn_at_in(s, b, u, 2, h), s->hs) * s->scale;
+        prob[u] *= s->scale;
         max = fmaxf(max, prob[u]);
     }
     for (int u = 0; u <= t; u++) sum += prob[u] = expf(prob[u] - max);
@@ -114,8 +131,8 @@ static void head_backward(const AttnShape *s, const float *x, const float *dy, f
         softmax_row(s, x, b, h, t, prob);
         const float *datt = dy + attn_at_out(s, b, t, h), *q = x + attn_at_in(s, b, t, 1, h);
         float mean = 0;
+        dot_rows(datt, x + attn_at_in(s, b, 0, 3, h), (size_t)s->in, t + 1, s->hs, dprob);
         for (int u = 0; u <= t; u++) {
-            dprob[u] = fg_dot_hs(datt, x + attn_at_in(s, b, u, 3, h), s->hs);
             mean += prob[u] * dprob[u];
             float *dv = dx + attn_at_in(s, b, u, 3, h);
             for (int i = 0; i < s->hs; i++) dv[i] += prob[u] * datt[i];
