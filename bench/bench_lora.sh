@@ -43,7 +43,8 @@
 #   Environment: OUT (bench/out/lora), VOCAB (4096), VAL_TOKENS (16384), EVAL_EVERY (20),
 #   FG_LRS ("1e-3 3e-3 1e-2 3e-2"), SWEEP_STEPS (50), LLAMA3_CHECK (1), PLOT, ROWS (the
 #   in-memory rows to run, by name: "bp fg fg+bp"; all when empty), STREAM_STEPS
-#   (FINETUNE_STEPS; 0: no streamed rows), BUDGET (0).
+#   (FINETUNE_STEPS; 0: no streamed rows), BUDGET (0), PRECISION (fp32; bf16 on a CPU with
+#   AVX512-BF16: every run of the bench, the pretraining included, in mixed precision).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -86,7 +87,7 @@ model=(--config launch/configs/llama-tiny.conf --set data=tokens --set model=lla
        --set tie_embeddings=1
        --set micro_batch=4 --set micro_batches=4 --set stages=1 --set optimizer=adam
        --set beta1=0.9 --set beta2=0.95 --set weight_decay=0 --set lr_schedule=cosine
-       --set min_lr=0 --set seed=1 --set print_every=1000000)
+       --set min_lr=0 --set seed=1 --set print_every=1000000 --set precision="${PRECISION:-fp32}")
 lora=(lora_rank=8 lora_alpha=16 lora_targets=q,k,v,o,gate,up,down)
 kjv_data=(train_tokens="$out/kjv-train.bin" val_tokens="$out/kjv-val.bin")
 fort_data=(train_tokens="$out/fortunes-train.bin" val_tokens="$out/fortunes-val.bin")
