@@ -81,7 +81,6 @@ int pipeline_time_ops(const Backend *be, const Config *c, const Model *m, const 
                       FgError *err) {
     const Config tc = timing_config(c);
     Dataset ds = timing_data(m);
-    int rc = FG_OK;
     Transport host = transport_timing(stage, stages, replica, replicas);
     Transport staged = be->on_device ? transport_staged(host, be) : host;
     // Planned with even nominal costs: which ops the timing's timetable holds does not depend
@@ -91,7 +90,7 @@ int pipeline_time_ops(const Backend *be, const Config *c, const Model *m, const 
         for (int s = 0; s < stages; s++) nominal[k * stages + s] = k < COST_U ? 1.0 : 0.0;
     Pipeline t = {0};
     OpCostSource given = {.given = nominal};
-    if (!rc) rc = pipeline_init(&t, be, &tc, m, first, &staged, &ds, NULL, 0, given, err);
+    int rc = pipeline_init(&t, be, &tc, m, first, &staged, &ds, NULL, 0, given, err);
     if (!rc) rc = time_steps(&t, cost, err);
     FgError close_err;
     if (pipeline_free(&t, rc ? &close_err : err) && !rc) rc = err->code ? err->code : FG_ERR_INPUT;
