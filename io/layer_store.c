@@ -16,7 +16,9 @@
 #include "direct_io.h"
 #include "layer_store_internal.h"
 
-size_t store_stride(const LayerStore *s, int i) { return dio_round_up(s->layers[i].count * sizeof(float)); }
+size_t store_stride(const LayerStore *s, int i) {
+    return dio_round_up(s->layers[i].count * layer_store_slot_elem_bytes(s, i));
+}
 static size_t stride(const LayerStore *s, int i) { return store_stride(s, i); }
 static int n_records(const LayerStore *s) { return 2 * s->n + 2; }
 // A frozen layer keeps one copy (docs/out-of-core.md, "Consistency"): no step writes it, so

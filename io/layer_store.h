@@ -44,6 +44,9 @@ typedef struct {
     int bf16;       // frozen only: kept as bfloat16 (the dtype it was imported in, Layer.
                     // stored_bf16), half the bytes on flash; widened to float32 as it is read,
                     // rounded to nearest even as it is written (a load's values are exact)
+    int slot16;     // bf16 only, set by the stream's opener (layer_store_set_slot16), not saved:
+                    // its slot holds the BF16 values as on flash, read and written unwidened
+                    // (half the slot's bytes: a base whose only reads are BF16 GEMMs)
 } StoreLayer;
 
 typedef struct {
@@ -92,6 +95,10 @@ size_t layer_store_slot_bytes(const LayerStore *s, int i);
 size_t layer_store_buf_stride(const LayerStore *s, int i);
 size_t layer_store_max_slot_bytes(const LayerStore *s);
 size_t layer_store_disk_bytes(const LayerStore *s, int i);  // one version of layer i on flash
+// Layer i (kept in BF16 on flash) is read into its slot and written from it as BF16 values, never
+// widened (StoreLayer.slot16); refused for a layer kept in float32.
+int layer_store_set_slot16(LayerStore *s, int i, FgError *err);
+size_t layer_store_slot_elem_bytes(const LayerStore *s, int i);  // 2 (slot16) or 4 a value
 // Version of layer i now (the newest written), and the consistent version of the store (the
 // oldest layer's; -1 while version 0 is incomplete).
 long layer_store_layer_version(const LayerStore *s, int i);

@@ -26,7 +26,7 @@ size_t layer_store_block_floats(const LayerStore *s, int i, int b) {
 }
 
 size_t layer_store_block_stride(const LayerStore *s, int i) {
-    return s->block[i] ? s->block[i] * sizeof(float) : store_stride(s, i);
+    return s->block[i] ? s->block[i] * layer_store_slot_elem_bytes(s, i) : store_stride(s, i);
 }
 
 size_t layer_store_block_slot_bytes(const LayerStore *s, int i) {

@@ -274,10 +274,12 @@ static int ls_acquire_block(LayerStream *s, int layer, int block, LayerView *vie
         else {
             sl->pins++, sl->ahead = 0, sl->last_use = ++c->tick;
             size_t stride = layer_store_block_stride(c->store, sl->idx);
+            size_t elem = layer_store_slot_elem_bytes(c->store, sl->idx);
             memset(view, 0, sizeof *view);
             view->layer = layer;
             view->count = layer_store_block_floats(c->store, sl->idx, block);
-            view->first = (size_t)block * stride / sizeof(float);
+            view->first = (size_t)block * stride / elem;
+            view->bf16 = layer_store_layer(c->store, sl->idx)->slot16;
             view->n_bufs = layer_store_layer_bufs(c->store, sl->idx);
             for (int b = 0; b < view->n_bufs; b++) view->buf[b] = (float *)(sl->mem + (size_t)b * stride);
             view->version = sl->version;

@@ -43,6 +43,15 @@ static int set_blocks(LayerStore *s, const Model *m, FgError *err) {
     return rc;
 }
 
+// The layers whose slots hold BF16 as on flash (LayerStreamSpec.slot16): after version 0, which
+// a new store writes from floats.
+static int set_slot16(LayerStore *s, const LayerStreamSpec *spec, FgError *err) {
+    int rc = FG_OK;
+    for (int i = 0; spec->slot16 && i < layer_store_n_layers(s) && !rc; i++)
+        if (spec->slot16[layer_store_layer(s, i)->layer]) rc = layer_store_set_slot16(s, i, err);
+    return rc;
+}
+
 // A BF16 layer (a frozen base as imported) is never widened over: a run that would train it is
 // refused by name.
 static int check_bf16(LayerStore *s, const LayerStreamSpec *spec, FgError *err) {
@@ -114,6 +123,7 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
         if (!rc) rc = set_blocks(s, spec->model, err);
         if (!rc) rc = write_version0(s, spec, err);
     }
+    if (!rc) rc = set_slot16(s, spec, err);
     if (rc) {
         if (s) layer_store_close(s);
         return rc;

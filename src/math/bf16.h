@@ -35,6 +35,18 @@ static inline void bf16_widen_in_place(void *buf, size_t n) {
 
 // y[i] = bf16_round(x[i]), i < n.
 typedef void (*Bf16Convert)(const float *x, uint16_t *y, size_t n);
+
+// x rounded to nearest even as bf16_round, but denormals kept: a value that came from BF16 goes
+// back to its bits exactly (a base kept in BF16: its store's writes, and the BF16 copy its GEMMs
+// read, the same bits as the BF16 slot of a streamed stage holds). A Bf16Convert.
+static inline void bf16_narrow(const float *x, uint16_t *y, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &x[k], sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) y[k] = (uint16_t)((u >> 16) | 0x40u);  // NaN: quiet
+        else y[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
 void bf16_convert_scalar(const float *x, uint16_t *y, size_t n);
 // The same bits with VCVTNE2PS2BF16; only where cpu_bf16_missing() is NULL.
 void bf16_convert_avx512(const float *x, uint16_t *y, size_t n);

@@ -27,6 +27,8 @@ typedef struct {
     float *buf[4];      // buf[0]: params, then optimizer state, then the reference (cv, guided)
     size_t first;       // a row block: the layer's float at buf[b][0] (0: the whole layer)
     long version;       // updates applied so far
+    int bf16;           // buf[0] holds count BF16 values as on flash, not floats (a frozen base
+                        // whose only reads are BF16 GEMMs: LayerStreamSpec.slot16)
 } LayerView;
 
 // What the stream's I/O threads did so far: bytes and the seconds spent moving them (reads and
@@ -115,6 +117,9 @@ typedef struct {
     int n_slots;               // slots of the largest layer
     int n_small_slots;         // and slots for layers of at most small_count floats
     size_t small_count;
+    const unsigned char *slot16;  // per model layer (NULL: none): 1 when its slot holds its
+                               // BF16 values as on flash, never widened (a frozen layer kept in
+                               // BF16 whose only reads are BF16 GEMMs: slot_plan.h)
     void *slot_memory;         // NULL: the stream allocates its slots; else its slots (the large
     size_t slot_memory_bytes;  // ones, then the small ones) in this 4 KiB-aligned block (a node's
                                // shared memory: NodeShare), which the caller frees after close
