@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "backend.h"
+#include "bf16.h"
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"
@@ -25,7 +26,11 @@
 #include "model.h"
 #include "transport.h"
 
-enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_MAX_LAG = 2 };
+// LAYER_FLOATS, with LAYER_WEIGHTS: params as floats also where a streamed layer's slot holds
+// BF16 (a frozen base, slot_plan.h's slot16; widened into a buffer of the source's and narrowed
+// back when released dirty): for the readers and writers of floats (checkpoints, loads), not
+// the step's GEMMs, which read params16.
+enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_FLOATS = 4, LAYER_MAX_LAG = 2 };
 
 // One layer's buffers, each of the layer's param_count floats (NULL: not in this run), or of a
 // row block of it: floats [first, first + count) of each (Layer.block_rows; layer_block).
@@ -34,7 +39,10 @@ typedef struct {
     float *params;
     const uint16_t *params16;  // the BF16 copy of params that the GEMMs read (LayerNeeds.weights16,
                                // layer_has_weights16; NULL: none), refreshed by the source
-                               // whenever a release says the weights were written
+                               // whenever a release (resident) or an acquire (streamed) finds
+                               // the weights written, or refresh16 says so; or, a streamed
+                               // layer whose slot holds BF16, that slot (params NULL then,
+                               // unless LAYER_FLOATS)
     float *state;          // optimizer state buffers, state_stride floats apart
     size_t state_stride;
     float *ref;            // fg+bp's reference, the last step's c: as is (cv), or c/|c| (guided)
@@ -42,6 +50,9 @@ typedef struct {
     float *update_grad;    // the gradient the next update reads: grad itself (resident), or
                            // its copy in the step store (streamed)
     float *prev[LAYER_MAX_LAG];  // prev[j]: the weights of j + 1 steps ago (lag j + 1)
+    const uint16_t *prev16[LAYER_MAX_LAG];  // prev[j]'s BF16 copy, where it has one: a layer
+                           // that does not train (frozen), whose earlier weights are its
+                           // weights (params16); NULL: lagged GEMMs round prev[j] per call
 } LayerSlot;
 
 typedef struct LayerSource LayerSource;
@@ -69,9 +80,9 @@ struct LayerSource {
     int tied_once;
     // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
     int read_ahead;
-    // Streamed with two slot sizes only (0: one size): layers of more parameters than this take
-    // a large slot, which the next of them is read into as soon as it is free.
-    size_t large_above;
+    // Streamed with two slot sizes only (NULL: one size): per model layer, 1 where it takes a
+    // large slot (slot_plan_large), which the next of them is read into as soon as it is free.
+    const unsigned char *large;
     // Each call names a row block of the layer (layer_block: a layer without blocks is its
     // block 0). A streamed layer in blocks holds one block in a slot and its blocks of a version
     // are written in ascending order; its gradient accumulator (layer_buffer) is a block's.
@@ -81,6 +92,10 @@ struct LayerSource {
     int (*acquire)(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out, FgError *err);
     // Unpins the parts acquire pinned; dirty: those whose buffers were written.
     int (*release)(LayerSource *s, int layer, int block, unsigned parts, unsigned dirty, FgError *err);
+    // The acquired layer's weights were written while pinned and are read before release (a
+    // streamed stage's update, applied as the forward wave acquires the layer): their BF16 copy
+    // made again now (nothing where the run has none).
+    void (*refresh16)(LayerSource *s, int layer, int block, const LayerSlot *slot);
     // Weights written from now on belong to the state on which step next_step runs.
     int (*begin_version)(LayerSource *s, long next_step, FgError *err);
     // Resident (NULL when streamed, whose slots are copied): before an update of every layer,
@@ -120,6 +135,13 @@ struct LayerSource {
     // Flushes and frees; returns the first error of the last writes.
     int (*close)(LayerSource *s, FgError *err);
 };
+
+// How a layer's BF16 copy rounds its weights: a base kept in BF16 (stored_bf16) keeps its own
+// bits, denormals too (as a streamed BF16 slot holds them); other weights round as the BF16
+// GEMM rounds an FP32 operand per call (`rounding`).
+static inline Bf16Convert layer_source_convert16(const Layer *L, Bf16Convert rounding) {
+    return L->stored_bf16 ? bf16_narrow : rounding;
+}
 
 // Which bound a streamed stage's step is on, from its I/O over `steps` steps that took
 // `seconds`: compute is the time not spent waiting for layers; I/O the time with any read or

@@ -234,9 +234,11 @@ static int visit_layer(Pipeline *p, int l, int writable, LayerVisitor visit, voi
     int rc = FG_OK;
     for (int b = 0; b < layer_blocks(L) && !rc; b++) {
         LayerSlot s;
-        if ((rc = layers_acquire_block(p, l, b, 1, LAYER_WEIGHTS, &s, err))) break;
+        // As floats, also a layer whose streamed slot holds BF16 (widened for the visit).
+        const unsigned parts = LAYER_WEIGHTS | LAYER_FLOATS;
+        if ((rc = layers_acquire_block(p, l, b, 1, parts, &s, err))) break;
         rc = visit_slot(p, L, &s, writable, visit, arg, err);
-        int rc2 = layers_release_block(p, l, b, LAYER_WEIGHTS, writable && !rc ? LAYER_WEIGHTS : 0, err);
+        int rc2 = layers_release_block(p, l, b, parts, writable && !rc ? LAYER_WEIGHTS : 0, err);
         rc = rc ? rc : rc2;
     }
     return rc;

@@ -43,9 +43,9 @@ int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, Lay
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
     // would stall the wave for its whole read: it goes in as soon as a large slot is free.
-    for (int next = layers_next_param(p, l, dir); !rc && p->src.large_above && next >= 0;
+    for (int next = layers_next_param(p, l, dir); !rc && p->src.large && next >= 0;
          next = layers_next_param(p, next, dir))
-        if (p->model->layers[next].param_count > p->src.large_above) {
+        if (p->src.large[next]) {
             rc = p->src.prefetch(&p->src, next, 0, parts, err);
             break;
         }

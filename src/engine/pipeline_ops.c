@@ -289,9 +289,9 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         const float *x = lane_layer_input(p, a, l, i);
         float *bw_dy = p->stash.bw_adjoint(p, a, l);
         // An op with a lag differentiates at the weights its activations were computed with
-        // (rounded per call in BF16: only the current weights have a BF16 copy).
+        // (their BF16 copy where they have one: prev16).
         const float *params = a->lag ? s->prev[a->lag - 1] : s->params;
-        const Layer Lw = layer_with_weights16(L, a->lag ? NULL : s->params16);
+        const Layer Lw = layer_with_weights16(L, a->lag ? s->prev16[a->lag - 1] : s->params16);
         const BackwardHalf half = p->stash.half[a->kind];
         // Bw reads no weights, but a fused head recomputes its logits
         if (half == HALF_WEIGHT) {

@@ -93,6 +93,8 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned
     if (layers_writes(p)) {
         if ((rc = tied_fetch(p, l, s, err))) return rc;
         *dirty = update_apply(p, l, s);
+        // The wave reads the new weights before the release that would refresh their copy.
+        if (*dirty & LAYER_WEIGHTS) p->src.refresh16(&p->src, l, b, s);
     }
     return layers_sync(p, err);  // replicas sharing the slot read it once it is updated
 }

@@ -21,10 +21,37 @@ static size_t unit_floats(const Layer *L) {
     return n;
 }
 
-// Bytes of a layer's slot in the weights store.
-static size_t weights_bytes(const SlotPlan *sp, const Layer *L) {
-    return (size_t)(L->frozen ? 1 : sp->n_weights) * page_round(unit_floats(L) * sizeof(float));
+static int slot16_layer(int weights16, const Model *m, int l) {
+    const Layer *L = &m->layers[l];
+    return weights16 && L->frozen && L->stored_bf16 && L->kind == LAYER_LINEAR && L->no_bias &&
+           !L->block_rows && l != m->tied_first && l != m->tied_last;
 }
+
+int slot_plan_slot16(const Config *c, const Model *m, int l) {
+    return slot16_layer(layer_needs(c).weights16, m, l);
+}
+
+int slot_plan_copy16(const Config *c, const Model *m, int l) {
+    const int weights16 = layer_needs(c).weights16;
+    return weights16 && layer_has_weights16(&m->layers[l]) && !slot16_layer(weights16, m, l);
+}
+
+// Floats of slot memory a unit of layer l takes: a BF16 slot's values two to a float.
+static size_t slot_floats(const SlotPlan *sp, const Model *m, int l) {
+    size_t n = unit_floats(&m->layers[l]);
+    return slot16_layer(sp->weights16, m, l) ? (n + 1) / 2 : n;
+}
+
+// Bytes of a layer's slot in the weights store.
+static size_t weights_bytes(const SlotPlan *sp, const Model *m, int l) {
+    return (size_t)(m->layers[l].frozen ? 1 : sp->n_weights) * page_round(slot_floats(sp, m, l) * sizeof(float));
+}
+
+int slot_plan_large(const SlotPlan *sp, const Model *m, int l) {
+    return sp->small && m->layers[l].param_count && slot_floats(sp, m, l) > sp->small;
+}
+
+double slot_plan_copy16_bytes(const SlotPlan *sp) { return (double)page_round(sp->copy16 * sizeof(uint16_t)); }
 
 // The layers the stores hold: all but the twin (the tied head reading the embedding's copy).
 static int stored(const SlotPlan *sp, const Model *m, int l) {
@@ -36,9 +63,11 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     size_t weights = 0, trained = 0;
     for (int l = first; l < last; l++) {
         const Layer *L = &m->layers[l];
+        if (sp->weights16 && L->param_count && layer_has_weights16(L) && !slot16_layer(sp->weights16, m, l))
+            sp->copy16 = FG_MAX(sp->copy16, unit_floats(L));  // the twin's too: made from its slot
         if (!stored(sp, m, l)) continue;
-        if (unit_floats(L) > sp->largest) sp->largest = unit_floats(L), sp->largest_layer = l;
-        weights = FG_MAX(weights, weights_bytes(sp, L));
+        if (slot_floats(sp, m, l) > sp->largest) sp->largest = slot_floats(sp, m, l), sp->largest_layer = l;
+        weights = FG_MAX(weights, weights_bytes(sp, m, l));
         sp->lane_weights = FG_MAX(sp->lane_weights, (size_t)(L->frozen ? 1 : sp->n_weights) * unit_floats(L));
         if (!L->frozen) trained = FG_MAX(trained, unit_floats(L));
         ++*param_layers;
@@ -52,10 +81,10 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
     sp->lane_step = (size_t)sp->n_step * trained;
     for (int l = first; l < last; l++) {
         if (!stored(sp, m, l)) continue;
-        if (unit_floats(&m->layers[l]) > sp->largest / 2) {
+        if (slot_floats(sp, m, l) > sp->largest / 2) {
             sp->large_layers++;
         } else {
-            sp->small = FG_MAX(sp->small, unit_floats(&m->layers[l]));
+            sp->small = FG_MAX(sp->small, slot_floats(sp, m, l));
             sp->small_layers++;
         }
     }
@@ -114,7 +143,7 @@ static void plan_sizes(const Config *c, const Model *m, int first, int last, Slo
                        int *param_layers) {
     LayerNeeds need = layer_needs(c);
     *sp = (SlotPlan){.n_weights = 1 + need.opt_buffers + need.ref,
-                     .n_step = need.keep_grad + need.prev, .twin = -1};
+                     .n_step = need.keep_grad + need.prev, .twin = -1, .weights16 = need.weights16};
     // bp steps both copies of a tied table with one sum, from one state, and keeps nothing else
     // per layer (no step store, no reference): one copy on flash serves both, and stays in its
     // slot from the embedding's backward to the head's forward (docs/out-of-core.md).
@@ -128,7 +157,7 @@ double layer_source_streamed_floor(const Config *c, const Model *m, int first, i
     SlotPlan sp;
     int param_layers;
     plan_sizes(c, m, first, last, &sp, &param_layers);
-    return slots_floor(&sp);  // the tied copies' gradients on flash (tied_spill)
+    return slots_floor(&sp) + slot_plan_copy16_bytes(&sp);  // the tied copies' gradients on flash (tied_spill)
 }
 
 size_t layer_source_streamed_params(const Config *c, const Model *m, int first, int last) {
@@ -143,9 +172,9 @@ SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last) 
     SlotPlan sp;
     int param_layers;
     plan_sizes(c, m, first, last, &sp, &param_layers);
-    double two = 2.0 * (double)sp.large_bytes;
+    double two = 2.0 * (double)sp.large_bytes + slot_plan_copy16_bytes(&sp);
     if (one_large_slot(&sp)) two += overlap_slots(&sp) * (double)slot_bytes(&sp, sp.small);
-    return (SlotNeeds){.floor = slots_floor(&sp), .two = two,
+    return (SlotNeeds){.floor = slots_floor(&sp) + slot_plan_copy16_bytes(&sp), .two = two,
                        .tied = (double)(sp.tied[0] + sp.tied[1]) * sizeof(float)};
 }
 
@@ -188,6 +217,7 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     int param_layers;
     plan_sizes(c, m, first, last, sp, &param_layers);
     if (!spill) work_bytes += (double)(sp->tied[0] + sp->tied[1]) * sizeof(float);
+    work_bytes += slot_plan_copy16_bytes(sp);  // beside the slots, as the held layer's work
     size_t slot = sp->large_bytes;
     // A device also holds copies of the layer it computes on: two where they leave the slots'
     // floor (the next layer uploads during this one's compute), else one.

@@ -28,7 +28,18 @@ typedef struct {
     int device_lanes;         // a device's copies of the layer it computes on (device_lanes.h):
                               // two where the budget holds them (uploads overlap compute), else
                               // one; 0 on the CPU
+    int weights16;            // the GEMMs read BF16 weights (LayerNeeds.weights16)
+    size_t copy16;            // values of the held layer's BF16 copy, made from its FP32 slot
+                              // once per acquire (the largest such layer's; 0: none)
 } SlotPlan;
+
+// A bf16 run's streamed layers, decided once per layer from the model and the config: a layer
+// whose slot holds BF16 (slot16: a frozen base kept in BF16 whose only reads are BF16 GEMMs, a
+// linear layer without bias that is no tied copy: half its slot, read and fed to the GEMMs as
+// on flash, never widened), or whose GEMMs read a BF16 copy of its FP32 slot (copy16: the other
+// layers of layer_has_weights16), or neither (norms, biases: FP32 reads; an fp32 run).
+int slot_plan_slot16(const Config *c, const Model *m, int l);
+int slot_plan_copy16(const Config *c, const Model *m, int l);
 
 // Page-locked host bytes of the slots of a store of n_bufs buffers per layer (a device's).
 size_t slot_plan_memory_bytes(const SlotPlan *sp, int n_bufs);
@@ -50,6 +61,13 @@ typedef struct {
     double floor, two, tied;
 } SlotNeeds;
 SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last);
+
+// Whether layer l takes a large slot of a plan with small ones (its slot's bytes, not its
+// parameters, decide: a BF16 slot holds twice the values).
+int slot_plan_large(const SlotPlan *sp, const Model *m, int l);
+
+// Bytes of the held layer's BF16 copy (SlotPlan.copy16), which the budget holds beside the slots.
+double slot_plan_copy16_bytes(const SlotPlan *sp);
 
 // Bytes of one version of the stage's layers in both stores.
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last);

@@ -23,7 +23,13 @@ typedef struct {
 static void refresh16(Resident *r, int l, size_t first, size_t count) {
     if (!r->params16 || r->at16[l] == SIZE_MAX) return;
     size_t off = r->model->layers[l].param_offset - r->base + first;
-    bf16_convert_rows(r->convert, r->params + off, 1, (int)count, (int)count, r->params16 + r->at16[l] + first);
+    Bf16Convert convert = layer_source_convert16(&r->model->layers[l], r->convert);
+    bf16_convert_rows(convert, r->params + off, 1, (int)count, (int)count, r->params16 + r->at16[l] + first);
+}
+
+// Layer l's copy from its float `first` on (NULL: it has none).
+static const uint16_t *copy16_at(const Resident *r, int l, size_t first) {
+    return r->params16 && r->at16[l] != SIZE_MAX ? r->params16 + r->at16[l] + first : NULL;
 }
 
 // The copy's layout, sized for the stage's layers that read one, and its first values.
@@ -57,14 +63,19 @@ static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts
     size_t off = r->model->layers[layer].param_offset - r->base + out->first;
     if (parts & LAYER_WEIGHTS) {
         out->params = r->params + off;
-        if (r->params16 && r->at16[layer] != SIZE_MAX) out->params16 = r->params16 + r->at16[layer] + out->first;
+        out->params16 = copy16_at(r, layer, out->first);
         out->state = view(r->state, off);
         out->state_stride = r->n;
         out->ref = view(r->ref, off);
     }
     if (parts & LAYER_STEP) {
         out->grad = out->update_grad = view(r->grad, off);
-        for (int j = 0; j < LAYER_MAX_LAG; j++) out->prev[j] = view(r->prev[j], off);
+        // A frozen layer's earlier weights are its weights: their copy is its copy.
+        const uint16_t *p16 = r->model->layers[layer].frozen ? copy16_at(r, layer, out->first) : NULL;
+        for (int j = 0; j < LAYER_MAX_LAG; j++) {
+            out->prev[j] = view(r->prev[j], off);
+            out->prev16[j] = out->prev[j] ? p16 : NULL;
+        }
     }
     return FG_OK;
 }
@@ -81,6 +92,12 @@ static int resident_release(LayerSource *s, int layer, int block, unsigned parts
         refresh16(r, layer, first, count);
     }
     return FG_OK;
+}
+
+static void resident_refresh16(LayerSource *s, int layer, int block, const LayerSlot *slot) {
+    Resident *r = s->ctx;
+    refresh16(r, layer, slot->first, slot->count);
+    (void)block;
 }
 
 static int resident_begin_version(LayerSource *s, long next_step, FgError *err) {
@@ -142,7 +159,8 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     if (need.weights16) make_copy16(r, first, last);
     *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,
                          .prefetch = resident_prefetch, .acquire = resident_acquire,
-                         .release = resident_release, .begin_version = resident_begin_version,
+                         .release = resident_release, .refresh16 = resident_refresh16,
+                         .begin_version = resident_begin_version,
                          .age_weights = resident_age_weights,
                          .flush = resident_flush, .report = resident_report, .close = resident_close};
     mem_resident_bytes(c, m, first, last, out->held);

@@ -13,6 +13,7 @@
 #include "device_lanes.h"
 #include "layer_plan.h"
 #include "layer_source.h"
+#include "slot_bf16.h"
 #include "slot_plan.h"
 #include "slot_share.h"
 #include "store_settings.h"
@@ -63,6 +64,8 @@ typedef struct {
     int made;                 // the weights store is new: published by streamed_publish
     int lock;                 // the store's lock (LayerStreams.lock; -1: none), released at close
     void (*unlock)(const char *dir, const char *name, int lock);
+    SlotBf16 bf16;            // a bf16 run's BF16 slots and copies (slot_bf16.h)
+    unsigned char *large;     // per model layer: it takes a large slot (LayerSource.large)
 } Streamed;
 
 // The store's layer for a layer: the twin reads and pins the embedding's copy.
@@ -136,7 +139,7 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
         // A layer that does not train (frozen) holds its parameters alone: no optimizer state,
         // no reference.
         int trained = st->plan[layer].trains;
-        out->params = bufs[0];
+        slot_bf16_acquire(&st->bf16, layer, &w, bufs[0], parts, out);
         out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
         out->state_stride = st->on_device ? w.count : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;
         out->ref = st->need.ref && trained ? bufs[1 + st->need.opt_buffers] : NULL;
@@ -144,7 +147,7 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
     if (parts & LAYER_STEP) {
         out->grad = out->update_grad = st->grad;
         for (int j = 0; j < st->need.prev && !steps_of(st, layer, parts); j++)
-            out->prev[j] = out->params;  // NULL unless the weights are acquired too
+            out->prev[j] = out->params, out->prev16[j] = out->params16;  // NULL unless the weights are acquired too
         if (steps_of(st, layer, parts)) {
             st->held_step = v;
             if (st->on_device) device_lanes_begin(&st->dev_step);
@@ -166,6 +169,8 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
     if (st->shared && !st->solo && (parts & (LAYER_WEIGHTS | LAYER_STEP)) &&
         (rc = slot_share_barrier(&st->share, err)))
         return rc;
+    // A BF16 slot's widened weights go back into it before the stream writes it back.
+    if (parts & LAYER_WEIGHTS) slot_bf16_release(&st->bf16, &st->held_weights, dirty & LAYER_WEIGHTS, st->io);
     if (!st->io) return FG_OK;
     if (layer == st->twin) dirty &= ~(unsigned)LAYER_WEIGHTS;  // the embedding's step writes it
     if (parts & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, &st->dev_weights, dirty & LAYER_WEIGHTS, err);
@@ -177,6 +182,12 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
     if (steps_of(st, layer, parts))
         rc2 = st->step.release_block(&st->step, layer, block, !rc && (dirty & LAYER_STEP), rc ? &(FgError){0} : err);
     return rc ? rc : rc2;
+}
+
+static void streamed_refresh16(LayerSource *s, int layer, int block, const LayerSlot *slot) {
+    (void)block;
+    Streamed *st = s->ctx;
+    slot_bf16_refresh(&st->bf16, layer, slot);
 }
 
 // Shared slots: every replica of the node gets here (the I/O rank's writes seen by all).
@@ -255,6 +266,9 @@ static void streamed_report(LayerSource *s, const char *who) {
             "%.2f s (%.2f GB/s), I/O threads' CPU %.2f s, compute waited %.2f s for layers\n", who,
             rb / 1e9, rs, rs > 0 ? rb / rs / 1e9 : 0.0, wb / 1e9, ws, ws > 0 ? wb / ws / 1e9 : 0.0,
             a.cpu_seconds, a.wait_seconds);
+    if (st->bf16.copies || st->bf16.as_read)
+        fprintf(stderr, "fgpipe: %s BF16 weights: %ld copies made of FP32 slots (one per acquire), "
+                "%ld BF16 slots read by the GEMMs as they lie\n", who, st->bf16.copies, st->bf16.as_read);
     if (st->on_device)
         fprintf(stderr, "fgpipe: %s device copies of its layers (%d lane%s, page-locked slots): "
                 "%.3f GB to the GPU, %.3f GB back\n", who, st->dev_weights.n_lanes,
@@ -283,6 +297,8 @@ static int streamed_close(LayerSource *s, FgError *err) {
     for (int i = 0; i < 2; i++)
         if (st->pinned[i]) st->be->host_free(st->be, st->pinned[i]);
     fg_free(st->plan);
+    slot_bf16_close(&st->bf16);
+    free(st->large);
     free(st);
     s->ctx = NULL;
     return rc;
@@ -416,22 +432,31 @@ static int open_step(Streamed *st, const LayerStreams *ls, const LayerStreamSpec
     snprintf(name, sizeof name, "step-%d-%d%s", spec->first, spec->last, suffix);
     LayerStreamSpec ss = *spec;
     ss.name = name, ss.n_bufs = n_step, ss.aux_bytes = 0, ss.fill_weights = 0, ss.later_bufs = 0;
-    ss.reopen = 0, ss.version = -1, ss.frozen = STORE_FROZEN_SKIP;
+    ss.reopen = 0, ss.version = -1, ss.frozen = STORE_FROZEN_SKIP, ss.slot16 = NULL;
     slot_memory(st, SHARE_STEP, &ss);
     st->has_step = 1;
     return open_store(st, FG_OK, ls, &ss, &st->step, &version, err);
 }
 
-static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *sp) {
+// " (N of its layers' slots hold BF16 as read ...)" in a bf16 run with a base kept in BF16, else "".
+static const char *bf16_note(const Streamed *st, int first, int last, char *out, size_t size) {
+    int n = 0;
+    for (int l = first; l < last; l++) n += st->bf16.slot16[l];
+    out[0] = 0;
+    if (n) snprintf(out, size, ", %d of its layers' slots hold BF16 as read (a frozen base: its GEMMs read them as they lie)", n);
+    return out;
+}
+
+static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *sp, int first, int last) {
     const char *note = st->weights.note;
-    char shared[160] = "", small[128];
+    char shared[160] = "", small[128], b16[128];
     if (st->shared)
         snprintf(shared, sizeof shared, ", shared by the stage's %d replicas on node %d (%s)",
                  st->share.node->size, st->share.node->node,
                  st->io ? "this rank reads and writes them" : "its I/O rank reads and writes them");
-    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s%s\n",
+    fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s%s%s\n",
             t->stage, st->cfg->layout.weights_dir, st->name, sp->n_slots + sp->n_small,
-            slot_plan_note(sp, small, sizeof small),
+            slot_plan_note(sp, small, sizeof small), bf16_note(st, first, last, b16, sizeof b16),
             sp->twin >= 0 ? ", the tied copies kept once" : "", shared, note[0] ? ": " : "", note);
 }
 
@@ -479,11 +504,13 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
     st->plan = layer_plan_build(m);
+    slot_bf16_open(&st->bf16, c, m, first, last, &sp);
     st->on_device = be->on_device;
     st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
                          .acquire = streamed_acquire, .release = streamed_release,
+                         .refresh16 = streamed_refresh16,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,
                          .publish = streamed_publish,
                          .report = streamed_report, .io_stats = streamed_io_stats,
@@ -507,13 +534,16 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
                             .staged = 1,
                             .frozen = STORE_FROZEN_READ_ONLY, .tied_once = sp.twin >= 0,
                             .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
+                            .slot16 = st->bf16.slot16,
                             .later_bytes = !spill ? 0.0 : (double)(sp.tied[0] + sp.tied[1]) * sizeof(float) *
                                                           (st->shared ? st->share.node->size : 1)};
     if (!rc) pin_slots(st, &sp), slot_memory(st, SHARE_WEIGHTS, &spec);
     if (!rc) rc = open_weights(st, t, ls, &spec, next_step, err);
-    if (!rc) say_streams(st, t, &sp);
+    if (!rc) say_streams(st, t, &sp, first, last);
     if (!rc && n_step && trains_any(st, first, last)) rc = open_step(st, ls, &spec, n_step, suffix, err);
-    out->large_above = sp.n_small ? sp.small : 0;
+    st->large = calloc((size_t)m->n_layers, 1);
+    for (int l = first; l < last; l++) st->large[l] = (unsigned char)slot_plan_large(&sp, m, l);
+    out->large = sp.n_small ? st->large : NULL;
     // The B wave's gradient accumulator (bp, fg+bp) and op U's estimate (fg, fg+bp): every mode's.
     if (!rc)
         out->layer_buffer = st->grad = backend_alloc_floats(be, model_largest_trained_block(m, first, last));

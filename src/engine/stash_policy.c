@@ -126,7 +126,7 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
             float *y = stage_act_type(st, l + 1) == FG_F32
                            ? kept : p->work.act[(l - st->first) & 1] + (size_t)i * p->work.act_stride;
             stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params,
-                                a->lag ? NULL : s.params16, NULL, NULL,
+                                a->lag ? s.prev16[a->lag - 1] : s.params16, NULL, NULL,
                                 stage_act_load(st, l, rerun_layer_input(p, a, l), x_work, in), NULL, y,
                                 NULL, a->rows);
             if (y != kept) stage_act_store(st, l + 1, kept, y, out);
