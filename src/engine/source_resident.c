@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "bf16.h"
+#include "layer_plan.h"
 #include "layer_source.h"
 #include "mem_account.h"
 
@@ -17,6 +18,7 @@ typedef struct {
     uint16_t *params16;
     size_t *at16;
     Bf16Convert convert;
+    LayerPlan *plan;       // which layers train (a frozen one's earlier weights are its weights)
 } Resident;
 
 // The one writer of the BF16 copy: layer l's floats [first, first + count) were written.
@@ -71,7 +73,7 @@ static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts
     if (parts & LAYER_STEP) {
         out->grad = out->update_grad = view(r->grad, off);
         // A frozen layer's earlier weights are its weights: their copy is its copy.
-        const uint16_t *p16 = r->model->layers[layer].frozen ? copy16_at(r, layer, out->first) : NULL;
+        const uint16_t *p16 = r->plan[layer].trains ? NULL : copy16_at(r, layer, out->first);
         for (int j = 0; j < LAYER_MAX_LAG; j++) {
             out->prev[j] = view(r->prev[j], off);
             out->prev16[j] = out->prev[j] ? p16 : NULL;
@@ -132,6 +134,7 @@ static int resident_close(LayerSource *s, FgError *err) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) r->be->free(r->be, bufs[i]);
     r->be->free(r->be, r->params16);
     free(r->at16);
+    fg_free(r->plan);
     free(r);
     s->ctx = NULL;
     return FG_OK;
@@ -142,7 +145,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     (void)err;
     LayerNeeds need = layer_needs(c);
     Resident *r = calloc(1, sizeof *r);
-    r->be = be, r->model = m;
+    r->be = be, r->model = m, r->plan = layer_plan_build(m);
     r->base = model_range_offset(m, first);
     r->n = model_range_count(m, first, last);
     r->params = backend_alloc_floats(be, r->n);
