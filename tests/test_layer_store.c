@@ -288,7 +288,7 @@ static void test_unwritable_dir(void **state) {
     pid_t pid = fork();
     if (pid == 0) {
         if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(4);
-        StoreLayer l = {"fc1", 0, 100, 0, 0};
+        StoreLayer l = {"fc1", 0, 100, 0, 0, 0};
         StoreOptions o = opts(0);
         LayerStore *s;
         FgError err = {0};
@@ -390,7 +390,7 @@ static void clear_record(const char *name, int rec) {
 // no older copy of the layer to go back to.
 static void test_frozen_layer(void **state) {
     (void)state;
-    StoreLayer layers[3] = {{"fc1", 0, 1000, 0, 0}, {"base", 2, 5000, 1, 0}, {"fc3", 4, 300, 0, 0}};
+    StoreLayer layers[3] = {{"fc1", 0, 1000, 0, 0, 0}, {"base", 2, 5000, 1, 0, 0}, {"fc3", 4, 300, 0, 0, 0}};
     StoreOptions o = opts(sizeof(long));
     LayerStore *s;
     FgError err = {0};

@@ -39,7 +39,7 @@ static float value(size_t k) {  // BF16 values of every sign and a wide range of
 }
 
 static LayerStore *made_store(float *base) {
-    StoreLayer layers[2] = {{"fc1", 0, 3000, 0, 1}, {"base", 1, BASE, 1, 1}};  // fc1 trained: FP32
+    StoreLayer layers[2] = {{"fc1", 0, 3000, 0, 1, 0}, {"base", 1, BASE, 1, 1, 0}};  // fc1 trained: FP32
     StoreOptions o = {.n_bufs = 3};
     LayerStore *s;
     FgError err = {0};
