@@ -18,7 +18,8 @@
 #   for the I/O thread). RUNS="bf16-bp fp32-bp" runs only those (default: bf16-bp bf16-fg
 #   bf16-fgbp fp32-bp). CONFIG=another Llama config (its shape is written and imported).
 #   FGBP_BUDGET (default BUDGET): fg+bp's, whose floor is higher (it keeps two steps' saved
-#   inputs: 12.9 GB at ctx 64 where bp's is 7.1 and fg's 4.4).
+#   inputs: 12.9 GB at ctx 64 where bp's is 7.1 and fg's 4.4). PRECISION (fp32): bf16 runs every
+#   row in mixed precision (a CPU with AVX512-BF16): the BF16 base feeds the BF16 GEMMs as read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -50,7 +51,8 @@ common=(--config "$config" --init-from "$checkpoint" --set lora_rank=16 --set lo
         --set lora_targets=q,k,v,o,gate,up,down --set ctx="$ctx" --set steps="$steps"
         --set micro_batches=1 --set micro_batch=1 --set lr=0.001 --set warmup_steps=0
         --set lr_schedule=constant --set train_tokens="$dir/window.bin" --set val_tokens="$dir/window.bin"
-        --set print_every=1 --set io_every_step=1 --weights-dir "$dir/flash")
+        --set print_every=1 --set io_every_step=1 --set precision="${PRECISION:-fp32}"
+        --weights-dir "$dir/flash")
 fgbp_budget=${FGBP_BUDGET:-$budget}
 
 run() {  # NAME BUDGET [ARGS]: one streamed run into $dir/NAME.{log,json}, its store removed after
