@@ -6,11 +6,12 @@
 # - bf16's loss falls (the last step's is below the first's by 0.5 nats) and its per-step losses
 #   stay within 2% of fp32's;
 # - 2 stages give the losses and parameters of 1, byte for byte, in bf16: bp-zb (the adjoints
-#   rounded at the cut, Bi's kept adjoints in BF16), fg (weight perturbation, its default
-#   estimator: the tangents cross the cut in BF16), fg+bp with weight perturbation and cv
-#   (tangents and adjoints), fg+bp's defaults (activity, mix at shrink 0: no tangents) and
-#   fg+bp with activity perturbation and mix at shrink 0.5 (a stage's products are the same
-#   calls on the same BF16 values whatever the cut);
+#   rounded at the cut, Bi's kept adjoints in BF16; 1F1B on 2 stages too), fg (weight
+#   perturbation, its default estimator: the tangents cross the cut in BF16), fg+bp with weight
+#   perturbation and cv (tangents and adjoints; also with recompute = stage on 2 stages against
+#   1 without), fg+bp's defaults (activity, mix at shrink 0: no tangents) and fg+bp with
+#   activity perturbation and mix at shrink 0.5 (a stage's products are the same calls on the
+#   same BF16 values whatever the cut);
 # - fg+bp (activity perturbation: the JVP's products too) in bf16 stays within 2% of fp32's;
 # - the stash holds BF16 activations: summary.json's stash bytes of bf16 are half of fp32's (but
 #   for the FP32 token ids the embedding reads and the head's FP32 records), and fgpipe plan
@@ -43,6 +44,7 @@ falls() {  # falls NAME: a verdict that the run's last loss is below its first b
 train_on fp32 1 mode=bp precision=fp32 -- --summary-json "$dir/fp32.json"
 train_on bf16 1 mode=bp precision=bf16 -- --summary-json "$dir/bf16.json"
 train_on bf16-2 2 mode=bp precision=bf16
+train_on bf16-1f1b-2 2 mode=bp schedule=1f1b precision=bf16
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5)
 train_on fgbp-fp32 1 "${fgbp[@]}" precision=fp32
 train_on fgbp-bf16 1 "${fgbp[@]}" precision=bf16
@@ -53,6 +55,7 @@ fgbpw=(mode=fg+bp perturb=weight estimator=cv)
 train_on fgbpw-bf16 1 "${fgbpw[@]}" precision=bf16
 train_on fgbpw-bf16-2 2 "${fgbpw[@]}" precision=bf16 -- --summary-json "$dir/fgbpw-bf16-2.json"
 train_on fgbpw-fp32-2 2 "${fgbpw[@]}" precision=fp32 -- --summary-json "$dir/fgbpw-fp32-2.json"
+train_on fgbpw-recompute-2 2 "${fgbpw[@]}" recompute=stage precision=bf16
 train_on fgbpd-bf16 1 mode=fg+bp precision=bf16
 train_on fgbpd-bf16-2 2 mode=fg+bp precision=bf16
 within_2pc() {  # within_2pc LABEL RUN FP32_RUN
@@ -65,8 +68,11 @@ falls bf16
 within_2pc "bp: bf16's losses within 2% of fp32's over 50 steps" bf16 fp32
 grep -q "^precision = bf16" "$dir/bf16/config.txt" || verdict "bf16 ran in bf16" "config.txt says otherwise"
 same_runs "bf16, bp-zb: 2 stages give the losses and parameters of 1, byte for byte" bf16 bf16-2
+same_runs "bf16, bp-1f1b on 2 stages = bp-zb on 1, byte for byte" bf16 bf16-1f1b-2
 same_runs "bf16, fg (weight perturbation, BF16 tangents): 2 stages = 1, byte for byte" fg-bf16 fg-bf16-2
 same_runs "bf16, fg+bp (weight perturbation, cv): 2 stages = 1, byte for byte" fgbpw-bf16 fgbpw-bf16-2
+same_runs "bf16, fg+bp (weight perturbation, cv) with recompute on 2 stages = without on 1, byte for byte" \
+  fgbpw-bf16 fgbpw-recompute-2
 same_runs "bf16, fg+bp (its defaults: mix at shrink 0, no tangents): 2 stages = 1, byte for byte" fgbpd-bf16 \
   fgbpd-bf16-2
 same_runs "bf16, fg+bp (activity perturbation, mix): 2 stages = 1, byte for byte" fgbp-bf16 fgbp-bf16-2

@@ -1,11 +1,11 @@
-// The element type of a stage's activations (Stage.act_type, stage.h): FP32, or BF16 between
-// layers (precision = bf16 on the CPU), and with them the JVP's tangents and backprop's
-// adjoints at the same cuts. Layers compute in FP32 on FP32 work buffers; each layer's output
-// (and its output tangents) is rounded to BF16 once where it is made, and each input adjoint
-// where a backward op makes it, so what a stash keeps and a message carries in BF16 bytes widens
-// back to the very floats the next layer read: a pipeline of 2 stages computes what 1
-// computes, bit for bit, wherever the cut falls. The model's input (token ids, pixels) and its
-// last layer's output (logits, a fused head's records) and their adjoints stay FP32.
+// What passes between a stage's layers, in one element type (Stage.act_type, stage.h): FP32 or
+// BF16. With precision = bf16 on the CPU the activations, the JVP's tangents and backprop's
+// adjoints between layers are BF16. Layers compute in FP32 on FP32 work buffers; each layer's
+// output (and its output tangents) is rounded to BF16 once where it is made, and each input
+// adjoint where a backward op makes it, so what a stash keeps and a message carries in BF16
+// bytes widens back to the very floats the next layer read: a pipeline of 2 stages computes
+// what 1 computes, bit for bit, wherever the cut falls. The model's input (token ids, pixels)
+// and its last layer's output (logits, a fused head's records) and their adjoints stay FP32.
 #include "bf16.h"
 #include "stage.h"
 

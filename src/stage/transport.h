@@ -1,6 +1,6 @@
-// How a pipeline stage talks to its neighbours: point-to-point messages between stages, counted
-// in bytes (what they carry has its element type: FP32, or BF16 activations, tangents and
-// adjoints, two bytes each), and one small sum over all stages per step. With R data-parallel
+// How a pipeline stage talks to its neighbours: point-to-point messages of bytes between stages
+// and one small sum over all stages per step. A message's values have their element type
+// (FP32, or BF16 activations, tangents and adjoints: two bytes each). With R data-parallel
 // replicas (an M x R grid of ranks) it also sums over the replicas: the step's scalars over
 // the whole grid, and the gradient buffers of one stage over its replicas (non-blocking, so the
 // sum runs while the stage works or idles). mpi/ implements it with MPI; a single stage uses transport_local(),
