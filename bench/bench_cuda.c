@@ -170,18 +170,19 @@ static double pipe_round(PipeStage *ps, Transport *t, const Backend *be, Stage *
     int handle = 0, rc = FG_OK;
     pthread_barrier_wait(ps->barrier);
     double t0 = wall_seconds();
-    if (ps->stage == 1) rc = t->post_recv(t, 0, 0, in[0], floats, &handle, &err);
+    if (ps->stage == 1) rc = t->post_recv(t, 0, 0, in[0], floats * sizeof(float), &handle, &err);
     for (int b = 0; b < PIPE_N && !rc; b++) {
         const float *src = x, *y, *ydot;
         if (ps->stage == 1) {
             if ((rc = t->wait_recv(t, handle, &err))) break;
             if (compute && floats > 1) src = in[b & 1];
-            if (b + 1 < PIPE_N && (rc = t->post_recv(t, 0, b + 1, in[(b + 1) & 1], floats, &handle, &err)))
+            if (b + 1 < PIPE_N &&
+                (rc = t->post_recv(t, 0, b + 1, in[(b + 1) & 1], floats * sizeof(float), &handle, &err)))
                 break;
         }
         if (compute) stage_forward(st, p, NULL, src, NULL, ps->rows, NULL, &y, &ydot);
         else y = x;
-        if (ps->stage == 0) rc = t->send(t, 1, b, y, floats, &err);
+        if (ps->stage == 0) rc = t->send(t, 1, b, y, floats * sizeof(float), &err);
         if (!rc) rc = be->sync(be, &err);
     }
     if (rc) {  // the other stage may wait for this one inside NCCL: end the process

@@ -45,8 +45,8 @@ typedef struct {
 } Channel;
 
 typedef struct {
-    float *buf;
-    size_t cap;
+    void *buf;
+    size_t cap;  // bytes
     cudaEvent_t sent;  // recorded after the slot's last send
 } Slot;
 
@@ -54,7 +54,7 @@ typedef struct {
     Channel *channel;     // NULL: posted on the staged fallback
     int staged_handle;
     cudaEvent_t received;
-    char op[96];          // "receive from stage 1 (tag 8195, 4096 floats)", for errors
+    char op[96];          // "receive from stage 1 (tag 8195, 16384 bytes)", for errors
     int used;
 } Posted;
 
@@ -106,8 +106,8 @@ static cudaError_t after_compute(const Nccl *c, const Channel *ch) {
     return e != cudaSuccess ? e : cudaStreamWaitEvent(ch->stream, ch->after_compute, 0);
 }
 
-// A slot of at least n floats whose last send has completed.
-static int take_slot(Nccl *c, size_t n, Slot **out, const char *op, FgError *err) {
+// A slot of at least `bytes` bytes whose last send has completed.
+static int take_slot(Nccl *c, size_t bytes, Slot **out, const char *op, FgError *err) {
     Slot *s = NULL;
     for (int i = 0; i < c->n_slots && !s; i++) {
         cudaError_t e = cudaEventQuery(c->slots[i].sent);
@@ -123,14 +123,14 @@ static int take_slot(Nccl *c, size_t n, Slot **out, const char *op, FgError *err
         memset(s, 0, sizeof *s);
         TRY_CUDA(cudaEventCreateWithFlags(&s->sent, cudaEventDisableTiming));
     }
-    if (s->cap < n) {
+    if (s->cap < bytes) {
         // Stream-ordered: cudaFree would wait for the whole device, including NCCL kernels
         // that wait for a peer that may be waiting for this rank.
         if (s->buf) TRY_CUDA(cudaFreeAsync(s->buf, c->compute));
         s->buf = NULL;
         s->cap = 0;
-        TRY_CUDA(cudaMallocAsync((void **)&s->buf, n * sizeof(float), c->compute));
-        s->cap = n;
+        TRY_CUDA(cudaMallocAsync(&s->buf, bytes, c->compute));
+        s->cap = bytes;
     }
     *out = s;
     return FG_OK;
@@ -148,23 +148,23 @@ static Channel *recv_channel(Nccl *c, int from) {
     return NULL;
 }
 
-static int nccl_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
+static int nccl_send(Transport *t, int to, int tag, const void *buf, size_t bytes, FgError *err) {
     Nccl *c = (Nccl *)t->ctx;
     Channel *ch = send_channel(c, to);
-    if (!ch) return c->staged.send(&c->staged, to, tag, buf, n, err);
+    if (!ch) return c->staged.send(&c->staged, to, tag, buf, bytes, err);
     char op[96];
-    snprintf(op, sizeof op, "send to stage %d (tag %d, %zu floats)", to, tag, n);
+    snprintf(op, sizeof op, "send to stage %d (tag %d, %zu bytes)", to, tag, bytes);
     Slot *s;
-    int rc = take_slot(c, n, &s, op, err);
+    int rc = take_slot(c, bytes, &s, op, err);
     if (rc) return rc;
-    TRY_CUDA(cudaMemcpyAsync(s->buf, buf, n * sizeof(float), cudaMemcpyDeviceToDevice, c->compute));
+    TRY_CUDA(cudaMemcpyAsync(s->buf, buf, bytes, cudaMemcpyDeviceToDevice, c->compute));
     TRY_CUDA(after_compute(c, ch));
-    TRY_NCCL(ncclSend(s->buf, n, ncclFloat, ch->peer, ch->comm, ch->stream));
+    TRY_NCCL(ncclSend(s->buf, bytes, ncclUint8, ch->peer, ch->comm, ch->stream));
     TRY_CUDA(cudaEventRecord(s->sent, ch->stream));
     return check_async(c, ch, op, err);
 }
 
-static int nccl_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+static int nccl_post_recv(Transport *t, int from, int tag, void *buf, size_t bytes, int *handle,
                           FgError *err) {
     Nccl *c = (Nccl *)t->ctx;
     int h = 0;
@@ -174,14 +174,14 @@ static int nccl_post_recv(Transport *t, int from, int tag, float *buf, size_t n,
                        TRANSPORT_MAX_POSTED);
     Posted *p = &c->posted[h];
     const char *op = p->op;
-    snprintf(p->op, sizeof p->op, "receive from stage %d (tag %d, %zu floats)", from, tag, n);
+    snprintf(p->op, sizeof p->op, "receive from stage %d (tag %d, %zu bytes)", from, tag, bytes);
     p->channel = recv_channel(c, from);
     if (p->channel) {
         TRY_CUDA(after_compute(c, p->channel));
-        TRY_NCCL(ncclRecv(buf, n, ncclFloat, p->channel->peer, p->channel->comm, p->channel->stream));
+        TRY_NCCL(ncclRecv(buf, bytes, ncclUint8, p->channel->peer, p->channel->comm, p->channel->stream));
         TRY_CUDA(cudaEventRecord(p->received, p->channel->stream));
     } else {
-        int rc = c->staged.post_recv(&c->staged, from, tag, buf, n, &p->staged_handle, err);
+        int rc = c->staged.post_recv(&c->staged, from, tag, buf, bytes, &p->staged_handle, err);
         if (rc) return rc;
     }
     p->used = 1;
@@ -199,8 +199,8 @@ static int nccl_wait_recv(Transport *t, int h, FgError *err) {
     return check_async(c, p->channel, op, err);
 }
 
-static int nccl_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
-    int h = 0, rc = nccl_post_recv(t, from, tag, buf, n, &h, err);
+static int nccl_recv(Transport *t, int from, int tag, void *buf, size_t bytes, FgError *err) {
+    int h = 0, rc = nccl_post_recv(t, from, tag, buf, bytes, &h, err);
     return rc ? rc : nccl_wait_recv(t, h, err);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+// Messages are bytes (MPI_BYTE): what they hold has its own element type (transport.h).
 // Sends go out non-blocking from private copies, so the caller can reuse its buffer at once.
 // A send never waits for its receiver (which may itself be waiting for this rank): a copy is
 // reused once its send has completed, and more copies are made when all are in flight.
@@ -17,11 +18,11 @@ typedef struct {
     MPI_Comm grid;   // every rank of the grid
     MPI_Request replica_sum;  // the gradient sum over `data` in flight, or MPI_REQUEST_NULL
     int world_rank, replica;
-    float **buf;
-    size_t *cap;
+    void **buf;
+    size_t *cap;  // bytes
     MPI_Request *req;
     int n_slots;
-    struct { MPI_Request req; size_t n; int from, tag; } posted[TRANSPORT_MAX_POSTED];
+    struct { MPI_Request req; size_t bytes; int from, tag; } posted[TRANSPORT_MAX_POSTED];
 } MpiCtx;
 
 static int mpi_fail(FgError *err, const MpiCtx *c, int code, const char *what) {
@@ -31,7 +32,7 @@ static int mpi_fail(FgError *err, const MpiCtx *c, int code, const char *what) {
     return fg_fail(err, FG_ERR_INTERNAL, "rank %d: %s: %s", c->world_rank, what, msg);
 }
 
-static int mpi_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
+static int mpi_send(Transport *t, int to, int tag, const void *buf, size_t bytes, FgError *err) {
     MpiCtx *c = t->ctx;
     int slot = -1, done, rc;
     for (int i = 0; i < c->n_slots && slot < 0; i++) {
@@ -49,35 +50,35 @@ static int mpi_send(Transport *t, int to, int tag, const float *buf, size_t n, F
         if (!c->buf || !c->cap || !c->req) return fg_fail(err, FG_ERR_INTERNAL, "out of memory");
         c->buf[slot] = NULL, c->cap[slot] = 0, c->req[slot] = MPI_REQUEST_NULL;
     }
-    if (n > INT_MAX) return fg_fail(err, FG_ERR_INPUT, "a message of %zu floats is too large for MPI", n);
-    if (c->cap[slot] < n) {
+    if (bytes > INT_MAX) return fg_fail(err, FG_ERR_INPUT, "a message of %zu bytes is too large for MPI", bytes);
+    if (c->cap[slot] < bytes) {
         fg_free(c->buf[slot]);
-        c->buf[slot] = fg_alloc_floats(n);
-        c->cap[slot] = n;
+        c->buf[slot] = fg_alloc_bytes(bytes);
+        c->cap[slot] = bytes;
     }
-    memcpy(c->buf[slot], buf, n * sizeof(float));
-    if ((rc = MPI_Isend(c->buf[slot], (int)n, MPI_FLOAT, to, tag, c->pipe, &c->req[slot])) != MPI_SUCCESS)
+    memcpy(c->buf[slot], buf, bytes);
+    if ((rc = MPI_Isend(c->buf[slot], (int)bytes, MPI_BYTE, to, tag, c->pipe, &c->req[slot])) != MPI_SUCCESS)
         return mpi_fail(err, c, rc, "send");
     return FG_OK;
 }
 
-static int mpi_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
+static int mpi_recv(Transport *t, int from, int tag, void *buf, size_t bytes, FgError *err) {
     MpiCtx *c = t->ctx;
     MPI_Status st;
     int count, rc;
     // Probe first: a message of the wrong size is named, not silently truncated.
     if ((rc = MPI_Probe(from, tag, c->pipe, &st)) != MPI_SUCCESS) return mpi_fail(err, c, rc, "probe");
-    MPI_Get_count(&st, MPI_FLOAT, &count);
-    if ((size_t)count != n)
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if ((size_t)count != bytes)
         return fg_fail(err, FG_ERR_INTERNAL,
-                       "rank %d (stage %d): message from stage %d (tag %d) has %d floats, expected %zu",
-                       c->world_rank, t->stage, from, tag, count, n);
-    if ((rc = MPI_Recv(buf, (int)n, MPI_FLOAT, from, tag, c->pipe, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                       "rank %d (stage %d): message from stage %d (tag %d) has %d bytes, expected %zu",
+                       c->world_rank, t->stage, from, tag, count, bytes);
+    if ((rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, from, tag, c->pipe, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
         return mpi_fail(err, c, rc, "receive");
     return FG_OK;
 }
 
-static int mpi_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+static int mpi_post_recv(Transport *t, int from, int tag, void *buf, size_t bytes, int *handle,
                          FgError *err) {
     MpiCtx *c = t->ctx;
     int h = 0, rc;
@@ -85,9 +86,10 @@ static int mpi_post_recv(Transport *t, int from, int tag, float *buf, size_t n, 
     if (h == TRANSPORT_MAX_POSTED)
         return fg_fail(err, FG_ERR_INTERNAL, "rank %d: more than %d receives posted", c->world_rank,
                        TRANSPORT_MAX_POSTED);
-    if ((rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, from, tag, c->pipe, &c->posted[h].req)) != MPI_SUCCESS)
+    if (bytes > INT_MAX) return fg_fail(err, FG_ERR_INPUT, "a message of %zu bytes is too large for MPI", bytes);
+    if ((rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, tag, c->pipe, &c->posted[h].req)) != MPI_SUCCESS)
         return mpi_fail(err, c, rc, "posting a receive");
-    c->posted[h].n = n, c->posted[h].from = from, c->posted[h].tag = tag;
+    c->posted[h].bytes = bytes, c->posted[h].from = from, c->posted[h].tag = tag;
     *handle = h;
     return FG_OK;
 }
@@ -101,14 +103,14 @@ static int mpi_wait_recv(Transport *t, int h, FgError *err) {
         if (cls != MPI_ERR_TRUNCATE) return mpi_fail(err, c, rc, "receive");
         return fg_fail(err, FG_ERR_INTERNAL,
                        "rank %d (stage %d): message from stage %d (tag %d) is longer than the "
-                       "%zu floats expected",
-                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, c->posted[h].n);
+                       "%zu bytes expected",
+                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, c->posted[h].bytes);
     }
-    MPI_Get_count(&st, MPI_FLOAT, &count);
-    if ((size_t)count != c->posted[h].n)
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if ((size_t)count != c->posted[h].bytes)
         return fg_fail(err, FG_ERR_INTERNAL,
-                       "rank %d (stage %d): message from stage %d (tag %d) has %d floats, expected %zu",
-                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, count, c->posted[h].n);
+                       "rank %d (stage %d): message from stage %d (tag %d) has %d bytes, expected %zu",
+                       c->world_rank, t->stage, c->posted[h].from, c->posted[h].tag, count, c->posted[h].bytes);
     return FG_OK;
 }
 

@@ -396,11 +396,13 @@ static void test_backward_halves_match_fused(void **state) {
 
 // Bi then Bw over every stage [first, last) of a small MLP (stages that start or end on an
 // activation, single layers) gives stage_backward's dx and grad bit for bit, grad accumulating
-// on top of nonzero values; with dx and without (a first stage).
-static void check_stage_split(const Model *m, const float *params, int first, int last) {
+// on top of nonzero values; with dx and without (a first stage); with FP32 or BF16 values
+// between layers (type: Bi's kept adjoints then BF16, half the floats).
+static void check_stage_split(const Model *m, const float *params, int first, int last, FgDtype type) {
     enum { R = 5 };
     Stage st;
     assert_int_equal(stage_init(&st, &backend_cpu, m, first, last, R, 0, NULL), FG_OK);
+    stage_set_act_type(&st, type);
     const float *p = params + st.param_base, *y;
     size_t nx = (size_t)R * m->layers[first].in, ny = (size_t)R * m->layers[last - 1].out;
     size_t np = st.param_count, na = stage_adjoint_floats(&st, R);
@@ -411,6 +413,7 @@ static void check_stage_split(const Model *m, const float *params, int first, in
     Rng r = {31u * (uint64_t)first + (uint64_t)last};
     fill_uniform(&r, x, nx, 2.0f);
     fill_uniform(&r, dy, ny, 1.0f);
+    stage_act_round(&st, last, dy, ny);  // an output adjoint arrives in its cut's type
     fill_uniform(&r, g0, np, 1.0f);
     stage_forward(&st, p, NULL, x, NULL, R, stash, &y, NULL);
     for (int with_dx = 1; with_dx >= 0; with_dx--) {
@@ -443,7 +446,7 @@ static void test_stage_backward_split_matches_fused(void **state) {
         for (size_t i = 0; i < m.n_params; i++) params[i] += 0.2f * rng_uniform(&r);
         for (int first = 0; first < m.n_layers; first++)
             for (int last = first + 1; last <= m.n_layers; last++)
-                check_stage_split(&m, params, first, last);
+                for (int t = 0; t < 2; t++) check_stage_split(&m, params, first, last, t ? FG_BF16 : FG_F32);
 
         // Layout: the outputs of fc layers 0, 2, 4, 6 (6, 5, 4, 3 wide), in order.
         Stage st;
@@ -451,6 +454,9 @@ static void test_stage_backward_split_matches_fused(void **state) {
         assert_int_equal(stage_adjoint_offset(&st, 2, 2), 2 * 6);
         assert_int_equal(stage_adjoint_offset(&st, 6, 2), 2 * (6 + 5 + 4));
         assert_int_equal(stage_adjoint_floats(&st, 2), 2 * (6 + 5 + 4 + 3));
+        stage_set_act_type(&st, FG_BF16);  // two to a float, the logits (the model's output) FP32
+        assert_int_equal(stage_adjoint_offset(&st, 6, 2), 2 * (6 + 5 + 4) / 2);
+        assert_int_equal(stage_adjoint_floats(&st, 2), 2 * (6 + 5 + 4) / 2 + 2 * 3);
         stage_free(&st);
         fg_free(params);
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "common.h"
 #include "layer.h"
 #include "model.h"
@@ -253,8 +254,17 @@ typedef struct {
     float *grad;  // [n_params]
 } Pass;
 
-// Forward with tangents and stash, loss, backward, over the stages [cuts[i], cuts[i+1]).
-static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step, Pass *out) {
+// Whether the n floats of x are BF16 values (what crosses a cut in a BF16 pass).
+static int bf16_values(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (bf16_to_f32(bf16_round(x[i])) != x[i]) return 0;
+    return 1;
+}
+
+// Forward with tangents and stash, loss, backward, over the stages [cuts[i], cuts[i+1]), their
+// activations, tangents and adjoints between layers of element type `type` (stage_act.c): in
+// BF16, what crosses a cut (activations, the K tangents, the input adjoint) is BF16 values.
+static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step, FgDtype type, Pass *out) {
     enum { K = 2 };
     Stage st[2];
     float *stash[2], *dx = fg_alloc_floats((size_t)ROWS * n->m.max_width), dz[ROWS * 3];
@@ -262,9 +272,12 @@ static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step,
     const float *x = n->x, *xdot = NULL, *y = NULL, *ydot = NULL;
     for (int s = 0; s < n_stages; s++) {
         assert_int_equal(stage_init(&st[s], &backend_cpu, &n->m, cuts[s], cuts[s + 1], ROWS, K, NULL), FG_OK);
+        stage_set_act_type(&st[s], type);
         stash[s] = fg_alloc_floats(stage_stash_floats(&st[s], ROWS));
         stage_forward(&st[s], n->params + st[s].param_base, &key, x, xdot, ROWS, stash[s], &y,
                       &ydot);
+        const size_t out_n = (size_t)ROWS * n->m.layers[cuts[s + 1] - 1].out;
+        if (type == FG_BF16 && s + 1 < n_stages) assert_true(bf16_values(y, out_n) && bf16_values(ydot, K * out_n));
         x = y, xdot = ydot;
     }
     out->loss = loss_jvp(y, ydot, n->labels, ROWS, model_logit_rows(&n->m), K, out->d);
@@ -275,6 +288,7 @@ static void run_pass(const Net *n, const int *cuts, int n_stages, uint32_t step,
     for (int s = n_stages - 1; s >= 0; s--) {
         stage_backward(&st[s], n->params + st[s].param_base, stash[s], dy, dxs[s],
                        out->grad + st[s].param_base, ROWS);
+        if (type == FG_BF16 && s) assert_true(bf16_values(dxs[s], (size_t)ROWS * n->m.layers[cuts[s]].in));
         dy = dxs[s];
     }
     for (int s = 0; s < n_stages; s++) fg_free(stash[s]), stage_free(&st[s]);
@@ -290,10 +304,10 @@ static void test_stage_split_is_exact(void **state) {
         size_t dim = n.m.n_params;
         Pass whole = {.grad = fg_alloc_floats(dim)}, split = {.grad = fg_alloc_floats(dim)};
         int one[2] = {0, L};
-        run_pass(&n, one, 1, 3, &whole);
+        run_pass(&n, one, 1, 3, FG_F32, &whole);
         for (int cut = 1; cut < L; cut++) {
             int two[3] = {0, cut, L};
-            run_pass(&n, two, 2, 3, &split);
+            run_pass(&n, two, 2, 3, FG_F32, &split);
             assert_memory_equal(&whole.loss, &split.loss, sizeof whole.loss);
             assert_memory_equal(whole.d, split.d, sizeof whole.d);
             assert_memory_equal(whole.grad, split.grad, dim * sizeof(float));
@@ -348,6 +362,35 @@ static void test_stage_split_is_exact(void **state) {
         for (int k = 0; k < 2; k++) assert_true(fabs(whole.d[k] - gv[k]) <= 1e-4 * fabs(gv[k]) + 1e-6);
         stage_free(&all);
         fg_free(whole.grad), fg_free(split.grad), fg_free(n.params);
+    }
+}
+
+// BF16 between layers (precision = bf16): every layer's output and output tangents rounded to
+// BF16 where they are made, every input adjoint where B makes it, so 2 stages give the loss,
+// the directional derivatives and the gradient of 1 bit for bit wherever the cut falls, and
+// the rounding did happen (the pass is not FP32's).
+static void test_stage_split_is_exact_bf16(void **state) {
+    (void)state;
+    for (int a = 0; a < 2; a++) {
+        Net n;
+        net_make(&n, ACTIVATIONS[a]);
+        const int L = n.m.n_layers;
+        const size_t dim = n.m.n_params;
+        Pass fp32 = {.grad = fg_alloc_floats(dim)}, whole = {.grad = fg_alloc_floats(dim)},
+             split = {.grad = fg_alloc_floats(dim)};
+        int one[2] = {0, L};
+        run_pass(&n, one, 1, 3, FG_F32, &fp32);
+        run_pass(&n, one, 1, 3, FG_BF16, &whole);
+        assert_true(memcmp(fp32.d, whole.d, sizeof whole.d) != 0);
+        assert_true(memcmp(fp32.grad, whole.grad, dim * sizeof(float)) != 0);
+        for (int cut = 1; cut < L; cut++) {
+            int two[3] = {0, cut, L};
+            run_pass(&n, two, 2, 3, FG_BF16, &split);
+            assert_memory_equal(&whole.loss, &split.loss, sizeof whole.loss);
+            assert_memory_equal(whole.d, split.d, sizeof whole.d);
+            assert_memory_equal(whole.grad, split.grad, dim * sizeof(float));
+        }
+        fg_free(fp32.grad), fg_free(whole.grad), fg_free(split.grad), fg_free(n.params);
     }
 }
 
@@ -533,6 +576,7 @@ int main(void) {
         cmocka_unit_test(test_forward_gradient_is_unbiased),
         cmocka_unit_test(test_batched_tangents_match_single),
         cmocka_unit_test(test_stage_split_is_exact),
+        cmocka_unit_test(test_stage_split_is_exact_bf16),
         cmocka_unit_test(test_model_build),
         cmocka_unit_test(test_partition),
         cmocka_unit_test(test_measure_costs),

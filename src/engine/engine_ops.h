@@ -53,13 +53,15 @@ size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 
-// pipeline_messages.c. Floats of a forward message into `layer` for `rows` samples:
-// activations, then K times as many tangents.
-size_t messages_forward_floats(const Pipeline *p, int layer, int rows);
+// pipeline_messages.c. Bytes of a forward message into `layer` for `rows` samples: activations,
+// then K times as many tangents (none with local losses), in the layer's input type; and of a
+// plain one across the same cut, its values alone (B's adjoints, evaluation's activations).
+size_t messages_forward_bytes(const Pipeline *p, int layer, int rows);
+size_t messages_plain_bytes(const Pipeline *p, int layer, int rows);
 
 // Receives the next message of the step's plan into the inbox (posted one ahead); *msg points
 // at it until n_inbox - 1 later messages have been taken.
-int messages_take(Pipeline *p, long step, const float **msg, FgError *err);
+int messages_take(Pipeline *p, long step, const void **msg, FgError *err);
 // Posts the step's first receive.
 int messages_start(Pipeline *p, long step, FgError *err);
 

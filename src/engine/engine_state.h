@@ -109,16 +109,18 @@ typedef struct {
 } StageTimetable;
 
 // Messages between neighbouring stages: this step's plan, the inbox (each receive posted while
-// the message before is in use) and the outbox.
+// the message before is in use) and the outbox. A message is bytes: activations, tangents or
+// adjoints in the type of the layer at its cut (stage_message_bytes).
 typedef struct {
     MessagePlan plan;         // this step's
-    size_t stride;            // floats of an inbox slot: the largest message
-    float *inbox;             // received messages, [n_inbox][stride], used round-robin
+    size_t slot_bytes;        // an inbox slot (and the outbox): the largest message
+                              // (messages_slot_bytes), a multiple of 4
+    unsigned char *inbox;     // received messages, [n_inbox][slot_bytes], used round-robin
     int n_inbox;
     const MessagePlan *recv_plan;     // this step's receives:
     int recv_posted, recv_taken;      // posted so far (one ahead of those taken), taken
     int recv_handle;
-    float *outbox;            // the message being sent
+    void *outbox;             // the message being sent
 } Messages;
 
 // The buffers an op group's micro-batches ("lanes") pass through the layers with.

@@ -94,7 +94,8 @@ static void take_buffers(EvalRun *r) {
     Pipeline *p = r->p;
     r->own = r->windows > p->eval.group;
     if (!r->own) {
-        r->lanes = p->work.lanes, r->inputs = p->msg.inbox, r->in_stride = p->msg.stride;
+        r->lanes = p->work.lanes, r->inputs = (float *)p->msg.inbox;
+        r->in_stride = p->msg.slot_bytes / sizeof(float);
         return;
     }
     stash_pool_trim(p);
@@ -125,7 +126,8 @@ static int window_rows(const EvalRun *r, size_t chunk) {
     return (int)FG_MIN((size_t)rows, r->ds->count - chunk * rows);
 }
 
-// Window `chunk`'s input: the data, or the stage before's output.
+// Window `chunk`'s input: the data, or the stage before's output (in the type of the stage's
+// input).
 static int window_input(EvalRun *r, size_t chunk, float *x, FgError *err) {
     Pipeline *p = r->p;
     const Dataset *ds = r->ds;
@@ -135,16 +137,26 @@ static int window_input(EvalRun *r, size_t chunk, float *x, FgError *err) {
         return FG_OK;
     }
     return p->tr->recv(p->tr, p->tr->stage - 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), x,
-                       (size_t)n * p->model->layers[p->stage.first].in, err);
+                       messages_plain_bytes(p, p->stage.first, n), err);
 }
 
-// Window `chunk`'s output (lane a): sent on, or scored into the totals by the loss end.
+// Window i's input x as floats (BF16 widened into the odd layers' buffer, as op F's lanes).
+static const float *window_floats(const EvalRun *r, int i, const float *x) {
+    const Pipeline *p = r->p;
+    return stage_act_load(&p->stage, p->stage.first, x, p->work.act[1] + (size_t)i * p->work.act_stride,
+                          (size_t)r->lanes[i].rows * p->model->layers[p->stage.first].in);
+}
+
+// Window `chunk`'s output (lane a): sent on in the next stage's input type, or scored into the
+// totals by the loss end.
 static int window_output(EvalRun *r, size_t chunk, const Lane *a, FgError *err) {
     Pipeline *p = r->p;
-    const int n = window_rows(r, chunk);
-    if (!p->is_last)
-        return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), a->x,
-                           (size_t)n * p->model->layers[p->stage.last - 1].out, err);
+    const int n = window_rows(r, chunk), last = p->stage.last;
+    if (!p->is_last) {
+        stage_act_store(&p->stage, last, p->msg.outbox, a->x, (size_t)n * p->model->layers[last - 1].out);
+        return p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_EVAL, 0, (int)(chunk % 1024)), p->msg.outbox,
+                           messages_plain_bytes(p, last, n), err);
+    }
     p->loss->eval(p, r->ds, chunk, n, a, r->totals);
     return FG_OK;
 }
@@ -153,13 +165,13 @@ static int window_output(EvalRun *r, size_t chunk, const Lane *a, FgError *err) 
 static int send_status(EvalRun *r, int pass, int stopped, FgError *err) {
     Transport *t = r->p->tr;
     float v = (float)stopped;
-    return t->send(t, t->stage + 1, message_tag(MSG_EVAL, STATUS_TAG, pass % 1024), &v, 1, err);
+    return t->send(t, t->stage + 1, message_tag(MSG_EVAL, STATUS_TAG, pass % 1024), &v, sizeof v, err);
 }
 
 static int recv_status(EvalRun *r, int pass, int *stopped, FgError *err) {
     Transport *t = r->p->tr;
     float v = 0.0f;
-    int rc = t->recv(t, t->stage - 1, message_tag(MSG_EVAL, STATUS_TAG, pass % 1024), &v, 1, err);
+    int rc = t->recv(t, t->stage - 1, message_tag(MSG_EVAL, STATUS_TAG, pass % 1024), &v, sizeof v, err);
     *stopped = v != 0.0f;
     return rc;
 }
@@ -175,6 +187,7 @@ static int run_pass(EvalRun *r, int pass, size_t w, int n, int *up, int *stopped
         if (p->is_last)  // a fused head scores them in its layer
             r->lanes[i].labels = r->ds->labels + (w + i) * p->cfg->training.micro_batch * r->ds->tokens;
         rc = window_input(r, w + i, x, err);
+        if (!rc) r->lanes[i].x = window_floats(r, i, x);
     }
     if (!rc && !*up && !pipeline_eval_stopping(p)) rc = ops_forward_layers(p, -1, r->lanes, n, err);
     *stopped = *up || pipeline_eval_stopping(p);  // read once the layers are done (or not begun)

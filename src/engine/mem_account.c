@@ -25,14 +25,21 @@ static StashSizes layer_inputs_sizes(const Stage *st, int B, int is_last) {
 
 static StashSizes stage_input_sizes(const Stage *st, int B, int is_last) {
     const size_t input = stage_act_floats(st, st->first, (size_t)B * st->model->layers[st->first].in);
+    const size_t output = stage_act_floats(st, st->last, (size_t)B * st->model->layers[st->last - 1].out);
     return (StashSizes){.stash = stage_stash_floats(st, B) - input, .input = input,
-                        .adjoints = is_last ? 0 : (size_t)B * st->model->layers[st->last - 1].out};
+                        .adjoints = is_last ? 0 : output};
 }
 
 StashSizes stash_sizes(StashKind kind, const Stage *st, int B, int is_last) {
     static StashSizes (*const of_kind[N_STASH_KINDS])(const Stage *, int, int) = {
         [KEEP_LAYER_INPUTS] = layer_inputs_sizes, [KEEP_STAGE_INPUT] = stage_input_sizes};
     return of_kind[kind](st, B, is_last);
+}
+
+size_t message_slot_bytes(const Stage *st, int K, int rows) {
+    const Model *m = st->model;
+    return FG_MAX(stage_message_bytes(st, 1, (size_t)rows * m->max_width, K),
+                  (size_t)rows * m->in_features * sizeof(float));
 }
 
 // The sizes as pipeline_setup.c allocates them: a lane holds ping-pong activations, tangents
@@ -56,7 +63,7 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
         z.loss_adjoints = f * (double)N * B * m->tokens * st->plan[m->n_layers - 1].loss_width;
     }
     z.lane = f * (2.0 * (width + width * K + (grad ? width : 0.0)) + (is_first ? x : 0.0));
-    z.message = f * FG_MAX(width * (1 + K), x);
+    z.message = (double)message_slot_bytes(st, K, B);
     return z;
 }
 

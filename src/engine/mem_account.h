@@ -63,6 +63,11 @@ typedef struct {
 // For the stage st (is_first, is_last) of a run of config c.
 ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first, int is_last);
 
+// One inbox (or outbox) slot's bytes, for micro-batches of `rows`: the largest message at the
+// model's widest layer with K tangents, in the type of the cuts (layer 1's input: BF16 in a
+// bf16 run), or stage 0's FP32 inputs, which evaluation reads in the inbox. A multiple of 4.
+size_t message_slot_bytes(const Stage *st, int K, int rows);
+
 // Bytes by activation category (out[N_MEM_ACTIVATIONS]) of `stashes` stashes and `adjoints`
 // adjoints for Bw alive at once, lanes for op groups of `group`, `saved_copies` copies of what
 // F saves for U (a streamed stage applies its update a step later: 2); returns their sum.

@@ -37,7 +37,7 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
         Lane *a = &p->work.lanes[n];
         *a = (Lane){.op = idx, .kind = op->kind, .microbatch = op->microbatch, .lag = op->lag,
                     .taker_lag = p->tt.taker_lag[idx], .rows = B};
-        const float *msg = NULL;
+        const void *msg = NULL;
         if (g->kind == OP_F) {
             int global_mb = pipeline_global_microbatch(p, a->microbatch);
             a->key = tangent_key(p->cfg->training.seed, step, global_mb, 0);
@@ -47,12 +47,15 @@ int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *or
                 be->upload(be, x, p->work.host_x, (size_t)B * p->model->in_features * sizeof(float));
                 a->x = x;
             } else if (!(rc = messages_take(p, step, &msg, err))) {
-                // Its activations in the type of the stage's input (the odd layers' buffer is
-                // free until the stage's second layer writes it), then its tangents.
+                // Its activations, then its tangents, in the type of the stage's input (widened
+                // into the odd layers' buffers: free until the stage's second layer writes them).
                 const Stage *st = &p->stage;
-                float *scratch = p->work.act[1] + (size_t)n * p->work.act_stride;
-                a->x = stage_act_load(st, st->first, msg, scratch, in);
-                a->xdot = p->run.sends_tangents ? msg + stage_act_floats(st, st->first, in) : NULL;
+                const char *tangents = (const char *)msg + stage_act_bytes(st, st->first, in);
+                a->x = stage_act_load(st, st->first, msg, p->work.act[1] + (size_t)n * p->work.act_stride, in);
+                a->xdot = p->run.sends_tangents ? stage_act_load(st, st->first, tangents,
+                                                                 p->work.tan[1] + (size_t)n * p->work.tan_stride,
+                                                                 in * p->K)
+                                                : NULL;
             }
             if (p->saved.lane_labels && !rc) {  // local losses, or the fused head's
                 Label *labels = p->saved.lane_labels + (size_t)n * B * p->model->tokens;
@@ -147,15 +150,13 @@ static float *lane_kept(const Pipeline *p, const Lane *a, int l) {
 // Where lane a (i: its place in the group) writes layer l's output as floats: straight into its
 // stash where that keeps floats, else the lanes' buffer of the layer's parity cur.
 static float *lane_output(const Pipeline *p, const Lane *a, int l, int i, int cur) {
-    float *kept = lane_kept(p, a, l);
-    return kept && stage_act_type(&p->stage, l + 1) == FG_F32 ? kept
-                                                              : p->work.act[cur] + (size_t)i * p->work.act_stride;
+    float *work = p->work.act[cur] + (size_t)i * p->work.act_stride;
+    return stage_act_buffer(&p->stage, l + 1, lane_kept(p, a, l), work);
 }
 
 // Layer l's output y of lane a, made: kept in the stash's type where it is not already there.
 static void lane_keep_output(const Pipeline *p, const Lane *a, int l, const float *y) {
-    float *kept = lane_kept(p, a, l);
-    if (kept && kept != y) stage_act_store(&p->stage, l + 1, kept, y, (size_t)a->rows * p->model->layers[l].out);
+    stage_act_keep(&p->stage, l + 1, lane_kept(p, a, l), y, (size_t)a->rows * p->model->layers[l].out);
 }
 
 // A token table in row blocks (Layer.block_rows; CPU, weight tangents): each block acquired once
@@ -184,15 +185,16 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &lanes[i];
         float *y = lane_output(p, a, l, i, cur);
+        float *ydot = tangents && !st->plan[l].scores ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
         stage_round_output(st, l, y, a->rows);  // an embedding's (a head's records stay FP32)
+        if (ydot) stage_act_round(st, l + 1, ydot, (size_t)p->K * a->rows * p->model->layers[l].out);
         lane_keep_output(p, a, l, y);
         if (st->plan[l].scores) {
             HeadScore h = head_begin(p, step, a);
             stage_rows_finish(st, l, p->work.rows_state + i * state, &h, tangents, y, a->rows);
             head_end(p, a, &h, tangents);
         }
-        a->x = y;
-        a->xdot = tangents && !st->plan[l].scores ? p->work.tan[cur] + (size_t)i * p->work.tan_stride : NULL;
+        a->x = y, a->xdot = ydot;
     }
     return rc;
 }
@@ -244,7 +246,6 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
 
 int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t sample0,
                       double *loss_sum, FgError *err) {
-    const Backend *be = p->be;
     int B = p->cfg->training.micro_batch, last = p->stage.last, rc;
     if ((rc = update_at(p, AT_FORWARD, step, err))) return rc;
     if ((rc = ops_forward_layers(p, step, p->work.lanes, n, err))) return rc;
@@ -255,12 +256,13 @@ int ops_forward_group(Pipeline *p, long step, int n, const size_t *order, size_t
             rc = p->loss->train(p, step, a, order, sample0, loss_sum, err);
             continue;
         }
-        stage_act_store(&p->stage, last, p->msg.outbox, a->x, rows_out);  // in the next stage's input type
+        // Its activations, then its tangents, in the next stage's input type.
+        stage_act_store(&p->stage, last, p->msg.outbox, a->x, rows_out);
         if (p->run.sends_tangents)
-            be->copy(be, p->msg.outbox + stage_act_floats(&p->stage, last, rows_out), a->xdot,
-                     rows_out * p->K * sizeof(float));
+            stage_act_store(&p->stage, last, (char *)p->msg.outbox + stage_act_bytes(&p->stage, last, rows_out),
+                            a->xdot, rows_out * p->K);
         rc = p->tr->send(p->tr, p->tr->stage + 1, message_tag(MSG_FORWARD, step, a->microbatch),
-                         p->msg.outbox, messages_forward_floats(p, last, B), err);
+                         p->msg.outbox, messages_forward_bytes(p, last, B), err);
     }
     return rc;
 }
@@ -271,6 +273,22 @@ static const float *lane_layer_input(const Pipeline *p, const Lane *a, int l, in
     return stage_act_load(&p->stage, l, p->stash.layer_input(p, a, l),
                           p->work.act[0] + (size_t)i * p->work.act_stride,
                           (size_t)a->rows * p->model->layers[l].in);
+}
+
+// The output adjoint of layer l that Bi kept for Bw lane a (i: its place in the group; NULL:
+// none) as floats: widened where BF16 into the lanes' first adjoint buffer (a Bw lane makes no
+// input adjoint).
+static const float *lane_kept_adjoint(const Pipeline *p, const Lane *a, int l, int i) {
+    const float *kept = p->stash.bw_adjoint(p, a, l);
+    return kept ? stage_act_load(&p->stage, l + 1, kept, p->work.adj[0] + (size_t)i * p->work.adj_stride,
+                                 (size_t)a->rows * p->model->layers[l].out)
+                : NULL;
+}
+
+// Lane a's input adjoint of layer l (dx, i: its place in the group; NULL: none), made: rounded to
+// the type of the layer's input, as a message or the layer below will take it.
+static void lane_round_adjoint(const Pipeline *p, const Lane *a, int l, float *dx) {
+    if (dx) stage_act_round(&p->stage, l, dx, (size_t)a->rows * p->model->layers[l].in);
 }
 
 // One layer of the backward ops for every lane, each computing its half (StashPolicy.half): B
@@ -295,16 +313,19 @@ static void backward_layer(Pipeline *p, int l, LayerSlot *s, int n, int zero) {
         const BackwardHalf half = p->stash.half[a->kind];
         // Bw reads no weights, but a fused head recomputes its logits
         if (half == HALF_WEIGHT) {
-            if (bw_dy) be->backward(be, &Lw, layer_grad_reads_params(L) ? params : NULL, x, bw_dy, NULL, s->grad, B);
+            if (bw_dy)
+                be->backward(be, &Lw, layer_grad_reads_params(L) ? params : NULL, x,
+                             lane_kept_adjoint(p, a, l, i), NULL, s->grad, B);
             continue;
         }
         const int sends = !p->is_first && a->kind != OP_BW;
         float *dx = l == st->first && !sends ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
-        if (bw_dy) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
+        stage_act_keep(st, l + 1, bw_dy, a->dy, (size_t)B * L->out);
         // A layer that does not train (frozen: freeze, a LoRA base) has no weight gradient: its
         // B ops pass dx only.
         float *grad = half == HALF_BOTH && trains ? s->grad : NULL;
         be->backward(be, &Lw, params, x, a->dy, dx, grad, B);
+        lane_round_adjoint(p, a, l, dx);
         a->dy = dx;
     }
 }
@@ -333,11 +354,13 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
             float *bw_dy = p->stash.bw_adjoint(p, a, l);  // never recomputed (config.c)
             const float *params = a->lag ? s.prev[a->lag - 1] : s.params;
             if (a->kind == OP_BW) {
-                if (bw_dy) stage_rows_backward(st, l, params, r0, rows, x, bw_dy, NULL, s.grad, B);
+                if (bw_dy)
+                    stage_rows_backward(st, l, params, r0, rows, x, lane_kept_adjoint(p, a, l, i), NULL, s.grad,
+                                        B);
                 continue;
             }
             float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
-            if (bw_dy && b == 0) be->copy(be, bw_dy, a->dy, (size_t)B * L->out * sizeof(float));
+            if (b == 0) stage_act_keep(st, l + 1, bw_dy, a->dy, (size_t)B * L->out);
             stage_rows_backward(st, l, params, r0, rows, x, a->dy, dx,
                                 a->kind == OP_B && trains ? s.grad : NULL, B);
         }
@@ -345,10 +368,12 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
         int rc2 = layers_release_block(p, l, b, parts, dirty, err);
         if (!rc) rc = rc2;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {  // dx is whole after the last block
         Lane *a = &p->work.lanes[i];
-        if (a->kind != OP_BW)
-            a->dy = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
+        if (a->kind == OP_BW) continue;
+        float *dx = p->is_first && l == st->first ? NULL : p->work.adj[cur] + (size_t)i * p->work.adj_stride;
+        lane_round_adjoint(p, a, l, dx);
+        a->dy = dx;
     }
     return rc;
 }
@@ -380,11 +405,12 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     for (int i = 0; i < n && !rc; i++) {
         Lane *a = &p->work.lanes[i];
         stash_lane_done(p, a);
-        // Not to a step after the run's last: nobody would take it.
-        if (a->taker_lag >= 0 && step - a->lag + a->taker_lag < total)
-            rc = p->tr->send(p->tr, p->tr->stage - 1,
-                             message_tag(MSG_BACKWARD, step - a->lag, a->microbatch), a->dy, n_dx,
-                             err);
+        // Not to a step after the run's last: nobody would take it. In the type of the stage's
+        // input (its values are already of it).
+        if (a->taker_lag < 0 || step - a->lag + a->taker_lag >= total) continue;
+        stage_act_store(st, st->first, p->msg.outbox, a->dy, n_dx);
+        rc = p->tr->send(p->tr, p->tr->stage - 1, message_tag(MSG_BACKWARD, step - a->lag, a->microbatch),
+                         p->msg.outbox, messages_plain_bytes(p, st->first, B), err);
     }
     return rc;
 }

@@ -61,8 +61,9 @@ static void alloc_lanes(Pipeline *p, int group) {
     // One slot more than a group takes: the next group's first message is posted while the
     // group still uses all of its own.
     msg->n_inbox = group + 1;
-    msg->inbox = alloc_counted(p, MEM_MESSAGES, (size_t)msg->n_inbox * msg->stride);
-    msg->outbox = alloc_counted(p, MEM_MESSAGES, msg->stride);
+    const size_t slot = msg->slot_bytes / sizeof(float);  // 4-byte words (stage_act_floats)
+    msg->inbox = (unsigned char *)alloc_counted(p, MEM_MESSAGES, (size_t)msg->n_inbox * slot);
+    msg->outbox = alloc_counted(p, MEM_MESSAGES, slot);
     if (p->is_first) w->x_in = alloc_counted(p, MEM_LANES, (size_t)group * w->x_stride);
     size_t state = stage_rows_state_bytes(&p->stage, p->stage.last - 1, p->cfg->training.micro_batch);
     if (state) {
@@ -321,7 +322,7 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     p->work.tan_stride = (size_t)B * width * p->K;
     p->work.x_stride = (size_t)B * m->in_features;
     // Messages, and evaluation's inputs on every stage.
-    p->msg.stride = FG_MAX((size_t)B * width * (1 + p->K), p->work.x_stride);
+    p->msg.slot_bytes = message_slot_bytes(&p->stage, p->K, B);
     int streams_here = 0;
     if ((rc = source_choose(p, streams, &streams_here, err))) return rc;
     p->stage.local_keeps = streams_here;

@@ -62,6 +62,7 @@ static float *stash_layer_input(const Pipeline *p, const Lane *a, int l) {
     return a->stash + stage_stash_offset(&p->stage, l, p->cfg->training.micro_batch);
 }
 
+// In the type of the next layer's input (stage_adjoint_offset).
 static float *layer_bw_adjoint(const Pipeline *p, const Lane *a, int l) {
     if (!a->bw_adjoints || !p->stage.plan[l].trains) return NULL;
     return a->bw_adjoints + stage_adjoint_offset(&p->stage, l, p->cfg->training.micro_batch);
@@ -83,7 +84,8 @@ static void take_input(Pipeline *p, Lane *a, float *held) {
     a->stash = held ? stash_take(p) : NULL;
 }
 
-// Bi keeps the stage's output adjoint (the message's slot is reused), Bw redoes Bi from it.
+// Bi keeps the stage's output adjoint as the message holds it (the message's slot is reused),
+// Bw redoes Bi from it.
 static void output_adjoint_kept(Pipeline *p, Lane *a, const float *dy) {
     if (a->kind == OP_BW) {
         a->dy = a->bw_adjoints;
@@ -123,13 +125,13 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
             // BF16 activations pass through the lanes' buffers as floats (F's, free here).
             float *x_work = p->work.act[(l - st->first + 1) & 1] + (size_t)i * p->work.act_stride;
             float *kept = rerun_layer_input(p, a, l + 1);
-            float *y = stage_act_type(st, l + 1) == FG_F32
-                           ? kept : p->work.act[(l - st->first) & 1] + (size_t)i * p->work.act_stride;
+            float *y_work = p->work.act[(l - st->first) & 1] + (size_t)i * p->work.act_stride;
+            float *y = stage_act_buffer(st, l + 1, kept, y_work);
             stage_layer_forward(st, l, a->lag ? s.prev[a->lag - 1] : s.params,
                                 a->lag ? s.prev16[a->lag - 1] : s.params16, NULL, NULL,
                                 stage_act_load(st, l, rerun_layer_input(p, a, l), x_work, in), NULL, y,
                                 NULL, a->rows);
-            if (y != kept) stage_act_store(st, l + 1, kept, y, out);
+            stage_act_keep(st, l + 1, kept, y, out);
         }
         if (parts) rc = layers_release(p, l, parts, 0, err);
     }
@@ -178,10 +180,17 @@ int stash_backward_lane(Pipeline *p, long step, Lane *a, FgError *err) {
         a->dy = p->pool.dz[r] + (size_t)mb * B * p->model->tokens * C;
         return FG_OK;
     }
-    const float *msg = NULL;
+    const void *msg = NULL;
     int rc = a->kind == OP_BW ? FG_OK : messages_take(p, step, &msg, err);
-    if (!rc) p->stash.output_adjoint(p, a, msg);
-    return rc;
+    if (rc) return rc;
+    p->stash.output_adjoint(p, a, msg);
+    // As floats: a message (and Bi's copy of it) holds the stage's output type, widened into the
+    // lanes' second adjoint buffer (the stage's last layer writes its input adjoint in the first).
+    const Stage *st = &p->stage;
+    float *scratch = p->work.adj[1] + (size_t)(a - p->work.lanes) * p->work.adj_stride;
+    const size_t n = (size_t)B * p->model->layers[st->last - 1].out;
+    if (a->dy) a->dy = stage_act_load(st, st->last, a->dy, scratch, n);
+    return FG_OK;
 }
 
 void stash_lane_done(Pipeline *p, Lane *a) {

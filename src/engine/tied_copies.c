@@ -91,8 +91,8 @@ int tied_sum_pieces(Pipeline *p, int mine, float *x, float *y, int both, FgError
         if ((rc = tie_piece(p, mine, x, bx, o, k, &xk, err))) break;
         if (both) rc = tie_piece(p, m->tied_last, y, by, o, k, &yk, err);
         // backend memory both ways: the GPU's buffers never reach the host here
-        else if (!(rc = p->tr->post_recv(p->tr, other, tag, by, k, &h, err)) &&
-                 !(rc = p->tr->send(p->tr, other, tag, xk, k, err)))
+        else if (!(rc = p->tr->post_recv(p->tr, other, tag, by, k * sizeof(float), &h, err)) &&
+                 !(rc = p->tr->send(p->tr, other, tag, xk, k * sizeof(float), err)))
             rc = p->tr->wait_recv(p->tr, h, err);
         if (rc) break;
         be->axpy(be, xk, 1.0f, yk, k);  // x + 1 y == x + y: the same bits on every backend

@@ -44,11 +44,12 @@ static int fill_stages(CostSet *cs, const Backend *be, const Model *m, int timed
         cs->act[s] = activation_sizes(c, &st, s == 0, s == M - 1);
         memset(cs->resident[s], 0, sizeof cs->resident[s]);
         mem_resident_bytes(c, m, cs->layout[s], cs->layout[s + 1], cs->resident[s]);
-        const int out = m->layers[cs->layout[s + 1] - 1].out;
-        const size_t acts = (size_t)B * out;  // in the next stage's input type (BF16 in a bf16 run)
-        cs->forward_msg[s] = ((double)stage_act_floats(&st, cs->layout[s + 1], acts) +
-                              (double)acts * (run.sends_tangents ? run.tangents : 0)) * sizeof(float);
-        cs->adjoint_msg[s] = (double)B * m->layers[cs->layout[s]].in * sizeof(float);
+        // In the type of the layer at each cut (BF16 in a bf16 run), as the run sends them.
+        const size_t acts = (size_t)B * m->layers[cs->layout[s + 1] - 1].out;
+        cs->forward_msg[s] = (double)stage_message_bytes(&st, cs->layout[s + 1], acts,
+                                                         run.sends_tangents ? run.tangents : 0);
+        const size_t adjoints = (size_t)B * m->layers[cs->layout[s]].in;
+        cs->adjoint_msg[s] = (double)stage_message_bytes(&st, cs->layout[s], adjoints, 0);
         stage_free(&st);
     }
     return rc;

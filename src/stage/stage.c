@@ -97,14 +97,14 @@ void stage_forward_call(Stage *st, const float *params, const ForwardCall *call,
         int slot = (l - st->first) & 1;
         // FP32 outputs go straight into the stash when there is one: they are the next input.
         float *kept = stash ? stash + stage_stash_offset(st, l + 1, rows) : NULL;
-        float *out = kept && stage_act_type(st, l + 1) == FG_F32 ? kept : st->act[slot];
+        float *out = stage_act_buffer(st, l + 1, kept, st->act[slot]);
         ParamTangents t = {.guide = call->guide ? layer_params(st, call->guide, L) : NULL,
                            .ref = call->ref ? layer_params(st, call->ref, L) : NULL,
                            .ref_dots = call->ref_dots};
         if (key) t.key = *key;
         stage_layer_forward(st, l, layer_params(st, params, L), NULL, key ? &t : NULL, call->head, x,
                             xdot, out, key ? st->tan[slot] : NULL, rows);
-        if (kept && out != kept) stage_act_store(st, l + 1, kept, out, (size_t)rows * L->out);
+        stage_act_keep(st, l + 1, kept, out, (size_t)rows * L->out);
         x = out;
         // A local loss ends its tangent at the head (the engine's op F does the same).
         if (key) xdot = stage_local_head(st, l) ? NULL : st->tan[slot];
@@ -144,6 +144,7 @@ void stage_layer_forward(Stage *st, int l, const float *p, const uint16_t *p16,
     else if (!st->plan[l].trains) be->jvp(be, &L, p, NULL, x, xdot, y, ydot, rows, st->tangents);
     else stage_perturbation(st, l)->jvp(st, l, p, p16, tangents, x, xdot, y, ydot, rows);
     stage_round_output(st, l, y, rows);
+    if (ydot) stage_act_round(st, l + 1, ydot, (size_t)st->tangents * rows * L.out);
 }
 
 void stage_backward(Stage *st, const float *params, const float *stash, const float *dy,
@@ -155,16 +156,18 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];
         st->be->backward(st->be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                                dy, dx_l, grad + (L->param_offset - st->param_base), rows);
+        if (dx_l) stage_act_round(st, l, dx_l, (size_t)rows * L->in);
         dy = dx_l;
     }
 }
 
 // Adjoints layout (op Bi to op Bw): the output adjoints [rows, out] of the parameter layers,
-// one after the other in layer order.
+// one after the other in layer order, each in the type of the next layer's input.
 size_t stage_adjoint_offset(const Stage *st, int layer, int rows) {
     size_t off = 0;
     for (int i = st->first; i < layer; i++)
-        if (st->model->layers[i].param_count) off += (size_t)rows * st->model->layers[i].out;
+        if (st->model->layers[i].param_count)
+            off += stage_act_floats(st, i + 1, (size_t)rows * st->model->layers[i].out);
     return off;
 }
 
@@ -173,8 +176,8 @@ size_t stage_adjoint_floats(const Stage *st, int rows) {
 }
 
 // The input-adjoint half of stage_backward: the same dx GEMMs in the same order. A layer's
-// input adjoint goes straight into `adjoints` when the layer below has parameters (it is that
-// layer's output adjoint, which Bw needs), else into the ping-pong buffers.
+// input adjoint is kept in `adjoints` when the layer below has parameters (it is that layer's
+// output adjoint, which Bw needs): made there where it is FP32, else in the ping-pong buffers.
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows) {
     const Model *m = st->model;
@@ -182,21 +185,25 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
     whole_stage_buffers(st);
     const Layer *top = &m->layers[st->last - 1];
     if (top->param_count)  // the only adjoint not written by a layer of this stage
-        be->copy(be, adjoints + stage_adjoint_offset(st, st->last - 1, rows), dy,
-                 (size_t)rows * top->out * sizeof(float));
+        stage_act_store(st, st->last, adjoints + stage_adjoint_offset(st, st->last - 1, rows), dy,
+                        (size_t)rows * top->out);
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
-        float *dx_l = dx;
-        if (l > st->first)
-            dx_l = m->layers[l - 1].param_count ? adjoints + stage_adjoint_offset(st, l - 1, rows)
-                                                : st->adj[(l - st->first) & 1];
+        float *dx_l = dx, *kept = NULL;
+        if (l > st->first) {
+            kept = m->layers[l - 1].param_count ? adjoints + stage_adjoint_offset(st, l - 1, rows) : NULL;
+            dx_l = stage_act_buffer(st, l, kept, st->adj[(l - st->first) & 1]);
+        }
         be->backward(be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                      dy, dx_l, NULL, rows);
+        if (dx_l) stage_act_round(st, l, dx_l, (size_t)rows * L->in);
+        stage_act_keep(st, l, kept, dx_l, (size_t)rows * L->in);
         dy = dx_l;
     }
 }
 
-// The weight half: the same dW GEMMs and bias sums as stage_backward, on the same inputs.
+// The weight half: the same dW GEMMs and bias sums as stage_backward, on the same inputs (the
+// adjoints Bi kept widened into the ping-pong buffers where BF16).
 void stage_backward_weight(Stage *st, const float *params, const float *stash,
                            const float *adjoints, float *grad, int rows) {
     const Model *m = st->model;
@@ -205,8 +212,9 @@ void stage_backward_weight(Stage *st, const float *params, const float *stash,
         const Layer *L = &m->layers[l];
         if (!L->param_count) continue;
         const float *p = layer_grad_reads_params(L) ? layer_params(st, params, L) : NULL;
-        st->be->backward(st->be, L, p, stash_input(st, stash, l, rows),
-                         adjoints + stage_adjoint_offset(st, l, rows), NULL,
+        const float *dy = stage_act_load(st, l + 1, adjoints + stage_adjoint_offset(st, l, rows), st->adj[0],
+                                         (size_t)rows * L->out);
+        st->be->backward(st->be, L, p, stash_input(st, stash, l, rows), dy, NULL,
                          grad + (L->param_offset - st->param_base), rows);
     }
 }

@@ -62,19 +62,35 @@ void stage_free(Stage *st);
 
 // The element type of activations (stage_act.c), set once at setup (stage_set_act_type; FP32
 // unless set): layer l's input (l = last: the stage's output) is stage_act_type(st, l), BF16
-// between layers of a BF16 stage, FP32 for the model's input and its last layer's output. A
-// stash's and a message's activations are held in their layer's type; FG_BF16 is CPU memory.
+// between layers of a BF16 stage, FP32 for the model's input and its last layer's output. The
+// tangents of layer l's input and its adjoint have the same type. A stash's, a message's and Bi's
+// kept adjoints are held in their layer's type; FG_BF16 is CPU memory.
 void stage_set_act_type(Stage *st, FgDtype type);
 FgDtype stage_act_type(const Stage *st, int l);
 // Floats (4-byte words) n elements of layer l's input type take: BF16 two to a word.
 size_t stage_act_floats(const Stage *st, int l, size_t n);
+// The bytes of those words.
+size_t stage_act_bytes(const Stage *st, int l, size_t n);
+// A message across the cut before layer l: n values (activations, or adjoints) of layer l's
+// input type, then K tangents of them in the same type (K = 0: none), in bytes.
+size_t stage_message_bytes(const Stage *st, int l, size_t n, int K);
 // dst (layer l's input type) = x's n floats, rounded where BF16.
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n);
 // Layer l's input as floats: src itself (FP32), or src widened into scratch (BF16).
 const float *stage_act_load(const Stage *st, int l, const void *src, float *scratch, size_t n);
+// x's n floats rounded in place to layer l's input type (nothing where FP32): each value where
+// it is made, an output tangent, an input adjoint.
+void stage_act_round(const Stage *st, int l, float *x, size_t n);
 // Layer l's output y [rows, out], rounded in place to the type of the next layer's input (every
 // op F runs this where the output is made: stage_layer_forward, row blocks' last block).
 void stage_round_output(const Stage *st, int l, float *y, int rows);
+// Where values of layer l's input type are made as floats, to be kept in `kept` (NULL: nowhere;
+// a stash's slot, Bi's kept adjoint): kept itself where it holds FP32, else the work buffer,
+// from which stage_act_keep narrows them into kept. Every place that keeps what it makes uses
+// the pair: op F's lanes, a recompute's rerun, the whole-stage passes.
+float *stage_act_buffer(const Stage *st, int l, float *kept, float *work);
+// kept (layer l's input type) = x's n floats, unless x is kept already (or kept is NULL).
+void stage_act_keep(const Stage *st, int l, void *kept, const float *x, size_t n);
 
 // Floats one micro-batch needs to keep for stage_backward: every layer's input and the
 // stage's output.
@@ -158,7 +174,8 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
 // Op B split in two (zero-bubble schedules): Bi, the input adjoint the previous stage waits
 // for, then Bw, the parameter gradient, whenever there is time. Bi then Bw gives the same bits
 // as stage_backward.
-// Floats Bi keeps for Bw: the output adjoint [rows, out] of each layer with parameters.
+// Floats (4-byte words) Bi keeps for Bw: the output adjoint [rows, out] of each layer with
+// parameters, in the type of the next layer's input (stage_act_type).
 size_t stage_adjoint_floats(const Stage *st, int rows);
 // Where that buffer keeps layer `layer`'s output adjoint (a layer with parameters), in floats.
 size_t stage_adjoint_offset(const Stage *st, int layer, int rows);

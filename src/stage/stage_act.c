@@ -1,9 +1,11 @@
-// The element type of a stage's activations (Stage.act_type, stage.h): FP32, or BF16 between
-// layers (precision = bf16 on the CPU). Layers compute in FP32 on FP32 work buffers; each
-// layer's output is rounded to BF16 once (to nearest even, bf16.h) where it is made, so what a
-// stash keeps and a message carries in BF16 bytes widens back to the very floats the next layer
-// read: a pipeline of 2 stages computes what 1 computes, bit for bit. The model's input (token
-// ids, pixels) and its last layer's output (logits, a fused head's records) stay FP32.
+// What passes between a stage's layers, in one element type (Stage.act_type, stage.h): FP32 or
+// BF16. With precision = bf16 on the CPU the activations, the JVP's tangents and backprop's
+// adjoints between layers are BF16. Layers compute in FP32 on FP32 work buffers; each layer's
+// output (and its output tangents) is rounded to BF16 once where it is made, and each input
+// adjoint where a backward op makes it, so what a stash keeps and a message carries in BF16
+// bytes widens back to the very floats the next layer read: a pipeline of 2 stages computes
+// what 1 computes, bit for bit, wherever the cut falls. The model's input (token ids, pixels)
+// and its last layer's output (logits, a fused head's records) and their adjoints stay FP32.
 #include "bf16.h"
 #include "stage.h"
 
@@ -20,6 +22,12 @@ size_t stage_act_floats(const Stage *st, int l, size_t n) {
     return stage_act_type(st, l) == FG_BF16 ? (n + 1) / 2 : n;
 }
 
+size_t stage_act_bytes(const Stage *st, int l, size_t n) { return sizeof(float) * stage_act_floats(st, l, n); }
+
+size_t stage_message_bytes(const Stage *st, int l, size_t n, int K) {
+    return stage_act_bytes(st, l, n) + stage_act_bytes(st, l, n * (size_t)K);
+}
+
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n) {
     if (stage_act_type(st, l) == FG_F32) st->be->copy(st->be, dst, x, n * sizeof(float));
     else st->act_convert(x, dst, n);  // serial (bf16_widen says why)
@@ -31,7 +39,18 @@ const float *stage_act_load(const Stage *st, int l, const void *src, float *scra
     return scratch;
 }
 
+void stage_act_round(const Stage *st, int l, float *x, size_t n) {
+    if (stage_act_type(st, l) == FG_BF16) bf16_round_floats(st->act_convert, x, n);
+}
+
 void stage_round_output(const Stage *st, int l, float *y, int rows) {
-    if (stage_act_type(st, l + 1) == FG_BF16)
-        bf16_round_floats(st->act_convert, y, (size_t)rows * st->model->layers[l].out);
+    stage_act_round(st, l + 1, y, (size_t)rows * st->model->layers[l].out);
+}
+
+float *stage_act_buffer(const Stage *st, int l, float *kept, float *work) {
+    return kept && stage_act_type(st, l) == FG_F32 ? kept : work;
+}
+
+void stage_act_keep(const Stage *st, int l, void *kept, const float *x, size_t n) {
+    if (kept && kept != (const void *)x) stage_act_store(st, l, kept, x, n);
 }

@@ -1,8 +1,9 @@
-// How a pipeline stage talks to its neighbours: point-to-point float messages between stages
-// and one small sum over all stages per step. With R data-parallel replicas (an M x R grid of
-// ranks) it also sums over the replicas: the step's scalars over the whole grid, and the
-// gradient buffers of one stage over its replicas (non-blocking, so the sum runs while the
-// stage works or idles). mpi/ implements it with MPI; a single stage uses transport_local(),
+// How a pipeline stage talks to its neighbours: point-to-point messages of bytes between stages
+// and one small sum over all stages per step. A message's values have their element type
+// (FP32, or BF16 activations, tangents and adjoints: two bytes each). With R data-parallel
+// replicas (an M x R grid of ranks) it also sums over the replicas: the step's scalars over
+// the whole grid, and the gradient buffers of one stage over its replicas (non-blocking, so the
+// sum runs while the stage works or idles). mpi/ implements it with MPI; a single stage uses transport_local(),
 // which never sends.
 #ifndef FGPIPE_TRANSPORT_H
 #define FGPIPE_TRANSPORT_H
@@ -21,13 +22,13 @@ struct Transport {
     int device_memory;  // 1: send/recv buffers are a device backend's memory (NCCL, staged)
     int shares_cores;   // 1: on some node the job has more ranks than cores, so timings
                         // taken on every rank at once measure their contention
-    // Sends n floats to another stage. buf may be reused as soon as the call returns.
-    int (*send)(Transport *t, int to_stage, int tag, const float *buf, size_t n, FgError *err);
-    // Receives exactly n floats sent with this tag; a message of another size is an error.
-    int (*recv)(Transport *t, int from_stage, int tag, float *buf, size_t n, FgError *err);
+    // Sends `bytes` bytes to another stage. buf may be reused as soon as the call returns.
+    int (*send)(Transport *t, int to_stage, int tag, const void *buf, size_t bytes, FgError *err);
+    // Receives exactly `bytes` bytes sent with this tag; a message of another size is an error.
+    int (*recv)(Transport *t, int from_stage, int tag, void *buf, size_t bytes, FgError *err);
     // The same in two halves, so a receive can be posted before it is needed: buf must not be
     // touched until wait_recv(handle) returns. At most TRANSPORT_MAX_POSTED at once.
-    int (*post_recv)(Transport *t, int from_stage, int tag, float *buf, size_t n, int *handle,
+    int (*post_recv)(Transport *t, int from_stage, int tag, void *buf, size_t bytes, int *handle,
                      FgError *err);
     int (*wait_recv)(Transport *t, int handle, FgError *err);
     // buf[i] = sum over the stages of their buf[i], on every stage.

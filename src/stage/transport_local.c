@@ -2,22 +2,22 @@
 // neighbours, so a send or receive is an internal error, and the sums are the values themselves.
 #include "transport.h"
 
-static int local_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
-    (void)t, (void)buf, (void)n;
+static int local_send(Transport *t, int to, int tag, const void *buf, size_t bytes, FgError *err) {
+    (void)t, (void)buf, (void)bytes;
     return fg_fail(err, FG_ERR_INTERNAL, "single-stage transport asked to send to stage %d (tag %d)",
                    to, tag);
 }
 
-static int local_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
-    (void)t, (void)buf, (void)n;
+static int local_recv(Transport *t, int from, int tag, void *buf, size_t bytes, FgError *err) {
+    (void)t, (void)buf, (void)bytes;
     return fg_fail(err, FG_ERR_INTERNAL,
                    "single-stage transport asked to receive from stage %d (tag %d)", from, tag);
 }
 
-static int local_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+static int local_post_recv(Transport *t, int from, int tag, void *buf, size_t bytes, int *handle,
                            FgError *err) {
     (void)handle;
-    return local_recv(t, from, tag, buf, n, err);
+    return local_recv(t, from, tag, buf, bytes, err);
 }
 
 static int local_wait_recv(Transport *t, int handle, FgError *err) {

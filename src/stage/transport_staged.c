@@ -9,35 +9,36 @@
 typedef struct {
     Transport inner;
     const Backend *be;
-    float *send_buf;
-    size_t send_cap;
+    void *send_buf;
+    size_t send_cap;  // bytes
     struct {
-        float *host, *device;
-        size_t n, cap;
+        void *host, *device;
+        size_t bytes, cap;
         int inner_handle;
     } recv[TRANSPORT_MAX_POSTED + 1];
-    float *sum_host, *sum_device;  // the replica sum in flight: its host copy and destination
-    size_t sum_n, sum_cap;
+    void *sum_host;   // the replica sum in flight: its host copy and destination
+    float *sum_device;
+    size_t sum_n, sum_cap;  // floats summed; bytes of the host copy
 } Staged;
 
-static float *ensure(float **buf, size_t *cap, size_t n) {
-    if (n > *cap) {
+static void *ensure(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
         fg_free(*buf);
-        *buf = fg_alloc_floats(n);
-        *cap = n;
+        *buf = fg_alloc_bytes(bytes);
+        *cap = bytes;
     }
     return *buf;
 }
 
-static int staged_send(Transport *t, int to, int tag, const float *buf, size_t n, FgError *err) {
+static int staged_send(Transport *t, int to, int tag, const void *buf, size_t bytes, FgError *err) {
     Staged *s = t->ctx;
-    float *host = ensure(&s->send_buf, &s->send_cap, n);
-    s->be->download(s->be, host, buf, n * sizeof(float));
+    void *host = ensure(&s->send_buf, &s->send_cap, bytes);
+    s->be->download(s->be, host, buf, bytes);
     int rc = s->be->sync(s->be, err);
-    return rc ? rc : s->inner.send(&s->inner, to, tag, host, n, err);
+    return rc ? rc : s->inner.send(&s->inner, to, tag, host, bytes, err);
 }
 
-static int staged_post_recv(Transport *t, int from, int tag, float *buf, size_t n, int *handle,
+static int staged_post_recv(Transport *t, int from, int tag, void *buf, size_t bytes, int *handle,
                             FgError *err) {
     Staged *s = t->ctx;
     int h = 0;
@@ -45,11 +46,11 @@ static int staged_post_recv(Transport *t, int from, int tag, float *buf, size_t 
     if (h == TRANSPORT_MAX_POSTED)
         return fg_fail(err, FG_ERR_INTERNAL, "staged transport: more than %d receives posted",
                        TRANSPORT_MAX_POSTED);
-    float *host = ensure(&s->recv[h].host, &s->recv[h].cap, n);
-    int rc = s->inner.post_recv(&s->inner, from, tag, host, n, &s->recv[h].inner_handle, err);
+    void *host = ensure(&s->recv[h].host, &s->recv[h].cap, bytes);
+    int rc = s->inner.post_recv(&s->inner, from, tag, host, bytes, &s->recv[h].inner_handle, err);
     if (rc) return rc;
     s->recv[h].device = buf;
-    s->recv[h].n = n;
+    s->recv[h].bytes = bytes;
     *handle = h;
     return FG_OK;
 }
@@ -57,13 +58,13 @@ static int staged_post_recv(Transport *t, int from, int tag, float *buf, size_t 
 static int staged_wait_recv(Transport *t, int h, FgError *err) {
     Staged *s = t->ctx;
     int rc = s->inner.wait_recv(&s->inner, s->recv[h].inner_handle, err);
-    if (!rc) s->be->upload(s->be, s->recv[h].device, s->recv[h].host, s->recv[h].n * sizeof(float));
+    if (!rc) s->be->upload(s->be, s->recv[h].device, s->recv[h].host, s->recv[h].bytes);
     s->recv[h].device = NULL;
     return rc;
 }
 
-static int staged_recv(Transport *t, int from, int tag, float *buf, size_t n, FgError *err) {
-    int h = 0, rc = staged_post_recv(t, from, tag, buf, n, &h, err);
+static int staged_recv(Transport *t, int from, int tag, void *buf, size_t bytes, FgError *err) {
+    int h = 0, rc = staged_post_recv(t, from, tag, buf, bytes, &h, err);
     return rc ? rc : staged_wait_recv(t, h, err);
 }
 
@@ -80,7 +81,7 @@ static int staged_allreduce_world(Transport *t, double *buf, int n, FgError *err
 // The replica sum runs on a host copy: downloaded when it starts, uploaded when waited for.
 static int staged_start_replica_sum(Transport *t, float *buf, size_t n, FgError *err) {
     Staged *s = t->ctx;
-    float *host = ensure(&s->sum_host, &s->sum_cap, n);
+    float *host = ensure(&s->sum_host, &s->sum_cap, n * sizeof(float));
     s->be->download(s->be, host, buf, n * sizeof(float));
     int rc = s->be->sync(s->be, err);
     if (rc) return rc;
