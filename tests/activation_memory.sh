@@ -110,6 +110,13 @@ verdict "local losses keep less for U ($lk B) than activity on the same stage ($
 zb=$(field mlp4-zb kept_adjoints 0) f1=$(field mlp4-1f1b kept_adjoints 0)
 verdict "bp-zb keeps adjoints for its Bw ops ($zb B), 1F1B none" \
   "$([ "$zb" -gt 0 ] && [ "$f1" -eq 0 ] || echo "zb $zb B, 1f1b $f1 B")"
+# A frozen layer has no Bw: bp-zb keeps no output adjoint for it (block 0 frozen: less kept).
+run gpt1-zb-frozen 1 gpt mode=bp schedule=zb freeze=h.0
+verdict "GPT, 1 stage, bp-zb, block 0 frozen: planned activations within 10% of the run's" \
+  "$(planned_as_run gpt1-zb-frozen bp-zb)"
+zf=$(field gpt1-zb-frozen kept_adjoints 0) za=$(field gpt1-zb kept_adjoints 0)
+verdict "bp-zb keeps no adjoints for a frozen block's layers ($zf B, all training: $za B)" \
+  "$([ "$zf" -gt 0 ] && [ "$zf" -lt "$za" ] || echo "frozen $zf B, all training $za B")"
 w=$(field mlp4-1f1b weights 1) o=$(field mlp4-1f1b optimizer 1)
 verdict "memory_bytes: Adam's state is twice the weights on stage 1 ($o B, $w B)" \
   "$([ "$w" -gt 0 ] && [ "$o" -eq $((2 * w)) ] || echo "weights $w, optimizer $o")"

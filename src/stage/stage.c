@@ -161,12 +161,13 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
     }
 }
 
-// Adjoints layout (op Bi to op Bw): the output adjoints [rows, out] of the parameter layers,
-// one after the other in layer order, each in the type of the next layer's input.
+// Adjoints layout (op Bi to op Bw): the output adjoints [rows, out] of the layers that train
+// (LayerPlan.trains: a frozen layer, a LoRA base, has no Bw), one after the other in layer
+// order, each in the type of the next layer's input.
 size_t stage_adjoint_offset(const Stage *st, int layer, int rows) {
     size_t off = 0;
     for (int i = st->first; i < layer; i++)
-        if (st->model->layers[i].param_count)
+        if (st->plan[i].trains)
             off += stage_act_floats(st, i + 1, (size_t)rows * st->model->layers[i].out);
     return off;
 }
@@ -176,7 +177,7 @@ size_t stage_adjoint_floats(const Stage *st, int rows) {
 }
 
 // The input-adjoint half of stage_backward: the same dx GEMMs in the same order. A layer's
-// input adjoint is kept in `adjoints` when the layer below has parameters (it is that layer's
+// input adjoint is kept in `adjoints` when the layer below trains (it is that layer's
 // output adjoint, which Bw needs): made there where it is FP32, else in the ping-pong buffers.
 void stage_backward_input(Stage *st, const float *params, const float *stash, const float *dy,
                           float *dx, float *adjoints, int rows) {
@@ -184,14 +185,14 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
     const Backend *be = st->be;
     whole_stage_buffers(st);
     const Layer *top = &m->layers[st->last - 1];
-    if (top->param_count)  // the only adjoint not written by a layer of this stage
+    if (st->plan[st->last - 1].trains)  // the only adjoint not written by a layer of this stage
         stage_act_store(st, st->last, adjoints + stage_adjoint_offset(st, st->last - 1, rows), dy,
                         (size_t)rows * top->out);
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = dx, *kept = NULL;
         if (l > st->first) {
-            kept = m->layers[l - 1].param_count ? adjoints + stage_adjoint_offset(st, l - 1, rows) : NULL;
+            kept = st->plan[l - 1].trains ? adjoints + stage_adjoint_offset(st, l - 1, rows) : NULL;
             dx_l = stage_act_buffer(st, l, kept, st->adj[(l - st->first) & 1]);
         }
         be->backward(be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
@@ -210,7 +211,7 @@ void stage_backward_weight(Stage *st, const float *params, const float *stash,
     whole_stage_buffers(st);
     for (int l = st->last - 1; l >= st->first; l--) {
         const Layer *L = &m->layers[l];
-        if (!L->param_count) continue;
+        if (!st->plan[l].trains) continue;
         const float *p = layer_grad_reads_params(L) ? layer_params(st, params, L) : NULL;
         const float *dy = stage_act_load(st, l + 1, adjoints + stage_adjoint_offset(st, l, rows), st->adj[0],
                                          (size_t)rows * L->out);
