@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "progress.h"
@@ -190,7 +191,8 @@ static int save_checkpoint(Pipeline *p, Storage *io, const char *path, const int
     rc = io->save(io, &sc.st, path, err);
     double seconds = wall_seconds() - t0;
     free(text);
-    double mib = (double)sc.st.n_buffers * (double)p->model->n_params * sizeof(float) / 1048576.0;
+    struct stat file;  // the file's own size: frozen layers keep no state, a BF16 base 2 bytes a value
+    double mib = stat(path, &file) ? 0.0 : (double)file.st_size / 1048576.0;
     if (!rc && p->tr->stage == 0)
         fprintf(stderr, "%sfgpipe: checkpoint at step %ld written to %s (%.1f MiB in %.3f s, %.0f MiB/s)\n",
                 isatty(2) ? "\n" : "", next_step, path, mib, seconds, mib / seconds);
