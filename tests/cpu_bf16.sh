@@ -163,6 +163,20 @@ stop_resume() {
 }
 stop_resume "bf16, bp" bf16 bf16-stopped mode=bp
 stop_resume "bf16, fg+bp (weight perturbation, cv)" fgbpw-bf16 fgbpw-stopped "${fgbpw[@]}"
+# A non-finite loss in bf16 names its step and the layer its first non-finite values entered
+# (counted where values are rounded between layers, summed over the stages): a NaN planted in
+# block 1's MLP weight (stage 2 of 2) shows first at the input of the GELU after it.
+cp "$dir/bf16/checkpoint.h5" "$dir/nan.h5"
+/usr/bin/python3 -c 'import h5py, sys; h5py.File(sys.argv[1], "r+")["params/h.1.mlp.c_fc/weight"][0, 0] = float("nan")' \
+  "$dir/nan.h5"
+train_on bf16-nan 2 mode=bp precision=bf16 -- --init-from "$dir/nan.h5"
+why=""
+grep -q "loss is nan at step 0: .*the first values not finite were the input of layer [0-9]* (h.1.mlp.gelu)" \
+  "$dir/bf16-nan.log" || why="error: $(grep -m1 error "$dir/bf16-nan.log")"
+[ -f "$dir/bf16-nan.problem" ] || why="$why; the run did not fail"
+[ ! -f "$dir/bf16-nan/checkpoint.h5" ] || why="$why; a checkpoint was written"
+verdict "bf16: a non-finite loss names the step and the layer its NaN entered (h.1.mlp.gelu)" "$why"
+
 train_on bf16-to-fp32 1 mode=bp precision=fp32 -- --resume "$dir/bf16-stopped"
 why=$(problem bf16-to-fp32)
 [ -n "$why" ] || why=$(awk -F, 'NR > 1 { n++; if (!($2 < 10)) bad = $2 } END { if (!n || bad != "") printf "loss %s", bad }' \

@@ -46,6 +46,10 @@ typedef struct {
     // With UpdateState.want_stats (docs/log.md; NaN where not defined this step):
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
     double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer
+    // bf16: the first layer (model index) whose input or input tangents held a value that is
+    // not finite this step, as rounded (Stage.not_finite); else the first whose input adjoint
+    // did (not_finite_adjoint = 1); -1: none (or fp32)
+    int not_finite_at, not_finite_adjoint;
 } StepResult;
 
 // An update computed by op U and not yet applied to every layer (a streamed stage applies it

@@ -88,6 +88,7 @@ void pipeline_reserve_run_scalars(Pipeline *p, int n) {
     memset(all + p->n_scalars, 0, (size_t)n * sizeof(double));
     fg_free(p->scalars);
     p->scalars = all;
+    p->stage.not_finite = all + scalars_not_finite(p);
     p->n_run_scalars = (size_t)n;
 }
 
@@ -141,6 +142,15 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     if (!rc) add_op_times(p, step);
     *out = p->upd.stats;
     out->loss = p->scalars[0] / p->run.all_microbatches;
+    // The counts are the grid's sums after op U: the forward's first layer, else the backward's
+    // first (the highest: adjoints go down).
+    const double *bad = p->scalars + scalars_not_finite(p);
+    const int L = p->model->n_layers;
+    out->not_finite_at = -1, out->not_finite_adjoint = 0;
+    for (int l = L - 1; l >= 0; l--)
+        if (bad[l] > 0) out->not_finite_at = l;
+    for (int l = 0; l < L && out->not_finite_at < 0; l++)
+        if (bad[L + l] > 0) out->not_finite_at = l, out->not_finite_adjoint = 1;
     out->seconds = wall_seconds() - r.t_start;
     return rc;
 }

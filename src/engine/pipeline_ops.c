@@ -288,7 +288,7 @@ static const float *lane_kept_adjoint(const Pipeline *p, const Lane *a, int l, i
 // Lane a's input adjoint of layer l (dx, i: its place in the group; NULL: none), made: rounded to
 // the type of the layer's input, as a message or the layer below will take it.
 static void lane_round_adjoint(const Pipeline *p, const Lane *a, int l, float *dx) {
-    if (dx) stage_act_round(&p->stage, l, dx, (size_t)a->rows * p->model->layers[l].in);
+    if (dx) stage_adjoint_round(&p->stage, l, dx, (size_t)a->rows * p->model->layers[l].in);
 }
 
 // One layer of the backward ops for every lane, each computing its half (StashPolicy.half): B

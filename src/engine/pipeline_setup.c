@@ -93,8 +93,9 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.free_stash = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_adj = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->pool.free_input = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
-    p->n_scalars = scalars_grad_norms(p) + p->model->n_layers;
+    p->n_scalars = scalars_not_finite(p) + 2 * (size_t)p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
+    p->stage.not_finite = p->scalars + scalars_not_finite(p);
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     size_t saved = p->run.saves_inputs ? stage_saved_floats(&p->stage, N * B) : 0;

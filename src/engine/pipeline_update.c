@@ -25,6 +25,8 @@ size_t scalars_grad_norms(const Pipeline *p) {
     return scalars_ref_dots(p) + (size_t)p->model->n_layers * p->run.all_microbatches * p->K;
 }
 
+size_t scalars_not_finite(const Pipeline *p) { return scalars_grad_norms(p) + (size_t)p->model->n_layers; }
+
 static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the

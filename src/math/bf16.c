@@ -40,16 +40,21 @@ void bf16_widen(const uint16_t *h, float *f, size_t n) {
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
 }
 
-// Through a small buffer, 1024 values at a time (the vector rounding, then back).
-void bf16_round_floats(Bf16Convert convert, float *y, size_t n) {
+// Through a small buffer, 1024 values at a time (the vector rounding, then back), counting the
+// values that are not finite on the way (an all-ones exponent): free beside the rounding.
+size_t bf16_round_floats(Bf16Convert convert, float *y, size_t n) {
     enum { CHUNK = 1024 };
-    size_t chunks = (n + CHUNK - 1) / CHUNK;
+    size_t chunks = (n + CHUNK - 1) / CHUNK, not_finite = 0;
     for (size_t c = 0; c < chunks; c++) {
         uint16_t h[CHUNK];
         size_t a = c * CHUNK, m = n - a < CHUNK ? n - a : CHUNK;
         convert(y + a, h, m);
-        for (size_t i = 0; i < m; i++) y[a + i] = bf16_to_f32(h[i]);
+        for (size_t i = 0; i < m; i++) {
+            y[a + i] = bf16_to_f32(h[i]);
+            not_finite += (h[i] & 0x7f80u) == 0x7f80u;
+        }
     }
+    return not_finite;
 }
 
 // Parallel only past 256 Ki elements (a few tens of microseconds alone): on a shared machine

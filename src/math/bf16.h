@@ -53,8 +53,9 @@ void bf16_convert_avx512(const float *x, uint16_t *y, size_t n);
 
 // f[i] = the float of h[i], i < n (exact).
 void bf16_widen(const uint16_t *h, float *f, size_t n);
-// y[i] = bf16_to_f32(bf16_round(y[i])), i < n: values rounded to BF16 in place, kept as floats.
-void bf16_round_floats(Bf16Convert convert, float *y, size_t n);
+// y[i] = bf16_to_f32(bf16_round(y[i])), i < n: values rounded to BF16 in place, kept as floats;
+// returns how many are not finite (NaN, infinite).
+size_t bf16_round_floats(Bf16Convert convert, float *y, size_t n);
 
 // rows x cols of x, its rows ld floats apart, into the dense y [rows, cols]; rows in parallel
 // when there are many.

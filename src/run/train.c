@@ -265,15 +265,21 @@ static int open_run(Run *r, FgError *err) {
 // checkpoint could replace a good one. The scale is the larger of the first step's loss and
 // ln(classes), a uniform guess's loss, so a resumed, well-trained run is not held to its own
 // small loss.
-static int check_divergence(Run *r, long step, double loss, FgError *err) {
+static int check_divergence(Run *r, long step, const StepResult *sr, FgError *err) {
     const Config *c = r->cfg;
+    const double loss = sr->loss;
+    char where[160] = "";
+    if (sr->not_finite_at >= 0)  // bf16: counted where values cross between layers
+        snprintf(where, sizeof where, "; the first values not finite were %s layer %d (%s)",
+                 sr->not_finite_adjoint ? "the input adjoint of" : "the input of", sr->not_finite_at,
+                 r->model.layers[sr->not_finite_at].name);
     if (step == r->first_step) r->start_loss = loss;
     if (!isfinite(loss) && step == r->first_step && step > 0)
         return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld, the first after resuming: the "
-                       "checkpoint's weights give it", loss, step);
+                       "checkpoint's weights give it%s", loss, step, where);
     if (!isfinite(loss))
         return fg_fail(err, FG_ERR_INPUT, "loss is %f at step %ld: the run diverged (lower lr, "
-                       "now %g, or set clip_norm)", loss, step, c->optim.lr);
+                       "now %g, or set clip_norm)%s", loss, step, c->optim.lr, where);
     double scale = FG_MAX(r->start_loss, log((double)r->model.classes));
     if (c->training.diverge_factor > 0 && loss > c->training.diverge_factor * scale)
         return fg_fail(err, FG_ERR_INPUT, "loss %.4g at step %ld is over diverge_factor = %g times "
@@ -358,7 +364,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     watch_io_bound(r, step, sr->seconds);
     r->recent[step % WINDOW] = sr->loss;
     if (done == r->res->loss_window) first_window_loss(r, done);
-    int rc = check_divergence(r, step, sr->loss, err);
+    int rc = check_divergence(r, step, sr, err);
     if (rc) {  // its row goes into the outputs first (every rank sees the same loss)
         flush_step_row(r, &(FgError){0});
         return rc;

@@ -156,7 +156,7 @@ void stage_backward(Stage *st, const float *params, const float *stash, const fl
         float *dx_l = l == st->first ? dx : st->adj[(l - st->first) & 1];
         st->be->backward(st->be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                                dy, dx_l, grad + (L->param_offset - st->param_base), rows);
-        if (dx_l) stage_act_round(st, l, dx_l, (size_t)rows * L->in);
+        if (dx_l) stage_adjoint_round(st, l, dx_l, (size_t)rows * L->in);
         dy = dx_l;
     }
 }
@@ -197,7 +197,7 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
         }
         be->backward(be, L, layer_params(st, params, L), stash_input(st, stash, l, rows),
                      dy, dx_l, NULL, rows);
-        if (dx_l) stage_act_round(st, l, dx_l, (size_t)rows * L->in);
+        if (dx_l) stage_adjoint_round(st, l, dx_l, (size_t)rows * L->in);
         stage_act_keep(st, l, kept, dx_l, (size_t)rows * L->in);
         dy = dx_l;
     }

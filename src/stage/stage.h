@@ -54,6 +54,11 @@ typedef struct {
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
     FgDtype act_type;    // the activations between layers (stage_act.c): FG_F32, or FG_BF16
     Bf16Convert act_convert;  // FG_BF16: the rounding
+    // FG_BF16: per model layer l, the values found not finite where what enters l was rounded:
+    // [l] its input or input tangents (the forward), [n_layers + l] its input adjoint (the
+    // backward); counted into the engine's step scalars (summed over the ranks with the loss),
+    // NULL: not counted.
+    double *not_finite;
 } Stage;
 
 int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last, int max_rows,
@@ -79,8 +84,9 @@ void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n
 // Layer l's input as floats: src itself (FP32), or src widened into scratch (BF16).
 const float *stage_act_load(const Stage *st, int l, const void *src, float *scratch, size_t n);
 // x's n floats rounded in place to layer l's input type (nothing where FP32): each value where
-// it is made, an output tangent, an input adjoint.
+// it is made, an output tangent (going up); an input adjoint (going down: stage_adjoint_round).
 void stage_act_round(const Stage *st, int l, float *x, size_t n);
+void stage_adjoint_round(const Stage *st, int l, float *x, size_t n);
 // Layer l's output y [rows, out], rounded in place to the type of the next layer's input (every
 // op F runs this where the output is made: stage_layer_forward, row blocks' last block).
 void stage_round_output(const Stage *st, int l, float *y, int rows);

@@ -39,8 +39,16 @@ const float *stage_act_load(const Stage *st, int l, const void *src, float *scra
     return scratch;
 }
 
-void stage_act_round(const Stage *st, int l, float *x, size_t n) {
-    if (stage_act_type(st, l) == FG_BF16) bf16_round_floats(st->act_convert, x, n);
+static void round_counted(const Stage *st, int l, float *x, size_t n, size_t at) {
+    if (stage_act_type(st, l) != FG_BF16) return;
+    size_t not_finite = bf16_round_floats(st->act_convert, x, n);
+    if (not_finite && st->not_finite) st->not_finite[at] += (double)not_finite;
+}
+
+void stage_act_round(const Stage *st, int l, float *x, size_t n) { round_counted(st, l, x, n, (size_t)l); }
+
+void stage_adjoint_round(const Stage *st, int l, float *x, size_t n) {
+    round_counted(st, l, x, n, (size_t)st->model->n_layers + (size_t)l);
 }
 
 void stage_round_output(const Stage *st, int l, float *y, int rows) {
