@@ -414,18 +414,29 @@ int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int 
     return layer_stream_store_open_in(s, store, n_slots, n_small, small_count, NULL, 0, err);
 }
 
+// A small slot holds any unit (a layer, or a row block) of at most small_count floats a buffer
+// whole: the largest such unit's buffers (a frozen layer keeps its parameters alone), never more
+// than a large slot (slot_plan.c sizes the budget's small slots the same way).
+static size_t small_slot_bytes(const LayerStore *store, size_t small_count, size_t large) {
+    const size_t bound = dio_round_up(small_count * sizeof(float));
+    size_t small = 0;
+    for (int i = 0; i < layer_store_n_layers(store); i++)
+        if (dio_round_up(layer_store_block_stride(store, i)) <= bound)
+            small = FG_MAX(small, layer_store_block_slot_bytes(store, i));
+    return FG_MIN(small, large);
+}
+
 size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int n_small,
                                       size_t small_count) {
     size_t bytes = layer_store_max_block_slot_bytes(store);
-    size_t small = (size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float));
-    return (size_t)n_slots * bytes + (size_t)n_small * FG_MIN(small, bytes);
+    return (size_t)n_slots * bytes + (size_t)n_small * small_slot_bytes(store, small_count, bytes);
 }
 
 int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, int n_small,
                                size_t small_count, void *memory, size_t memory_bytes, FgError *err) {
     memset(s, 0, sizeof *s);
     size_t bytes = layer_store_max_block_slot_bytes(store);
-    size_t small = FG_MIN((size_t)layer_store_n_bufs(store) * dio_round_up(small_count * sizeof(float)), bytes);
+    size_t small = small_slot_bytes(store, small_count, bytes);
     size_t need = layer_stream_store_slots_bytes(store, n_slots, n_small, small_count);
     if (memory && ((uintptr_t)memory % 4096 || memory_bytes < need)) {
         layer_store_close(store);

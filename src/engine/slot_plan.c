@@ -10,10 +10,6 @@
 size_t slot_plan_page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 static size_t page_round(size_t bytes) { return slot_plan_page_round(bytes); }
 
-static size_t slot_bytes(const SlotPlan *sp, size_t floats) {
-    return (size_t)(sp->n_weights + sp->n_step) * page_round(floats * sizeof(float));
-}
-
 // Floats of what a slot holds of a layer: the layer, or one of its row blocks (its largest).
 static size_t unit_floats(const Layer *L) {
     size_t first, n;
@@ -79,15 +75,23 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         sp->tied[1] = m->layers[m->tied_last].param_count;
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     sp->lane_step = (size_t)sp->n_step * trained;
+    // A small slot holds any small layer whole in each store: a frozen one its parameters
+    // alone (an 8B base's gate and up in BF16, 235 MB, where trained layers' 3 buffers of its
+    // size would take 705), a trained one all its buffers.
+    size_t small_weights = 0, small_step = 0;
     for (int l = first; l < last; l++) {
         if (!stored(sp, m, l)) continue;
         if (slot_floats(sp, m, l) > sp->largest / 2) {
             sp->large_layers++;
         } else {
             sp->small = FG_MAX(sp->small, slot_floats(sp, m, l));
+            small_weights = FG_MAX(small_weights, weights_bytes(sp, m, l));
+            if (!m->layers[l].frozen)
+                small_step = FG_MAX(small_step, (size_t)sp->n_step * page_round(slot_floats(sp, m, l) * sizeof(float)));
             sp->small_layers++;
         }
     }
+    sp->small_bytes = small_weights + small_step;
 }
 
 // Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
@@ -101,11 +105,11 @@ static int overlap_slots(const SlotPlan *sp) { return FG_MIN(SMALL_SLOTS_OVERLAP
 // it and overlap_slots small ones when that is less (the token table's copies are never pinned
 // at once: one large slot serves both, read again when the other was in it, unless they are one).
 static int one_large_slot(const SlotPlan *sp) {
-    return sp->small && (size_t)overlap_slots(sp) * slot_bytes(sp, sp->small) < sp->large_bytes;
+    return sp->small && (size_t)overlap_slots(sp) * sp->small_bytes < sp->large_bytes;
 }
 
 static double slots_floor(const SlotPlan *sp) {
-    size_t slot = sp->large_bytes, small = slot_bytes(sp, sp->small);
+    size_t slot = sp->large_bytes, small = sp->small_bytes;
     return one_large_slot(sp) ? (double)slot + overlap_slots(sp) * (double)small : 2.0 * (double)slot;
 }
 
@@ -173,7 +177,7 @@ SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last) 
     int param_layers;
     plan_sizes(c, m, first, last, &sp, &param_layers);
     double two = 2.0 * (double)sp.large_bytes + slot_plan_copy16_bytes(&sp);
-    if (one_large_slot(&sp)) two += overlap_slots(&sp) * (double)slot_bytes(&sp, sp.small);
+    if (one_large_slot(&sp)) two += overlap_slots(&sp) * (double)sp.small_bytes;
     return (SlotNeeds){.floor = slots_floor(&sp) + slot_plan_copy16_bytes(&sp), .two = two,
                        .tied = (double)(sp.tied[0] + sp.tied[1]) * sizeof(float)};
 }
@@ -183,7 +187,7 @@ SlotNeeds slot_plan_needs(const Config *c, const Model *m, int first, int last) 
 static int refuse_budget(const Config *c, const Model *m, int stage, double work_bytes,
                          double runtime, const SlotPlan *sp, FgError *err) {
     const double margin = mem_runtime_margin(c), slot = (double)sp->large_bytes;
-    const double small = (double)slot_bytes(sp, sp->small);
+    const double small = (double)sp->small_bytes;
     runtime += margin;
     char faster[160] = "", name[96], measured[64] = "", smalls[48] = "";
     if (margin > 0)
@@ -207,7 +211,7 @@ static int refuse_budget(const Config *c, const Model *m, int stage, double work
 
 // The small slots that fit room beside n_large large ones (at most one per small layer).
 static int small_slots_left(const SlotPlan *sp, double room, int n_large) {
-    double small = (double)slot_bytes(sp, sp->small);
+    double small = (double)sp->small_bytes;
     return (int)FG_MIN((room - n_large * (double)sp->large_bytes) / small, (double)sp->small_layers);
 }
 
@@ -256,7 +260,7 @@ const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size) {
     if (sp->n_small)
         snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
                  "parameters)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
-                 slot_bytes(sp, sp->small) / 1e6, sp->small);
+                 sp->small_bytes / 1e6, sp->small);
     return note;
 }
 

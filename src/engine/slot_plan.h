@@ -17,6 +17,8 @@ typedef struct {
                                      // (0: no small slots), of the tied copies held here
     size_t large_bytes;       // a large slot in both stores: the largest layer's weights slot
                               // and the largest trained layer's step slot
+    size_t small_bytes;       // a small slot in both stores: the small layers' largest weights
+                              // slot (a frozen one: its parameters alone) and step slot
     int largest_layer;        // the model's index of the largest layer
     int small_layers;         // layers that fit a small slot
     int large_layers;         // layers that take a large slot (the tied copies kept once: one)
