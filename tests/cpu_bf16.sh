@@ -17,6 +17,9 @@
 #   for the FP32 token ids the embedding reads and the head's FP32 records), and fgpipe plan
 #   counts half the stash and half the bytes of op F's and op B's messages (bp), and of op F's
 #   messages with their K tangents (fg+bp, weight perturbation, cv);
+# - activity perturbation keeps the layers' inputs for U in BF16: summary.json's kept_inputs of
+#   fg+bp (activity) in bf16 are fp32's less half its saved inputs, plus U's one-layer widened
+#   FP32 copy beside its FP32 G block (0.5-0.75 of fp32's here), and fgpipe plan counts them so;
 # - the message buffers (inbox, outbox) are sized in BF16: summary.json's and fgpipe plan's
 #   "messages" owner of a 2-stage fg+bp run are half of fp32's on each stage;
 # - checkpoints hold FP32 masters: bf16 stopped on 2 stages (SIGUSR1) and resumed on 1 and on 2
@@ -46,8 +49,8 @@ train_on bf16 1 mode=bp precision=bf16 -- --summary-json "$dir/bf16.json"
 train_on bf16-2 2 mode=bp precision=bf16
 train_on bf16-1f1b-2 2 mode=bp schedule=1f1b precision=bf16
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5)
-train_on fgbp-fp32 1 "${fgbp[@]}" precision=fp32
-train_on fgbp-bf16 1 "${fgbp[@]}" precision=bf16
+train_on fgbp-fp32 1 "${fgbp[@]}" precision=fp32 -- --summary-json "$dir/fgbp-fp32.json"
+train_on fgbp-bf16 1 "${fgbp[@]}" precision=bf16 -- --summary-json "$dir/fgbp-bf16.json"
 train_on fgbp-bf16-2 2 "${fgbp[@]}" precision=bf16
 train_on fg-bf16 1 mode=fg perturb=weight precision=bf16
 train_on fg-bf16-2 2 mode=fg perturb=weight precision=bf16
@@ -83,6 +86,25 @@ half, full = (json.load(open(f))["memory_bytes"]["stash"][0] for f in sys.argv[1
 if not (full > 0 and 0.5 <= half / full <= 0.53): print(f"stash bytes {half} (bf16) against {full} (fp32)")
 PY
 )"
+
+# Activity's kept inputs: the saved inputs of 15 layers in BF16 (half), U's two one-layer FP32
+# blocks (G; the widest layer's inputs widened): 0.73 of fp32's here. fgpipe plan --costs of the
+# bf16 run counts the same.
+why=$(problem fgbp-bf16)$(problem fgbp-fp32) sets=()
+for s in "${fgbp[@]}"; do sets+=(--set "$s"); done
+[ -n "$why" ] || "$fgpipe" plan --config "$config" "${base[@]}" --set stages=1 "${sets[@]}" \
+  --set precision=bf16 --costs "$dir/fgbp-bf16.json" --json "$dir/plan-fgbp-bf16.json" >"$dir/plan-fgbp.out" 2>&1 ||
+  why="fgpipe plan (fg+bp, activity, bf16) exited with $?: $(tail -n 1 "$dir/plan-fgbp.out")"
+[ -n "$why" ] || why=$(py_check "$dir/fgbp-bf16.json" "$dir/fgbp-fp32.json" "$dir/plan-fgbp-bf16.json" <<'PY'
+import json, sys
+half, full = (json.load(open(f))["memory_bytes"]["kept_inputs"][0] for f in sys.argv[1:3])
+plan = [s for s in json.load(open(sys.argv[3]))["schedules"] if s["schedule"] == "fg+bp"][0]
+planned = plan["memory_bytes"]["kept_inputs"][0]
+if not (full > 0 and 0.5 <= half / full <= 0.75): print(f"kept inputs {half} (bf16) against {full} (fp32)")
+if abs(planned - half) > 0.1 * half: print(f"planned kept inputs {planned}, the run's {half} (bf16)")
+PY
+)
+verdict "fg+bp (activity): bf16's kept inputs for U 0.5-0.75 of fp32's, and fgpipe plan counts them" "$why"
 
 # fgpipe plan counts the same: bp and fg+bp (weight perturbation) on a fixed cut of 2 stages,
 # fp32 against bf16.

@@ -44,8 +44,8 @@ int layers_writes(const Pipeline *p);
 int layers_held(const Pipeline *p, int l);
 // Shared slots: every replica of the node reaches this point (LayerSource.sync); else nothing.
 int layers_sync(Pipeline *p, FgError *err);
-// What the F ops of `step` keep of layer l for U (its perturbation's saved_floats per row, for
-// the step's N * B rows): activity's inputs [N * B, in], a local loss's then its estimate.
+// What the F ops of `step` keep of layer l for U (its perturbation's saved_floats for the step's
+// N * B rows): activity's inputs [N * B, in] in their type, a local loss's then its estimate.
 float *layers_saved(const Pipeline *p, long step, int l);
 
 // Offsets into p->scalars.

@@ -210,8 +210,9 @@ typedef struct {
 // What op F saves for op U besides the scalars (activity perturbation, local losses).
 typedef struct {
     // Every layer's saved block for every micro-batch of a step (stage_saved_offset's layout);
-    // two when the update is applied in the next step (streamed). work: one layer's G for U.
-    float *blocks[2], *work;
+    // two when the update is applied in the next step (streamed). work: one layer's G for U;
+    // widened: one layer's saved inputs as floats for U where they are kept in BF16, else NULL.
+    float *blocks[2], *work, *widened;
     // Local losses on a resident stage: each lane's linear input [max_group][B * max_width]
     // until its loss, and one estimate [B * max_width] (stage_local_fold).
     float *local_input, *local_estimate;

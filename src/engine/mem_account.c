@@ -57,6 +57,7 @@ ActivationSizes activation_sizes(const Config *c, const Stage *st, int is_first,
     if (run.saves_inputs) {
         z.saved = f * (double)stage_saved_floats(st, N * B);
         z.saved_work = z.saved > 0.0 ? f * (double)N * B * m->max_width : 0.0;
+        z.saved_work += f * (double)stage_saved_widened_floats(st, N * B);
     }
     if (st->local_groups && !st->local_keeps) z.local_lane = f * (double)B * m->max_width;
     if (is_last && run.backprops) {

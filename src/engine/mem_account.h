@@ -52,7 +52,8 @@ typedef struct {
     double input;            // recompute = stage: one micro-batch's stage input, kept from F
                              // to its last B op; the rest of a stash is the rerun of the one
                              // B, Bi or Bw op running (0: none)
-    double saved, saved_work;  // one copy of what a step's F saves for U; U's work block (0: none)
+    double saved, saved_work;  // one copy of what a step's F saves for U; U's work blocks (G, and
+                               // a layer's widened BF16 inputs; 0: none)
     double local_lane;       // local losses folded in F: a lane's linear input (and the estimate)
     double loss_adjoints;    // the last stage's dz of one step (0: none)
     double lane;             // one lane of an op group (activations, tangents, adjoints; inputs)

@@ -94,12 +94,17 @@ static float *lane_local_input(const Pipeline *p, int i) {
 }
 
 // Activity perturbation: the update needs layer l's input of lane a (i: its place in the
-// group), saved until U, or until the local loss after it (stage_local_folds).
+// group), saved until U in its type (stage_act_store: BF16 values narrowed exactly), or as
+// floats in the lane until the local loss after it (stage_local_folds).
 static void save_layer_input(Pipeline *p, long step, int l, const Lane *a, int i) {
     int B = p->cfg->training.micro_batch, in = p->model->layers[l].in;
-    float *saved = stage_local_folds(&p->stage, l) ? lane_local_input(p, i)
-                                                   : layers_saved(p, step, l) + (size_t)a->microbatch * B * in;
-    p->be->copy(p->be, saved, a->x, (size_t)a->rows * in * sizeof(float));
+    size_t n = (size_t)a->rows * in;
+    if (stage_local_folds(&p->stage, l)) {
+        p->be->copy(p->be, lane_local_input(p, i), a->x, n * sizeof(float));
+        return;
+    }
+    void *saved = stage_act_at(&p->stage, l, layers_saved(p, step, l), (size_t)a->microbatch * B * in);
+    stage_act_store(&p->stage, l, saved, a->x, n);
 }
 
 // A local loss at layer l: the estimate of layer l - 1's update (fg's mean over the step's

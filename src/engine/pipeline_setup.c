@@ -103,6 +103,8 @@ static void alloc_buffers(Pipeline *p) {
         for (int i = 0; i < p->upd.saved_copies; i++)
             p->saved.blocks[i] = alloc_counted(p, MEM_SAVED_INPUTS, saved);
         p->saved.work = alloc_counted(p, MEM_SAVED_INPUTS, (size_t)N * B * p->model->max_width);
+        size_t widened = stage_saved_widened_floats(&p->stage, N * B);
+        if (widened) p->saved.widened = alloc_counted(p, MEM_SAVED_INPUTS, widened);
     }
     if (p->stage.local_groups && !p->stage.local_keeps) {
         size_t lane = (size_t)B * p->model->max_width;
@@ -376,8 +378,8 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           p->pool.dz[0], p->pool.dz[1], p->pool.dz[2],
                           p->upd.estimate != lent ? p->upd.estimate : NULL,
                           p->upd.scratch != lent ? p->upd.scratch : NULL,
-                          p->saved.blocks[0], p->saved.blocks[1], p->saved.work, p->saved.local_input,
-                          p->saved.local_estimate,
+                          p->saved.blocks[0], p->saved.blocks[1], p->saved.work, p->saved.widened,
+                          p->saved.local_input, p->saved.local_estimate,
                           p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,

@@ -189,7 +189,7 @@ static void form_estimate(Pipeline *p, int l, const LayerSlot *s, float *upd) {
                          .replica_microbatches = p->cfg->training.micro_batches,
                          .all_microbatches = p->run.all_microbatches, .rows = p->cfg->training.micro_batch,
                          .coeff = u->coeff, .fg_weight = u->fg_weight, .work = p->saved.work,
-                         .first = s->first, .count = s->count,
+                         .widened = p->saved.widened, .first = s->first, .count = s->count,
                          .saved = p->run.saves_inputs ? layers_saved(p, u->step, l) : NULL};
     perturb->estimate(&p->stage, l, &e, upd);
     if (perturb->sets_estimate) add_base_terms(p, l, s, upd, 1);

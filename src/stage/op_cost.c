@@ -16,7 +16,7 @@ enum { COST_ROUNDS = 5 };
 // What op U reads: the tangents' coefficients and what F saved (zeros: values do not change
 // the cost).
 typedef struct {
-    float *coeff, *saved, *work;
+    float *coeff, *saved, *work, *widened;
 } UpdateInputs;
 
 static UpdateInputs update_inputs(const Stage *st, int n_mb, int rows) {
@@ -25,6 +25,8 @@ static UpdateInputs update_inputs(const Stage *st, int n_mb, int rows) {
     if (!saved) return in;
     in.saved = backend_alloc_floats(st->be, saved);
     in.work = backend_alloc_floats(st->be, (size_t)n_mb * rows * st->model->max_width);
+    size_t widened = stage_saved_widened_floats(st, n_mb * rows);
+    if (widened) in.widened = backend_alloc_floats(st->be, widened);
     return in;
 }
 
@@ -39,7 +41,7 @@ static int update(const Stage *st, const CostSetup *setup, const UpdateInputs *i
         if (!st->plan[l].trains) continue;
         PerturbEstimate e = {.seed = setup->seed, .replica_microbatches = n_mb,
                              .all_microbatches = n_mb, .rows = rows, .coeff = in->coeff,
-                             .fg_weight = 1.0f, .work = in->work, .first = 0, .count = L->param_count,
+                             .fg_weight = 1.0f, .work = in->work, .widened = in->widened, .first = 0, .count = L->param_count,
                              .saved = in->saved ? in->saved + stage_saved_offset(st, l, n_mb * rows) : NULL};
         stage_perturbation(st, l)->estimate(st, l, &e, g + (L->param_offset - st->param_base));
     }
@@ -134,7 +136,8 @@ static int stage_measure_costs(Stage *st, const CostSetup *setup, double cost[N_
         for (int r = 0; r < COST_ROUNDS && setup->best; r++) cost[i] = fmin(cost[i], times[i][r]);
     }
     fg_free(head_d);
-    void *bufs[] = {x, w_lagged, stash, adjoints, dy, dx, w, g, ref, u_in.saved, u_in.work, state, labels};
+    void *bufs[] = {x,   w_lagged,   stash,     adjoints,        dy,    dx,    w,
+                    g,   ref,        u_in.saved, u_in.work, u_in.widened, state, labels};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
     fg_free(u_in.coeff);
     free(ref_dots);

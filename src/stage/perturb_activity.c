@@ -28,17 +28,19 @@ HeadTangents perturb_activity_head_tangents(Stage *st, int l, const ParamTangent
     return (HeadTangents){.activity = key};
 }
 
-static size_t activity_saved_floats(const Stage *st, int l) {
-    return (size_t)st->model->layers[l].in;
+// The layer's input, in its type.
+static size_t activity_saved_floats(const Stage *st, int l, size_t rows) {
+    return stage_act_floats(st, l, rows * st->model->layers[l].in);
 }
 
 // U: this replica's micro-batches, from their saved inputs (the replicas sum their estimates).
 static void activity_estimate(const Stage *st, int l, const PerturbEstimate *e, float *grad_l) {
     size_t d_per_microbatch = (size_t)st->tangents * e->rows;
+    size_t n = (size_t)e->replica_microbatches * e->rows * st->model->layers[l].in;
+    const float *x = stage_act_load(st, l, e->saved, e->widened, n);
     stage_layer_activity_estimate(st, l, activity_key(e->seed, e->step, e->first_microbatch, l),
                                   e->replica_microbatches, e->rows,
-                                  e->coeff + e->first_microbatch * d_per_microbatch, e->saved,
-                                  e->work, grad_l);
+                                  e->coeff + e->first_microbatch * d_per_microbatch, x, e->work, grad_l);
 }
 
 const PerturbationOps perturb_activity = {

@@ -79,15 +79,16 @@ void stage_local_fold(const Stage *st, int l, int mb, int rows, const float *x, 
     stage_local_weight_grad(st, l, rows, x, est, grad);
 }
 
-// Kept per row on a streamed stage: the layer's input, then the estimate formed at the head
-// [rows, out]. A resident stage keeps nothing past its lane (stage_local_fold in F).
-static size_t local_saved_floats(const Stage *st, int l) {
+// Kept on a streamed stage: the layer's inputs in their type (as activity keeps them), then the
+// estimate formed at the head [rows, out] in FP32 (a sum of products, not a value between
+// layers). A resident stage keeps nothing past its lane (stage_local_fold in F).
+static size_t local_saved_floats(const Stage *st, int l, size_t rows) {
     if (!st->local_keeps) return 0;
-    return (size_t)st->model->layers[l].in + (size_t)st->model->layers[l].out;
+    return stage_local_estimate_offset(st, l, (int)rows) + rows * st->model->layers[l].out;
 }
 
 size_t stage_local_estimate_offset(const Stage *st, int l, int rows) {
-    return (size_t)rows * st->model->layers[l].in;
+    return stage_act_floats(st, l, (size_t)rows * st->model->layers[l].in);
 }
 
 // U: fg's estimate, weighed. A streamed stage folds the micro-batches F saved now.
@@ -95,7 +96,8 @@ static void local_estimate(const Stage *st, int l, const PerturbEstimate *e, flo
     const Layer *L = &st->model->layers[l];
     if (st->local_keeps) {
         int rows = e->replica_microbatches * e->rows;
-        const float *x = e->saved, *est = x + stage_local_estimate_offset(st, l, rows);
+        const float *est = e->saved + stage_local_estimate_offset(st, l, rows);
+        const float *x = stage_act_load(st, l, e->saved, e->widened, (size_t)rows * L->in);
         for (int b = 0; b < e->replica_microbatches; b++)
             stage_local_fold(st, l, b, e->rows, x + (size_t)b * e->rows * L->in,
                              est + (size_t)b * e->rows * L->out, grad_l);

@@ -24,6 +24,8 @@ typedef struct {
     const float *coeff;      // the estimate's coefficients, per global micro-batch from 0:
                              // [all_microbatches * d per micro-batch]
     const float *saved;      // what F saved of this layer (saved_floats' block) or NULL
+    float *widened;          // FP32 scratch for the layer's saved inputs where F kept them in
+                             // BF16 (stage_saved_widened_floats), else NULL
     float fg_weight;         // the weight of fg's part (local losses: formed in F unweighted)
     float *work;             // [replica_microbatches * rows * widest layer] of scratch
     size_t first, count;     // the floats of the layer estimated: all, or a row block's
@@ -34,8 +36,10 @@ typedef struct {
     const char *name;
     // Directional derivatives per sample (the tangents differ per sample), not per micro-batch.
     int d_per_sample;
-    // Floats F keeps of layer l for U per row (0: nothing; the estimate regenerates).
-    size_t (*saved_floats)(const Stage *st, int l);
+    // Floats (4-byte words) F keeps of layer l for U for `rows` rows, the step's micro-batches one
+    // after the other (NULL: nothing; the estimate regenerates). The layer's inputs are kept in
+    // their type (stage_act_type: BF16 in a bf16 run, exact since they are BF16 values already).
+    size_t (*saved_floats)(const Stage *st, int l, size_t rows);
     // Op F: y and ydot [K, rows, out] of layer l (with parameters, not frozen) from x, xdot
     // (NULL: zero) and this perturbation's parameter term, with the estimator's extras of t; p16:
     // p's BF16 copy (LayerSlot.params16) or NULL.
@@ -60,9 +64,12 @@ const PerturbationOps *stage_perturbation(const Stage *st, int l);
 const PerturbationOps *perturbation_of_kind(Perturbation kind);
 
 // What F keeps for U, for `rows` rows (the step's micro-batches one after the other): per layer
-// with parameters, in layer order, its saved_floats(l) * rows block.
+// with parameters, in layer order, its saved_floats(l, rows) block.
 size_t stage_saved_offset(const Stage *st, int layer, int rows);
 size_t stage_saved_floats(const Stage *st, int rows);
+// U's FP32 copy of one layer's saved inputs where F keeps them narrower (BF16), for `rows` rows:
+// the widest such layer's floats (PerturbEstimate.widened), 0 where none is.
+size_t stage_saved_widened_floats(const Stage *st, int rows);
 
 // The activity row's jvp and head tangents, which the local row shares (the tangent enters the
 // same way).

@@ -79,6 +79,8 @@ size_t stage_act_bytes(const Stage *st, int l, size_t n);
 // A message across the cut before layer l: n values (activations, or adjoints) of layer l's
 // input type, then K tangents of them in the same type (K = 0: none), in bytes.
 size_t stage_message_bytes(const Stage *st, int l, size_t n, int K);
+// base advanced by n elements of layer l's input type (BF16: 2 bytes each).
+void *stage_act_at(const Stage *st, int l, void *base, size_t n);
 // dst (layer l's input type) = x's n floats, rounded where BF16.
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n);
 // Layer l's input as floats: src itself (FP32), or src widened into scratch (BF16).
@@ -201,7 +203,7 @@ void stage_backward_weight(Stage *st, const float *params, const float *stash,
 // The activity estimate of layer l (with parameters): grad += G^T x (weights) and the column
 // sums of G (bias), where G [n_mb * rows, out] stacks per micro-batch b < n_mb
 // sum_k diag(coeff + (b*K + k) * rows) u_{b,k} (micro-batch key.microbatch + b), and
-// x [n_mb * rows, in] are the layer's saved inputs. work holds G. On sequences (the GPT) u has a
+// x [n_mb * rows, in] are the layer's saved inputs, as floats. work holds G. On sequences (the GPT) u has a
 // row per token on the layer's branch columns (layer_branch), and a sample's coefficient
 // applies to all of its token rows.
 void stage_layer_activity_estimate(const Stage *st, int l, TangentKey key, int n_mb, int rows,

@@ -28,6 +28,10 @@ size_t stage_message_bytes(const Stage *st, int l, size_t n, int K) {
     return stage_act_bytes(st, l, n) + stage_act_bytes(st, l, n * (size_t)K);
 }
 
+void *stage_act_at(const Stage *st, int l, void *base, size_t n) {
+    return (char *)base + n * (stage_act_type(st, l) == FG_BF16 ? sizeof(uint16_t) : sizeof(float));
+}
+
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n) {
     if (stage_act_type(st, l) == FG_F32) st->be->copy(st->be, dst, x, n * sizeof(float));
     else st->act_convert(x, dst, n);  // serial (bf16_widen says why)
