@@ -36,8 +36,10 @@ verdict "an uncalibrated run says why" \
   "$(grep -q "from the start-up costs (no calibration: calibrate_steps = 0)" "$dir/exact-plain.log" ||
      echo "got: [$(grep "F ms per stage" "$dir/exact-plain.log")]")"
 corr=$(grep "corrections per step by stage" "$dir/auto.log")
+# Some stage corrects: more than 0 micro-batches a step (0.5 when a slow or loaded machine's
+# timing gives it one every other step).
 verdict "the calibrated auto timetable backpropagates" \
-  "$(echo "$corr" | grep -Eq ':.* [1-9][0-9.]* \(lag' || echo "got: [$corr]")"
+  "$(echo "$corr" | grep -Eq ':.* ([1-9][0-9.]*|0\.[0-9]*[1-9][0-9]*) \(lag' || echo "got: [$corr]")"
 verdict "and trains: the last 10 steps' loss is below the first step's by a tenth" \
   "$(py_check "$dir/auto/loss.csv" <<'PY'
 import sys
