@@ -44,16 +44,6 @@ floor_budget() {  # floor_budget M KEY=VALUE... [-- ARGS]: the largest "at least
   grep -oE "at least [0-9]* bytes" "$dir/probe.log" | grep -oE "[0-9]+" | sort -n | tail -n 1
 }
 
-runs_differ() {  # runs_differ A B: "" when losses, --save-params and the checkpoints are the same
-  local a=$1 b=$2 why=""
-  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why=" losses differ"
-  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
-  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
-    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
-    why="$why checkpoints differ"
-  echo "$why"
-}
-
 compare() {  # compare NAME M KEY=VALUE... [-- ARGS]: in memory (NAME-mem) against the floor (NAME-ooc)
   local name=$1 M=$2; shift 2
   local budget why=""

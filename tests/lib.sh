@@ -144,3 +144,15 @@ finish() {  # the count, and the script's exit status
   [ "$failed" -eq 0 ]
   exit
 }
+
+# runs_differ A B: what differs between runs A and B (losses, --save-params, the checkpoint's
+# params and optimizer state), "" when they are the same, bitwise.
+runs_differ() {
+  local a=$1 b=$2 why=""
+  cmp -s <(cut -d, -f1-3 "$dir/$a/loss.csv") <(cut -d, -f1-3 "$dir/$b/loss.csv") || why=" losses differ"
+  cmp -s "$dir/$a.bin" "$dir/$b.bin" || why="$why params differ"
+  h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /params /params >/dev/null 2>&1 &&
+    h5diff -q "$dir/$a/checkpoint.h5" "$dir/$b/checkpoint.h5" /optimizer /optimizer >/dev/null 2>&1 ||
+    why="$why checkpoints differ"
+  echo "$why"
+}
