@@ -391,7 +391,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     p->upd.weight_lanes += weights;
     if (last_w) rc = update_at(p, AT_LAST_BACKWARD, step, err);
     if (!rc) rc = p->stash.rerun(p, n, err);
-    for (int l = st->last - 1; l >= st->first && !rc; l--) {
+    for (int l = st->last - 1; l >= st->backward_first && !rc; l--) {
         LayerSlot s = {0};
         unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
         if (layer_blocks(&p->model->layers[l]) > 1) {

@@ -19,6 +19,8 @@ int stage_init(Stage *st, const Backend *be, const Model *m, int first, int last
     st->max_rows = max_rows;
     st->tangents = tangents;
     st->plan = layer_plan_build(m);
+    st->backward_first = first;
+    while (first == 0 && st->backward_first < last && !st->plan[st->backward_first].trains) st->backward_first++;
     // One layer's tangents at a time, or a row block's of a table in blocks (stage_rows.c).
     if (tangents) st->pdot = backend_alloc_floats(be, (size_t)tangents * model_largest_trained_block(m, first, last));
     return FG_OK;
@@ -188,7 +190,7 @@ void stage_backward_input(Stage *st, const float *params, const float *stash, co
     if (st->plan[st->last - 1].trains)  // the only adjoint not written by a layer of this stage
         stage_act_store(st, st->last, adjoints + stage_adjoint_offset(st, st->last - 1, rows), dy,
                         (size_t)rows * top->out);
-    for (int l = st->last - 1; l >= st->first; l--) {
+    for (int l = st->last - 1; l >= st->backward_first; l--) {
         const Layer *L = &m->layers[l];
         float *dx_l = dx, *kept = NULL;
         if (l > st->first) {
@@ -209,7 +211,7 @@ void stage_backward_weight(Stage *st, const float *params, const float *stash,
                            const float *adjoints, float *grad, int rows) {
     const Model *m = st->model;
     whole_stage_buffers(st);
-    for (int l = st->last - 1; l >= st->first; l--) {
+    for (int l = st->last - 1; l >= st->backward_first; l--) {
         const Layer *L = &m->layers[l];
         if (!st->plan[l].trains) continue;
         const float *p = layer_grad_reads_params(L) ? layer_params(st, params, L) : NULL;

@@ -32,6 +32,11 @@ typedef struct {
     const Backend *be;
     const Model *model;
     int first, last;
+    // The lowest layer B and Bi visit: first, but on the model's first stage the first layer
+    // that trains (its input, the model's, takes no adjoint, so the frozen layers below, a LoRA
+    // base's token table, have nothing to compute; last where none trains). stage_backward, the
+    // reference gradient of every parameter, visits all.
+    int backward_first;
     LayerPlan *plan;     // [model->n_layers], host: plan[l] of layer l (layer_plan.h)
     size_t param_base;   // model_range_offset(model, first)
     size_t param_count;  // parameters owned by the stage
