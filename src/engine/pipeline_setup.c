@@ -136,10 +136,7 @@ static int timed_costs(Pipeline *p, double cost[N_OP_COSTS], FgError *err) {
 // work at a nominal 10 GFLOP/s is planned instead.
 static int nominal_costs(Pipeline *p, double cost[N_OP_COSTS], FgError *err) {
     (void)err;
-    int B = p->cfg->training.micro_batch;
-    cost[COST_F] = 2.0 * (double)p->n * B * (1 + p->K) / 1e10;
-    cost[COST_BI] = cost[COST_BW] = 2.0 * (double)p->n * B / 1e10;
-    cost[COST_U] = cost[COST_ZERO] = 0.0;
+    source_nominal_costs(p->cfg, (double)p->n, p->K, cost, 1);
     return FG_OK;
 }
 
@@ -336,12 +333,13 @@ int pipeline_init(Pipeline *p, const Backend *be, const Config *c, const Model *
     const SourceKind *kind = &source_kinds[streams_here];
     if (costs.given) memcpy(p->tt.costs, costs.given, sizeof(double) * N_OP_COSTS * (size_t)t->stages);
     else if ((rc = measure_all_costs(p, p->tt.costs, kind, err))) return rc;
+    if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
+    if (streams_here) source_streamed_in_flight(p, &p->tt.sched, s);
     if ((rc = kind->open(p, streams, err))) return rc;
     count_source(p);
     update_plan(p);
     stash_policy_init(p);
     if (streams && streams->resume && (rc = pipeline_refresh_ref(p, err))) return rc;
-    if ((rc = build_timetable(p, p->tt.costs, calibrates, err))) return rc;
     plan_stage(p);
     alloc_buffers(p);
     if (calibrates && (rc = calibrate_timetable(p, p->tt.costs, err))) return rc;

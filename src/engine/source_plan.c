@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "pipeline.h"
+#include "timetable_choice.h"
 
 // The fused head's scratch on the last stage (head_loss_work_floats): a block of logits and
 // their tangents, and activity's estimate of the head over the replica's micro-batches.
@@ -56,6 +57,57 @@ double source_streamed_needs_bytes(const Pipeline *p) {
            (double)p->largest_trained * sizeof(float) * ((p->need.grad || p->run.forms_estimate) + p->K);
 }
 
+void source_nominal_costs(const Config *c, double n, int K, double *cost, int stride) {
+    int B = c->training.micro_batch;
+    cost[COST_F * stride] = 2.0 * n * B * (1 + K) / 1e10;
+    cost[COST_BI * stride] = cost[COST_BW * stride] = 2.0 * n * B / 1e10;
+    cost[COST_U * stride] = cost[COST_ZERO * stride] = 0.0;
+}
+
+// Layer-major (exec_plan.h: a step's F ops form one group, its backward ops the next): a stash
+// lives from its F group to the group of its last use, a B or Bw op `lag` steps later, and an
+// adjoint Bi keeps from Bi's group to its Bw's. At the end of step t's F group, a B or Bw op of
+// step t + j (j = 0..SCHED_MAX_LAG) with lag >= j holds a stash made by then; in step t's
+// backward group, a Bw of step t + j whose Bi ran at least j steps before it holds an adjoint.
+void source_streamed_in_flight(Pipeline *p, const Schedule *S, int stage) {
+    int most_stashes = 0, most_kept = 0;
+    for (int ph = 0; ph < S->n_phases; ph++) {
+        int stashes = 0, kept = 0;
+        for (int j = 0; j <= SCHED_MAX_LAG; j++) {
+            const int at = (ph + j) % S->n_phases;
+            const ScheduledOp *ops;
+            const int n = schedule_stage_ops(S, at, stage, &ops);
+            for (int i = 0; i < n; i++) {
+                const ScheduledOp *o = &ops[i];
+                if ((o->kind != OP_B && o->kind != OP_BW) || o->lag < j) continue;
+                stashes++;
+                if (o->kind != OP_BW) continue;
+                const ScheduledOp *bi = S->mode == SCHED_FG_BP
+                    ? schedule_chain_op(S, OP_BI, schedule_source_phase(S, at, o->lag), o->microbatch, stage) : o;
+                if (bi && o->lag - bi->lag >= j) kept++;
+            }
+        }
+        most_stashes = FG_MAX(most_stashes, stashes), most_kept = FG_MAX(most_kept, kept);
+    }
+    p->run.stashes_in_flight = most_stashes;
+    p->run.adjoints_in_flight = most_kept;
+}
+
+// The timetable of a pipeline whose stages all stream (nominal costs): what `fgpipe plan` and
+// the choice of row blocks assume a streamed stage holds; the run builds its own from the costs
+// it has (a resident neighbour's are timed) and checks its budget with that.
+static int nominal_in_flight(Pipeline *p, const int *first, int stage, int stages, FgError *err) {
+    double *costs = calloc((size_t)N_OP_COSTS * stages, sizeof(double));
+    for (int s = 0; s < stages; s++)
+        source_nominal_costs(p->cfg, (double)model_range_count(p->model, first[s], first[s + 1]), p->K,
+                             costs + s, stages);
+    Schedule S;
+    int rc = pipeline_build_timetable(p->cfg, stages, costs, 0, &S, NULL, 0, err);
+    if (!rc) source_streamed_in_flight(p, &S, stage), schedule_free(&S);
+    free(costs);
+    return rc;
+}
+
 int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, const int *first, int stage,
                          int stages, int replicas, double *in_memory, double *streamed, FgError *err) {
     Pipeline *p = calloc(1, sizeof *p);
@@ -71,7 +123,8 @@ int pipeline_stage_needs(const Backend *be, const Config *c, const Model *m, con
         p->n = p->stage.param_count;
         p->stage.tangents = p->K, p->stage.perturb = (Perturbation)c->method.perturb;
         if (p->K) p->stage.local_groups = c->method.local_groups;
-        *in_memory = resident_needs_bytes(p), *streamed = source_streamed_needs_bytes(p);
+        *in_memory = resident_needs_bytes(p);
+        if (!(rc = nominal_in_flight(p, first, stage, stages, err))) *streamed = source_streamed_needs_bytes(p);
         p->stage.tangents = p->stage.local_groups = 0;
         stage_free(&p->stage);
     }

@@ -15,5 +15,12 @@
 int source_choose(Pipeline *p, const LayerStreams *streams, int *streams_here, FgError *err);
 // What a streamed stage holds besides its slots (its source's work_bytes).
 double source_streamed_needs_bytes(const Pipeline *p);
+// A streamed stage's op costs for the timetable: its GEMM work at a nominal 10 GFLOP/s (timing
+// would read the whole store), for n parameters and K tangents, into cost[i * stride].
+void source_nominal_costs(const Config *c, double n, int K, double *cost, int stride);
+// A streamed stage's timetable is built before its source opens and never calibrated: the
+// stashes and kept adjoints stage `stage` of S holds at once, run layer-major, replace
+// run_plan's estimate in p->run (fg+bp on one stage keeps none: no bubble to fill).
+void source_streamed_in_flight(Pipeline *p, const Schedule *S, int stage);
 
 #endif
