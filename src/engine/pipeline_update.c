@@ -455,6 +455,7 @@ static void delay_gradient(Pipeline *p, long step) {
 }
 
 static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
+    pipeline_read_not_finite(p);
     double t = wall_seconds();
     int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)(p->n_scalars + p->n_run_scalars), err);
     *waited += wall_seconds() - t;
