@@ -84,16 +84,6 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     return messages_start(p, r->step, err);
 }
 
-// Once before op U's sum over the grid and once at the step's end, where the step waits for
-// its results anyway: a device counts without the host waiting per layer.
-void pipeline_read_not_finite(Pipeline *p) {
-    if (!p->stage.not_finite) return;
-    const size_t n = 2 * (size_t)p->model->n_layers;
-    double *to = p->scalars + scalars_not_finite(p);
-    p->be->download(p->be, p->not_finite_read, p->stage.not_finite, n * sizeof(double));
-    p->be->zero(p->be, p->stage.not_finite, n * sizeof(double));
-    for (size_t i = 0; i < n; i++) to[i] += p->not_finite_read[i];
-}
 
 void pipeline_reserve_run_scalars(Pipeline *p, int n) {
     double *all = fg_alloc_bytes((p->n_scalars + (size_t)n) * sizeof(double));
