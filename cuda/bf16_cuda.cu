@@ -30,11 +30,12 @@ __global__ void round16_kernel(float *x, size_t n, double *not_finite) {
     if (bad && not_finite) atomicAdd(not_finite, (double)bad);
 }
 
-void cuda_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int keep_denormals) {
+// BF16_WEIGHTS changes nothing here: every launch spreads over the GPU.
+void cuda_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int how) {
     if (!n) return;
     unsigned grid = grid_for(n, 256, 65535);
     cudaStream_t s = cuda_ctx(be)->stream;
-    if (keep_denormals) narrow16_kernel<true><<<grid, 256, 0, s>>>(x, y, n);
+    if (how & BF16_KEEP_DENORMALS) narrow16_kernel<true><<<grid, 256, 0, s>>>(x, y, n);
     else narrow16_kernel<false><<<grid, 256, 0, s>>>(x, y, n);
     launch_check(be, "bf16: narrow");
 }

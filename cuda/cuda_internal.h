@@ -237,7 +237,7 @@ void cuda_tangent_add_columns(const Backend *be, TangentKey key, int K, int rows
                               int j0, int nb, const float *coeff, int coeff_rows, int coeff_div,
                               float *y, size_t y_stride);
 // bf16_cuda.cu: Backend.narrow16, widen16, round16.
-void cuda_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int keep_denormals);
+void cuda_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int how);
 void cuda_widen16(const Backend *be, const uint16_t *h, float *x, size_t n);
 void cuda_round16(const Backend *be, float *x, size_t n, double *not_finite);
 // vector_cuda.cu

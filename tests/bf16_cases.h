@@ -38,7 +38,7 @@ static inline float *bf16_case_floats(size_t n, uint64_t seed) {
 }
 
 // be's BF16 ops on n floats x (host) against bf16_math.h, element by element, bit for bit:
-// narrow16 both ways, widen16 of every BF16 pattern, round16 twice into one counter in backend
+// narrow16 every way (denormals flushed or kept, as weights or not), widen16 of every BF16 pattern, round16 twice into one counter in backend
 // memory that starts at 5 (the counts add), and round16 without a counter.
 static inline void check_backend_bf16(const Backend *be, const float *x, size_t n, const char *what) {
     enum { PATTERNS = 65536 };
@@ -50,13 +50,14 @@ static inline void check_backend_bf16(const Backend *be, const float *x, size_t 
     double *count = be->alloc(be, sizeof(double)), start = 5.0, got = 0.0;
     FgError err = {0};
     be->upload(be, dx, x, n * sizeof(float));
-    for (int keep = 0; keep < 2; keep++) {
-        be->narrow16(be, dx, dh, n, keep);
+    for (int how = 0; how < 4; how++) {
+        be->zero(be, dh, n * sizeof(uint16_t));
+        be->narrow16(be, dx, dh, n, how);
         be->download(be, h, dh, n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
-            uint16_t want = keep ? bf16_round_keep(x[i]) : bf16_round(x[i]);
+            uint16_t want = how & BF16_KEEP_DENORMALS ? bf16_round_keep(x[i]) : bf16_round(x[i]);
             if (h[i] != want)
-                fail_msg("%s: narrow16 (keep_denormals %d) of %08x: %04x, not %04x", what, keep,
+                fail_msg("%s: narrow16 (how %d) of %08x: %04x, not %04x", what, how,
                          (unsigned)bf16_float_bits(x[i]), h[i], want);
         }
     }

@@ -1,5 +1,5 @@
 // BF16 numbers on the CUDA backend (cuda/bf16_cuda.cu, gemm_cuda.cu; docs/gpu.md, "precision"):
-// - narrow16 (denormals flushed or kept), widen16 (every BF16 pattern) and round16 (its count
+// - narrow16 (denormals flushed or kept, as weights or not), widen16 (every BF16 pattern) and round16 (its count
 //   of values not finite kept in device memory and added over calls) give the CPU's bits,
 //   bf16_math.h's, on edge values (denormals, ties, the largest finite, infinities, signalling
 //   and quiet NaNs) and random bit patterns, at lengths up to past the kernels' grid cap;
@@ -43,7 +43,7 @@ static uint16_t *copy16_of(const float *host, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) scaled[i] = scale * host[i];
     float *d = on_gpu(scaled, n);
     uint16_t *d16 = gpu.alloc(&gpu, n * sizeof(uint16_t));
-    gpu.narrow16(&gpu, d, d16, n, 0);
+    gpu.narrow16(&gpu, d, d16, n, BF16_WEIGHTS);
     gpu.free(&gpu, d);
     fg_free(scaled);
     return d16;

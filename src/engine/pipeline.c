@@ -84,7 +84,6 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     return messages_start(p, r->step, err);
 }
 
-
 void pipeline_reserve_run_scalars(Pipeline *p, int n) {
     double *all = fg_alloc_bytes((p->n_scalars + (size_t)n) * sizeof(double));
     memcpy(all, p->scalars, p->n_scalars * sizeof(double));

@@ -25,8 +25,8 @@ typedef struct {
 static void refresh16(Resident *r, int l, size_t first, size_t count) {
     if (!r->params16 || r->at16[l] == SIZE_MAX) return;
     size_t off = r->model->layers[l].param_offset - r->base + first;
-    r->be->narrow16(r->be, r->params + off, r->params16 + r->at16[l] + first, count,
-                    r->model->layers[l].stored_bf16);
+    int how = BF16_WEIGHTS | (r->model->layers[l].stored_bf16 ? BF16_KEEP_DENORMALS : 0);
+    r->be->narrow16(r->be, r->params + off, r->params16 + r->at16[l] + first, count, how);
 }
 
 // Layer l's copy from its float `first` on (NULL: it has none).

@@ -26,6 +26,14 @@
 // state and gradients stay FP32.
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
 
+// How Backend.narrow16 rounds and runs (bits to or): BF16_KEEP_DENORMALS rounds denormals
+// rather than flushing them (bf16_round_keep: a base kept in BF16 goes back to its own bits);
+// BF16_WEIGHTS marks a layer's weights, one long stretch that the CPU converts with its threads
+// (values between layers are converted serially there: on a shared machine a parallel region's
+// barrier can cost more than it saves). Neither changes which bits a value rounds to where the
+// other is set.
+enum { BF16_KEEP_DENORMALS = 1, BF16_WEIGHTS = 2 };
+
 // A device backend's two streams: the compute stream runs every op above in order; the copy
 // stream moves a streamed stage's layers beside it (device_lanes.h).
 enum { BACKEND_COMPUTE_STREAM = 0, BACKEND_COPY_STREAM = 1 };
@@ -60,12 +68,12 @@ struct Backend {
 
     // BF16 numbers in this backend's memory, rounded by bf16_math.h's one formula on every
     // backend (the same bits): narrow16, y[i] = x[i]'s BF16 bits (bf16_round: denormals to a
-    // signed zero; keep_denormals, bf16_round_keep: a base kept in BF16); widen16, x[i] = the
-    // float of h[i] (exact); round16, x's n floats rounded to BF16 values in place, the count of
-    // those not finite added to *not_finite (backend memory, a double; NULL: not counted), so a
-    // device counts without the host waiting: the caller downloads the count when it reads its
-    // other results. x and y, h and x do not overlap.
-    void (*narrow16)(const Backend *be, const float *x, uint16_t *y, size_t n, int keep_denormals);
+    // signed zero; `how`: BF16_KEEP_DENORMALS, BF16_WEIGHTS, above); widen16, x[i] = the float
+    // of h[i] (exact); round16, x's n floats rounded to BF16 values in place, the count of those
+    // not finite added to *not_finite (backend memory, a double; NULL: not counted), so a device
+    // counts without the host waiting: the caller downloads the count when it reads its other
+    // results. x and y, h and x do not overlap.
+    void (*narrow16)(const Backend *be, const float *x, uint16_t *y, size_t n, int how);
     void (*widen16)(const Backend *be, const uint16_t *h, float *x, size_t n);
     void (*round16)(const Backend *be, float *x, size_t n, double *not_finite);
 

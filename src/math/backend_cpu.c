@@ -54,9 +54,12 @@ static void cpu_zero(const Backend *be, void *dst, size_t bytes) {
     memset(dst, 0, bytes);
 }
 
-// bf16.h's loops: bf16_convert_rows runs one stretch of more than 256 Ki values in parallel.
-static void cpu_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int keep_denormals) {
-    bf16_convert_rows(keep_denormals ? bf16_narrow : cpu_convert(be), x, 1, (int)n, (int)n, y);
+// bf16.h's loops: a layer's weights through bf16_convert_rows (more than 256 Ki values in
+// parallel), values between layers serially (BF16_WEIGHTS says why).
+static void cpu_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int how) {
+    Bf16Convert convert = how & BF16_KEEP_DENORMALS ? bf16_narrow : cpu_convert(be);
+    if (how & BF16_WEIGHTS) bf16_convert_rows(convert, x, 1, (int)n, (int)n, y);
+    else convert(x, y, n);
 }
 
 static void cpu_widen16(const Backend *be, const uint16_t *h, float *x, size_t n) {
