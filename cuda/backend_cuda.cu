@@ -1,6 +1,6 @@
 // The CUDA backend: one stream per stage, memory, error reporting, and the Backend table.
 // Kernels live in layers_cuda.cu, sequence_cuda.cu, attention_cuda.cu, attention_gemm.cu,
-// gemm_cuda.cu, gemm_lt.cu, loss_cuda.cu, tangent_cuda.cu and vector_cuda.cu.
+// gemm_cuda.cu, gemm_lt.cu, loss_cuda.cu, tangent_cuda.cu, vector_cuda.cu and bf16_cuda.cu.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +246,9 @@ extern "C" int backend_cuda_create(int device, Backend *out, FgError *err) {
     b.fence_wait = cu_fence_wait;
     b.fence_sync = cu_fence_sync;
     b.zero = cu_zero;
+    b.narrow16 = cuda_narrow16;
+    b.widen16 = cuda_widen16;
+    b.round16 = cuda_round16;
     b.scale = cuda_scale;
     b.axpy = cuda_axpy;
     b.dot = cuda_dot;
@@ -274,7 +277,8 @@ extern "C" int backend_cuda_set_precision(Backend *be, int precision, FgError *e
     CudaCtx *c = cuda_ctx(be);
     if (precision < PRECISION_FP32 || precision > PRECISION_BF16)
         return fg_fail(err, FG_ERR_INPUT, "GPU %d: precision %d is not fp32, tf32 or bf16", c->device, precision);
-    // TF32 is cuBLAS's math mode for FP32 GEMMs; BF16 converts the operands (gemm_cuda.cu).
+    // TF32 is cuBLAS's math mode for FP32 GEMMs; BF16 reads a weights' BF16 copy, rounds the
+    // other operands (gemm_cuda.cu).
     cublasMath_t mode = precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     cublasStatus_t s = cublasSetMathMode(c->blas, mode);
     if (s != CUBLAS_STATUS_SUCCESS)

@@ -105,20 +105,25 @@ static __device__ inline float warp_max(float v) {
 }
 
 // gemm_cuda.cu: one operand of a GEMM, column-major as cuBLAS sees it: ld, and the stride
-// between the matrices of a batch (0: one matrix shared by the batch).
+// between the matrices of a batch (0: one matrix shared by the batch). p16: the same matrix in
+// BF16 (the same ld and stride: a layer's weights copy, Layer.params16), which a BF16 GEMM reads
+// where it lies instead of rounding p per call; NULL: none (every other operand).
 typedef struct {
     const float *p;
     int ld;
     long long stride;
+    const uint16_t *p16;
 } GemmArg;
-// The same in bf16 (gemm_cuda.cu's converted operands), or of either type (gemm_lt.cu).
+// The same in bf16 (gemm_cuda.cu's converted operands and BF16 copies), or of either type
+// (gemm_lt.cu).
 typedef struct {
     const void *p;
     int ld;
     long long stride;
 } GemmArg16;
-// Both operands of a GEMM rounded to bf16 into the scratch slots WORK_GEMM_A and WORK_GEMM_B,
-// packed (ld = rows of the stored matrix), one copy of an operand the batch shares.
+// Both operands of a GEMM in bf16: an operand with a BF16 copy (p16) as it lies, any other
+// rounded (bf16_math.h's bf16_round, the CPU's) into the scratch slots WORK_GEMM_A and
+// WORK_GEMM_B, packed (ld = rows of the stored matrix), one copy of an operand the batch shares.
 void cuda_gemm_operands_bf16(const Backend *be, cublasOperation_t ta, cublasOperation_t tb, int m,
                              int n, int k, GemmArg A, GemmArg B, int batch, GemmArg16 *a,
                              GemmArg16 *b);
@@ -231,6 +236,10 @@ void cuda_tangent_add_rows(const Backend *be, TangentKey key, int K, int rows, i
 void cuda_tangent_add_columns(const Backend *be, TangentKey key, int K, int rows, size_t width,
                               int j0, int nb, const float *coeff, int coeff_rows, int coeff_div,
                               float *y, size_t y_stride);
+// bf16_cuda.cu: Backend.narrow16, widen16, round16.
+void cuda_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int how);
+void cuda_widen16(const Backend *be, const uint16_t *h, float *x, size_t n);
+void cuda_round16(const Backend *be, float *x, size_t n, double *not_finite);
 // vector_cuda.cu
 void cuda_scale(const Backend *be, float *y, float a, const float *x, size_t n);
 void cuda_axpy(const Backend *be, float *y, float a, const float *x, size_t n);

@@ -5,7 +5,8 @@
 // The bias is FP32: cublasLt.h wants D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), and D is
 // FP32 in every precision. Precision as cuda_gemm's: FP32 (CUBLAS_COMPUTE_32F), TF32
 // (CUBLAS_COMPUTE_32F_FAST_TF32: cuBLASLt ignores the handle's math mode) or BF16 (the operands
-// cuda_gemm_operands_bf16 converts, FP32 accumulation and output).
+// as cuda_gemm_operands_bf16 gives them: the weights' BF16 copy as it lies, the input rounded;
+// FP32 accumulation and output).
 // Determinism: cuBLAS's guide ("Results reproducibility") promises the same bits every run on
 // GPUs of one architecture and SM count with one toolkit, for cublasLtMatmul when the caller
 // owns its workspace, as here. The algorithm is the heuristic's first for the call's shapes,
@@ -91,7 +92,7 @@ int cuda_gemm_bias(const Backend *be, const char *what, cublasOperation_t ta, cu
     GemmArg16 a = {A.p, A.ld, A.stride}, b = {B.p, B.ld, B.stride};
     cudaDataType_t t = CUDA_R_32F;
     size_t elem = sizeof(float);
-    if (c->precision == PRECISION_BF16) {  // converted here; converted again if we return 0 (rare)
+    if (c->precision == PRECISION_BF16) {  // rounded here; again if we return 0 (rare)
         cuda_gemm_operands_bf16(be, ta, tb, m, n, k, A, B, batch, &a, &b);
         t = CUDA_R_16BF, elem = 2;
     }

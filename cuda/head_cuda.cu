@@ -11,10 +11,11 @@
 
 typedef struct {
     int rows, C, classes, block, n_blocks;
+    const uint16_t *W16;  // the table's BF16 copy (Layer.params16 of a bf16 run), or NULL
 } HeadShape;
 
 static HeadShape head_shape(const Layer *L, int B) {
-    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0};
+    HeadShape h = {B * layer_tokens(L), layer_in_token(L), L->classes, L->head_block, 0, L->params16};
     h.n_blocks = (h.classes + h.block - 1) / h.block;
     return h;
 }
@@ -25,11 +26,19 @@ static int block_width(const HeadShape *h, int b) {
 
 static int widest_block(const HeadShape *h) { return h->block < h->classes ? h->block : h->classes; }
 
+// Rows [j0, ...) of the table W [vocab, C] as a GEMM operand, with the rows of its BF16 copy
+// where the call has one (W16: Layer.params16 of a bf16 run; NULL: none, the tangents').
+static GemmArg table_rows(const HeadShape *h, const float *W, const uint16_t *W16, int j0,
+                          long long stride) {
+    GemmArg A = {W + (size_t)j0 * h->C, h->C, stride, W16 ? W16 + (size_t)j0 * h->C : NULL};
+    return A;
+}
+
 // z [rows, nb] (+)= x [rows, C] W[j0 .. j0 + nb)ᵀ for `batch` matrices (W's and z's strides).
-static void block_gemm(const Backend *be, const HeadShape *h, const float *W, long long w_stride,
-                       const float *x, int rows, int j0, int nb, float beta, float *z, int batch,
-                       const char *what) {
-    GemmArg A = {W + (size_t)j0 * h->C, h->C, w_stride}, X = {x, h->C, 0};
+static void block_gemm(const Backend *be, const HeadShape *h, const float *W, const uint16_t *W16,
+                       long long w_stride, const float *x, int rows, int j0, int nb, float beta,
+                       float *z, int batch, const char *what) {
+    GemmArg A = table_rows(h, W, W16, j0, w_stride), X = {x, h->C, 0};
     cuda_gemm(be, what, CUBLAS_OP_T, CUBLAS_OP_N, nb, rows, h->C, A, X, beta, z, nb,
               (long long)rows * nb, batch);
 }
@@ -132,7 +141,7 @@ static float pass_stats(const Backend *be, const HeadShape *h, const float *W, c
     RunningRow *run = (RunningRow *)cuda_workspace(be, WORK_HEAD_ROWS, (size_t)h->rows * sizeof(RunningRow));
     for (int b = 0; b < h->n_blocks; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
-        block_gemm(be, h, W, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
+        block_gemm(be, h, W, h->W16, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
         head_running_kernel<<<warp_row_blocks(h->rows), 32 * HEAD_WARPS, 0, stream>>>(run, z, labels, h->rows, j0, nb);
         launch_check(be, "fused head: running softmax");
     }
@@ -160,10 +169,11 @@ float cuda_head_forward(const Backend *be, const Layer *L, const float *W, const
 static void block_tangents(const Backend *be, const Layer *L, const HeadShape *h, const float *W,
                            const HeadTangents *t, const float *x, const float *xdot, int K, int j0,
                            int nb, float *zd) {
-    if (xdot) block_gemm(be, h, W, 0, xdot, K * h->rows, j0, nb, 0.0f, zd, 1, "fused head: xdot's logits");
+    if (xdot) block_gemm(be, h, W, h->W16, 0, xdot, K * h->rows, j0, nb, 0.0f, zd, 1, "fused head: xdot's logits");
     else zero_floats(be, zd, (size_t)K * h->rows * nb, "fused head: zero tangents");
     if (t && t->Wdot)
-        block_gemm(be, h, t->Wdot, (long long)L->param_count, x, h->rows, j0, nb, 1.0f, zd, K, "fused head: Wdot's logits");
+        block_gemm(be, h, t->Wdot, NULL, (long long)L->param_count, x, h->rows, j0, nb, 1.0f, zd, K,
+                   "fused head: Wdot's logits");
     for (int k = 0; t && t->At && k < K; k++)
         cuda_matmul(be, 0, 0, h->rows, nb, t->rank, 1.0f / sqrtf((float)t->rank),
                     t->P + (size_t)k * h->rows * t->rank, t->rank,
@@ -234,7 +244,7 @@ static float jvp_online(const Backend *be, const Layer *L, const HeadShape *h, c
     float *zl = (float *)(S + kr);
     for (int b = 0; b < h->n_blocks; b++) {
         int j0 = b * h->block, nb = block_width(h, b);
-        block_gemm(be, h, W, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
+        block_gemm(be, h, W, h->W16, 0, x, h->rows, j0, nb, 0.0f, z, 1, "fused head: logits");
         block_tangents(be, L, h, W, t, x, xdot, K, j0, nb, zd);
         if (t && t->activity)
             cuda_tangent_add_columns(be, *t->activity, K, h->rows, (size_t)L->vocab, j0, nb, NULL, 0, 1, zd,
@@ -271,11 +281,11 @@ void cuda_head_backward(const Backend *be, const Layer *L, const float *W, const
     float *dz = (float *)cuda_workspace(be, WORK_HEAD_Z, (size_t)h.rows * widest_block(&h) * sizeof(float));
     for (int b = 0; b < h.n_blocks && (dx || dW); b++) {
         int j0 = b * h.block, nb = block_width(&h, b);
-        block_gemm(be, &h, W, 0, x, h.rows, j0, nb, 0.0f, dz, 1, "fused head backward: logits");
+        block_gemm(be, &h, W, h.W16, 0, x, h.rows, j0, nb, 0.0f, dz, 1, "fused head backward: logits");
         head_adjoint_kernel<<<grid_for((size_t)h.rows, 1, 65535), 256, 0, cuda_ctx(be)->stream>>>(rec, h.rows, j0, nb, dz);
         launch_check(be, "fused head backward: dz");
         if (dx) {  // dxᵀ [C, rows] (+)= W_blockᵀ dzᵀ
-            GemmArg A = {W + (size_t)j0 * h.C, h.C, 0}, G = {dz, nb, 0};
+            GemmArg A = table_rows(&h, W, h.W16, j0, 0), G = {dz, nb, 0};
             cuda_gemm(be, "fused head backward: dx", CUBLAS_OP_N, CUBLAS_OP_N, h.C, h.rows, nb, A, G,
                       b ? 1.0f : 0.0f, dx, h.C, 0, 1);
         }

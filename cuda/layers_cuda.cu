@@ -69,10 +69,17 @@ static const float *linear_bias(const Layer *L, const LinearShape *s, const floa
     return L->no_bias ? NULL : p + (size_t)s->n * s->k;
 }
 
+// The weights W [n, k] as a GEMM operand, with their BF16 copy where the call has one
+// (Layer.params16, bf16 runs: the BF16 GEMM reads it as it lies).
+static GemmArg linear_weights(const Layer *L, const LinearShape *s, const float *p) {
+    GemmArg W = {p, s->k, 0, L->params16};
+    return W;
+}
+
 static void linear_forward(const Backend *be, const Layer *L, const float *p, const float *x,
                            float *y, int B) {
     LinearShape s = linear_shape(L, B);
-    GemmArg W = {p, s.k, 0};
+    GemmArg W = linear_weights(L, &s, p);
     copy_rows(be, y, s.out, x, s.in, s.c, s.rows, "linear: carry");
     linear_gemm(be, &s, W, x, L->residual ? 1.0f : 0.0f, y, s.rows, 1, linear_bias(L, &s, p), 0,
                 "linear: GEMM");
@@ -87,7 +94,7 @@ static void linear_jvp(const Backend *be, const Layer *L, const float *p, const 
     LinearShape s = linear_shape(L, B);
     linear_forward(be, L, p, x, y, B);
     if (xdot) {
-        GemmArg W = {p, s.k, 0};
+        GemmArg W = linear_weights(L, &s, p);
         copy_rows(be, ydot, s.out, xdot, s.in, s.c, (size_t)K * s.rows, "linear jvp: carry");
         linear_gemm(be, &s, W, xdot, L->residual ? 1.0f : 0.0f, ydot, K * s.rows, 1, NULL, 0,
                     "linear jvp: GEMM");
@@ -155,7 +162,7 @@ static void linear_backward(const Backend *be, const Layer *L, const float *p, c
     const float *dy_branch = dy + s.out_offset;
     if (dx) {
         copy_rows(be, dx, s.in, dy, s.out, s.c, s.rows, "linear backward: carry");
-        GemmArg W = {p, s.k, 0}, G = {dy_branch, s.out, 0};
+        GemmArg W = linear_weights(L, &s, p), G = {dy_branch, s.out, 0};
         cuda_gemm(be, "linear backward: dx", CUBLAS_OP_N, CUBLAS_OP_N, s.k, s.rows, s.n, W, G, 0.0f,
                   dx + s.c, s.in, 0, 1);
         copy_rows(be, dx + s.c + s.k, s.in, dy_branch, s.out, L->tail, s.rows, "linear backward: tail");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: builds fgpipe with the CUDA backend, runs every gpu-labelled
 # test (each op, the GPT's, Llama's and LoRA's layers and whole models against the CPU
-# (test_cuda_gpt, test_cuda_llama, test_cuda_lora), tf32 and bf16 bounds, 1 vs 2
+# (test_cuda_gpt, test_cuda_llama, test_cuda_lora), the BF16 kernels' bits against the CPU's
+# and the GEMMs reading the weights' BF16 copy (test_cuda_bf16), tf32 and bf16 bounds, 1 vs 2
 # stages on the GPU for the MLP and the GPT, LoRA end to end (gpu_lora), out of core, NCCL
 # against staged messages with 2
 # or more GPUs) and prints the GPU benchmark tables: the MLP's (fgpipe-bench-cuda; the NCCL

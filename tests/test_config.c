@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "mem_account.h"
 #include "run_plan.h"
 
 static void expect_error(Config *c, const char *key, const char *value, const char *needle) {
@@ -279,6 +280,43 @@ static void test_run_plan_tangents(void **state) {
     assert_false(r.forms_estimate);
 }
 
+// precision = bf16 keeps BF16 storage on either device: the run plan and the layers' needs do
+// not test the device, so a GPU stage's memory is counted (mem_account.c, fgpipe plan) as a
+// CPU stage's, the weights' BF16 copy included; fp32 and tf32 keep none. A streamed GPU stage in
+// bf16 is refused by name.
+static void test_bf16_on_either_device(void **state) {
+    (void)state;
+    Config c;
+    config_defaults(&c);
+    Model m;
+    FgError err = {0};
+    assert_int_equal(model_build_mlp(&m, "784-256-10", "relu", &err), FG_OK);
+    double bytes[2][N_MEM_OWNERS] = {{0}}, fp32[N_MEM_OWNERS] = {0};
+    const DeviceKind devices[2] = {DEVICE_CPU, DEVICE_CUDA};
+    for (int d = 0; d < 2; d++) {
+        c.layout.device = devices[d], c.layout.precision = PRECISION_BF16;
+        assert_int_equal(run_plan(&c, 1).activations, FG_BF16);
+        assert_true(layer_needs(&c).weights16);
+        mem_resident_bytes(&c, &m, 0, m.n_layers, bytes[d]);
+    }
+    assert_memory_equal(bytes[0], bytes[1], sizeof bytes[0]);
+    for (int p = PRECISION_FP32; p <= PRECISION_TF32; p++) {
+        c.layout.precision = p;  // device = cuda
+        assert_int_equal(run_plan(&c, 1).activations, FG_F32);
+        assert_false(layer_needs(&c).weights16);
+    }
+    mem_resident_bytes(&c, &m, 0, m.n_layers, fp32);
+    assert_true(bytes[1][MEM_WEIGHTS] == fp32[MEM_WEIGHTS] + 2.0 * (double)m.n_params);  // linears only
+    c.layout.precision = PRECISION_BF16;
+    assert_int_equal(config_validate(&c, &err), FG_OK);
+    c.layout.mem_budget = 1e9;
+    snprintf(c.layout.weights_dir, sizeof c.layout.weights_dir, "/tmp");
+    assert_int_equal(config_validate(&c, &err), FG_ERR_INPUT);
+    assert_non_null(strstr(err.msg, "precision = bf16 with device = cuda"));
+    c.layout.precision = PRECISION_TF32;
+    assert_int_equal(config_validate(&c, &err), FG_OK);
+}
+
 // key=value;key=value onto c.
 static void set_all(Config *c, const char *list) {
     char copy[256];
@@ -345,6 +383,7 @@ int main(void) {
         cmocka_unit_test(test_load_file),  cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_mode_defaults),
         cmocka_unit_test(test_validate),  cmocka_unit_test(test_run_plan_tangents),
+        cmocka_unit_test(test_bf16_on_either_device),
         cmocka_unit_test(test_lora_keys),  cmocka_unit_test(test_model_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

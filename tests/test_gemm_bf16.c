@@ -2,7 +2,8 @@
 // loops; the BF16 product against an FP32 reference in double within bf16's bounds, for every
 // transpose, leading dimension, alpha and beta; a BF16 operand passed as it is; the layers'
 // JVP and VJP consistent within bf16's bounds and near their FP32 values; the refusal of a CPU
-// without AVX512-BF16 (FGPIPE_CPU_NO_BF16=1). Products skip where this CPU lacks avx512_bf16.
+// without AVX512-BF16 (FGPIPE_CPU_NO_BF16=1); the CPU backend's BF16 ops against bf16_math.h.
+// Products skip where this CPU lacks avx512_bf16.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "bf16.h"
 #include "gemm.h"
 #include "test_util.h"
+#include "bf16_cases.h"
 
 #define U_BF16 (1.0 / 256.0)  // bf16's unit roundoff: 8 significant bits, round to nearest
 
@@ -265,6 +267,28 @@ static void test_layers_in_bf16(void **state) {
     backend_cpu_destroy(&bf);
 }
 
+// The CPU backend's BF16 ops (narrow16, widen16, round16: the stage's activations and the
+// weights' copy go through them) give bf16_math.h's bits: backend_cpu's scalar loop always, a
+// bf16 backend's vector loop where the CPU has it; lengths past the vector's 32 and past the
+// 256 Ki values from which narrow16 runs in parallel.
+static void test_backend_bf16_ops(void **state) {
+    (void)state;
+    const size_t lengths[] = {1, BF16_N_EDGES, 4099, (1u << 18) + 37};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        float *x = bf16_case_floats(lengths[i] < BF16_N_EDGES ? BF16_N_EDGES : lengths[i], 11 + i);
+        if (lengths[i] == 1) x[0] = bf16_case_float(0x7fc00000u);  // one value, not finite
+        check_backend_bf16(&backend_cpu, x, lengths[i], "backend_cpu");
+        Backend bf;
+        FgError err = {0};
+        if (!cpu_bf16_missing()) {
+            assert_int_equal(backend_cpu_create(PRECISION_BF16, &bf, &err), FG_OK);
+            check_backend_bf16(&bf, x, lengths[i], "backend_cpu_create(bf16)");
+            backend_cpu_destroy(&bf);
+        }
+        fg_free(x);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. A CPU without AVX512-BF16 (simulated) is refused by name; tf32 is refused on the CPU.
 
@@ -291,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_product_against_fp32),
         cmocka_unit_test(test_bf16_operand_and_repeat),
         cmocka_unit_test(test_layers_in_bf16),
+        cmocka_unit_test(test_backend_bf16_ops),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,9 @@ size_t scalars_d(const Pipeline *p);          // d [N * d_per_microbatch]
 size_t scalars_ref_dots(const Pipeline *p);   // r.v [R][L][Nr*K]
 size_t scalars_grad_norms(const Pipeline *p); // |grad_l|^2 [L]
 size_t scalars_not_finite(const Pipeline *p); // values not finite entering layer l [2][L] (Stage.not_finite)
+// Stage.not_finite's counts (backend memory) added into the step's scalars and cleared; nothing
+// where the stage counts none (an fp32 run).
+void pipeline_read_not_finite(Pipeline *p);
 
 // pipeline_messages.c. Bytes of a forward message into `layer` for `rows` samples: activations,
 // then K times as many tangents (none with local losses), in the layer's input type; and of a

@@ -311,6 +311,7 @@ typedef struct Pipeline {
     // After them, n_run_scalars of the run's own (pipeline_run_scalars), summed alike.
     double *scalars;
     size_t n_scalars, n_run_scalars;
+    double *not_finite_read;  // host [2L]: Stage.not_finite's counts as downloaded (bf16 runs)
     long first_step;          // the run's first step (a resumed run's is > 0)
     MemAccount mem;           // the stage's memory by owner, counted as it is allocated
     double runtime;           // bytes of mem_budget the process holds besides the stage's own

@@ -79,6 +79,8 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     p->upd.weight_lanes = 0;
     find_roles(p, r);
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
+    if (p->stage.not_finite)  // what evaluation or the calibration counted is not this step's
+        p->be->zero(p->be, p->stage.not_finite, 2 * (size_t)p->model->n_layers * sizeof(double));
     return messages_start(p, r->step, err);
 }
 
@@ -88,7 +90,6 @@ void pipeline_reserve_run_scalars(Pipeline *p, int n) {
     memset(all + p->n_scalars, 0, (size_t)n * sizeof(double));
     fg_free(p->scalars);
     p->scalars = all;
-    p->stage.not_finite = all + scalars_not_finite(p);
     p->n_run_scalars = (size_t)n;
 }
 
@@ -140,6 +141,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     int rc = begin_step(p, &r, err);
     for (int gi = 0; gi < p->tt.plan->n_groups && !rc; gi++) rc = run_group(p, &r, gi, err);
     if (!rc) add_op_times(p, step);
+    pipeline_read_not_finite(p);  // what ran after op U's sum (this rank's own)
     *out = p->upd.stats;
     out->loss = p->scalars[0] / p->run.all_microbatches;
     // The counts are the grid's sums after op U: the forward's first layer, else the backward's

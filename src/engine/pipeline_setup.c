@@ -95,7 +95,10 @@ static void alloc_buffers(Pipeline *p) {
     p->pool.free_input = fg_alloc_bytes((SCHED_MAX_LAG + 1) * (size_t)(N + 1) * sizeof(float *));
     p->n_scalars = scalars_not_finite(p) + 2 * (size_t)p->model->n_layers;
     p->scalars = fg_alloc_bytes(p->n_scalars * sizeof(double));
-    p->stage.not_finite = p->scalars + scalars_not_finite(p);
+    if (p->run.activations == FG_BF16) {  // counted where values are rounded (stage_act.c)
+        p->stage.not_finite = be->alloc(be, 2 * (size_t)p->model->n_layers * sizeof(double));
+        p->not_finite_read = fg_alloc_bytes(2 * (size_t)p->model->n_layers * sizeof(double));
+    }
     p->upd.pending.coeff = fg_alloc_floats((size_t)NR * FG_MAX(p->run.d_per_microbatch, 1));
     if (c->method.cv_scale == CV_SCALE_AUTO) cv_scale_init(&p->upd.cv, p->model->n_layers);
     size_t saved = p->run.saves_inputs ? stage_saved_floats(&p->stage, N * B) : 0;
@@ -378,11 +381,12 @@ int pipeline_free(Pipeline *p, FgError *err) {
                           p->upd.scratch != lent ? p->upd.scratch : NULL,
                           p->saved.blocks[0], p->saved.blocks[1], p->saved.work, p->saved.widened,
                           p->saved.local_input, p->saved.local_estimate,
-                          p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2]};
+                          p->upd.delayed[0], p->upd.delayed[1], p->upd.delayed[2],
+                          p->stage.not_finite};
     for (size_t i = 0; i < sizeof on_backend / sizeof on_backend[0]; i++) be->free(be, on_backend[i]);
     void *on_host[] = {w->host_x, w->host_labels, w->loss_d, p->pool.free_stash, p->pool.free_adj,
                        p->pool.free_input,
-                       p->pool.keeps, p->tt.taker_lag, p->scalars,
+                       p->pool.keeps, p->tt.taker_lag, p->scalars, p->not_finite_read,
                        p->upd.pending.coeff, p->upd.layer, p->tt.measured, p->host_layer[0],
                        p->host_layer[1], p->host_layer[2], p->host_layer[3],
                        p->saved.lane_labels, w->rows_state};

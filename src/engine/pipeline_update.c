@@ -27,6 +27,17 @@ size_t scalars_grad_norms(const Pipeline *p) {
 
 size_t scalars_not_finite(const Pipeline *p) { return scalars_grad_norms(p) + (size_t)p->model->n_layers; }
 
+// Once before op U's sum over the grid and once at the step's end, where the step waits for
+// its results anyway: a device counts without the host waiting per layer.
+void pipeline_read_not_finite(Pipeline *p) {
+    if (!p->stage.not_finite) return;
+    const size_t n = 2 * (size_t)p->model->n_layers;
+    double *to = p->scalars + scalars_not_finite(p);
+    p->be->download(p->be, p->not_finite_read, p->stage.not_finite, n * sizeof(double));
+    p->be->zero(p->be, p->stage.not_finite, n * sizeof(double));
+    for (size_t i = 0; i < n; i++) to[i] += p->not_finite_read[i];
+}
+
 static int update_in_backward(const Pipeline *p) { return p->upd.when == UPDATE_IN_BACKWARD; }
 
 // Whether op U needs |grad_l|^2 (a pass over the gradient): to clip bp's gradient, for the
@@ -455,6 +466,7 @@ static void delay_gradient(Pipeline *p, long step) {
 }
 
 static int sum_scalars(Pipeline *p, double *waited, FgError *err) {
+    pipeline_read_not_finite(p);
     double t = wall_seconds();
     int rc = p->tr->allreduce_sum_world(p->tr, p->scalars, (int)(p->n_scalars + p->n_run_scalars), err);
     *waited += wall_seconds() - t;

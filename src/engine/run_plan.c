@@ -49,7 +49,7 @@ LayerNeeds layer_needs(const Config *c) {
         // must come first.
         .keep_grad = run.keeps_gradient,
         .prev = config_timetable_lag(c),
-        .weights16 = c->layout.precision == PRECISION_BF16 && c->layout.device == DEVICE_CPU,
+        .weights16 = c->layout.precision == PRECISION_BF16,
     };
 }
 
@@ -70,7 +70,7 @@ RunPlan run_plan(const Config *c, int replicas) {
     const TimetableConfig *tt = &c->timetable;
     if (c->method.mode == MODE_FG_BP && tt->select >= 0 && tt->lag == 0) r.exact_in_step = tt->select;
     r.chooses_timetable = r.corrects && tt->select < 0 && !r.tangents;
-    r.activations = c->layout.precision == PRECISION_BF16 && c->layout.device == DEVICE_CPU ? FG_BF16 : FG_F32;
+    r.activations = c->layout.precision == PRECISION_BF16 ? FG_BF16 : FG_F32;
     if (!r.tangents) return r;
     const PerturbationOps *perturb = perturbation_of_kind((Perturbation)c->method.perturb);
     r.saves_inputs = perturb->saved_floats != NULL;

@@ -51,7 +51,7 @@ typedef struct {
                              // timetable says (memory estimates)
     int adjoints_in_flight;  // ... and input adjoints Bi keeps for Bw
     FgDtype activations;     // between layers, in stashes and in F's messages (stage_act.c):
-                             // FG_BF16 with precision = bf16 on the CPU, else FG_F32
+                             // FG_BF16 with precision = bf16 (CPU or GPU), else FG_F32
 } RunPlan;
 
 // What a stage's run needs of its layers, derived from the config (layer_needs).
@@ -62,7 +62,7 @@ typedef struct {
     int keep_grad;         // the update reads the gradient after the B wave that made it
     int prev;              // previous weight versions held: the largest lag of a B op
     int weights16;         // the GEMMs read a BF16 copy of their layers' weights, made where
-                           // the weights are written (precision = bf16 on the CPU)
+                           // the weights are written (precision = bf16, on either device)
 } LayerNeeds;
 
 LayerNeeds layer_needs(const Config *c);

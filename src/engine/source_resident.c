@@ -3,7 +3,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "bf16.h"
 #include "layer_plan.h"
 #include "layer_source.h"
 #include "mem_account.h"
@@ -17,16 +16,17 @@ typedef struct {
     // layer l's at at16[l] (SIZE_MAX: none), made from params by refresh16 alone.
     uint16_t *params16;
     size_t *at16;
-    Bf16Convert convert;
     LayerPlan *plan;       // which layers train (a frozen one's earlier weights are its weights)
 } Resident;
 
-// The one writer of the BF16 copy: layer l's floats [first, first + count) were written.
+// The one writer of the BF16 copy: layer l's floats [first, first + count) were written. The
+// backend rounds them where they lie (device memory on a GPU); a base kept in BF16 keeps its
+// own bits, denormals too (layer_source_convert16 says why).
 static void refresh16(Resident *r, int l, size_t first, size_t count) {
     if (!r->params16 || r->at16[l] == SIZE_MAX) return;
     size_t off = r->model->layers[l].param_offset - r->base + first;
-    Bf16Convert convert = layer_source_convert16(&r->model->layers[l], r->convert);
-    bf16_convert_rows(convert, r->params + off, 1, (int)count, (int)count, r->params16 + r->at16[l] + first);
+    int how = BF16_WEIGHTS | (r->model->layers[l].stored_bf16 ? BF16_KEEP_DENORMALS : 0);
+    r->be->narrow16(r->be, r->params + off, r->params16 + r->at16[l] + first, count, how);
 }
 
 // Layer l's copy from its float `first` on (NULL: it has none).
@@ -44,7 +44,6 @@ static void make_copy16(Resident *r, int first, int last) {
         r->at16[l] = has ? n16 : SIZE_MAX;
         if (has) n16 += m->layers[l].param_count;
     }
-    r->convert = cpu_bf16_missing() ? bf16_convert_scalar : bf16_convert_avx512;
     r->params16 = r->be->alloc(r->be, FG_MAX(n16, 1) * sizeof(uint16_t));
     for (int l = first; l < last; l++) refresh16(r, l, 0, m->layers[l].param_count);
 }

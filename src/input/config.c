@@ -102,7 +102,7 @@ static const ConfigKey KEYS[] = {
     NUM(KEY_INT, layout, stages, 1, 1, 64, "pipeline stages M; the MPI world size must be stages x replicas"),
     NUM(KEY_INT, layout, replicas, 1, 1, 1024, "data-parallel replicas R of the pipeline (run stages x replicas MPI ranks); a step takes R x micro_batches x micro_batch samples"),
     CHOICE(layout, device, "cpu|cuda", DEVICE_CPU, "where each stage computes: cpu (OpenBLAS) or cuda (the GPU of the rank's node-local index)"),
-    CHOICE(layout, precision, "fp32|tf32|bf16", PRECISION_FP32, "the GEMMs' arithmetic: fp32, tf32 (device = cuda: tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation: tensor cores, or oneDNN on a CPU with avx512_bf16); on the CPU, bf16 also keeps the weights' copy the GEMMs read, activations between layers, stashes and op F's messages in BF16 (master weights, optimizer state, gradients, tangents and the loss stay FP32: docs/core.md)"),
+    CHOICE(layout, precision, "fp32|tf32|bf16", PRECISION_FP32, "the GEMMs' arithmetic: fp32, tf32 (device = cuda: tensor cores, FP32 inputs rounded to 10-bit mantissas) or bf16 (inputs rounded to bf16, FP32 accumulation: tensor cores, or oneDNN on a CPU with avx512_bf16); bf16 also keeps the weights' copy the GEMMs read, activations between layers, stashes and op F's messages in BF16, on the CPU and on the GPU (master weights, optimizer state, gradients, tangents and the loss stay FP32: docs/core.md, docs/gpu.md)"),
     STR(layout, boundaries, "auto", "first layer index of stages 1..M-1, e.g. 2,4,6; auto: balance the timed work"),
     NUM(KEY_INT, method, tangents, 1, 1, 4096, "K tangents per micro-batch (fg); variance falls as 1/K"),
     NUM(KEY_INT, method, tangent_rank, 0, 0, 4096, "perturb = weight: each linear weight tangent a sum of this many random rank-1 matrices (unbiased; makes r (in + out) values per layer instead of in x out; LayerNorm and embedding tangents stay full); 0: full Gaussian"),
@@ -385,6 +385,18 @@ static int validate_cpu_precision(const Config *c, FgError *err) {
     return FG_OK;
 }
 
+// A bf16 stage on the GPU keeps its weights' BF16 copy in device memory, made where the weights
+// are written (the resident source). A streamed stage's copy (slot_bf16.c) is made in host
+// memory from a host slot, which a GPU stage's GEMMs cannot read: refused, not run wrong.
+static int validate_gpu_precision(const Config *c, FgError *err) {
+    if (c->layout.device != DEVICE_CUDA || c->layout.precision != PRECISION_BF16 ||
+        c->layout.mem_budget <= 0)
+        return FG_OK;
+    return fg_fail(err, FG_ERR_INPUT, "precision = bf16 with device = cuda keeps every stage in GPU "
+                   "memory: a stage streamed from flash (mem_budget) has no device copy of its BF16 "
+                   "weights yet; set mem_budget = 0, or precision = fp32 or tf32");
+}
+
 int config_validate(const Config *c, FgError *err) {
     if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
@@ -433,6 +445,7 @@ int config_validate(const Config *c, FgError *err) {
     if (!rc) rc = validate_lora(c, err);
     if (rc) return rc;
     rc = validate_cpu_precision(c, err);
+    if (!rc) rc = validate_gpu_precision(c, err);
     if (rc) return rc;
     if (c->optim.lr_schedule == LR_COSINE && c->optim.min_lr > c->optim.lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->optim.min_lr, c->optim.lr);

@@ -20,10 +20,19 @@
 
 // What a backend's GEMMs compute in (config key `precision`): FP32 everywhere, TF32 tensor
 // cores (GPU only), or BF16 inputs with FP32 accumulation (the GPU; the CPU where it has
-// AVX512-BF16, gemm.h). Storage (weights, optimizer state, activations, tangents) is FP32 on the
-// GPU; a CPU bf16 run also keeps a BF16 copy of the weights for its GEMMs and BF16 activations
-// between layers (docs/core.md, "BF16 on the CPU").
+// AVX512-BF16, gemm.h). A bf16 run on either backend also keeps a BF16 copy of the weights for
+// its GEMMs and BF16 activations, tangents and adjoints between layers, made with the BF16 ops
+// below (docs/core.md, "BF16 on the CPU"; docs/gpu.md, "precision"); master weights, optimizer
+// state and gradients stay FP32.
 typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } Precision;
+
+// How Backend.narrow16 rounds and runs (bits to or): BF16_KEEP_DENORMALS rounds denormals
+// rather than flushing them (bf16_round_keep: a base kept in BF16 goes back to its own bits);
+// BF16_WEIGHTS marks a layer's weights, one long stretch that the CPU converts with its threads
+// (values between layers are converted serially there: on a shared machine a parallel region's
+// barrier can cost more than it saves). Neither changes which bits a value rounds to where the
+// other is set.
+enum { BF16_KEEP_DENORMALS = 1, BF16_WEIGHTS = 2 };
 
 // A device backend's two streams: the compute stream runs every op above in order; the copy
 // stream moves a streamed stage's layers beside it (device_lanes.h).
@@ -56,6 +65,17 @@ struct Backend {
     void (*fence_mark)(const Backend *be, void *fence, int stream);
     void (*fence_wait)(const Backend *be, void *fence, int stream);
     int (*fence_sync)(const Backend *be, void *fence, FgError *err);
+
+    // BF16 numbers in this backend's memory, rounded by bf16_math.h's one formula on every
+    // backend (the same bits): narrow16, y[i] = x[i]'s BF16 bits (bf16_round: denormals to a
+    // signed zero; `how`: BF16_KEEP_DENORMALS, BF16_WEIGHTS, above); widen16, x[i] = the float
+    // of h[i] (exact); round16, x's n floats rounded to BF16 values in place, the count of those
+    // not finite added to *not_finite (backend memory, a double; NULL: not counted), so a device
+    // counts without the host waiting: the caller downloads the count when it reads its other
+    // results. x and y, h and x do not overlap.
+    void (*narrow16)(const Backend *be, const float *x, uint16_t *y, size_t n, int how);
+    void (*widen16)(const Backend *be, const uint16_t *h, float *x, size_t n);
+    void (*round16)(const Backend *be, float *x, size_t n, double *not_finite);
 
     // Vectors: y = a x (y may be x); y += a x; a . b accumulated in double.
     void (*scale)(const Backend *be, float *y, float a, const float *x, size_t n);
@@ -129,10 +149,12 @@ struct Backend {
     int (*sync)(const Backend *be, FgError *err);
 };
 
-// The CPU backend: host memory, the functions of layer.h, tangent.h and optimizer.h; FP32.
+// The CPU backend: host memory, the functions of layer.h, tangent.h and optimizer.h; FP32
+// (its BF16 ops round with bf16.h's scalar loop).
 extern const Backend backend_cpu;
 // backend_cpu with its GEMMs at `precision` (fp32 or bf16; bf16 refused by name where the CPU
-// lacks AVX512-BF16); backend_cpu_destroy frees what it made.
+// lacks AVX512-BF16, and its BF16 ops then round with the vector loop: the same bits);
+// backend_cpu_destroy frees what it made.
 int backend_cpu_create(int precision, Backend *out, FgError *err);
 void backend_cpu_destroy(Backend *be);
 

@@ -5,17 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "gemm.h"
 #include "backend.h"
 #include "head_loss.h"
 
-// What backend_cpu_create chose; backend_cpu has none (FP32 through fg_sgemm).
+// What backend_cpu_create chose; backend_cpu has none (FP32 through fg_sgemm, the scalar BF16
+// rounding).
 typedef struct {
     Gemm gemm;
+    Bf16Convert convert;  // the BF16 rounding: the vector loop where the CPU has it
 } CpuCtx;
 
 static const Gemm *cpu_gemm(const Backend *be) {
     return be->ctx ? &((const CpuCtx *)be->ctx)->gemm : NULL;
+}
+
+static Bf16Convert cpu_convert(const Backend *be) {
+    return be->ctx ? ((const CpuCtx *)be->ctx)->convert : bf16_convert_scalar;
 }
 
 // L with this backend's products: the layers reach their GEMMs through L->gemm, and its
@@ -45,6 +52,24 @@ static void cpu_copy(const Backend *be, void *dst, const void *src, size_t bytes
 static void cpu_zero(const Backend *be, void *dst, size_t bytes) {
     (void)be;
     memset(dst, 0, bytes);
+}
+
+// bf16.h's loops: a layer's weights through bf16_convert_rows (more than 256 Ki values in
+// parallel), values between layers serially (BF16_WEIGHTS says why).
+static void cpu_narrow16(const Backend *be, const float *x, uint16_t *y, size_t n, int how) {
+    Bf16Convert convert = how & BF16_KEEP_DENORMALS ? bf16_narrow : cpu_convert(be);
+    if (how & BF16_WEIGHTS) bf16_convert_rows(convert, x, 1, (int)n, (int)n, y);
+    else convert(x, y, n);
+}
+
+static void cpu_widen16(const Backend *be, const uint16_t *h, float *x, size_t n) {
+    (void)be;
+    bf16_widen(h, x, n);
+}
+
+static void cpu_round16(const Backend *be, float *x, size_t n, double *not_finite) {
+    size_t bad = bf16_round_floats(cpu_convert(be), x, n);
+    if (bad && not_finite) *not_finite += (double)bad;
 }
 
 static void cpu_scale(const Backend *be, float *y, float a, const float *x, size_t n) {
@@ -214,6 +239,9 @@ const Backend backend_cpu = {
     .download = cpu_copy,
     .copy = cpu_copy,
     .zero = cpu_zero,
+    .narrow16 = cpu_narrow16,
+    .widen16 = cpu_widen16,
+    .round16 = cpu_round16,
     .scale = cpu_scale,
     .axpy = cpu_axpy,
     .dot = cpu_dot,
@@ -243,7 +271,9 @@ int backend_cpu_create(int precision, Backend *out, FgError *err) {
     CpuCtx *c = calloc(1, sizeof *c);
     if (!c) return fg_fail(err, FG_ERR_INTERNAL, "CPU backend: out of memory");
     c->gemm = gemm_fp32;
+    c->convert = bf16_convert_scalar;
     int rc = precision == PRECISION_BF16 ? gemm_bf16_create(&c->gemm, err) : FG_OK;
+    if (!rc && precision == PRECISION_BF16) c->convert = bf16_convert_avx512;  // the CPU has it
     if (rc) {
         free(c);
         return rc;

@@ -51,7 +51,7 @@ size_t bf16_round_floats(Bf16Convert convert, float *y, size_t n) {
         convert(y + a, h, m);
         for (size_t i = 0; i < m; i++) {
             y[a + i] = bf16_to_f32(h[i]);
-            not_finite += (h[i] & 0x7f80u) == 0x7f80u;
+            not_finite += (size_t)bf16_not_finite(h[i]);
         }
     }
     return not_finite;

@@ -9,21 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);  // zero, denormal
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN: quiet
-    u += 0x7fffu + ((u >> 16) & 1u);  // infinities pass unchanged (their low half is 0)
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+#include "bf16_math.h"  // bf16_round, bf16_to_f32: the one rounding, also the GPU's
 
 // BF16 bits in the first half of buf widened in place to n floats, last first (no value is
 // overwritten before it is read): a BF16 store's slot, a BF16 checkpoint tensor.
@@ -40,12 +26,7 @@ typedef void (*Bf16Convert)(const float *x, uint16_t *y, size_t n);
 // back to its bits exactly (a base kept in BF16: its store's writes, and the BF16 copy its GEMMs
 // read, the same bits as the BF16 slot of a streamed stage holds). A Bf16Convert.
 static inline void bf16_narrow(const float *x, uint16_t *y, size_t n) {
-    for (size_t k = 0; k < n; k++) {
-        uint32_t u;
-        memcpy(&u, &x[k], sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u) y[k] = (uint16_t)((u >> 16) | 0x40u);  // NaN: quiet
-        else y[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    for (size_t k = 0; k < n; k++) y[k] = bf16_round_keep(x[k]);
 }
 void bf16_convert_scalar(const float *x, uint16_t *y, size_t n);
 // The same bits with VCVTNE2PS2BF16; only where cpu_bf16_missing() is NULL.

@@ -58,10 +58,10 @@ typedef struct {
     float *adj[2];       // ping-pong adjoints [max_rows, max_width]
     float *pdot;         // tangents of one layer's parameters [K, largest layer]
     FgDtype act_type;    // the activations between layers (stage_act.c): FG_F32, or FG_BF16
-    Bf16Convert act_convert;  // FG_BF16: the rounding
     // FG_BF16: per model layer l, the values found not finite where what enters l was rounded:
     // [l] its input or input tangents (the forward), [n_layers + l] its input adjoint (the
-    // backward); counted into the engine's step scalars (summed over the ranks with the loss),
+    // backward); counts in backend memory (Backend.round16 adds to them where it rounds), which
+    // the engine adds into its step scalars (summed over the ranks with the loss) and clears.
     // NULL: not counted.
     double *not_finite;
 } Stage;
@@ -74,7 +74,8 @@ void stage_free(Stage *st);
 // unless set): layer l's input (l = last: the stage's output) is stage_act_type(st, l), BF16
 // between layers of a BF16 stage, FP32 for the model's input and its last layer's output. The
 // tangents of layer l's input and its adjoint have the same type. A stash's, a message's and Bi's
-// kept adjoints are held in their layer's type; FG_BF16 is CPU memory.
+// kept adjoints are held in their layer's type; FG_BF16 values are converted by the backend's
+// BF16 ops, where they lie (host or device memory).
 void stage_set_act_type(Stage *st, FgDtype type);
 FgDtype stage_act_type(const Stage *st, int l);
 // Floats (4-byte words) n elements of layer l's input type take: BF16 two to a word.

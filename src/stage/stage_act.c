@@ -6,13 +6,11 @@
 // bytes widens back to the very floats the next layer read: a pipeline of 2 stages computes
 // what 1 computes, bit for bit, wherever the cut falls. The model's input (token ids, pixels)
 // and its last layer's output (logits, a fused head's records) and their adjoints stay FP32.
-#include "bf16.h"
+// The conversions are the backend's (narrow16, widen16, round16: the same bits on the CPU and
+// the GPU), on the stage's buffers where they lie.
 #include "stage.h"
 
-void stage_set_act_type(Stage *st, FgDtype type) {
-    st->act_type = type;  // BF16 runs only where the CPU has it (config validation): the vector loop
-    st->act_convert = type == FG_BF16 && !cpu_bf16_missing() ? bf16_convert_avx512 : bf16_convert_scalar;
-}
+void stage_set_act_type(Stage *st, FgDtype type) { st->act_type = type; }
 
 FgDtype stage_act_type(const Stage *st, int l) {
     return l > 0 && l < st->model->n_layers ? st->act_type : FG_F32;
@@ -34,19 +32,18 @@ void *stage_act_at(const Stage *st, int l, void *base, size_t n) {
 
 void stage_act_store(const Stage *st, int l, void *dst, const float *x, size_t n) {
     if (stage_act_type(st, l) == FG_F32) st->be->copy(st->be, dst, x, n * sizeof(float));
-    else st->act_convert(x, dst, n);  // serial (bf16_widen says why)
+    else st->be->narrow16(st->be, x, dst, n, 0);
 }
 
 const float *stage_act_load(const Stage *st, int l, const void *src, float *scratch, size_t n) {
     if (stage_act_type(st, l) == FG_F32) return src;
-    bf16_widen(src, scratch, n);
+    st->be->widen16(st->be, src, scratch, n);
     return scratch;
 }
 
 static void round_counted(const Stage *st, int l, float *x, size_t n, size_t at) {
     if (stage_act_type(st, l) != FG_BF16) return;
-    size_t not_finite = bf16_round_floats(st->act_convert, x, n);
-    if (not_finite && st->not_finite) st->not_finite[at] += (double)not_finite;
+    st->be->round16(st->be, x, n, st->not_finite ? st->not_finite + at : NULL);
 }
 
 void stage_act_round(const Stage *st, int l, float *x, size_t n) { round_counted(st, l, x, n, (size_t)l); }
