@@ -14,7 +14,7 @@ extern "C" {
 
 // Scratch buffers of the layers, one per use, so that no two live uses share one.
 enum { WORK_ROWS, WORK_GEMM_A, WORK_GEMM_B, WORK_TEMP, WORK_HEAD_Z, WORK_HEAD_ZD, WORK_HEAD_ROWS,
-       WORK_SUMS, WORK_ATT_P, WORK_ATT_D, WORK_TOKENS, CUDA_WORK_SLOTS };
+       WORK_SUMS, WORK_ATT_P, WORK_ATT_D, WORK_ATT_P16, WORK_ATT_D16, WORK_TOKENS, CUDA_WORK_SLOTS };
 
 // One way to compute causal attention (after the carried columns): the tiled FP32 kernels
 // (attention_cuda.cu) or scores through tensor-core GEMMs (attention_gemm.cu).
