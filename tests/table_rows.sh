@@ -4,7 +4,8 @@
 # itself, says so in one line (fgpipe plan says the same), and trains bitwise as the run with
 # table_block_rows set by hand to those rows and as that run in memory (loss.csv's step, loss
 # and lr, the final parameters): the GPT in bp-zb, fg (weight tangents) and fg+bp (cv, lag 1),
-# the Llama tied and untied, and LoRA on the Llama (the table frozen). A budget too small
+# the Llama tied and untied, and LoRA on the Llama (the table frozen; its blocks without the
+# wave's ids skipped, the same bits as the table whole). A budget too small
 # either way is refused (exit 2) naming the smallest that works with row blocks and the one
 # without; where the options forbid row blocks, naming the option.
 #
@@ -80,8 +81,13 @@ chosen "gpt fg (weight tangents)" "$config" mode=fg optimizer=sgd lr=0.0001
 chosen "gpt fg+bp (cv, lag 1)" "$config" mode=fg+bp estimator=cv select=1 lag=1 optimizer=sgd lr=0.0001
 chosen "llama bp-zb, tied" "$llama" mode=bp schedule=zb
 chosen "llama fg, untied" "$llama" mode=fg optimizer=sgd lr=0.0001 tie_embeddings=0
-chosen "llama LoRA bp-zb, untied: the tables frozen" "$llama" mode=bp schedule=zb tie_embeddings=0 \
-  lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down
+lora=(mode=bp schedule=zb tie_embeddings=0 lora_rank=2 lora_alpha=4 lora_targets=q,k,v,o,gate,up,down)
+chosen "llama LoRA bp-zb, untied: the tables frozen" "$llama" "${lora[@]}"
+# A frozen table's blocks that hold none of a wave's ids (the KJV's bytes: rows below 256) are
+# not read at all, and B stops above it (no layer below trains): the same bits as the table
+# whole.
+run whole "$llama" - "${lora[@]}"
+verdict "llama LoRA: the frozen table in row blocks, its unread blocks skipped = the table whole, bitwise" "$(same mem whole)"
 
 # Options that forbid row blocks: the refusal says what they would take and which option.
 run forbidden "$config" 1 mode=fg perturb=activity

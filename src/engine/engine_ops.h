@@ -36,6 +36,9 @@ int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, Fg
 int layers_release(Pipeline *p, int l, unsigned parts, unsigned dirty, FgError *err);
 int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, LayerSlot *s,
                          FgError *err);
+// The same, reading ahead block next_block of l (-1: none) rather than b + 1.
+int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir, unsigned parts,
+                              LayerSlot *s, FgError *err);
 int layers_release_block(Pipeline *p, int l, int b, unsigned parts, unsigned dirty, FgError *err);
 // Whether this rank changes the layers it acquires: not a replica that reads its node's shared
 // slots (LayerSource.reads_only), whose I/O rank applies every change once.
@@ -94,10 +97,10 @@ void update_plan(Pipeline *p);
 // next weight version and applies a pending update where p->upd.when says so, else nothing.
 int update_at(Pipeline *p, UpdatePoint at, long step, FgError *err);
 
-// Acquires block b of layer l (layer_block; 0: a layer without blocks) for the forward pass:
-// applies a pending update first (a streamed stage; its weights are written back). Releases
-// with layers_release_block (pipeline_layers.c).
-int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
+// Acquires block b of layer l (layer_block; 0: a layer without blocks) for the forward pass,
+// reading ahead its block next_block (-1: none): applies a pending update first (a streamed
+// stage; its weights are written back). Releases with layers_release_block (pipeline_layers.c).
+int update_acquire_for_forward(Pipeline *p, int l, int b, int next_block, LayerSlot *s, unsigned *parts,
                                unsigned *dirty, FgError *err);
 
 // Layer l's gradient for op U (of the slot's rows: a layer in row blocks is finished block by

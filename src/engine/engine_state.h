@@ -104,6 +104,9 @@ typedef struct {
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
     int old_versions;         // weight versions held for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
+    int wraps[2];             // [dir > 0]: a wave of that direction is followed by a forward
+                              // wave from the stage's first layer (bp's backward; fg's forward,
+                              // with no backward ops), which its read-ahead runs on into
     char choice[256];         // why this timetable, where the run chose one (or "")
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned

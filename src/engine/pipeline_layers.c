@@ -28,28 +28,39 @@ int layers_sync(Pipeline *p, FgError *err) { return p->src.sync ? p->src.sync(&p
 
 // Reads ahead as deep as the slots allow: the disk stays busy while layers of little work
 // (norms, the small layers of a block) pass quickly. A layer in row blocks reads its next block
-// first.
-int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, LayerSlot *s,
-                         FgError *err) {
+// first (next_block; -1: none).
+int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir, unsigned parts,
+                              LayerSlot *s, FgError *err) {
     int rc = p->src.acquire(&p->src, l, b, parts, s, err);
     int depth = FG_MAX(p->src.read_ahead, 1);
-    if (!rc && b + 1 < layer_blocks(&p->model->layers[l])) {
-        rc = p->src.prefetch(&p->src, l, b + 1, parts, err);
+    if (!rc && next_block >= 0) {
+        rc = p->src.prefetch(&p->src, l, next_block, parts, err);
         depth--;
     }
-    for (int next = layers_next_param(p, l, dir), k = 0; !rc && next >= 0 && k < depth; k++) {
-        rc = p->src.prefetch(&p->src, next, 0, parts, err);
-        next = layers_next_param(p, next, dir);
+    // At the wave's end the next wave's first layers (a wave that wraps: tt.wraps), so that it
+    // does not start by waiting for a read; their weights, which every forward wave reads.
+    int next = layers_next_param(p, l, dir), wrapped = 0;
+    for (int k = 0; !rc && k < depth; k++) {
+        if (next < 0 && !wrapped && p->tt.wraps[dir > 0]) next = layers_first_param(p), wrapped = 1;
+        if (next < 0) break;
+        rc = p->src.prefetch(&p->src, next, 0, wrapped ? LAYER_WEIGHTS : parts, err);
+        next = layers_next_param(p, next, wrapped ? 1 : dir);
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
     // would stall the wave for its whole read: it goes in as soon as a large slot is free.
-    for (int next = layers_next_param(p, l, dir); !rc && p->src.large && next >= 0;
-         next = layers_next_param(p, next, dir))
-        if (p->src.large[next]) {
-            rc = p->src.prefetch(&p->src, next, 0, parts, err);
+    for (int ahead = layers_next_param(p, l, dir); !rc && p->src.large && ahead >= 0;
+         ahead = layers_next_param(p, ahead, dir))
+        if (p->src.large[ahead]) {
+            rc = p->src.prefetch(&p->src, ahead, 0, parts, err);
             break;
         }
     return rc;
+}
+
+int layers_acquire_block(Pipeline *p, int l, int b, int dir, unsigned parts, LayerSlot *s,
+                         FgError *err) {
+    int next = b + 1 < layer_blocks(&p->model->layers[l]) ? b + 1 : -1;
+    return layers_acquire_block_then(p, l, b, next, dir, parts, s, err);
 }
 
 int layers_acquire(Pipeline *p, int l, int dir, unsigned parts, LayerSlot *s, FgError *err) {

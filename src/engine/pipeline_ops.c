@@ -164,6 +164,17 @@ static void lane_keep_output(const Pipeline *p, const Lane *a, int l, const floa
     stage_act_keep(&p->stage, l + 1, lane_kept(p, a, l), y, (size_t)a->rows * p->model->layers[l].out);
 }
 
+// The first block of layer l from b on that op F must visit (layer_blocks: none): every block of
+// a table that trains (its pending update is applied as the wave passes), else those the lanes
+// read (a frozen table's blocks without their ids are not read at all: a LoRA base's).
+static int next_forward_block(const Pipeline *p, int l, int b, const Lane *lanes, int n) {
+    const int blocks = layer_blocks(&p->model->layers[l]);
+    for (; b < blocks && !p->stage.plan[l].trains; b++)
+        for (int i = 0; i < n; i++)
+            if (stage_rows_read(&p->stage, l, b, lanes[i].x, lanes[i].rows)) return b;
+    return b;
+}
+
 // A token table in row blocks (Layer.block_rows; CPU, weight tangents): each block acquired once
 // (with its pending update) and every lane through it; a fused head's lanes carry their running
 // softmax from block to block (p->work.rows_state) and are scored after the last block.
@@ -172,10 +183,13 @@ static int forward_blocks(Pipeline *p, long step, int l, Lane *lanes, int n, FgE
     const Layer *L = &p->model->layers[l];
     const size_t state = stage_rows_state_bytes(st, l, p->cfg->training.micro_batch);
     int cur = (l - st->first) & 1, rc = FG_OK, tangents = 0;
-    for (int b = 0; b < layer_blocks(L) && !rc; b++) {
+    for (int b = next_forward_block(p, l, 0, lanes, n), next; b < layer_blocks(L) && !rc; b = next) {
         LayerSlot s;
         unsigned parts, dirty;
-        if ((rc = update_acquire_for_forward(p, l, b, &s, &parts, &dirty, err))) break;
+        next = next_forward_block(p, l, b + 1, lanes, n);
+        if ((rc = update_acquire_for_forward(p, l, b, next < layer_blocks(L) ? next : -1, &s, &parts, &dirty,
+                                             err)))
+            break;
         for (int i = 0; i < n; i++) {
             Lane *a = &lanes[i];
             ParamTangents t;
@@ -225,7 +239,7 @@ int ops_forward_layers(Pipeline *p, long step, Lane *lanes, int n, FgError *err)
             rc = forward_blocks(p, step, l, lanes, n, err);
             continue;
         }
-        if (L->param_count && (rc = update_acquire_for_forward(p, l, 0, &s, &parts, &dirty, err))) break;
+        if (L->param_count && (rc = update_acquire_for_forward(p, l, 0, -1, &s, &parts, &dirty, err))) break;
         int cur = (l - st->first) & 1;
         for (int i = 0; i < n; i++) {
             Lane *a = &lanes[i];

@@ -213,6 +213,10 @@ static void plan_stage(Pipeline *p) {
                 if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) *first_c = k;
         }
     for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->layer_major, &p->tt.plans[ph]);
+    int backward = 0;
+    for (int ph = 0; ph < S->n_phases; ph++)
+        for (int g = 0; g < p->tt.plans[ph].n_groups; g++) backward |= p->tt.plans[ph].groups[g].kind == OP_B;
+    p->tt.wraps[0] = 1, p->tt.wraps[1] = !backward;
     p->tt.plan = &p->tt.plans[0];
     p->tt.measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
 }
@@ -222,7 +226,7 @@ static void unplan_stage(Pipeline *p) {
     void *on_host[] = {p->pool.keeps, p->tt.taker_lag, p->tt.measured};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     p->pool.keeps = NULL, p->tt.taker_lag = NULL, p->tt.measured = NULL, p->tt.plan = NULL;
-    p->tt.old_versions = 0;
+    p->tt.old_versions = 0, p->tt.wraps[0] = p->tt.wraps[1] = 0;
     schedule_free(&p->tt.sched);
 }
 

@@ -95,13 +95,13 @@ static float *gradient_of_layer(Pipeline *p, int l, LayerSlot *s) {
 // optimizer state, no reference in its slot).
 static int layer_trains(const Pipeline *p, int l) { return p->stage.plan[l].trains; }
 
-int update_acquire_for_forward(Pipeline *p, int l, int b, LayerSlot *s, unsigned *parts,
+int update_acquire_for_forward(Pipeline *p, int l, int b, int next_block, LayerSlot *s, unsigned *parts,
                                unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_update_grad(u) || p->tt.old_versions > 0);
     *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
-    int rc = layers_acquire_block(p, l, b, 1, *parts, s, err);
+    int rc = layers_acquire_block_then(p, l, b, next_block, 1, *parts, s, err);
     if (rc || !u->active) return rc;
     if (layers_writes(p)) {
         if ((rc = tied_fetch(p, l, s, err))) return rc;

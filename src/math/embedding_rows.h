@@ -14,6 +14,10 @@
 // the block holds (every row of y is written by the block of its id first).
 void embedding_rows_forward(const Layer *L, const float *P, int r0, int n, const float *ids,
                             float *y, int B);
+// Whether the forward over ids [B * tokens] reads any row of the block [r0, r0 + n): one of
+// their ids' rows, or a position row (block 0 always: the JVP's tangents of a frozen table are
+// zeroed there).
+int embedding_rows_read(const Layer *L, int r0, int n, const float *ids, int B);
 // dP += the gradient of the block's rows, the tokens in order (ids repeat).
 void embedding_rows_backward(const Layer *L, int r0, int n, const float *ids, const float *dy,
                              float *dP, int B);

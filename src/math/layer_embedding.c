@@ -87,6 +87,15 @@ static void block_rows(const Layer *L, int r0, int n, int *wte_hi, int *pos_lo, 
     *pos_lo = FG_MAX(r0, V) - V, *pos_hi = FG_MIN(r0 + n, V + T) - V;
 }
 
+int embedding_rows_read(const Layer *L, int r0, int n, const float *ids, int B) {
+    int wte_hi, pos_lo, pos_hi;
+    block_rows(L, r0, n, &wte_hi, &pos_lo, &pos_hi);
+    if (r0 == 0 || pos_lo < pos_hi) return 1;
+    for (size_t r = 0; r < (size_t)B * layer_tokens(L); r++)
+        if ((int)ids[r] >= r0 && (int)ids[r] < wte_hi) return 1;
+    return 0;
+}
+
 void embedding_rows_forward(const Layer *L, const float *P, int r0, int n, const float *ids,
                             float *y, int B) {
     const int T = layer_tokens(L), C = layer_out_token(L);

@@ -165,6 +165,9 @@ void stage_head_forward(Stage *st, int l, const float *p, const uint16_t *p16,
 // h->weight. Backward: dx is started by block 0 and added to by the others; the embedding's
 // input (token ids) has no adjoint.
 size_t stage_rows_state_bytes(const Stage *st, int l, int rows);
+// Whether op F of the inputs x [rows] reads block b of layer l at all (a token table reads
+// its ids' rows; a head, every row).
+int stage_rows_read(const Stage *st, int l, int b, const float *x, int rows);
 void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t count,
                         const ParamTangents *t, const float *x, const float *xdot,
                         const Label *labels, float *y, float *ydot, int rows, void *state);

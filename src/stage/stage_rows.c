@@ -22,6 +22,8 @@ typedef struct {
                    float *rec, int rows);
     void (*backward)(const Layer *L, const float *p, int r0, int n, const float *x, const float *dy,
                      float *dx, float *grad, int rows);
+    // Whether the forward of these inputs reads rows [r0, r0 + n) at all.
+    int (*read)(const Layer *L, int r0, int n, const float *x, int rows);
 } RowsOps;
 
 static size_t no_state(const Layer *L, int rows, int K) {
@@ -73,8 +75,15 @@ static void head_finish(const Stage *st, const Layer *L, const void *state, Head
     if (tangents) h->correct = 0;
 }
 
-static const RowsOps embedding_rows = {no_state, embedding_forward, embedding_finish, embedding_backward};
-static const RowsOps head_rows = {head_rows_state_bytes, head_forward, head_finish, head_rows_backward};
+static int every_block(const Layer *L, int r0, int n, const float *x, int rows) {
+    (void)L, (void)r0, (void)n, (void)x, (void)rows;
+    return 1;  // a head scores every row of its table
+}
+
+static const RowsOps embedding_rows = {no_state, embedding_forward, embedding_finish, embedding_backward,
+                                       embedding_rows_read};
+static const RowsOps head_rows = {head_rows_state_bytes, head_forward, head_finish, head_rows_backward,
+                                  every_block};
 // The kinds that come in row blocks (model.c: the token tables).
 static const RowsOps *const rows_by_kind[LAYER_KIND_COUNT] = {[LAYER_EMBEDDING] = &embedding_rows,
                                                               [LAYER_HEAD_LOSS] = &head_rows};
@@ -116,6 +125,14 @@ void stage_rows_forward(Stage *st, int l, const float *p, size_t first, size_t c
     if (perturbed) block_tangents(st, l, t, first, count);
     rows_of(L)->forward(st, L, p, r0, n, perturbed ? st->pdot : NULL, count, t != NULL, x, xdot, labels,
                         y, ydot, rows, state);
+}
+
+int stage_rows_read(const Stage *st, int l, int b, const float *x, int rows) {
+    const Layer *L = &st->model->layers[l];
+    size_t first, count;
+    layer_block(L, b, &first, &count);
+    const size_t C = layer_row_floats(L);
+    return rows_of(L)->read(L, (int)(first / C), (int)(count / C), x, rows);
 }
 
 void stage_rows_finish(const Stage *st, int l, const void *state, HeadScore *h, int tangents,
