@@ -93,11 +93,18 @@ int table_rows_plan(const Backend *be, const Config *c, Model *m, const int *lay
     if (rc || (!c->layout.stream && whole.in_memory + runtime <= budget)) return rc;  // resident
     SlotPlan sp;
     FgError fits = {0};
-    if (!slot_plan_make(be, c, m, layout[stage], layout[stage + 1], stage, whole.work, runtime,
-                        spill, &sp, &fits))
-        return FG_OK;  // the table whole fits, as the run's slot plan counts it
     char why[320], option[CONFIG_OPTION_MAX];
     const int forbidden = config_table_blocks_forbidden(c, option, why, sizeof why);
+    if (!slot_plan_make(be, c, m, layout[stage], layout[stage + 1], stage, whole.work, runtime,
+                        spill, &sp, &fits)) {
+        // The table whole fits, as the run's slot plan counts it. Where one slot of it does and
+        // two do not, nothing overlaps its read (a wave starts or ends waiting for the whole
+        // table): row blocks that give two slots are taken instead.
+        if (forbidden || whole.two + margin <= budget) return FG_OK;
+        rc = fewest_blocks(&a, table, unit, 1, margin, rows, err);
+        model_set_row_blocks(m, 0);
+        return rc;
+    }
     // With the runtime's margin (a measured runtime varies between processes by some 100 KB):
     // two slots, then the floor; at the floor without the margin only where nothing else fits.
     if (!forbidden) rc = fewest_blocks(&a, table, unit, 1, margin, rows, err);
