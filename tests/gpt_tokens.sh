@@ -77,7 +77,8 @@ fi
 # 1-byte budget names: ONE slot of the token table and three small ones for the blocks' layers,
 # the table's two copies taking turns in the one large slot, their gradients on flash in a
 # spill file, not in memory) and at the budget it names for two
-# large slots ends with the in-memory run's weights, bitwise, in bp-zb, fg and fg+bp. GPT-2's token
+# large slots ends with the in-memory run's weights, bitwise, in bp-zb, fg and fg+bp (fg's floor
+# takes row blocks with two slots instead: they fit it). GPT-2's token
 # table would be most of this small model, so the ids are folded into a 1024-token vocabulary (its
 # table outweighs two slots of the blocks' largest layer, so the floor has one slot of it).
 /usr/bin/python3 -c "
@@ -98,18 +99,24 @@ streamed() {  # streamed LABEL LARGE KEY=VALUE...: in memory against the floor's
   "$fgpipe" train --config "$config" "${base[@]}" "${small[@]}" "${sets[@]}" --save-params "$dir/ooc.bin" \
     --mem-budget "${budget:-1}" --weights-dir "$dir/flash" >"$dir/ooc.log" 2>&1
   if [ -z "$budget" ]; then why="no budget from the probe: $(grep -m1 error "$dir/probe.log")"
-  elif ! grep -qE "slots \($large of" "$dir/ooc.log" &&  # one slot size (TIED=0, SIZES=1): no "(N of"
+  elif [ -n "${ROWS:-}" ] && ! grep -q "the token table streams in row blocks" "$dir/ooc.log"; then
+    why="no row blocks chosen: $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
+  elif [ -z "${ROWS:-}" ] && ! grep -qE "slots \($large of" "$dir/ooc.log" &&  # one slot size (TIED=0, SIZES=1): no "(N of"
        ! { { [ "${TIED:-1}" = 0 ] || [ "${SIZES:-2}" = 1 ]; } && grep -qE "streams its layers .* through [0-9]+ slots(, the tied copies kept once)?$" "$dir/ooc.log"; }; then why="not streamed through $large large slot(s): $(grep -m1 -E 'error|streams' "$dir/ooc.log")"
   elif ! grep -q "out of core: .*-bound" "$dir/ooc.log"; then why="no bound line"
   elif [ "${TIED:-1}" = 1 ] && ! grep -q "tied copies' gradients on flash" "$dir/ooc.log"; then why="the tied copies' gradients not on flash"
   elif ! cmp -s "$dir/ooc-mem.bin" "$dir/ooc.bin"; then why="the weights differ"; fi
-  verdict "tokens out of core ($label, $large slot(s) of the token table, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
+  local slots="$large slot(s) of the token table"
+  [ -n "${ROWS:-}" ] && slots="its floor of $large slot(s) of the table whole, which takes row blocks that give two"
+  verdict "tokens out of core ($label, $slots, budget ${budget:-?}): the in-memory weights, bitwise" "$why"
 }
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5 select=2 lag=0)
 if in_tier rest; then
   streamed "fg+bp, the head's logits in one block of 1024 columns" 1 "${fgbp[@]}" head_block=1024
   streamed "bp-zb" 1 mode=bp schedule=zb head_block=96
-  streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
+  # fg's floor with the table whole in one slot has room for two slots of a row block: the
+  # budget takes those (the table's read then overlaps the wave; docs/out-of-core.md).
+  ROWS=1 streamed "fg" 1 mode=fg optimizer=sgd lr=0.0001 head_block=96
 else
   # The head's logits in eleven blocks (head_block = 96, the last of 64 columns).
   streamed "fg+bp, eleven blocks" 1 "${fgbp[@]}" head_block=96

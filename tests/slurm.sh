@@ -64,7 +64,11 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-show() { sed 's/^/#   /' "$@" | tail -n 25; }
+# A job's last lines; a crash's report from its first line (the signal, the innermost frames).
+show() {
+  grep -h -A12 "Process received signal" "$@" | head -n 14 | sed 's/^/#   /'
+  sed 's/^/#   /' "$@" | tail -n 25
+}
 
 # --- munge: own key, socket, log and pid file, as the munge user -------------------------------
 m=$dir/munge
