@@ -389,8 +389,7 @@ static int validate_cpu_precision(const Config *c, FgError *err) {
 // are written (the resident source). A streamed stage's copy (slot_bf16.c) is made in host
 // memory from a host slot, which a GPU stage's GEMMs cannot read: refused, not run wrong.
 static int validate_gpu_precision(const Config *c, FgError *err) {
-    if (c->layout.device != DEVICE_CUDA || c->layout.precision != PRECISION_BF16 ||
-        c->layout.mem_budget <= 0)
+    if (c->layout.device != DEVICE_CUDA || c->layout.precision != PRECISION_BF16 || c->layout.mem_budget <= 0)
         return FG_OK;
     return fg_fail(err, FG_ERR_INPUT, "precision = bf16 with device = cuda keeps every stage in GPU "
                    "memory: a stage streamed from flash (mem_budget) has no device copy of its BF16 "
