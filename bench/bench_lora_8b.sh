@@ -36,16 +36,7 @@ if [ ! -f "$checkpoint" ]; then
   DIR=$dir EXPORT=0 bench/bench_convert.sh "$config" 4
   rm -rf "${dir:?}/$name-4"  # the Hugging Face directory: the stores need its room
 fi
-# One window of ctx + 1 tokens of the fortunes (Llama 3's ids, uint32 after the FGTOKU32 header).
-text=$(launch/fortunes-corpus.sh --text | tail -n 1)
-build/fgpipe tokenize --tokenizer "$(launch/hf-tokenizer.sh llama3)" --in "$text" --out "$dir/val-llama3.bin"
-/usr/bin/python3 - "$dir/val-llama3.bin" "$dir/window.bin" "$ctx" <<'PY'
-import sys
-src, out, ctx = sys.argv[1], sys.argv[2], int(sys.argv[3])
-data = open(src, "rb").read()
-assert data[:8] == b"FGTOKU32", "expected uint32 tokens"
-open(out, "wb").write(data[:8 + 4 * (ctx + 1)])
-PY
+llama3_window "$dir" "$ctx"
 
 common=(--config "$config" --init-from "$checkpoint" --set lora_rank=16 --set lora_alpha=32
         --set lora_targets=q,k,v,o,gate,up,down --set ctx="$ctx" --set steps="$steps"
@@ -77,34 +68,4 @@ selected bf16-fg "${runs[@]}" && run bf16-fg "$budget" --set mode=fg --no-checkp
 selected bf16-fgbp "${runs[@]}" && run bf16-fgbp "$fgbp_budget" --set mode=fg+bp --no-checkpoint
 selected fp32-bp "${runs[@]}" && run fp32-bp "$budget" --set mode=bp --set frozen_fp32=1 --no-checkpoint
 
-/usr/bin/python3 - "$dir" "$name" "$budget" "$ctx" "${runs[@]}" <<'PY'
-import json, re, sys
-d, name, budget, ctx, *runs = sys.argv[1:]
-units = {"K": 2**10, "M": 2**20, "G": 2**30}
-def size(b):
-    return float(b[:-1]) * units[b[-1]] if b[-1] in units else float(b)
-step_re = re.compile(r"step (\d+) I/O: read ([0-9.]+) GB, wrote ([0-9.]+) GB, I/O ([0-9.]+) s, "
-                     r"compute ([0-9.]+) s, bound ([0-9.]+) s \((\w+)\), step ([0-9.]+) s")
-print(f"\n| {name}, LoRA r16, ctx {ctx} | step | GB read | GB written | I/O s | compute s | bound s | step s | bound / step |")
-print("|---|---|---|---|---|---|---|---|---|")
-summary = []
-for n in runs:
-    log = open(f"{d}/{n}.log").read()
-    rows = [m.groups() for m in step_re.finditer(log)]
-    for r in rows:
-        print(f"| {n} | {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]} ({r[6]}) | {r[7]} | {float(r[5]) / float(r[7]):.2f} |")
-    losses = [float(x) for x in re.findall(r"step \d+/\d+\s+loss ([0-9.]+)", log)]
-    val = re.search(r"val loss ([0-9.]+)", log)
-    if val:
-        losses.append(float(val.group(1)))  # after the last step
-    rss = json.load(open(f"{d}/{n}.json"))["peak_rss_bytes"]
-    later = rows[1:] or rows
-    ratio = sum(float(r[5]) for r in later) / sum(float(r[7]) for r in later)
-    read = sum(float(r[1]) for r in later) / len(later)
-    summary.append((n, losses, rss, read, ratio, size(open(f"{d}/{n}.budget").read().strip())))
-print(f"\n| run | loss on the window, each step, then after the last | peak RSS GB | budget GB | RSS / budget | GB read per step | bound / step (steps 2..) |")
-print("|---|---|---|---|---|---|---|")
-for n, losses, rss, read, ratio, budget_bytes in summary:
-    print(f"| {n} | {' '.join(f'{x:.3f}' for x in losses)} | {rss / 1e9:.2f} | {budget_bytes / 1e9:.2f} | "
-          f"{rss / budget_bytes:.2f} | {read:.2f} | {ratio:.2f} |")
-PY
+/usr/bin/python3 bench/stream_report.py "$dir" "$name, LoRA r16, ctx $ctx" "${runs[@]}"

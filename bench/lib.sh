@@ -28,3 +28,20 @@ train() {
     return 1
   fi
 }
+
+# llama3_window DIR CTX: DIR/window.bin, one window of CTX + 1 tokens of the fortunes in
+# Llama 3's ids (its tokenizer.json; uint32 after the FGTOKU32 header), from DIR/val-llama3.bin,
+# all of them. Every step of a streamed benchmark sees the same window: the loss must fall step
+# by step, and the end-of-run evaluation scores that one window.
+llama3_window() {
+  local dir=$1 ctx=$2 text
+  text=$(launch/fortunes-corpus.sh --text | tail -n 1)
+  build/fgpipe tokenize --tokenizer "$(launch/hf-tokenizer.sh llama3)" --in "$text" --out "$dir/val-llama3.bin"
+  /usr/bin/python3 - "$dir/val-llama3.bin" "$dir/window.bin" "$ctx" <<'PY'
+import sys
+src, out, ctx = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = open(src, "rb").read()
+assert data[:8] == b"FGTOKU32", "expected uint32 tokens"
+open(out, "wb").write(data[:8 + 4 * (ctx + 1)])
+PY
+}

@@ -127,6 +127,7 @@ size_t layer_store_block_stride(const LayerStore *s, int i);
 size_t layer_store_block_slot_bytes(const LayerStore *s, int i);  // a slot for any block
 size_t layer_store_max_block_slot_bytes(const LayerStore *s);
 size_t layer_store_block_bytes(const LayerStore *s, int i, int b);  // moved by a read or write
+size_t layer_store_bufs_bytes(const LayerStore *s, int i, int b, int k0, int k1);  // buffers [k0, k1)
 // Block b of layer i's current version (or of the version being written, once that block is).
 int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err);
 // The same from the version the caller names (pending: the one being written, whose block b is
@@ -134,6 +135,10 @@ int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err)
 // while the writer writes the layer's other blocks, never its block b nor, unless pending, its
 // last block.
 int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err);
+// Buffers [k0, k1) of it alone (the parameters without the optimizer state: a pass that only
+// reads them), into buf at their places in a block slot (layer_store_block_stride apart).
+int layer_store_read_bufs_from(LayerStore *s, int i, int b, int pending, int k0, int k1, void *buf,
+                               FgError *err);
 // Block b of version `version` of layer i: the blocks in ascending order, block 0 under
 // layer_store_write's rule; the layer has the version once its last block is on flash (a crash
 // before that leaves it at its previous version, whole).

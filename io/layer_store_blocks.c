@@ -40,16 +40,21 @@ size_t layer_store_max_block_slot_bytes(const LayerStore *s) {
 }
 
 size_t layer_store_block_bytes(const LayerStore *s, int i, int b) {
-    return (size_t)layer_store_layer_bufs(s, i) * dio_round_up(layer_store_block_floats(s, i, b) * store_elem_bytes(s, i));
+    return layer_store_bufs_bytes(s, i, b, 0, layer_store_layer_bufs(s, i));
+}
+
+size_t layer_store_bufs_bytes(const LayerStore *s, int i, int b, int k0, int k1) {
+    return (size_t)(k1 - k0) * dio_round_up(layer_store_block_floats(s, i, b) * store_elem_bytes(s, i));
 }
 
 // Each buffer's part of block b in the store's slot (read) or from buf (write): the last block
 // runs to the padded end of its buffer, so every range is whole pages.
-static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int write, FgError *err) {
+static int block_io(LayerStore *s, int i, int b, int slot, void *buf, int k0, int k1, int write,
+                    FgError *err) {
     size_t first = (size_t)b * s->block[i] * store_elem_bytes(s, i);
     size_t count = layer_store_block_floats(s, i, b);
     int rc = FG_OK;
-    for (int k = 0; k < layer_store_layer_bufs(s, i) && !rc; k++) {
+    for (int k = k0; k < k1 && !rc; k++) {
         unsigned char *mem = (unsigned char *)buf + (size_t)k * layer_store_block_stride(s, i);
         uint64_t off = s->slot_off[i][slot] + (uint64_t)k * store_disk_stride(s, i) + first;
         rc = write ? store_write_values(s, i, mem, count, off, err)
@@ -69,13 +74,18 @@ int layer_store_read_block(LayerStore *s, int i, int b, void *buf, FgError *err)
 // version before there.
 int layer_store_read_block_from(LayerStore *s, int i, int b, int pending, void *buf, FgError *err) {
     if (!s->block[i]) return layer_store_read(s, i, buf, err);
+    return layer_store_read_bufs_from(s, i, b, pending, 0, layer_store_layer_bufs(s, i), buf, err);
+}
+
+int layer_store_read_bufs_from(LayerStore *s, int i, int b, int pending, int k0, int k1, void *buf,
+                               FgError *err) {
     int slot = s->cur[i];
     atomic_thread_fence(memory_order_acquire);
     if (slot < 0 && s->rewritten[i]) slot = 0;  // the one copy
     if (slot < 0)
         return fg_fail(err, FG_ERR_INTERNAL, "layer store %s: layer %s has no version yet",
                        s->path, s->layers[i].name);
-    return block_io(s, i, b, pending ? s->pend_slot[i] : slot, buf, 0, err);
+    return block_io(s, i, b, pending && s->block[i] ? s->pend_slot[i] : slot, buf, k0, k1, 0, err);
 }
 
 int layer_store_write_block(LayerStore *s, int i, int b, long version, const void *buf, FgError *err) {
@@ -90,7 +100,7 @@ int layer_store_write_block(LayerStore *s, int i, int b, long version, const voi
                        s->layers[i].name, s->pend_next[i], s->pend_ver[i]);
     }
     int slot = s->pend_slot[i];
-    if ((rc = block_io(s, i, b, slot, (void *)buf, 1, err))) return rc;
+    if ((rc = block_io(s, i, b, slot, (void *)buf, 0, layer_store_layer_bufs(s, i), 1, err))) return rc;
     s->pend_next[i] = b + 1;
     if (b + 1 < layer_store_n_blocks(s, i)) return FG_OK;
     s->pend_ver[i] = -1;

@@ -28,6 +28,8 @@ typedef struct {
     long version;       // version of the contents (after a release dirty: the one being written)
     int pins, ahead;    // ahead: read ahead, not acquired yet
     int reading, writing;  // queued or running requests on this slot
+    int bufs;           // its leading buffers read (or being read): a pass that reads the
+                        // parameters alone leaves the optimizer state on flash
     long last_use;
     size_t bytes;       // a layer fits when its slot bytes are at most these
     unsigned char *mem;
@@ -39,6 +41,7 @@ typedef struct {
     int kind, slot, idx, block;
     long version;       // a write's; a read's when pending
     int pending;        // a read of a block written in its layer's pending version
+    int k0, k1;         // a read's buffers [k0, k1)
 } Req;
 
 typedef struct {
@@ -95,7 +98,7 @@ static int ready(const Ctx *c, const Req *r) {
 static FgError run_request(Ctx *c, const Req *r, Slot *sl, long *version, int *rc) {
     FgError e = {0};
     if (r->kind == REQ_READ) {
-        *rc = layer_store_read_block_from(c->store, r->idx, r->block, r->pending, sl->mem, &e);
+        *rc = layer_store_read_bufs_from(c->store, r->idx, r->block, r->pending, r->k0, r->k1, sl->mem, &e);
         *version = r->pending ? r->version : layer_store_layer_version(c->store, r->idx);
     } else if (r->kind == REQ_WRITE) {
         *rc = layer_store_write_block(c->store, r->idx, r->block, r->version, sl->mem, &e);
@@ -110,12 +113,19 @@ static void finish_request(Ctx *c, const Req *r, int skip, int rc, FgError e, lo
                            double seconds) {
     Slot *sl = r->kind == REQ_AUX ? NULL : &c->slots[r->slot];
     if (!skip && !rc && r->kind != REQ_AUX) {
-        double bytes = (double)layer_store_block_bytes(c->store, r->idx, r->block);
+        double bytes = r->kind == REQ_READ ? (double)layer_store_bufs_bytes(c->store, r->idx, r->block, r->k0, r->k1)
+                                           : (double)layer_store_block_bytes(c->store, r->idx, r->block);
         if (r->kind == REQ_READ) c->stats.read_bytes += bytes, c->stats.read_seconds += seconds;
         else c->stats.write_bytes += bytes, c->stats.write_seconds += seconds;
     }
     if (rc && !c->failed) c->failed = 1, c->err = e;
     if (r->kind == REQ_READ) {
+        // The rest of a slot's buffers comes from the version its first ones came from: a block
+        // is written from its one slot, which holds all its buffers then.
+        if (!skip && !rc && r->k0 && version != sl->version && !c->failed)
+            c->failed = 1, fg_fail(&c->err, FG_ERR_INTERNAL, "layer stream: the optimizer state of "
+                                   "store layer %d read at version %ld, its parameters at %ld",
+                                   r->idx, version, sl->version);
         if (!skip && !rc) sl->version = version;
         sl->reading--;
     } else if (r->kind == REQ_WRITE) {
@@ -165,7 +175,7 @@ static void *io_thread(void *arg) {
     return NULL;
 }
 
-static void enqueue(Ctx *c, int kind, int slot, int idx, int block, long version) {
+static void enqueue(Ctx *c, int kind, int slot, int idx, int block, long version, int k0, int k1) {
     Queue *q = kind == REQ_READ ? &c->reads : &c->writes;
     // A slot rarely has more than a write-back and a read queued; each ring has room for 8 per
     // slot and is checked anyway, because overrunning it would corrupt silently.
@@ -173,7 +183,7 @@ static void enqueue(Ctx *c, int kind, int slot, int idx, int block, long version
         fprintf(stderr, "fgpipe: layer stream request queue overflow\n");
         abort();
     }
-    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, block, version, 0};
+    q->q[(q->head + q->len) % q->cap] = (Req){kind, slot, idx, block, version, 0, k0, k1};
     q->len++;
     if (kind == REQ_READ) c->slots[slot].reading++;
     if (kind == REQ_WRITE) c->slots[slot].writing++, c->unit_writes[c->unit0[idx] + block]++;
@@ -206,18 +216,36 @@ static int victim(Ctx *c, size_t bytes, int allow_ahead, int any_size) {
     return best;
 }
 
-// Queues a read of layer (store index idx) into a victim slot; the slot, or -1 if none is free.
-// Read-ahead (allow_ahead 0) only into the smallest slots that fit; acquire into those first,
-// then into any (a large slot's layer, the token table, is read again only when it must be).
-static int start_read(Ctx *c, int layer, int idx, int block, int allow_ahead) {
+// Queues a read of the first `bufs` buffers of layer (store index idx) into a victim slot; the
+// slot, or -1 if none is free. Read-ahead (allow_ahead 0) only into the smallest slots that
+// fit; acquire into those first, then into any (a large slot's layer, the token table, is read
+// again only when it must be).
+static int start_read(Ctx *c, int layer, int idx, int block, int bufs, int allow_ahead) {
     size_t bytes = layer_store_block_slot_bytes(c->store, idx);
     int v = victim(c, bytes, allow_ahead, 0);
     if (v < 0 && allow_ahead) v = victim(c, bytes, 1, 1);
     if (v < 0) return -1;
     Slot *sl = &c->slots[v];
     sl->layer = layer, sl->idx = idx, sl->block = block, sl->ahead = 0, sl->last_use = ++c->tick;
-    enqueue(c, REQ_READ, v, idx, block, 0);
+    sl->bufs = bufs;
+    enqueue(c, REQ_READ, v, idx, block, 0, 0, bufs);
     return v;
+}
+
+// The buffers a pass wants of store layer idx: 0 asks for all of them.
+static int bufs_wanted(const Ctx *c, int idx, int bufs) {
+    int all = layer_store_layer_bufs(c->store, idx);
+    return bufs <= 0 || bufs > all ? all : bufs;
+}
+
+// A resident slot holding fewer buffers than a pass wants reads the rest into its place; 1 if
+// it queued a read.
+static int read_rest(Ctx *c, int v, int bufs) {
+    Slot *sl = &c->slots[v];
+    if (sl->bufs >= bufs) return 0;
+    enqueue(c, REQ_READ, v, sl->idx, sl->block, 0, sl->bufs, bufs);
+    sl->bufs = bufs;
+    return 1;
 }
 
 static int not_in_store(int layer, FgError *err) {
@@ -234,14 +262,18 @@ static int block_index(Ctx *c, int layer, int block, FgError *err) {
     return -1;
 }
 
-static int ls_prefetch_block(LayerStream *s, int layer, int block, FgError *err) {
+static int ls_prefetch_block(LayerStream *s, int layer, int block, int bufs, FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
-    int rc = FG_OK, idx = c->failed ? -1 : block_index(c, layer, block, err);
+    int rc = FG_OK, idx = c->failed ? -1 : block_index(c, layer, block, err), v;
     if (c->failed) rc = sticky(c, err);
     else if (idx < 0) rc = FG_ERR_INTERNAL;
-    else if (resident(c, layer, block) < 0) {
-        int v = start_read(c, layer, idx, block, 0);  // no free slot: no read-ahead, not an error
+    else if ((v = resident(c, layer, block)) >= 0) {
+        // A slot being written back holds them all; one reading the rest is not evicted before
+        // its acquire, as a slot read ahead is not.
+        if (read_rest(c, v, bufs_wanted(c, idx, bufs))) c->slots[v].ahead = 1;
+    } else {
+        v = start_read(c, layer, idx, block, bufs_wanted(c, idx, bufs), 0);  // no free slot: no read-ahead, not an error
         if (v >= 0) c->slots[v].ahead = 1;
     }
     pthread_mutex_unlock(&c->mu);
@@ -250,10 +282,11 @@ static int ls_prefetch_block(LayerStream *s, int layer, int block, FgError *err)
 
 // A layer in row blocks starts with its first.
 static int ls_prefetch(LayerStream *s, int layer, FgError *err) {
-    return ls_prefetch_block(s, layer, 0, err);
+    return ls_prefetch_block(s, layer, 0, 0, err);
 }
 
-static int ls_acquire_block(LayerStream *s, int layer, int block, LayerView *view, FgError *err) {
+static int ls_acquire_block(LayerStream *s, int layer, int block, int bufs, LayerView *view,
+                            FgError *err) {
     Ctx *c = s->ctx;
     pthread_mutex_lock(&c->mu);
     int rc = FG_OK, v = resident(c, layer, block);
@@ -261,9 +294,12 @@ static int ls_acquire_block(LayerStream *s, int layer, int block, LayerView *vie
     else if (v < 0) {
         int idx = block_index(c, layer, block, err);
         if (idx < 0) rc = FG_ERR_INTERNAL;
-        else if ((v = start_read(c, layer, idx, block, 1)) < 0)
+        else if ((v = start_read(c, layer, idx, block, bufs_wanted(c, idx, bufs), 1)) < 0)
             rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: all %d slots are pinned (release a "
                          "layer before acquiring layer %d)", c->n, layer);
+    } else {
+        // A write-back in flight holds every buffer: only a clean slot can lack some.
+        read_rest(c, v, bufs_wanted(c, c->slots[v].idx, bufs));
     }
     if (!rc) {
         Slot *sl = &c->slots[v];
@@ -280,7 +316,7 @@ static int ls_acquire_block(LayerStream *s, int layer, int block, LayerView *vie
             view->count = layer_store_block_floats(c->store, sl->idx, block);
             view->first = (size_t)block * stride / elem;
             view->bf16 = layer_store_layer(c->store, sl->idx)->slot16;
-            view->n_bufs = layer_store_layer_bufs(c->store, sl->idx);
+            view->n_bufs = sl->bufs;  // those read: the parameters alone, or all
             for (int b = 0; b < view->n_bufs; b++) view->buf[b] = (float *)(sl->mem + (size_t)b * stride);
             view->version = sl->version;
         }
@@ -295,7 +331,7 @@ static int ls_acquire(LayerStream *s, int layer, LayerView *view, FgError *err) 
     if (idx >= 0 && layer_store_n_blocks(c->store, idx) > 1)
         return fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d is read in %d row blocks, not "
                        "whole", layer, layer_store_n_blocks(c->store, idx));
-    return ls_acquire_block(s, layer, 0, view, err);
+    return ls_acquire_block(s, layer, 0, 0, view, err);
 }
 
 static int ls_release_block(LayerStream *s, int layer, int block, int dirty, FgError *err) {
@@ -315,9 +351,13 @@ static int ls_release_block(LayerStream *s, int layer, int block, int dirty, FgE
             if (sl->pins)
                 rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d released dirty while "
                              "still pinned %d more times", layer, sl->pins);
+            else if (sl->bufs < layer_store_layer_bufs(c->store, sl->idx))
+                rc = fg_fail(err, FG_ERR_INTERNAL, "layer stream: layer %d released dirty with %d of "
+                             "its %d buffers read (acquired for its parameters alone)", layer,
+                             sl->bufs, layer_store_layer_bufs(c->store, sl->idx));
             // A frozen layer (written by loads only) skips the versions it was not written in.
             else enqueue(c, REQ_WRITE, v, sl->idx, block, sl->version = layer_store_layer(c->store, sl->idx)->frozen
-                                                                        ? c->aux_version : sl->version + 1);
+                                                                        ? c->aux_version : sl->version + 1, 0, 0);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -339,7 +379,7 @@ static int ls_write_aux(LayerStream *s, long version, const void *data, FgError 
     else {
         memcpy(c->aux_out, data, n);
         c->aux_busy = 1, c->aux_version = version;
-        enqueue(c, REQ_AUX, -1, -1, 0, version);
+        enqueue(c, REQ_AUX, -1, -1, 0, version, 0, 0);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;

@@ -25,7 +25,9 @@ rows = {(m, int(b)): [float(x) for x in rest.split()[:5]] for m, b, rest in
 for mode, waves in (("bp", 2), ("fg", 1)):
     b = 64 / D
     compute = 64 * T * (6 * N + 12 * L * C * T) / (D * F)
-    moved = (waves + 1) * N * 3 * 4                     # params and Adam's two moments, FP32
+    # the stepping wave reads and writes params and Adam's two moments (FP32); bp's other
+    # (forward) wave reads the params alone
+    moved = 2 * N * 3 * 4 + (N * 4 if waves == 2 else 0)
     act = b * T * L * (34 * C + 5 * H * T) * 2 if mode == "bp" else b * T * 2 * 2 * 4 * C * 4
     want = [act / 1e9, compute, moved / 25e9, moved / 1e9, moved / compute / 1e9]
     got = rows.get((mode, 64))

@@ -487,8 +487,8 @@ static void test_block_step(void **state) {
     assert_int_not_equal(ls.acquire(&ls, 0, &v, &err), 0);  // the table is only had by blocks
     assert_non_null(strstr(err.msg, "read in 3 row blocks"));
     for (int b = 0; b < 3; b++) {
-        if (b + 1 < 3) assert_int_equal(ls.prefetch_block(&ls, 0, b + 1, &err), 0);
-        if (ls.acquire_block(&ls, 0, b, &v, &err)) fail_msg("%s", err.msg);
+        if (b + 1 < 3) assert_int_equal(ls.prefetch_block(&ls, 0, b + 1, 0, &err), 0);
+        if (ls.acquire_block(&ls, 0, b, 0, &v, &err)) fail_msg("%s", err.msg);
         assert_int_equal(v.first, (size_t)b * BLOCK);
         assert_int_equal(v.version, 0);
         assert_int_equal(block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 0, 0), -1);
@@ -514,20 +514,20 @@ static void test_block_pending(void **state) {
     if (layer_stream_store_open(&ls, s, 2, 0, 0, &err)) fail_msg("%s", err.msg);
     LayerView v;
     for (int b = 0; b < 2; b++) {  // blocks 0 and 1 of version 1, written back
-        if (ls.acquire_block(&ls, 0, b, &v, &err)) fail_msg("%s", err.msg);
+        if (ls.acquire_block(&ls, 0, b, 0, &v, &err)) fail_msg("%s", err.msg);
         block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 1, 1);
         if (ls.release_block(&ls, 0, b, 1, &err)) fail_msg("%s", err.msg);
     }
     if (ls.acquire(&ls, 2, &v, &err) || ls.release(&ls, 2, 0, &err)) fail_msg("%s", err.msg);  // evicts block 0
     LayerStreamStats before, after;
     ls.stats(&ls, &before);
-    if (ls.acquire_block(&ls, 0, 0, &v, &err)) fail_msg("%s", err.msg);  // read again, from flash
+    if (ls.acquire_block(&ls, 0, 0, 0, &v, &err)) fail_msg("%s", err.msg);  // read again, from flash
     ls.stats(&ls, &after);
     assert_true(after.read_bytes - before.read_bytes == (double)layer_store_block_bytes(s, 0, 0));
     assert_int_equal(v.version, 1);
     assert_int_equal(block_pattern(v.buf, v.n_bufs, 0, BLOCK, 0, 1, 0), -1);
     if (ls.release_block(&ls, 0, 0, 0, &err)) fail_msg("%s", err.msg);
-    if (ls.acquire_block(&ls, 0, 2, &v, &err)) fail_msg("%s", err.msg);
+    if (ls.acquire_block(&ls, 0, 2, 0, &v, &err)) fail_msg("%s", err.msg);
     assert_int_equal(v.version, 0);
     assert_int_equal(block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 0, 0), -1);
     block_pattern(v.buf, v.n_bufs, v.first, v.count, 0, 1, 1);

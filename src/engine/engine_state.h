@@ -229,6 +229,9 @@ typedef struct {
                               // in the one layer buffer (streamed)
     int holds_layer;          // its buffer holds the whole layer (a block's rows from the slot's
                               // first on), not only the rows being formed (the layer buffer)
+    unsigned backward_parts;  // what the backward wave acquires of it: LAYER_PARAMS_ONLY where
+                              // the wave neither steps it nor reads its reference (a streamed
+                              // layer's optimizer state stays on flash)
     int formed_in_u;          // op U forms it before the update (form_all_estimates): every
                               // layer's on a resident stage, a streamed one's tied copies alone
 } UpdateLayer;

@@ -36,8 +36,7 @@ void eval_pass_plan(Pipeline *p, double lent_bytes) {
     e->lent_bytes = lent_bytes;
     e->windows = (int)FG_MAX((double)group, FG_MIN(floor(e->lent_bytes / e->window_bytes), INT_MAX / 2));
     if (!p->src.io_stats || p->tr->replica) return;  // a stage that reads its layers says it
-    double store, written;
-    slot_plan_step_bytes(p->cfg, p->model, p->stage.first, p->stage.last, &store, &written);
+    double store = slot_plan_pass_bytes(p->cfg, p->model, p->stage.first, p->stage.last);
     char where[96];
     if (e->windows > group)
         snprintf(where, sizeof where, "%.2f MB each, in the %.1f MB its stashes take in a step",

@@ -30,7 +30,10 @@
 // BF16 (a frozen base, slot_plan.h's slot16; widened into a buffer of the source's and narrowed
 // back when released dirty): for the readers and writers of floats (checkpoints, loads), not
 // the step's GEMMs, which read params16.
-enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_FLOATS = 4, LAYER_MAX_LAG = 2 };
+// LAYER_PARAMS_ONLY, with LAYER_WEIGHTS: the pass reads the parameters alone (state and ref
+// NULL): a streamed layer's optimizer state and reference stay on flash, a third of an AdamW
+// layer's bytes read where the pass does not step it (update_plan.c decides which).
+enum { LAYER_WEIGHTS = 1, LAYER_STEP = 2, LAYER_FLOATS = 4, LAYER_PARAMS_ONLY = 8, LAYER_MAX_LAG = 2 };
 
 // One layer's buffers, each of the layer's param_count floats (NULL: not in this run), or of a
 // row block of it: floats [first, first + count) of each (Layer.block_rows; layer_block).

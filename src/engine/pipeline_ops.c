@@ -363,7 +363,7 @@ static int backward_blocks(Pipeline *p, long step, long total, int l, int n, int
     const int trains = st->plan[l].trains;
     for (int b = 0; b < layer_blocks(L) && !rc; b++) {
         LayerSlot s;
-        unsigned parts = LAYER_WEIGHTS | LAYER_STEP, dirty = 0;
+        unsigned parts = p->upd.layer[l].backward_parts, dirty = 0;
         if ((rc = layers_acquire_block(p, l, b, -1, parts, &s, err))) break;
         int r0 = (int)(s.first / C), rows = (int)(s.count / C);
         if (zero && trains) be->zero(be, s.grad, s.count * sizeof(float));
@@ -407,7 +407,7 @@ int ops_backward_group(Pipeline *p, long step, long total, int n, int last_w, Fg
     if (!rc) rc = p->stash.rerun(p, n, err);
     for (int l = st->last - 1; l >= st->backward_first && !rc; l--) {
         LayerSlot s = {0};
-        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0, dirty = 0;
+        unsigned parts = p->model->layers[l].param_count ? p->upd.layer[l].backward_parts : 0, dirty = 0;
         if (layer_blocks(&p->model->layers[l]) > 1) {
             rc = backward_blocks(p, step, total, l, n, zero, last_w, err);
             continue;

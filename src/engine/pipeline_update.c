@@ -99,7 +99,9 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, int next_block, LayerS
                                unsigned *dirty, FgError *err) {
     const PendingUpdate *u = &p->upd.pending;
     int reads_step = u->active && (reads_update_grad(u) || p->tt.old_versions > 0);
-    *parts = LAYER_WEIGHTS | (reads_step ? LAYER_STEP : 0);
+    // A wave that applies no update reads the parameters alone (their reference too where F
+    // dots it): a streamed layer's optimizer state stays on flash.
+    *parts = LAYER_WEIGHTS | (u->active || p->need.ref ? 0 : LAYER_PARAMS_ONLY) | (reads_step ? LAYER_STEP : 0);
     *dirty = 0;
     int rc = layers_acquire_block_then(p, l, b, next_block, 1, *parts, s, err);
     if (rc || !u->active) return rc;

@@ -129,18 +129,32 @@ double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int 
     return bytes;
 }
 
+// One wave steps a trained layer (reads and writes its buffers); bp and fg+bp have a second,
+// which reads its parameters alone unless F dots the reference (update_plan.c's wave_parts).
 void slot_plan_step_bytes(const Config *c, const Model *m, int first, int last, double *read,
                           double *write) {
     SlotPlan sp;
     int param_layers;
     plan_sizes(c, m, first, last, &sp, &param_layers);
+    const int waves = c->method.mode == MODE_FG ? 1 : 2, other = layer_needs(c).ref ? sp.n_weights : 1;
     *read = *write = 0.0;
     for (int l = first; l < last; l++) {
         if (!stored(&sp, m, l)) continue;
         const Layer *L = &m->layers[l];
-        *read += (L->frozen ? 1 : sp.n_weights) * stored_buffer_bytes(L);
+        *read += (L->frozen ? waves : sp.n_weights + (waves - 1) * other) * stored_buffer_bytes(L);
         if (!L->frozen) *write += sp.n_weights * stored_buffer_bytes(L);
     }
+}
+
+double slot_plan_pass_bytes(const Config *c, const Model *m, int first, int last) {
+    SlotPlan sp;
+    int param_layers;
+    plan_sizes(c, m, first, last, &sp, &param_layers);
+    const int reads = layer_needs(c).ref ? sp.n_weights : 1;
+    double bytes = 0.0;
+    for (int l = first; l < last; l++)
+        if (stored(&sp, m, l)) bytes += (m->layers[l].frozen ? 1 : reads) * stored_buffer_bytes(&m->layers[l]);
+    return bytes;
 }
 
 static void plan_sizes(const Config *c, const Model *m, int first, int last, SlotPlan *sp,

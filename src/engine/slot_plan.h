@@ -74,8 +74,12 @@ double slot_plan_copy16_bytes(const SlotPlan *sp);
 // Bytes of one version of the stage's layers in both stores.
 double slot_plan_flash_bytes(const SlotPlan *sp, const Model *m, int first, int last);
 // A step's weights bytes read from and written to flash by layers [first, last) (the step
-// stores' aside): every buffer of a trained layer both ways, a frozen one's parameters read
-// only, each in its stored dtype (Layer.stored_bf16: 2 bytes a value).
+// stores' aside), every wave's: a trained layer's buffers both ways in the wave that steps it,
+// its parameters alone read by bp's and fg+bp's other wave (all of them where F dots the
+// reference), a frozen one's parameters read by each wave, each in its stored dtype
+// (Layer.stored_bf16: 2 bytes a value). slot_plan_pass_bytes: a pass that steps nothing (an
+// evaluation).
+double slot_plan_pass_bytes(const Config *c, const Model *m, int first, int last);
 void slot_plan_step_bytes(const Config *c, const Model *m, int first, int last, double *read,
                           double *write);
 

@@ -89,12 +89,16 @@ static int steps_of(const Streamed *st, int layer, unsigned parts) {
     return (parts & LAYER_STEP) && st->has_step && st->plan[layer].trains;
 }
 
+// The weights stream's buffers a pass reads: the parameters alone (1), or all (0).
+static int weights_bufs(unsigned parts) { return parts & LAYER_PARAMS_ONLY ? 1 : 0; }
+
 static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
     Streamed *st = s->ctx;
     int rc = FG_OK;
     if (!st->io) return FG_OK;
-    if (parts & LAYER_WEIGHTS) rc = st->weights.prefetch_block(&st->weights, stored(st, layer), block, err);
-    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch_block(&st->step, layer, block, err);
+    if (parts & LAYER_WEIGHTS)
+        rc = st->weights.prefetch_block(&st->weights, stored(st, layer), block, weights_bufs(parts), err);
+    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch_block(&st->step, layer, block, 0, err);
     return rc;
 }
 
@@ -104,8 +108,8 @@ static int acquire_views(Streamed *st, int layer, int block, unsigned parts, Lay
                          LayerView *v, FgError *err) {
     int rc = FG_OK;
     if (st->io && (parts & LAYER_WEIGHTS))
-        rc = st->weights.acquire_block(&st->weights, stored(st, layer), block, w, err);
-    if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire_block(&st->step, layer, block, v, err);
+        rc = st->weights.acquire_block(&st->weights, stored(st, layer), block, weights_bufs(parts), w, err);
+    if (!rc && st->io && steps_of(st, layer, parts)) rc = st->step.acquire_block(&st->step, layer, block, 0, v, err);
     if (rc || !st->shared || !(parts & (LAYER_WEIGHTS | LAYER_STEP))) return rc;
     if (st->solo)
         return st->io ? FG_OK : fg_fail(err, FG_ERR_INTERNAL, "layer %d acquired by a replica "
@@ -130,15 +134,16 @@ static int streamed_acquire(LayerSource *s, int layer, int block, unsigned parts
     if (rc) return rc;
     layer_block(&st->m->layers[layer], block, &out->first, &out->count);
     if (parts & LAYER_WEIGHTS) {
+        if (parts & LAYER_PARAMS_ONLY) w.n_bufs = 1;  // a slot read whole still hands out its params alone
         st->held_weights = w;
         float *bufs[4] = {NULL};
         if (st->on_device) device_lanes_begin(&st->dev_weights);
         for (int b = 0; b < w.n_bufs; b++) bufs[b] = stage_in(st, &w, &st->dev_weights, b);
         if (st->on_device) device_lanes_ready(&st->dev_weights);
         // Buffers of a host slot are padded for direct I/O: all the same distance apart.
-        // A layer that does not train (frozen) holds its parameters alone: no optimizer state,
-        // no reference.
-        int trained = st->plan[layer].trains;
+        // A layer that does not train (frozen) holds its parameters alone, and a pass that reads
+        // them alone gets them alone: no optimizer state, no reference.
+        int trained = st->plan[layer].trains && !(parts & LAYER_PARAMS_ONLY);
         slot_bf16_acquire(&st->bf16, layer, &w, bufs[0], parts, out);
         out->state = st->need.opt_buffers && trained ? bufs[1] : NULL;
         out->state_stride = st->on_device ? w.count : w.n_bufs > 1 ? (size_t)(w.buf[1] - w.buf[0]) : w.count;

@@ -115,7 +115,8 @@ static int rerun_forward(Pipeline *p, int n, FgError *err) {
     Stage *st = &p->stage;
     int rc = FG_OK;
     for (int l = st->first; l < st->last - 1 && !rc; l++) {
-        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP : 0;
+        // A rerun steps nothing: the parameters alone (the B after it reads the rest).
+        unsigned parts = p->model->layers[l].param_count ? LAYER_WEIGHTS | LAYER_STEP | LAYER_PARAMS_ONLY : 0;
         LayerSlot s = {0};
         if (parts && (rc = layers_acquire(p, l, 1, parts, &s, err))) break;
         const size_t in = (size_t)p->model->layers[l].in * p->cfg->training.micro_batch;

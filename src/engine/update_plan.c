@@ -26,6 +26,21 @@ static UpdateWhen update_timing(const Pipeline *p) {
     return !p->run.forms_estimate && !p->need.keep_grad ? UPDATE_IN_BACKWARD : UPDATE_IN_NEXT_FORWARD;
 }
 
+// Where the backward wave steps layer l it reads its optimizer state; where F dots the
+// reference (cv, guided) every wave keeps it. Elsewhere it reads the parameters alone: the
+// backward wave of a stage that steps in the next forward (clipped bp, fg+bp), and in bp's the
+// tied head, whose gradient waits for the embedding's step. (A forward wave that applies no
+// update reads them alone too: update_acquire_for_forward.)
+static unsigned wave_parts(const Pipeline *p, int steps) {
+    return LAYER_WEIGHTS | (steps || p->need.ref ? 0 : LAYER_PARAMS_ONLY);
+}
+
+static int steps_in_backward(const Pipeline *p, UpdateWhen when, int l) {
+    const Model *m = p->model;
+    int waits = !p->run.forms_estimate && tied_apart(p, l) && !(p->src.tied_once && l == m->tied_first);
+    return when == UPDATE_IN_BACKWARD && p->stage.plan[l].trains && !waits;
+}
+
 void update_plan(Pipeline *p) {
     const int streamed = p->src.streamed;
     UpdateState *u = &p->upd;
@@ -40,6 +55,7 @@ void update_plan(Pipeline *p) {
         const int apart = tied_apart(p, l);
         u->layer[l] = (UpdateLayer){
             .estimate_at = streamed ? 0 : p->model->layers[l].param_offset - p->stage.param_base,
-            .holds_layer = !streamed || tied_buffer(p, l) != NULL, .formed_in_u = !streamed || apart};
+            .holds_layer = !streamed || tied_buffer(p, l) != NULL, .formed_in_u = !streamed || apart,
+            .backward_parts = wave_parts(p, steps_in_backward(p, u->when, l)) | LAYER_STEP};
     }
 }

@@ -1,7 +1,8 @@
 // fgpipe plan --batches: which micro-batch a stage that streams its weights from flash should
-// run, for bp-zb, fg and fg+bp. A streamed stage reads its weight store once per wave (bp and
-// fg+bp: the F wave and the B wave; fg: the F wave, its update folded into the next read) and
-// writes it once per step, whatever the micro-batch; its compute grows with the micro-batch and
+// run, for bp-zb, fg and fg+bp. A streamed stage reads its parameters once per wave (bp and
+// fg+bp: the F wave and the B wave; fg: the F wave, its update folded into the next read), its
+// optimizer state in the wave that steps, and writes both once per step, whatever the
+// micro-batch (slot_plan_step_bytes); its compute grows with the micro-batch and
 // so do its activations. So a larger micro-batch needs less bandwidth and more memory: the
 // choice is the smallest one whose step is compute-bound on this disk within mem_budget, or, if
 // none is, the largest that fits (flash-bound). The R replicas of a stage on one node share one
@@ -78,7 +79,6 @@ static BatchRow batch_row(const Sweep *w, int batch) {
     const Config *c = &w->cs->cfg;
     const Model *m = w->m;
     const int M = c->layout.stages, B0 = c->training.micro_batch;
-    const int waves = c->method.mode == MODE_FG ? 1 : 2;
     const double scale = (double)batch / B0;
     // Compute grows with the batch (linear: see docs); it is one replica's, timed with the
     // config's replicas (fg's U regenerates the tangents of all R x N micro-batches).
@@ -97,7 +97,7 @@ static BatchRow batch_row(const Sweep *w, int batch) {
         double act = w->fig->activations[s] * scale;
         r.activations = FG_MAX(r.activations, act);
         r.memory = FG_MAX(r.memory, act + slots + layer_work + runtime);
-        r.read = FG_MAX(r.read, waves * read * w->stores);
+        r.read = FG_MAX(r.read, read * w->stores);
         r.write = FG_MAX(r.write, write * w->stores);
     }
     r.io = r.read / w->read_bw + r.write / w->write_bw;

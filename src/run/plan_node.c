@@ -72,7 +72,9 @@ NodeRow plan_node_row(const Config *c, const NodeSpec *n, const NodeModel *m, in
     NodeRow r = {.batch = batch};
     r.activations = fg ? b * T * 2.0 * (1 + c->method.tangents) * 4.0 * C * sizeof(float)
                        : b * T * L * (34.0 * C + 5.0 * H * T) * 2.0;
-    r.read = (fg ? 1 : 2) * store, r.write = store;
+    // bp's forward wave reads the parameters alone, its backward wave steps (reads and writes
+    // every buffer); fg's one wave steps (update_plan.c)
+    r.read = (fg ? 0 : m->params * sizeof(float)) + store, r.write = store;
     r.compute = batch * T * (6.0 * m->params + 12.0 * L * C * T) / (n->devices * n->flops);
     r.io = r.read / n->flash_read + r.write / n->flash_write;
     r.needed_bandwidth = (r.read + r.write) / r.compute;

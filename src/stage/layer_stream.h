@@ -68,9 +68,12 @@ struct LayerStream {
     // A layer in row blocks (Layer.block_rows; a slot holds one block) is read, pinned and
     // written back a block at a time, the blocks of a version in ascending order; the layer has
     // the version once its last block is written. Its acquire is refused; its prefetch reads
-    // its block 0. A layer without blocks is block 0.
-    int (*prefetch_block)(LayerStream *s, int layer, int block, FgError *err);
-    int (*acquire_block)(LayerStream *s, int layer, int block, LayerView *view, FgError *err);
+    // its block 0. A layer without blocks is block 0. bufs: the layer's leading buffers the
+    // pass reads (1: its parameters, the optimizer state left on flash, which a pass that does
+    // not step it never reads; 0: all); a slot acquired again with more reads the rest alone,
+    // and view->n_bufs says how many it holds. Only a slot holding all is released dirty.
+    int (*prefetch_block)(LayerStream *s, int layer, int block, int bufs, FgError *err);
+    int (*acquire_block)(LayerStream *s, int layer, int block, int bufs, LayerView *view, FgError *err);
     int (*release_block)(LayerStream *s, int layer, int block, int dirty, FgError *err);
     // The auxiliary record of a version (e.g. the scalars of the pending forward-gradient
     // update), written before the first layer of that version; read_aux returns the one of
