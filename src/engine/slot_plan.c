@@ -228,8 +228,8 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     // floor (the next layer uploads during this one's compute), else one.
     sp->device_lanes = 0;
     if (be->on_device) {
-        // Device memory, as the copy (work_bytes above): the widened BF16 slot, held for the
-        // run (on the CPU it is held too, but its peak came at checkpoints before: not counted).
+        // The widened BF16 slot (slot_bf16.h): device memory held for the run, counted as the
+        // copy is (above). A CPU's is host memory left out, as when it was made per checkpoint.
         work_bytes += (double)sp->wide16 * sizeof(float);
         size_t lane = sp->lane_weights + sp->lane_step;
         double two = device_lanes_bytes(2, lane);
