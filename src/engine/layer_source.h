@@ -18,7 +18,6 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "bf16.h"
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"

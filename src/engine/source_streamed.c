@@ -169,7 +169,8 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
     if (st->shared && !st->solo && (parts & (LAYER_WEIGHTS | LAYER_STEP)) &&
         (rc = slot_share_barrier(&st->share, err)))
         return rc;
-    // A BF16 slot's widened weights go back into it before the stream writes it back.
+    // A BF16 slot's widened weights go back into it (its lane on a device: before the lane
+    // comes back into the slot, below) before the stream writes it back.
     if (parts & LAYER_WEIGHTS) slot_bf16_release(&st->bf16, dirty & LAYER_WEIGHTS, st->io);
     if (!st->io) return FG_OK;
     if (layer == st->twin) dirty &= ~(unsigned)LAYER_WEIGHTS;  // the embedding's step writes it
