@@ -44,11 +44,6 @@ fi
 FGPIPE_CPU_NO_BF16=1 expect 2 "precision = bf16 on the CPU needs the CPU flag avx512_bf16" train --config "$config" --set precision=bf16 --set steps=1
 FGPIPE_CPU_NO_BF16=1 expect 2 "precision = bf16 on the CPU needs the CPU flag avx512_bf16" plan --config "$config" --set precision=bf16
 expect 2 "precision = tf32 needs device = cuda" train --config "$config" --set precision=tf32 --set steps=1
-# A streamed GPU stage has no device copy of its BF16 weights: refused before anything is built.
-expect 2 "precision = bf16 with device = cuda keeps every stage in GPU memory" train --config "$config" \
-  --device cuda --set precision=bf16 --mem-budget 14M --weights-dir "$dir" --set steps=1
-expect 2 "precision = bf16 with device = cuda keeps every stage in GPU memory" plan --config "$config" \
-  --set device=cuda --set precision=bf16 --set mem_budget=14000000 --set weights_dir="$dir"
 # Every read error is an error; a line is read whole however long (issue 19 #4, #5).
 expect 2 "read error at line 1: Is a directory" train --config "$dir"
 long=$(printf 'x%.0s' $(seq 3000))

@@ -2,7 +2,8 @@
 # Out-of-core stages on the GPU (device = cuda with mem_budget): each layer's slot is copied to
 # the device for its compute and back when written. Checks, on one stage, that streaming gives
 # the in-memory GPU run's losses and weights byte for byte, for every mode and the options that
-# change what a step streams (lag 1, guided, clipping in fg and bp).
+# change what a step streams (lag 1, guided, clipping in fg and bp), and in bf16 (the layers'
+# BF16 copies made from the lanes in device memory, slot_bf16.c).
 # Exit 77 (ctest: skipped) without a GPU or without the CUDA build.
 # usage: gpu_out_of_core.sh FGPIPE CONFIG
 . "$(dirname "$0")/lib.sh" "$@"
@@ -20,7 +21,9 @@ cases=("fg|18M|mode=fg"
        "guided|32M|mode=fg+bp estimator=guided tangents=2 select=2"
        "fg-clip|18M|mode=fg clip_norm=0.05"
        "bp|24M|mode=bp"
-       "bp-clip|26M|mode=bp clip_norm=0.05")
+       "bp-clip|26M|mode=bp clip_norm=0.05"
+       "bf16-bp|24M|mode=bp precision=bf16"
+       "bf16-fgbp-lag1|30M|mode=fg+bp estimator=cv lag=1 select=2 precision=bf16")
 for c in "${cases[@]}"; do
   IFS='|' read -r name budget sets <<<"$c"
   s=(); for kv in $sets; do s+=(--set "$kv"); done

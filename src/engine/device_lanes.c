@@ -36,10 +36,15 @@ void device_lanes_begin(DeviceLanes *d) {
     d->be->fence_wait(d->be, d->freed[d->held], ON_COPY);
 }
 
+// Bytes of buffer b of v that cross the link: a BF16 slot's buffer 0 holds count BF16 values.
+static size_t buffer_bytes(const LayerView *v, int b) {
+    return v->count * (v->bf16 && b == 0 ? sizeof(uint16_t) : sizeof(float));
+}
+
 float *device_lanes_in(DeviceLanes *d, const LayerView *v, int b) {
     float *dev = d->lane[d->held] + (size_t)b * v->count;
-    d->be->copy_async(d->be, dev, v->buf[b], v->count * sizeof(float), 1);
-    d->bytes_in += (double)v->count * sizeof(float);
+    d->be->copy_async(d->be, dev, v->buf[b], buffer_bytes(v, b), 1);
+    d->bytes_in += (double)buffer_bytes(v, b);
     return dev;
 }
 
@@ -56,9 +61,10 @@ int device_lanes_release(DeviceLanes *d, const LayerView *v, int dirty, FgError 
     be->fence_mark(be, d->freed[lane], ON_COMPUTE);
     if (!dirty) return be->fence_sync(be, d->loaded[lane], err);  // the slot's upload is done
     be->fence_wait(be, d->freed[lane], ON_COPY);
-    for (int b = 0; b < v->n_bufs; b++)
-        be->copy_async(be, v->buf[b], d->lane[lane] + (size_t)b * v->count, v->count * sizeof(float), 0);
-    d->bytes_out += (double)v->n_bufs * v->count * sizeof(float);
+    for (int b = 0; b < v->n_bufs; b++) {
+        be->copy_async(be, v->buf[b], d->lane[lane] + (size_t)b * v->count, buffer_bytes(v, b), 0);
+        d->bytes_out += (double)buffer_bytes(v, b);
+    }
     be->fence_mark(be, d->saved, ON_COPY);
     return be->fence_sync(be, d->saved, err);
 }

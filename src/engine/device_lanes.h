@@ -37,9 +37,10 @@ void device_lanes_close(DeviceLanes *d);
 
 // Starts a layer in the next lane: its uploads wait until the compute stream is done with the
 // lane's last layer. Then device_lanes_in uploads buffer b of v, device_lanes_ready makes the
-// compute stream wait for the uploads.
+// compute stream wait for the uploads. A BF16 slot's buffer 0 (LayerView.bf16) crosses as it
+// lies, 2 bytes a value, both ways (bytes_in, bytes_out count what crossed).
 void device_lanes_begin(DeviceLanes *d);
-float *device_lanes_in(DeviceLanes *d, const LayerView *v, int b);  // at b * v->count
+float *device_lanes_in(DeviceLanes *d, const LayerView *v, int b);  // at b * v->count floats
 void device_lanes_ready(DeviceLanes *d);
 
 // The held layer is done: dirty, its buffers come back into v's host slot; either way the host

@@ -18,7 +18,6 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "bf16.h"
 #include "common.h"
 #include "config.h"
 #include "layer_stream.h"
@@ -139,11 +138,11 @@ struct LayerSource {
     int (*close)(LayerSource *s, FgError *err);
 };
 
-// How a layer's BF16 copy rounds its weights: a base kept in BF16 (stored_bf16) keeps its own
-// bits, denormals too (as a streamed BF16 slot holds them); other weights round as the BF16
-// GEMM rounds an FP32 operand per call (`rounding`).
-static inline Bf16Convert layer_source_convert16(const Layer *L, Bf16Convert rounding) {
-    return L->stored_bf16 ? bf16_narrow : rounding;
+// How a layer's BF16 copy rounds its weights (Backend.narrow16's `how`): a base kept in BF16
+// (stored_bf16) keeps its own bits, denormals too (as a streamed BF16 slot holds them); other
+// weights round as the BF16 GEMM rounds an FP32 operand per call.
+static inline int layer_source_how16(const Layer *L) {
+    return BF16_WEIGHTS | (L->stored_bf16 ? BF16_KEEP_DENORMALS : 0);
 }
 
 // Which bound a streamed stage's step is on, from its I/O over `steps` steps that took

@@ -3,27 +3,28 @@
 
 #include <stdlib.h>
 
-void slot_bf16_open(SlotBf16 *b, const Config *c, const Model *m, int first, int last, const SlotPlan *sp) {
-    *b = (SlotBf16){.m = m};
+void slot_bf16_open(SlotBf16 *b, const Backend *be, const Config *c, const Model *m, int first,
+                    int last, const SlotPlan *sp) {
+    *b = (SlotBf16){.be = be, .m = m};
     b->slot16 = calloc((size_t)m->n_layers, 1);
     b->copy16 = calloc((size_t)m->n_layers, 1);
     for (int l = first; sp->weights16 && l < last; l++) {
         b->slot16[l] = (unsigned char)slot_plan_slot16(c, m, l);
         b->copy16[l] = (unsigned char)slot_plan_copy16(c, m, l);
     }
-    if (sp->copy16) b->copy = fg_alloc_bytes(sp->copy16 * sizeof(uint16_t));
-    b->convert = cpu_bf16_missing() ? bf16_convert_scalar : bf16_convert_avx512;
+    if (sp->copy16) b->copy = be->alloc(be, sp->copy16 * sizeof(uint16_t));
+    if (sp->wide16) b->wide = backend_alloc_floats(be, sp->wide16);
 }
 
 void slot_bf16_close(SlotBf16 *b) {
     free(b->slot16), free(b->copy16);
-    fg_free(b->copy), fg_free(b->wide);
+    if (b->copy) b->be->free(b->be, b->copy);
+    if (b->wide) b->be->free(b->be, b->wide);
     *b = (SlotBf16){0};
 }
 
 static void make_copy(SlotBf16 *b, int layer, const LayerSlot *s) {
-    Bf16Convert convert = layer_source_convert16(&b->m->layers[layer], b->convert);
-    bf16_convert_rows(convert, s->params, 1, (int)s->count, (int)s->count, b->copy);
+    b->be->narrow16(b->be, s->params, b->copy, s->count, layer_source_how16(&b->m->layers[layer]));
     b->copies++;
 }
 
@@ -31,12 +32,12 @@ void slot_bf16_acquire(SlotBf16 *b, int layer, const LayerView *v, float *buf0, 
                        LayerSlot *out) {
     out->params = buf0, out->params16 = NULL;
     if (v->bf16) {  // a BF16 slot: the GEMMs read it where it lies, a reader of floats a copy
-        out->params16 = (const uint16_t *)v->buf[0];
+        out->params16 = (const uint16_t *)buf0;
         out->params = NULL;
         b->as_read++;
         if (!(parts & LAYER_FLOATS)) return;
-        b->wide = fg_alloc_floats(out->count);
-        bf16_widen(out->params16, b->wide, out->count);
+        b->widened = (uint16_t *)buf0, b->widened_count = out->count, b->widened_layer = layer;
+        b->be->widen16(b->be, out->params16, b->wide, out->count);
         out->params = b->wide;
         return;
     }
@@ -49,10 +50,11 @@ void slot_bf16_refresh(SlotBf16 *b, int layer, const LayerSlot *s) {
     if (b->copy && s->params16 == b->copy) make_copy(b, layer, s);
 }
 
-void slot_bf16_release(SlotBf16 *b, const LayerView *v, int written, int writes) {
-    if (!b->wide) return;
+void slot_bf16_release(SlotBf16 *b, int written, int writes) {
+    if (!b->widened) return;
     // A load's values came from BF16 (a base kept in BF16): narrowed back, they are its bits.
-    if (written && writes) bf16_narrow(b->wide, (uint16_t *)v->buf[0], v->count);
-    fg_free(b->wide);
-    b->wide = NULL;
+    if (written && writes)
+        b->be->narrow16(b->be, b->wide, b->widened, b->widened_count,
+                        layer_source_how16(&b->m->layers[b->widened_layer]));
+    b->widened = NULL;
 }

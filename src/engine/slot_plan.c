@@ -61,6 +61,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         const Layer *L = &m->layers[l];
         if (sp->weights16 && L->param_count && layer_has_weights16(L) && !slot16_layer(sp->weights16, m, l))
             sp->copy16 = FG_MAX(sp->copy16, unit_floats(L));  // the twin's too: made from its slot
+        if (slot16_layer(sp->weights16, m, l)) sp->wide16 = FG_MAX(sp->wide16, unit_floats(L));
         if (!stored(sp, m, l)) continue;
         if (slot_floats(sp, m, l) > sp->largest) sp->largest = slot_floats(sp, m, l), sp->largest_layer = l;
         weights = FG_MAX(weights, weights_bytes(sp, m, l));
@@ -241,6 +242,9 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     // floor (the next layer uploads during this one's compute), else one.
     sp->device_lanes = 0;
     if (be->on_device) {
+        // The widened BF16 slot (slot_bf16.h): device memory held for the run, counted as the
+        // copy is (above). A CPU's is host memory left out, as when it was made per checkpoint.
+        work_bytes += (double)sp->wide16 * sizeof(float);
         size_t lane = sp->lane_weights + sp->lane_step;
         double two = device_lanes_bytes(2, lane);
         sp->device_lanes = c->layout.mem_budget - runtime - work_bytes - two >= slots_floor(sp) ? 2 : 1;

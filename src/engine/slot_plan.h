@@ -33,6 +33,8 @@ typedef struct {
     int weights16;            // the GEMMs read BF16 weights (LayerNeeds.weights16)
     size_t copy16;            // values of the held layer's BF16 copy, made from its FP32 slot
                               // once per acquire (the largest such layer's; 0: none)
+    size_t wide16;            // floats of a BF16 slot widened for a reader of floats (a
+                              // checkpoint, a load: slot_bf16.h), the largest one's; 0: none
 } SlotPlan;
 
 // A bf16 run's streamed layers, decided once per layer from the model and the config: a layer

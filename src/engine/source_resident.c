@@ -21,11 +21,11 @@ typedef struct {
 
 // The one writer of the BF16 copy: layer l's floats [first, first + count) were written. The
 // backend rounds them where they lie (device memory on a GPU); a base kept in BF16 keeps its
-// own bits, denormals too (layer_source_convert16 says why).
+// own bits, denormals too (layer_source_how16 says why).
 static void refresh16(Resident *r, int l, size_t first, size_t count) {
     if (!r->params16 || r->at16[l] == SIZE_MAX) return;
     size_t off = r->model->layers[l].param_offset - r->base + first;
-    int how = BF16_WEIGHTS | (r->model->layers[l].stored_bf16 ? BF16_KEEP_DENORMALS : 0);
+    const int how = layer_source_how16(&r->model->layers[l]);
     r->be->narrow16(r->be, r->params + off, r->params16 + r->at16[l] + first, count, how);
 }
 

@@ -174,8 +174,9 @@ static int streamed_release(LayerSource *s, int layer, int block, unsigned parts
     if (st->shared && !st->solo && (parts & (LAYER_WEIGHTS | LAYER_STEP)) &&
         (rc = slot_share_barrier(&st->share, err)))
         return rc;
-    // A BF16 slot's widened weights go back into it before the stream writes it back.
-    if (parts & LAYER_WEIGHTS) slot_bf16_release(&st->bf16, &st->held_weights, dirty & LAYER_WEIGHTS, st->io);
+    // A BF16 slot's widened weights go back into it (its lane on a device: before the lane
+    // comes back into the slot, below) before the stream writes it back.
+    if (parts & LAYER_WEIGHTS) slot_bf16_release(&st->bf16, dirty & LAYER_WEIGHTS, st->io);
     if (!st->io) return FG_OK;
     if (layer == st->twin) dirty &= ~(unsigned)LAYER_WEIGHTS;  // the embedding's step writes it
     if (parts & LAYER_WEIGHTS) rc = stage_out(st, &st->held_weights, &st->dev_weights, dirty & LAYER_WEIGHTS, err);
@@ -509,7 +510,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
     st->plan = layer_plan_build(m);
-    slot_bf16_open(&st->bf16, c, m, first, last, &sp);
+    slot_bf16_open(&st->bf16, be, c, m, first, last, &sp);
     st->on_device = be->on_device;
     st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions

@@ -385,17 +385,6 @@ static int validate_cpu_precision(const Config *c, FgError *err) {
     return FG_OK;
 }
 
-// A bf16 stage on the GPU keeps its weights' BF16 copy in device memory, made where the weights
-// are written (the resident source). A streamed stage's copy (slot_bf16.c) is made in host
-// memory from a host slot, which a GPU stage's GEMMs cannot read: refused, not run wrong.
-static int validate_gpu_precision(const Config *c, FgError *err) {
-    if (c->layout.device != DEVICE_CUDA || c->layout.precision != PRECISION_BF16 || c->layout.mem_budget <= 0)
-        return FG_OK;
-    return fg_fail(err, FG_ERR_INPUT, "precision = bf16 with device = cuda keeps every stage in GPU "
-                   "memory: a stage streamed from flash (mem_budget) has no device copy of its BF16 "
-                   "weights yet; set mem_budget = 0, or precision = fp32 or tf32");
-}
-
 int config_validate(const Config *c, FgError *err) {
     if (c->training.steps == 0 && c->training.epochs == 0)
         return fg_fail(err, FG_ERR_INPUT, "steps and epochs are both 0: set one of them");
@@ -443,9 +432,7 @@ int config_validate(const Config *c, FgError *err) {
     if (!rc) rc = config_validate_table_blocks(c, err);
     if (!rc) rc = validate_lora(c, err);
     if (rc) return rc;
-    rc = validate_cpu_precision(c, err);
-    if (!rc) rc = validate_gpu_precision(c, err);
-    if (rc) return rc;
+    if ((rc = validate_cpu_precision(c, err))) return rc;
     if (c->optim.lr_schedule == LR_COSINE && c->optim.min_lr > c->optim.lr)
         return fg_fail(err, FG_ERR_INPUT, "min_lr (%g) is larger than lr (%g)", c->optim.min_lr, c->optim.lr);
     return FG_OK;
