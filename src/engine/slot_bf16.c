@@ -13,13 +13,11 @@ void slot_bf16_open(SlotBf16 *b, const Backend *be, const Config *c, const Model
         b->copy16[l] = (unsigned char)slot_plan_copy16(c, m, l);
     }
     if (sp->copy16) b->copy = be->alloc(be, sp->copy16 * sizeof(uint16_t));
-    if (sp->wide16) b->wide = backend_alloc_floats(be, sp->wide16);
 }
 
 void slot_bf16_close(SlotBf16 *b) {
     free(b->slot16), free(b->copy16);
     if (b->copy) b->be->free(b->be, b->copy);
-    if (b->wide) b->be->free(b->be, b->wide);
     *b = (SlotBf16){0};
 }
 
@@ -36,7 +34,9 @@ void slot_bf16_acquire(SlotBf16 *b, int layer, const LayerView *v, float *buf0, 
         out->params = NULL;
         b->as_read++;
         if (!(parts & LAYER_FLOATS)) return;
+        // Only checkpoints and loads read floats: the buffer lives while they hold the layer.
         b->widened = (uint16_t *)buf0, b->widened_count = out->count, b->widened_layer = layer;
+        b->wide = backend_alloc_floats(b->be, out->count);
         b->be->widen16(b->be, out->params16, b->wide, out->count);
         out->params = b->wide;
         return;
@@ -56,5 +56,6 @@ void slot_bf16_release(SlotBf16 *b, int written, int writes) {
     if (written && writes)
         b->be->narrow16(b->be, b->wide, b->widened, b->widened_count,
                         layer_source_how16(&b->m->layers[b->widened_layer]));
-    b->widened = NULL;
+    b->be->free(b->be, b->wide);
+    b->wide = NULL, b->widened = NULL;
 }

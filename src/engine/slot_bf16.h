@@ -22,8 +22,8 @@ typedef struct {
     unsigned char *slot16;  // per model layer: its slot holds BF16 (LayerStreamSpec.slot16)
     unsigned char *copy16;  // per model layer: its GEMMs read a copy of its FP32 slot
     uint16_t *copy;         // the held layer's copy (SlotPlan.copy16 values), or NULL
-    float *wide;            // a BF16 slot widened for a reader of floats (LAYER_FLOATS): the
-                            // largest one's floats (SlotPlan.wide16), or NULL
+    float *wide;            // a BF16 slot widened for a reader of floats (LAYER_FLOATS), from
+                            // its acquire to its release (a checkpoint, a load), or NULL
     uint16_t *widened;      // the BF16 values in wide (the slot, or its lane), NULL: none
     size_t widened_count;
     int widened_layer;

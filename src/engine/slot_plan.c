@@ -242,8 +242,9 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     // floor (the next layer uploads during this one's compute), else one.
     sp->device_lanes = 0;
     if (be->on_device) {
-        // The widened BF16 slot (slot_bf16.h): device memory held for the run, counted as the
-        // copy is (above). A CPU's is host memory left out, as when it was made per checkpoint.
+        // The widened BF16 slot (slot_bf16.h): device memory while a checkpoint or a load holds
+        // the layer, counted as the copy is (above); a CPU's is host memory made the same way
+        // and left out, as the checkpoint's other buffers are.
         work_bytes += (double)sp->wide16 * sizeof(float);
         size_t lane = sp->lane_weights + sp->lane_step;
         double two = device_lanes_bytes(2, lane);
