@@ -1,6 +1,7 @@
 """The table of a streamed benchmark's runs (bench_lora_8b.sh, bench_full_ft.sh): each step's
-I/O line, then per run the losses, peak RSS against the budget, GB read per step and
-bound / step over the steps after the first (which fills the store and the slots).
+I/O line (with the waves' bound: the sum over the step's waves of max(I/O, compute), what
+overlap within each wave allows), then per run the losses, peak RSS against the budget, GB read
+per step and bound / step over the steps after the first (which fills the store and the slots).
 
 usage: stream_report.py DIR TITLE NAME...
 Per run, from DIR/NAME.log (the `--set io_every_step=1` lines and the losses), DIR/NAME.json
@@ -11,7 +12,8 @@ import sys
 
 UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
 STEP = re.compile(r"step (\d+) I/O: read ([0-9.]+) GB, wrote ([0-9.]+) GB, I/O ([0-9.]+) s, "
-                  r"compute ([0-9.]+) s, bound ([0-9.]+) s \((\w+)\), step ([0-9.]+) s")
+                  r"compute ([0-9.]+) s, bound ([0-9.]+) s \((\w+)\), step ([0-9.]+) s"
+                  r"(?:, bound / step [0-9.]+; the waves' bound ([0-9.]+) s)?")
 
 
 def size(text):
@@ -19,15 +21,17 @@ def size(text):
 
 
 def main(d, title, names):
-    print(f"\n| {title} | step | GB read | GB written | I/O s | compute s | bound s | step s | bound / step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| {title} | step | GB read | GB written | I/O s | compute s | bound s | step s | bound / step | "
+          "waves' bound / step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     summary = []
     for n in names:
         log = open(f"{d}/{n}.log").read()
         rows = [m.groups() for m in STEP.finditer(log)]
         for r in rows:
+            waves = f"{float(r[8]) / float(r[7]):.2f}" if r[8] else "-"
             print(f"| {n} | {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]} ({r[6]}) | {r[7]} | "
-                  f"{float(r[5]) / float(r[7]):.2f} |")
+                  f"{float(r[5]) / float(r[7]):.2f} | {waves} |")
         losses = [float(x) for x in re.findall(r"step \d+/\d+\s+loss ([0-9.]+)", log)]
         val = re.search(r"val loss ([0-9.]+)", log)
         if val:

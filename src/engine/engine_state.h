@@ -43,6 +43,8 @@ typedef struct {
 typedef struct {
     double loss;        // mean loss of the step's micro-batches (valid on every stage)
     double seconds;     // wall time of the step on this stage
+    double waves_bound; // a streamed stage's: the sum over the step's op groups (its waves) of
+                        // max(I/O, compute) in each, what overlap within each wave allows
     // With UpdateState.want_stats (docs/log.md; NaN where not defined this step):
     double estimate_norm, exact_norm, cos_estimate_exact, cos_fg_exact, variance_reduction;
     double cv_beta_median;  // cv_scale = auto: median of the control variate's scales per layer

@@ -31,7 +31,18 @@ typedef struct {
     size_t sample0;
     double t_start, loss_sum;
     int last_w;  // group of the last B or Bw op that runs
+    double waves_bound;  // StepResult.waves_bound so far
 } StepRun;
+
+// A streamed stage's group (a wave through its layers): its I/O and compute overlap within it,
+// so it takes at least the larger. Summed, they show what a step can reach when a wave's own
+// I/O and compute differ (bp's forward flash-bound, its backward compute-bound).
+static void add_wave_bound(Pipeline *p, StepRun *r, const LayerStreamStats *before, double t0) {
+    LayerStreamStats now;
+    p->src.io_stats(&p->src, &now);
+    LayerStreamStats d = layer_stream_stats_sub(now, *before);
+    r->waves_bound += FG_MAX(d.busy_seconds, FG_MAX(wall_seconds() - t0 - d.wait_seconds, 0.0));
+}
 
 static void find_roles(const Pipeline *p, StepRun *r) {
     r->last_w = -1;
@@ -52,7 +63,9 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     if (g->kind != OP_U &&
         ((rc = ops_prepare_lanes(p, r->step, g, r->order, r->sample0, &n, err)) || !n))
         return rc;
-    double t0 = wall_seconds(), waited = 0.0;
+    double t0 = wall_seconds(), waited = 0.0, t_wave = t0;
+    LayerStreamStats before = {0};
+    if (p->src.io_stats) p->src.io_stats(&p->src, &before);
     if (g->kind == OP_F) {
         rc = ops_forward_group(p, r->step, n, r->order, r->sample0, &r->loss_sum, err);
     } else if (g->kind == OP_B) {
@@ -70,6 +83,7 @@ static int run_group(Pipeline *p, StepRun *r, int gi, FgError *err) {
     // is reported here, at the op that caused it).
     if (!rc) rc = p->be->sync(p->be, err);
     record_times(p, g, n, t0 - r->t_start, wall_seconds() - r->t_start);
+    if (p->src.io_stats) add_wave_bound(p, r, &before, t_wave);
     return rc;
 }
 
@@ -154,6 +168,7 @@ int pipeline_step(Pipeline *p, long step, long total, const size_t *order, size_
     for (int l = 0; l < L && out->not_finite_at < 0; l++)
         if (bad[L + l] > 0) out->not_finite_at = l, out->not_finite_adjoint = 1;
     out->seconds = wall_seconds() - r.t_start;
+    out->waves_bound = r.waves_bound;
     return rc;
 }
 

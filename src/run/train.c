@@ -56,7 +56,7 @@ typedef struct {
 // A streamed stage says which bound its step is on once IO_STEPS steps after the first (a
 // warm-up: the slots fill, the page cache is cold) have run.
 enum { IO_STEPS = 3 };
-static void watch_io_bound(Run *r, long step, double seconds) {
+static void watch_io_bound(Run *r, long step, double seconds, double waves_bound) {
     LayerSource *src = &r->p.src;
     long n = step - r->first_step;
     // A replica that reads its node's shared slots moves nothing: the node's I/O rank says it.
@@ -66,7 +66,7 @@ static void watch_io_bound(Run *r, long step, double seconds) {
         src->io_stats(src, &now);
         LayerStreamStats d = layer_stream_stats_sub(now, r->io_last);
         IoBound b = layer_io_bound(&d, seconds, 1);
-        report_io_step(r->env->tr, step, seconds, &b);
+        report_io_step(r->env->tr, step, seconds, waves_bound, &b);
         r->io_last = now;
     }
     if (n < 0 || n > IO_STEPS) return;
@@ -361,7 +361,7 @@ static int step_outputs(Run *r, long step, const StepResult *sr, FgError *err) {
     long done = step + 1 - r->first_step;
     r->train_time += sr->seconds;
     r->step_times[(step - r->first_step) % TIMES] = sr->seconds;
-    watch_io_bound(r, step, sr->seconds);
+    watch_io_bound(r, step, sr->seconds, sr->waves_bound);
     r->recent[step % WINDOW] = sr->loss;
     if (done == r->res->loss_window) first_window_loss(r, done);
     int rc = check_divergence(r, step, sr, err);

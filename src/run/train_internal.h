@@ -67,7 +67,7 @@ int report_activations_after_first_step(Pipeline *p, int reporter, FgError *err)
 void report_io_bound(const Config *c, const Transport *t, const LayerSource *src, const IoBound *b,
                      int steps);
 // One streamed step's I/O (io_every_step): bytes, I/O and compute seconds, the bound.
-void report_io_step(const Transport *t, long step, double seconds, const IoBound *b);
+void report_io_step(const Transport *t, long step, double seconds, double waves_bound, const IoBound *b);
 // The last step's phase with the times it ran (one phase), on every stage: collective over the
 // pipeline; free with report_free_measured.
 int report_gather_measured(Pipeline *p, Schedule *measured, FgError *err);

@@ -317,10 +317,11 @@ void report_io_bound(const Config *c, const Transport *t, const LayerSource *src
             b->flash_bound ? "flash" : "compute");
 }
 
-void report_io_step(const Transport *t, long step, double seconds, const IoBound *b) {
+void report_io_step(const Transport *t, long step, double seconds, double waves_bound, const IoBound *b) {
     double bound = FG_MAX(b->io_seconds, b->compute_seconds);
     fprintf(stderr, "fgpipe: stage %d step %ld I/O: read %.3f GB, wrote %.3f GB, I/O %.2f s, compute "
-            "%.2f s, bound %.2f s (%s), step %.2f s, bound / step %.2f\n", t->stage, step,
-            b->read_bytes / 1e9, b->write_bytes / 1e9, b->io_seconds, b->compute_seconds, bound,
-            b->flash_bound ? "flash" : "compute", seconds, seconds > 0 ? bound / seconds : 0.0);
+            "%.2f s, bound %.2f s (%s), step %.2f s, bound / step %.2f; the waves' bound %.2f s, "
+            "/ step %.2f\n", t->stage, step, b->read_bytes / 1e9, b->write_bytes / 1e9, b->io_seconds,
+            b->compute_seconds, bound, b->flash_bound ? "flash" : "compute", seconds,
+            seconds > 0 ? bound / seconds : 0.0, waves_bound, seconds > 0 ? waves_bound / seconds : 0.0);
 }
