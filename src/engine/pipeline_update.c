@@ -119,7 +119,7 @@ int update_acquire_for_forward(Pipeline *p, int l, int b, int next_block, LayerS
 // gradient and steps as the other layers do; op U has nothing left to do for them.
 static int keep_tied_gradient(Pipeline *p, int l, LayerSlot *s, int fresh, int *waits, FgError *err) {
     *waits = !p->run.forms_estimate && tied_apart(p, l);
-    if (fresh && p->src.tied_once && l == p->model->tied_first && layer_trains(p, l)) {
+    if (fresh && tied_takes_head(p, l)) {
         *waits = 0;
         return tied_add_head_gradient(p, s, err);
     }

@@ -29,6 +29,10 @@ int tied_apart(const Pipeline *p, int l) {
     return tied_buffer(p, l) || tied_region(p, l) >= 0;
 }
 
+int tied_takes_head(const Pipeline *p, int l) {
+    return p->src.tied_once && l == p->model->tied_first && p->stage.plan[l].trains;
+}
+
 // A spilled tied copy's gradient (of the slot's rows) into the layer-sized buffer (the
 // estimate's, fg and fg+bp), where op U finds it.
 int tied_fetch(Pipeline *p, int l, const LayerSlot *s, FgError *err) {

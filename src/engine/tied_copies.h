@@ -11,6 +11,9 @@ float *tied_buffer(const Pipeline *p, int l);
 int tied_region(const Pipeline *p, int l);
 // A tied copy whose op-U gradient is kept apart from the layer source (memory or flash).
 int tied_apart(const Pipeline *p, int l);
+// Kept once (LayerSource.tied_once): l is the embedding, which adds the head's gradient to its
+// own and steps in the backward wave, while the head's waits for it.
+int tied_takes_head(const Pipeline *p, int l);
 // A spilled copy's gradient of the slot's rows into the layer-sized buffer (nothing in memory).
 int tied_fetch(Pipeline *p, int l, const LayerSlot *s, FgError *err);
 // g, a copy's gradient of the slot's rows, onto flash (nothing when kept in memory).

@@ -35,9 +35,10 @@ static unsigned wave_parts(const Pipeline *p, int steps) {
     return LAYER_WEIGHTS | (steps || p->need.ref ? 0 : LAYER_PARAMS_ONLY);
 }
 
+// As update_finish_layer_gradient decides it: a tied copy's gradient waits for op U's sum
+// (keep_tied_gradient) unless it is the embedding kept once.
 static int steps_in_backward(const Pipeline *p, UpdateWhen when, int l) {
-    const Model *m = p->model;
-    int waits = !p->run.forms_estimate && tied_apart(p, l) && !(p->src.tied_once && l == m->tied_first);
+    int waits = !p->run.forms_estimate && tied_apart(p, l) && !tied_takes_head(p, l);
     return when == UPDATE_IN_BACKWARD && p->stage.plan[l].trains && !waits;
 }
 
