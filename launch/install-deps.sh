@@ -18,6 +18,8 @@ packages=(
   dataset-fashion-mnist                    # the default training data
   bible-kjv                                # the GPT's default text corpus (launch/text-corpus.sh)
   procps                                   # pgrep, for the killed-rank test
+  gdb                                      # a test's command still running at its time limit
+                                           # prints its stacks (tests/timeout-stacks.sh)
   slurmctld slurmd slurm-client munge      # launch/slurm/ scripts, tested on a real Slurm
   iproute2 util-linux                      # ip netns, unshare: the two-host test
 )

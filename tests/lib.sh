@@ -18,6 +18,9 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/fgpipe-$(basename "$0" .sh).XXXXXX") || exit 1
 trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 trap 'exit 130' INT TERM
 passed=0 failed=0
+# A test's `timeout N CMD` prints CMD's stacks when it hangs (a rare hang in CI then says where)
+tests_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+timeout() { "$tests_dir/timeout-stacks.sh" "$@"; }
 # FGPIPE_TIER: a script's cases fall in up to three tiers, each run by its own ctest test:
 # quick (its *_quick test, ctest -L quick), rest (the test of the script's name, in the full
 # suite) and long (its *_long test, ctest -L long: the heavy sweeps); so no case runs twice

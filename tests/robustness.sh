@@ -96,7 +96,9 @@ if missing: print(f"checkpoint at step {step}, loss.csv lacks steps {missing[:5]
 PY
 )
 train killed --set steps=300 --resume "$dir/killed"
-[ "$(cat "$dir/killed.rc")" -eq 0 ] || why="$why; the resume exited $(cat "$dir/killed.rc")"
+[ "$(cat "$dir/killed.rc")" -eq 0 ] ||
+  why="$why; the resume exited $(cat "$dir/killed.rc"), its output's end:
+$(tail -n 60 "$dir/killed.log")"
 cmp -s <(cut -d, -f1-2 "$dir/straight/loss.csv") <(cut -d, -f1-2 "$dir/killed/loss.csv") ||
   why="$why; loss.csv after the resume differs from the uninterrupted run's"
 verdict "after SIGKILL and --resume, loss.csv has every step once, as an uninterrupted run" "${why#; }"
