@@ -72,6 +72,10 @@ int messages_take(Pipeline *p, long step, const void **msg, FgError *err);
 // Posts the step's first receive.
 int messages_start(Pipeline *p, long step, FgError *err);
 
+// Marks the row blocks of the stage's first layer that step's forward reads (tt.wrap_blocks,
+// where there is one), for the read-ahead of the wave before it.
+int ops_mark_wrap_blocks(Pipeline *p, long step, FgError *err);
+
 // Op groups: the ops plan.op[g->first ..) of one kind. ops_prepare_lanes fills p->work.lanes with
 // those that run this step and takes their messages (stage 0: gathers its inputs); the group
 // then passes its lanes through the stage's layers together. *loss_sum collects the last

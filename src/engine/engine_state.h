@@ -109,6 +109,9 @@ typedef struct {
     int wraps[2];             // [dir > 0]: a wave of that direction is followed by a forward
                               // wave from the stage's first layer (bp's backward; fg's forward,
                               // with no backward ops), which its read-ahead runs on into
+    unsigned char *wrap_blocks;  // [row blocks of the stage's first layer]: those the next
+                              // step's forward reads, where it reads only those (a frozen
+                              // table, streamed): a wrap reads them ahead (NULL: block 0 on)
     char choice[256];         // why this timetable, where the run chose one (or "")
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned

@@ -95,7 +95,8 @@ static int begin_step(Pipeline *p, StepRun *r, FgError *err) {
     memset(p->scalars, 0, p->n_scalars * sizeof(double));
     if (p->stage.not_finite)  // what evaluation or the calibration counted is not this step's
         p->be->zero(p->be, p->stage.not_finite, 2 * (size_t)p->model->n_layers * sizeof(double));
-    return messages_start(p, r->step, err);
+    int rc = ops_mark_wrap_blocks(p, r->step + 1, err);  // read by this step's last wave
+    return rc ? rc : messages_start(p, r->step, err);
 }
 
 void pipeline_reserve_run_scalars(Pipeline *p, int n) {

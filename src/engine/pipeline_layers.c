@@ -26,6 +26,27 @@ int layers_held(const Pipeline *p, int l) { return l >= p->stage.first && l < p-
 
 int layers_sync(Pipeline *p, FgError *err) { return p->src.sync ? p->src.sync(&p->src, err) : FG_OK; }
 
+// The next layer with parameters that a wave in direction dir visits after l (-1: none): the
+// backward stops at the stage's backward_first (the frozen layers below it take no B).
+static int wave_next_param(const Pipeline *p, int l, int dir) {
+    int next = layers_next_param(p, l, dir);
+    return dir < 0 && next < p->stage.backward_first ? -1 : next;
+}
+
+// The stage's first layer l read ahead by a wave that wraps, up to `room` reads (*n: how many):
+// the row blocks the next step's forward reads (tt.wrap_blocks), else its first; its weights,
+// which every forward wave reads.
+static int prefetch_wrap(Pipeline *p, int l, int room, int *n, FgError *err) {
+    const unsigned char *reads = p->tt.wrap_blocks;
+    *n = 1;
+    if (!reads) return p->src.prefetch(&p->src, l, 0, LAYER_WEIGHTS, err);
+    int rc = FG_OK;
+    *n = 0;
+    for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc && *n < room; b++)
+        if (reads[b]) rc = p->src.prefetch(&p->src, l, b, LAYER_WEIGHTS, err), ++*n;
+    return rc;
+}
+
 // Reads ahead as deep as the slots allow: the disk stays busy while layers of little work
 // (norms, the small layers of a block) pass quickly. A layer in row blocks reads its next block
 // first (next_block; -1: none).
@@ -38,18 +59,24 @@ int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir
         depth--;
     }
     // At the wave's end the next wave's first layers (a wave that wraps: tt.wraps), so that it
-    // does not start by waiting for a read; their weights, which every forward wave reads.
-    int next = layers_next_param(p, l, dir), wrapped = 0;
-    for (int k = 0; !rc && k < depth; k++) {
-        if (next < 0 && !wrapped && p->tt.wraps[dir > 0]) next = layers_first_param(p), wrapped = 1;
-        if (next < 0) break;
-        rc = p->src.prefetch(&p->src, next, 0, wrapped ? LAYER_WEIGHTS : parts, err);
-        next = layers_next_param(p, next, wrapped ? 1 : dir);
+    // does not start by waiting for a read.
+    int next = wave_next_param(p, l, dir), wrapped = 0;
+    for (int k = 0, n = 1; !rc && k < depth; k += n) {
+        if (next < 0 && !wrapped && p->tt.wraps[dir > 0]) {
+            next = layers_first_param(p), wrapped = 1;
+            rc = prefetch_wrap(p, next, depth - k, &n, err);
+        } else if (next < 0) {
+            break;
+        } else {
+            rc = p->src.prefetch(&p->src, next, 0, wrapped ? LAYER_WEIGHTS : parts, err);
+            n = 1;
+        }
+        next = wave_next_param(p, next, wrapped ? 1 : dir);
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
     // would stall the wave for its whole read: it goes in as soon as a large slot is free.
-    for (int ahead = layers_next_param(p, l, dir); !rc && p->src.large && ahead >= 0;
-         ahead = layers_next_param(p, ahead, dir))
+    for (int ahead = wave_next_param(p, l, dir); !rc && p->src.large && ahead >= 0;
+         ahead = wave_next_param(p, ahead, dir))
         if (p->src.large[ahead]) {
             rc = p->src.prefetch(&p->src, ahead, 0, parts, err);
             break;

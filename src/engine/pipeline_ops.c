@@ -25,6 +25,21 @@ int ops_gather_microbatch(const Pipeline *p, long step, int mb, const size_t *or
     return FG_OK;
 }
 
+int ops_mark_wrap_blocks(Pipeline *p, long step, FgError *err) {
+    unsigned char *reads = p->tt.wrap_blocks;
+    if (!reads) return FG_OK;
+    const int l = layers_first_param(p), blocks = layer_blocks(&p->model->layers[l]);
+    memset(reads, 0, (size_t)blocks);
+    for (int mb = 0; mb < p->cfg->training.micro_batches; mb++) {
+        // A text's batches are a function of the step (no order, no first sample)
+        int rc = ops_gather_microbatch(p, step, mb, NULL, 0, p->work.host_x, NULL, err);
+        if (rc) return rc;
+        for (int b = 0; b < blocks; b++)
+            reads[b] |= stage_rows_read(&p->stage, l, b, p->work.host_x, p->cfg->training.micro_batch);
+    }
+    return FG_OK;
+}
+
 int ops_prepare_lanes(Pipeline *p, long step, const OpGroup *g, const size_t *order, size_t sample0,
                       int *n_lanes, FgError *err) {
     const Backend *be = p->be;
