@@ -130,14 +130,16 @@ kill_after() {  # kill_after OUT N: SIGKILLs the run writing OUT N steps after i
 }
 
 signal_stop() {  # signal_stop PID SIGNAL RC LIMIT LOG: sends SIGNAL to PID (this shell's child)
-  # and waits; $stop_problem: an exit status other than RC, or LIMIT seconds or more to end (LOG's
-  # last line then), empty if neither; $stop_seconds: how long it took
+  # and waits; $stop_problem: an exit status other than RC (with LOG's end: a rare abort in CI
+  # says where), or LIMIT seconds or more to end, empty if neither; $stop_seconds: how long it took
   local pid=$1 signal=$2 want=$3 limit=$4 log=$5 rc t0
   kill "-$signal" "$pid"; t0=$(date +%s.%N)
   wait "$pid"; rc=$?
   stop_seconds=$(echo "$(date +%s.%N) - $t0" | bc)
   stop_problem=""
-  [ "$rc" -eq "$want" ] || stop_problem="exit $rc (not $want): $(tail -n 1 "$log")"
+  [ "$rc" -eq "$want" ] || stop_problem="exit $rc (not $want), the log's end:
+$(tail -n 25 "$log")
+"
   [ "$(echo "$stop_seconds < $limit" | bc)" = 1 ] || stop_problem="$stop_problem; it took $stop_seconds s to end"
 }
 
