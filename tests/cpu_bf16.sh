@@ -25,6 +25,7 @@
 # - checkpoints hold FP32 masters: bf16 stopped on 2 stages (SIGUSR1) and resumed on 1 and on 2
 #   ends with the uninterrupted run's parameters and losses, byte for byte, in bp and in fg+bp,
 #   and an fp32 run resumes from the bf16 checkpoint.
+# The long tier (cpu_bf16_long) runs 1F1B, recompute, fg+bp's defaults and fg+bp's resume.
 # Skipped (77) on a CPU without avx512_bf16, where cli_errors checks the refusal.
 # usage: cpu_bf16.sh FGPIPE CONFIG   (CONFIG: launch/configs/gpt-kjv.conf)
 . "$(dirname "$0")/lib.sh" "$@"
@@ -44,23 +45,62 @@ falls() {  # falls NAME: a verdict that the run's last loss is below its first b
   verdict "$1: the loss falls" "$why"
 }
 
-train_on fp32 1 mode=bp precision=fp32 -- --summary-json "$dir/fp32.json"
-train_on bf16 1 mode=bp precision=bf16 -- --summary-json "$dir/bf16.json"
-train_on bf16-2 2 mode=bp precision=bf16
-train_on bf16-1f1b-2 2 mode=bp schedule=1f1b precision=bf16
+# stop_resume LABEL REF STOPPED KEY=VALUE...: STOPPED trained on 2 stages in bf16 and stopped by
+# SIGUSR1 once its log has 20 steps (mpirun forwards it to every rank; the timeout around it must
+# not get it), then resumed on 1 and on 2 stages: each ends with REF's parameters, optimizer
+# state and losses (REF: the same run uninterrupted), byte for byte.
+stop_resume() {
+  local label=$1 ref=$2 name=$3; shift 3
+  train_on "$name" 2 "$@" precision=bf16 &
+  local run=$! step M why
+  for _ in $(seq 1200); do
+    [ -f "$dir/$name/loss.csv" ] && [ "$(wc -l <"$dir/$name/loss.csv")" -gt 20 ] && break
+    sleep 0.05
+  done
+  pkill -USR1 -f "^mpirun .*--out $dir/$name( |$)"
+  wait "$run"
+  step=$(grep -o "stopped by a signal after step [0-9]*" "$dir/$name.log" | grep -o "[0-9]*$")
+  for M in 1 2; do
+    train_on "$name-resumed$M" "$M" "$@" precision=bf16 -- --resume "$dir/$name"
+    why=$(problem "$name-resumed$M")$(problem "$ref")
+    [ -n "$step" ] || why="the run was not stopped by the signal: $(tail -n 1 "$dir/$name.log")"
+    [ -n "$why" ] || cmp -s "$dir/$ref.bin" "$dir/$name-resumed$M.bin" || why="parameters differ"
+    [ -n "$why" ] || h5diff -q "$dir/$ref/checkpoint.h5" "$dir/$name-resumed$M/checkpoint.h5" /optimizer \
+      /optimizer || why="$why optimizer state differs"
+    [ -n "$why" ] || cmp -s <(cut -d, -f1-3 "$dir/$ref/loss.csv" | tail -n +$((step + 2))) \
+      <(cut -d, -f1-3 "$dir/$name-resumed$M/loss.csv" | tail -n +2) || why="losses differ"
+    verdict "$label: stopped on 2 stages after step ${step:-?}, resumed on $M = uninterrupted (bitwise)" "$why"
+  done
+}
 fgbp=(mode=fg+bp perturb=activity estimator=mix shrink=0.5)
+fgbpw=(mode=fg+bp perturb=weight estimator=cv)
+# The long tier (ctest -L long: cpu_bf16_long) takes the variants whose behaviour a case of the
+# full suite's already shows: 1F1B beside bp-zb, recompute, fg+bp's defaults, fg+bp's resume
+# beside bp's (with the references they compare with).
+train_on bf16 1 mode=bp precision=bf16 -- --summary-json "$dir/bf16.json"
+train_on fgbpw-bf16 1 "${fgbpw[@]}" precision=bf16
+if in_tier long; then
+  train_on bf16-1f1b-2 2 mode=bp schedule=1f1b precision=bf16
+  train_on fgbpw-recompute-2 2 "${fgbpw[@]}" recompute=stage precision=bf16
+  train_on fgbpd-bf16 1 mode=fg+bp precision=bf16
+  train_on fgbpd-bf16-2 2 mode=fg+bp precision=bf16
+  same_runs "bf16, bp-1f1b on 2 stages = bp-zb on 1, byte for byte" bf16 bf16-1f1b-2
+  same_runs "bf16, fg+bp (weight perturbation, cv) with recompute on 2 stages = without on 1, byte for byte" \
+    fgbpw-bf16 fgbpw-recompute-2
+  same_runs "bf16, fg+bp (its defaults: mix at shrink 0, no tangents): 2 stages = 1, byte for byte" fgbpd-bf16 \
+    fgbpd-bf16-2
+  stop_resume "bf16, fg+bp (weight perturbation, cv)" fgbpw-bf16 fgbpw-stopped "${fgbpw[@]}"
+  [ "$tier" = long ] && finish
+fi
+train_on fp32 1 mode=bp precision=fp32 -- --summary-json "$dir/fp32.json"
+train_on bf16-2 2 mode=bp precision=bf16
 train_on fgbp-fp32 1 "${fgbp[@]}" precision=fp32 -- --summary-json "$dir/fgbp-fp32.json"
 train_on fgbp-bf16 1 "${fgbp[@]}" precision=bf16 -- --summary-json "$dir/fgbp-bf16.json"
 train_on fgbp-bf16-2 2 "${fgbp[@]}" precision=bf16
 train_on fg-bf16 1 mode=fg perturb=weight precision=bf16
 train_on fg-bf16-2 2 mode=fg perturb=weight precision=bf16
-fgbpw=(mode=fg+bp perturb=weight estimator=cv)
-train_on fgbpw-bf16 1 "${fgbpw[@]}" precision=bf16
 train_on fgbpw-bf16-2 2 "${fgbpw[@]}" precision=bf16 -- --summary-json "$dir/fgbpw-bf16-2.json"
 train_on fgbpw-fp32-2 2 "${fgbpw[@]}" precision=fp32 -- --summary-json "$dir/fgbpw-fp32-2.json"
-train_on fgbpw-recompute-2 2 "${fgbpw[@]}" recompute=stage precision=bf16
-train_on fgbpd-bf16 1 mode=fg+bp precision=bf16
-train_on fgbpd-bf16-2 2 mode=fg+bp precision=bf16
 within_2pc() {  # within_2pc LABEL RUN FP32_RUN
   local why; why=$(problem "$2")$(problem "$3")
   [ -n "$why" ] || why=$(awk -v w="$(loss_diff "$dir/$2/loss.csv" "$dir/$3/loss.csv")" \
@@ -71,13 +111,8 @@ falls bf16
 within_2pc "bp: bf16's losses within 2% of fp32's over 50 steps" bf16 fp32
 grep -q "^precision = bf16" "$dir/bf16/config.txt" || verdict "bf16 ran in bf16" "config.txt says otherwise"
 same_runs "bf16, bp-zb: 2 stages give the losses and parameters of 1, byte for byte" bf16 bf16-2
-same_runs "bf16, bp-1f1b on 2 stages = bp-zb on 1, byte for byte" bf16 bf16-1f1b-2
 same_runs "bf16, fg (weight perturbation, BF16 tangents): 2 stages = 1, byte for byte" fg-bf16 fg-bf16-2
 same_runs "bf16, fg+bp (weight perturbation, cv): 2 stages = 1, byte for byte" fgbpw-bf16 fgbpw-bf16-2
-same_runs "bf16, fg+bp (weight perturbation, cv) with recompute on 2 stages = without on 1, byte for byte" \
-  fgbpw-bf16 fgbpw-recompute-2
-same_runs "bf16, fg+bp (its defaults: mix at shrink 0, no tangents): 2 stages = 1, byte for byte" fgbpd-bf16 \
-  fgbpd-bf16-2
 same_runs "bf16, fg+bp (activity perturbation, mix): 2 stages = 1, byte for byte" fgbp-bf16 fgbp-bf16-2
 within_2pc "fg+bp: bf16's losses within 2% of fp32's over 50 steps" fgbp-bf16 fgbp-fp32
 verdict "bf16: the stash holds half the bytes of fp32's" "$(py_check "$dir/bf16.json" "$dir/fp32.json" <<'PY'
@@ -156,35 +191,7 @@ PY
 )
 verdict "fg+bp on 2 stages: summary.json's message buffers of bf16 half of fp32's" "$why"
 
-# stop_resume LABEL REF STOPPED KEY=VALUE...: STOPPED trained on 2 stages in bf16 and stopped by
-# SIGUSR1 once its log has 20 steps (mpirun forwards it to every rank; the timeout around it must
-# not get it), then resumed on 1 and on 2 stages: each ends with REF's parameters, optimizer
-# state and losses (REF: the same run uninterrupted), byte for byte.
-stop_resume() {
-  local label=$1 ref=$2 name=$3; shift 3
-  train_on "$name" 2 "$@" precision=bf16 &
-  local run=$! step M why
-  for _ in $(seq 1200); do
-    [ -f "$dir/$name/loss.csv" ] && [ "$(wc -l <"$dir/$name/loss.csv")" -gt 20 ] && break
-    sleep 0.05
-  done
-  pkill -USR1 -f "^mpirun .*--out $dir/$name( |$)"
-  wait "$run"
-  step=$(grep -o "stopped by a signal after step [0-9]*" "$dir/$name.log" | grep -o "[0-9]*$")
-  for M in 1 2; do
-    train_on "$name-resumed$M" "$M" "$@" precision=bf16 -- --resume "$dir/$name"
-    why=$(problem "$name-resumed$M")$(problem "$ref")
-    [ -n "$step" ] || why="the run was not stopped by the signal: $(tail -n 1 "$dir/$name.log")"
-    [ -n "$why" ] || cmp -s "$dir/$ref.bin" "$dir/$name-resumed$M.bin" || why="parameters differ"
-    [ -n "$why" ] || h5diff -q "$dir/$ref/checkpoint.h5" "$dir/$name-resumed$M/checkpoint.h5" /optimizer \
-      /optimizer || why="$why optimizer state differs"
-    [ -n "$why" ] || cmp -s <(cut -d, -f1-3 "$dir/$ref/loss.csv" | tail -n +$((step + 2))) \
-      <(cut -d, -f1-3 "$dir/$name-resumed$M/loss.csv" | tail -n +2) || why="losses differ"
-    verdict "$label: stopped on 2 stages after step ${step:-?}, resumed on $M = uninterrupted (bitwise)" "$why"
-  done
-}
 stop_resume "bf16, bp" bf16 bf16-stopped mode=bp
-stop_resume "bf16, fg+bp (weight perturbation, cv)" fgbpw-bf16 fgbpw-stopped "${fgbpw[@]}"
 # A non-finite loss in bf16 names its step and the layer its first non-finite values entered
 # (counted where values are rounded between layers, summed over the stages): a NaN planted in
 # block 1's MLP weight (stage 2 of 2) shows first at the input of the GELU after it.

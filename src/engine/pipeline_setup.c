@@ -83,10 +83,8 @@ static void alloc_buffers(Pipeline *p) {
     p->work.labels = be->alloc(be, labels * sizeof(Label));
     p->work.host_x = fg_alloc_floats(p->work.x_stride);  // stage 0's inputs as gathered
     p->work.host_labels = fg_alloc_bytes(labels * sizeof(Label));
-    const int l0 = layers_first_param(p);
-    if (p->is_first && p->src.streamed && p->data && p->data->text && l0 >= 0 &&
-        layer_blocks(&p->model->layers[l0]) > 1 && !p->stage.plan[l0].trains)
-        p->tt.wrap_blocks = fg_alloc_bytes((size_t)layer_blocks(&p->model->layers[l0]));
+    const int wrap_blocks = source_wrap_blocks(p);
+    if (wrap_blocks) p->tt.wrap_blocks = fg_alloc_bytes((size_t)wrap_blocks);
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     // A B op lags its F by at most the timetable's lag: that many steps' dz (and stashes) at once.

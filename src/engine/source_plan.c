@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "engine_ops.h"
 #include "pipeline.h"
 #include "timetable_choice.h"
 
@@ -163,3 +164,9 @@ int source_choose(Pipeline *p, const LayerStreams *streams, int *streams_here, F
     return FG_OK;
 }
 
+int source_wrap_blocks(const Pipeline *p) {
+    const int l = layers_first_param(p);
+    if (!p->is_first || !p->src.streamed || !p->data || !p->data->text || l < 0) return 0;
+    const int blocks = layer_blocks(&p->model->layers[l]);
+    return blocks > 1 && !p->stage.plan[l].trains ? blocks : 0;
+}
