@@ -103,6 +103,33 @@ cmp -s <(cut -d, -f1-2 "$dir/straight/loss.csv") <(cut -d, -f1-2 "$dir/killed/lo
   why="$why; loss.csv after the resume differs from the uninterrupted run's"
 verdict "after SIGKILL and --resume, loss.csv has every step once, as an uninterrupted run" "${why#; }"
 
+# Open MPI's MPI-IO (OMPIO) opens every file with a shared file pointer whose lock is a named
+# semaphore for the file's base name alone (sharedfp/sm: /dev/shm/sem.OMPIO_checkpoint.h5.tmp);
+# a rank killed while it held it left it held, and every later checkpoint on the machine waited
+# on it (CI, 2026-11-29). planted ENV...: a run that finds it held (a semaphore file of zeros),
+# its exit status (124 after 5 s) in $dir/planted.rc; the semaphore removed after.
+held=/dev/shm/sem.OMPIO_checkpoint.h5.tmp
+planted() {
+  head -c 32 /dev/zero >"$held"
+  env "$@" timeout 5 "$fgpipe" train --config "$config" "${small[@]}" --set steps=3 --out "$dir/planted" \
+    >"$dir/planted.log" 2>&1
+  echo $? >"$dir/planted.rc"
+  rm -f "$held"
+}
+if [ -e "$held" ]; then
+  echo "SKIP a held MPI-IO semaphore: $held exists (another run's): not counted as passed"
+else
+  planted OMPI_MCA_sharedfp=sm  # Open MPI's own choice, which fgpipe replaces: it waits
+  if [ "$(cat "$dir/planted.rc")" -ne 124 ]; then
+    echo "SKIP a held MPI-IO semaphore: a run that uses it did not wait on the planted one (exit" \
+      "$(cat "$dir/planted.rc")): not Open MPI 4's OMPIO here; not counted as passed"
+  else
+    planted
+    verdict "a held MPI-IO semaphore (a killed run's) does not stop a checkpoint" \
+      "$([ "$(cat "$dir/planted.rc")" -eq 0 ] || echo "exit $(cat "$dir/planted.rc"): $(tail -n 3 "$dir/planted.log")")"
+  fi
+fi
+
 # A full disk (a 2 MiB tmpfs; needs root): two ranks agree on the failed checkpoint, exit 2
 # naming the full disk within the timeout (no hang), keep the last checkpoint and leave no
 # .tmp; a --log that fills the disk ends the same way, and stays readable (#1, #8, #12).
