@@ -145,12 +145,12 @@ static int run(RunArgs *args) {
 
 int main(int argc, char **argv) {
     fgpipe_catch_stop_signals();
-    // Open MPI's MPI-IO sets up a shared file pointer with every file it opens (sharedfp/sm: a
-    // semaphore in a file of the job's session directory, named by the file and rank 0's pid).
-    // A rank killed while it holds it leaves that file behind, and a later run given the same
-    // pid (pids are reused) waits on it forever in its next checkpoint's open. fgpipe never uses
-    // shared file pointers: the component that keeps them per process makes no such file (with
-    // none, the open fails; lockedfile leaves lock files in --out). A user's setting is kept.
+    // Open MPI's MPI-IO sets up a shared file pointer with every file it opens; its default
+    // (sharedfp/sm) locks it with a named semaphore for the file's base name alone, which rank 0
+    // takes inside the open. A rank killed holding it leaves it held, and every later
+    // checkpoint.h5.tmp on the machine waits on it forever (docs/checkpoints.md). fgpipe never
+    // uses shared file pointers: the component that keeps them per process has no such lock
+    // (with none, the open fails; lockedfile leaves lock files in --out). A user's setting is kept.
     setenv("OMPI_MCA_sharedfp", "individual", 0);
     MPI_Init(&argc, &argv);
     int size;
