@@ -38,12 +38,10 @@ static int wave_next_param(const Pipeline *p, int l, int dir) {
 // which every forward wave reads.
 static int prefetch_wrap(Pipeline *p, int l, int room, int *n, FgError *err) {
     const unsigned char *reads = p->tt.wrap_blocks;
-    *n = 1;
-    if (!reads) return p->src.prefetch(&p->src, l, 0, LAYER_WEIGHTS, err);
     int rc = FG_OK;
     *n = 0;
     for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc && *n < room; b++)
-        if (reads[b]) rc = p->src.prefetch(&p->src, l, b, LAYER_WEIGHTS, err), ++*n;
+        if (reads ? reads[b] : b == 0) rc = p->src.prefetch(&p->src, l, b, LAYER_WEIGHTS, err), ++*n;
     return rc;
 }
 
