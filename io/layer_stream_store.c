@@ -262,20 +262,34 @@ static int block_index(Ctx *c, int layer, int block, FgError *err) {
     return -1;
 }
 
-static int ls_prefetch_block(LayerStream *s, int layer, int block, int bufs, FgError *err) {
-    Ctx *c = s->ctx;
-    pthread_mutex_lock(&c->mu);
-    int rc = FG_OK, idx = c->failed ? -1 : block_index(c, layer, block, err), v;
-    if (c->failed) rc = sticky(c, err);
-    else if (idx < 0) rc = FG_ERR_INTERNAL;
-    else if ((v = resident(c, layer, block)) >= 0) {
-        // A slot being written back holds them all; one reading the rest is not evicted before
-        // its acquire, as a slot read ahead is not.
-        if (read_rest(c, v, bufs_wanted(c, idx, bufs))) c->slots[v].ahead = 1;
+// A read-ahead of a resident layer keeps it: a wave's layers come back in a cycle, and the
+// least recently used slot would otherwise be the very layer the wave is about to acquire.
+static int prefetch_locked(Ctx *c, int layer, int block, int bufs, FgError *err) {
+    int idx = c->failed ? -1 : block_index(c, layer, block, err), v;
+    if (c->failed) return sticky(c, err);
+    if (idx < 0) return FG_ERR_INTERNAL;
+    if ((v = resident(c, layer, block)) >= 0) {
+        read_rest(c, v, bufs_wanted(c, idx, bufs));  // a slot being written back holds them all
+        c->slots[v].ahead = 1;
     } else {
         v = start_read(c, layer, idx, block, bufs_wanted(c, idx, bufs), 0);  // no free slot: no read-ahead, not an error
         if (v >= 0) c->slots[v].ahead = 1;
     }
+    return FG_OK;
+}
+
+static int ls_prefetch_block(LayerStream *s, int layer, int block, int bufs, FgError *err) {
+    Ctx *c = s->ctx;
+    pthread_mutex_lock(&c->mu);
+    int rc = prefetch_locked(c, layer, block, bufs, err);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int ls_prefetch_when_idle(LayerStream *s, int layer, int block, int bufs, FgError *err) {
+    Ctx *c = s->ctx;
+    pthread_mutex_lock(&c->mu);
+    int rc = c->reads.len || c->reads.running ? FG_OK : prefetch_locked(c, layer, block, bufs, err);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -536,6 +550,7 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;
     s->prefetch_block = ls_prefetch_block, s->acquire_block = ls_acquire_block;
+    s->prefetch_when_idle = ls_prefetch_when_idle;
     s->release_block = ls_release_block;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;
     s->publish = ls_publish;

@@ -83,13 +83,16 @@ struct LayerSource {
     // Streamed only: how many layers past the one computing may be read ahead (slots - 1).
     int read_ahead;
     // Streamed with two slot sizes only (NULL: one size): per model layer, 1 where it takes a
-    // large slot (slot_plan_large), which the next of them is read into as soon as it is free.
+    // large slot (slot_plan_large), which the next of them is read into as soon as a large slot
+    // is free and the disk has nothing nearer to read (prefetch_when_idle).
     const unsigned char *large;
     // Each call names a row block of the layer (layer_block: a layer without blocks is its
     // block 0). A streamed layer in blocks holds one block in a slot and its blocks of a version
     // are written in ascending order; its gradient accumulator (layer_buffer) is a block's.
     // Starts reading a layer that will be acquired soon (no-op when resident).
     int (*prefetch)(LayerSource *s, int layer, int block, unsigned parts, FgError *err);
+    // The same when no read is queued or running, else nothing (streamed only).
+    int (*prefetch_when_idle)(LayerSource *s, int layer, int block, unsigned parts, FgError *err);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.
     int (*acquire)(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out, FgError *err);
     // Unpins the parts acquire pinned; dirty: those whose buffers were written.

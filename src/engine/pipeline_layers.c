@@ -72,11 +72,12 @@ int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir
         next = wave_next_param(p, next, wrapped ? 1 : dir);
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
-    // would stall the wave for its whole read: it goes in as soon as a large slot is free.
+    // would stall the wave for its whole read: it goes in as soon as a large slot is free, once
+    // the disk has read what the wave needs before it (queued first, it would delay those).
     for (int ahead = wave_next_param(p, l, dir); !rc && p->src.large && ahead >= 0;
          ahead = wave_next_param(p, ahead, dir))
         if (p->src.large[ahead]) {
-            rc = p->src.prefetch(&p->src, ahead, 0, parts, err);
+            rc = p->src.prefetch_when_idle(&p->src, ahead, 0, parts, err);
             break;
         }
     return rc;

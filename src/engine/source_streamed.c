@@ -92,14 +92,26 @@ static int steps_of(const Streamed *st, int layer, unsigned parts) {
 // The weights stream's buffers a pass reads: the parameters alone (1), or all (0).
 static int weights_bufs(unsigned parts) { return parts & LAYER_PARAMS_ONLY ? 1 : 0; }
 
-static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
-    Streamed *st = s->ctx;
+static int prefetch_parts(Streamed *st, int layer, int block, unsigned parts, int when_idle,
+                          FgError *err) {
     int rc = FG_OK;
     if (!st->io) return FG_OK;
+    LayerStream *w = &st->weights, *g = &st->step;
     if (parts & LAYER_WEIGHTS)
-        rc = st->weights.prefetch_block(&st->weights, stored(st, layer), block, weights_bufs(parts), err);
-    if (!rc && steps_of(st, layer, parts)) rc = st->step.prefetch_block(&st->step, layer, block, 0, err);
+        rc = (when_idle ? w->prefetch_when_idle : w->prefetch_block)(w, stored(st, layer), block,
+                                                                    weights_bufs(parts), err);
+    if (!rc && steps_of(st, layer, parts))
+        rc = (when_idle ? g->prefetch_when_idle : g->prefetch_block)(g, layer, block, 0, err);
     return rc;
+}
+
+static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned parts, FgError *err) {
+    return prefetch_parts(s->ctx, layer, block, parts, 0, err);
+}
+
+static int streamed_prefetch_when_idle(LayerSource *s, int layer, int block, unsigned parts,
+                                       FgError *err) {
+    return prefetch_parts(s->ctx, layer, block, parts, 1, err);
 }
 
 // The host views of a layer's parts: from the streams (the I/O rank), and when the slots are
@@ -515,6 +527,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
+                         .prefetch_when_idle = streamed_prefetch_when_idle,
                          .acquire = streamed_acquire, .release = streamed_release,
                          .refresh16 = streamed_refresh16,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,

@@ -58,7 +58,8 @@ struct LayerStream {
     char note[384];         // "" or why I/O goes through the page cache (no O_DIRECT)
 
     // Starts reading layer ahead of its use if a slot is free (never blocks, never evicts a
-    // layer that is pinned or read ahead but not yet acquired).
+    // layer that is pinned or read ahead but not yet acquired); a resident layer is kept, as
+    // one read ahead is, until its acquire.
     int (*prefetch)(LayerStream *s, int layer, FgError *err);
     // Waits until layer is in memory (and any write-back of its slot is done) and pins it.
     // Acquiring a resident layer again (bp's backward pass) reads nothing.
@@ -74,6 +75,9 @@ struct LayerStream {
     // and view->n_bufs says how many it holds. Only a slot holding all is released dirty.
     int (*prefetch_block)(LayerStream *s, int layer, int block, int bufs, FgError *err);
     int (*acquire_block)(LayerStream *s, int layer, int block, int bufs, LayerView *view, FgError *err);
+    // prefetch_block when no read is queued or running (else nothing): a read far ahead that
+    // would delay the reads the wave needs sooner waits until the disk has nothing else to do.
+    int (*prefetch_when_idle)(LayerStream *s, int layer, int block, int bufs, FgError *err);
     int (*release_block)(LayerStream *s, int layer, int block, int dirty, FgError *err);
     // The auxiliary record of a version (e.g. the scalars of the pending forward-gradient
     // update), written before the first layer of that version; read_aux returns the one of
