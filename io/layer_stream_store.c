@@ -465,58 +465,65 @@ static void ls_stats(LayerStream *s, LayerStreamStats *out) {
 
 int layer_stream_store_open(LayerStream *s, LayerStore *store, int n_slots, int n_small,
                             size_t small_count, FgError *err) {
-    return layer_stream_store_open_in(s, store, n_slots, n_small, small_count, NULL, 0, err);
+    SlotClasses slots = {.n = {n_slots, n_small}, .count = {0, small_count}};
+    return layer_stream_store_open_in(s, store, &slots, NULL, 0, err);
 }
 
-// A small slot holds any unit (a layer, or a row block) of at most small_count floats a buffer
-// whole: the largest such unit's buffers (a frozen layer keeps its parameters alone), never more
-// than a large slot (slot_plan.c sizes the budget's small slots the same way).
-static size_t small_slot_bytes(const LayerStore *store, size_t small_count, size_t large) {
-    const size_t bound = dio_round_up(small_count * sizeof(float));
-    size_t small = 0;
-    for (int i = 0; i < layer_store_n_layers(store); i++)
-        if (dio_round_up(layer_store_block_stride(store, i)) <= bound)
-            small = FG_MAX(small, layer_store_block_slot_bytes(store, i));
-    return FG_MIN(small, large);
+// A slot of class k >= 1 holds any unit of at most count[k] floats a buffer whole: the largest
+// such unit's buffers (a frozen layer keeps its parameters alone), never more than a slot of
+// the class above (slot_plan.c sizes the budget's slots the same way).
+static size_t class_bytes(const LayerStore *store, const SlotClasses *slots, int k) {
+    size_t above = layer_store_max_block_slot_bytes(store);
+    for (int j = 1; j <= k; j++) {
+        const size_t bound = dio_round_up(slots->count[j] * sizeof(float));
+        size_t bytes = 0;
+        for (int i = 0; i < layer_store_n_layers(store); i++)
+            if (dio_round_up(layer_store_block_stride(store, i)) <= bound)
+                bytes = FG_MAX(bytes, layer_store_block_slot_bytes(store, i));
+        above = FG_MIN(bytes, above);
+    }
+    return above;
 }
 
-size_t layer_stream_store_slots_bytes(const LayerStore *store, int n_slots, int n_small,
-                                      size_t small_count) {
-    size_t bytes = layer_store_max_block_slot_bytes(store);
-    return (size_t)n_slots * bytes + (size_t)n_small * small_slot_bytes(store, small_count, bytes);
+size_t layer_stream_store_slots_bytes(const LayerStore *store, const SlotClasses *slots) {
+    size_t bytes = 0;
+    for (int k = 0; k < SLOT_CLASSES; k++) bytes += (size_t)slots->n[k] * class_bytes(store, slots, k);
+    return bytes;
 }
 
-int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, int n_small,
-                               size_t small_count, void *memory, size_t memory_bytes, FgError *err) {
+int layer_stream_store_open_in(LayerStream *s, LayerStore *store, const SlotClasses *slots,
+                               void *memory, size_t memory_bytes, FgError *err) {
     memset(s, 0, sizeof *s);
-    size_t bytes = layer_store_max_block_slot_bytes(store);
-    size_t small = small_slot_bytes(store, small_count, bytes);
-    size_t need = layer_stream_store_slots_bytes(store, n_slots, n_small, small_count);
+    size_t bytes[SLOT_CLASSES], need = layer_stream_store_slots_bytes(store, slots);
+    int n = 0;
+    for (int k = 0; k < SLOT_CLASSES; k++) bytes[k] = class_bytes(store, slots, k), n += slots->n[k];
     if (memory && ((uintptr_t)memory % 4096 || memory_bytes < need)) {
         layer_store_close(store);
         return fg_fail(err, FG_ERR_INTERNAL, "layer stream: the slot memory given (%zu bytes at "
-                       "%p) does not hold %d aligned slots of %zu bytes and %d of %zu", memory_bytes,
-                       memory, n_slots, bytes, n_small, small);
+                       "%p) does not hold its %d aligned slots (%zu bytes)", memory_bytes, memory, n,
+                       need);
     }
-    if (n_slots < 1 || n_slots + n_small < 2) {
+    if (slots->n[0] < 1 || n < 2) {
         layer_store_close(store);
-        return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots of its largest layer and %d small "
+        return fg_fail(err, FG_ERR_INPUT, "layer stream: %d slots of its largest layer and %d smaller "
                        "ones; it needs one of the largest and at least 2 in all (one computing, one "
-                       "reading ahead)", n_slots, n_small);
+                       "reading ahead)", slots->n[0], n - slots->n[0]);
     }
     if (layer_store_version(store) < 0) {
         layer_store_close(store);
         return fg_fail(err, FG_ERR_INPUT, "layer stream: the store has no complete version yet");
     }
     Ctx *c = calloc(1, sizeof *c);
-    c->store = store, c->n = n_slots + n_small;
+    c->store = store, c->n = n;
     c->slots = calloc((size_t)c->n, sizeof *c->slots);
     c->slot_memory = memory;
-    for (size_t i = 0, at = 0; i < (size_t)c->n; i++) {  // the large slots, then the small ones
-        c->slots[i] = (Slot){.layer = -1, .idx = -1, .bytes = (int)i < n_slots ? bytes : small};
-        c->slots[i].mem = memory ? (unsigned char *)memory + at : dio_alloc(c->slots[i].bytes);
-        at += c->slots[i].bytes;
-    }
+    size_t at = 0;
+    for (int k = 0, i = 0; k < SLOT_CLASSES; k++)  // the large slots, then the smaller ones
+        for (int j = 0; j < slots->n[k]; j++, i++) {
+            c->slots[i] = (Slot){.layer = -1, .idx = -1, .bytes = bytes[k]};
+            c->slots[i].mem = memory ? (unsigned char *)memory + at : dio_alloc(bytes[k]);
+            at += bytes[k];
+        }
     int n_layers = layer_store_n_layers(store), units = 0;
     c->unit0 = calloc((size_t)n_layers, sizeof *c->unit0);
     c->pend_version = calloc((size_t)n_layers, sizeof *c->pend_version);
@@ -544,8 +551,8 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, int n_slots, i
     pthread_create(&c->writes.th, NULL, io_thread, &c->servers[1]);
     s->ctx = c;
     s->n_slots = c->n;
-    s->slot_bytes = bytes;
-    s->small_slot_bytes = n_small ? c->slots[n_slots].bytes : 0;
+    s->slot_bytes = bytes[0];
+    s->small_slot_bytes = slots->n[1] ? bytes[1] : 0;
     s->version = c->aux_version = layer_store_version(store);
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;

@@ -128,6 +128,6 @@ int stage_store_open(void *arg, const LayerStreamSpec *spec, LayerStream *out, F
         if (s) layer_store_close(s);
         return rc;
     }
-    return layer_stream_store_open_in(out, s, spec->n_slots, spec->n_small_slots, spec->small_count,
-                                      spec->slot_memory, spec->slot_memory_bytes, err);  // owns s from here
+    return layer_stream_store_open_in(out, s, &spec->slots, spec->slot_memory, spec->slot_memory_bytes,
+                                      err);  // owns s from here
 }

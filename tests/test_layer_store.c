@@ -503,6 +503,55 @@ static void test_block_step(void **state) {
     layer_store_close(s);
 }
 
+// Three slot classes: each layer takes the smallest slot it fits, so a large, a small and a
+// tiny layer stay resident side by side, one slot each, and going round them reads each once.
+static void test_stream_classes(void **state) {
+    (void)state;
+    const size_t count[3] = {500000, 100000, 7};
+    StoreOptions o = opts(sizeof(long));
+    LayerStore *s = make_store(g_dir, "cl", 3, count, &o);
+    double once = 0.0;
+    for (int i = 0; i < 3; i++) once += (double)layer_store_block_bytes(s, i, 0);
+    SlotClasses slots = {.n = {1, 1, 1}, .count = {0, count[1], count[2]}};
+    LayerStream ls;
+    FgError err = {0};
+    if (layer_stream_store_open_in(&ls, s, &slots, NULL, 0, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(ls.n_slots, 3);
+    assert_true(ls.small_slot_bytes < ls.slot_bytes);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 3; i++) {
+            LayerView v;
+            if (ls.acquire(&ls, 2 * i, &v, &err) || ls.release(&ls, 2 * i, 0, &err)) fail_msg("%s", err.msg);
+            assert_int_equal(check(v.buf, v.n_bufs, v.count, i, 0), -1);
+        }
+    LayerStreamStats st;
+    ls.stats(&ls, &st);
+    assert_true(st.read_bytes == once);
+    if (ls.close(&ls, &err)) fail_msg("%s", err.msg);
+}
+
+// A read-ahead that names a resident layer keeps it: a wave's layers come back in a cycle, and
+// the least recently used slot is otherwise the very layer the wave acquires next.
+static void test_stream_keeps_named(void **state) {
+    (void)state;
+    const size_t count[3] = {1000, 1000, 1000};
+    StoreOptions o = opts(sizeof(long));
+    LayerStream ls;
+    FgError err = {0};
+    if (layer_stream_store_open(&ls, make_store(g_dir, "kp", 3, count, &o), 2, 0, 0, &err)) fail_msg("%s", err.msg);
+    LayerView v;
+    for (int i = 0; i < 2; i++)  // layers 0 and 2 resident, 0 the least recently used
+        if (ls.acquire(&ls, 2 * i, &v, &err) || ls.release(&ls, 2 * i, 0, &err)) fail_msg("%s", err.msg);
+    if (ls.prefetch(&ls, 0, &err) || ls.prefetch(&ls, 4, &err) || ls.flush(&ls, &err)) fail_msg("%s", err.msg);
+    LayerStreamStats before, after;
+    ls.stats(&ls, &before);
+    if (ls.acquire(&ls, 0, &v, &err) || ls.release(&ls, 0, 0, &err)) fail_msg("%s", err.msg);
+    if (ls.acquire(&ls, 4, &v, &err) || ls.release(&ls, 4, 0, &err)) fail_msg("%s", err.msg);
+    ls.stats(&ls, &after);
+    assert_true(after.read_bytes == before.read_bytes);  // 4 went where 2 was
+    if (ls.close(&ls, &err)) fail_msg("%s", err.msg);
+}
+
 // A block read again while its layer's version is half written (evicted after its write-back,
 // its later blocks not yet written) is the new version's, and labelled so; the blocks not yet
 // written are the old version's; the last block makes the version the layer's.
@@ -577,6 +626,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_same_names, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_reacquire, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stream_overlap, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stream_classes, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stream_keeps_named, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_write_order, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_frozen_layer, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bad_stores, setup_dir, teardown_dir),

@@ -72,7 +72,7 @@ int messages_take(Pipeline *p, long step, const void **msg, FgError *err);
 // Posts the step's first receive.
 int messages_start(Pipeline *p, long step, FgError *err);
 
-// Marks the row blocks of the stage's first layer that step's forward reads (tt.wrap_blocks,
+// Marks the row blocks of the stage's first layer that step's forward reads (tt.ends.wrap_blocks,
 // where there is one), for the read-ahead of the wave before it.
 int ops_mark_wrap_blocks(Pipeline *p, long step, FgError *err);
 

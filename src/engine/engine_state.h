@@ -98,6 +98,20 @@ typedef enum {
     AT_LOAD,           // the weights are replaced (a load): a pending update is dropped
 } UpdatePoint;
 
+// What follows a wave of this stage, which its read-ahead runs on into (pipeline_layers.c).
+typedef struct {
+    int wraps[2];             // [dir > 0]: a wave of that direction is followed by a forward
+                              // wave from the stage's first layer (bp's backward; fg's forward,
+                              // with no backward ops; an evaluation's passes)
+    int turns;                // a forward wave is followed by a backward from the stage's last
+                              // layer (wherever every F group is followed by a B group: bp)
+    unsigned forward_parts;   // what that forward acquires of a layer (LayerSource parts): the
+                              // parameters alone where it applies no update (bp, evaluation)
+    unsigned char *wrap_blocks;  // [row blocks of the stage's first layer]: those the next
+                              // step's forward reads, where it reads only those (a frozen
+                              // table, streamed): a wrap reads them ahead (NULL: block 0 on)
+} WaveEnds;
+
 // The timetable (identical on every stage) and this stage's part of it.
 typedef struct {
     Schedule sched;
@@ -106,12 +120,7 @@ typedef struct {
     int *taker_lag;           // [n_ops]: op_adjoint_taker_lag of each op of the timetable
     int old_versions;         // weight versions held for this stage's ops with a lag: the
                               // largest lag in its timetable (at most need.prev)
-    int wraps[2];             // [dir > 0]: a wave of that direction is followed by a forward
-                              // wave from the stage's first layer (bp's backward; fg's forward,
-                              // with no backward ops), which its read-ahead runs on into
-    unsigned char *wrap_blocks;  // [row blocks of the stage's first layer]: those the next
-                              // step's forward reads, where it reads only those (a frozen
-                              // table, streamed): a wrap reads them ahead (NULL: block 0 on)
+    WaveEnds ends;            // what follows a wave, which its read-ahead runs on into
     char choice[256];         // why this timetable, where the run chose one (or "")
     double *measured;         // [n_ops of the schedule][2]: start, end of the last step's ops
     double costs[N_OP_COSTS * SCHED_MAX_STAGES];  // [kind * M + stage]: what it was planned

@@ -239,11 +239,16 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, const volatile sig_atomic_
     int up = 0, mine = 0, pass = 0;
     size_t w = 0;
     p->eval.stop = stop;
+    // The passes are forward waves back to back: each reads on into the next one's first layers
+    // (a table in row blocks from its block 0), never into a training wave.
+    const WaveEnds training = p->tt.ends;
+    p->tt.ends = (WaveEnds){.wraps = {1, 1}, .forward_parts = LAYER_WEIGHTS | (p->need.ref ? 0 : LAYER_PARAMS_ONLY)};
     take_buffers(&r);
     for (; w < r.chunks && !rc && !mine; w += (size_t)r.windows, pass++)
         rc = run_pass(&r, pass, w, (int)FG_MIN((size_t)r.windows, r.chunks - w), &up, &mine, err);
     if (!rc && mine && !up && !p->is_first) rc = drain(&r, pass, w, err);
     give_back_buffers(&r);
+    p->tt.ends = training;
     p->eval.stop = NULL;
     r.totals[2] = mine;
     if (!rc) rc = p->tr->allreduce_sum(p->tr, r.totals, 3, err);

@@ -34,14 +34,14 @@ static int wave_next_param(const Pipeline *p, int l, int dir) {
 }
 
 // The stage's first layer l read ahead by a wave that wraps, up to `room` reads (*n: how many):
-// the row blocks the next step's forward reads (tt.wrap_blocks), else its first; its weights,
-// which every forward wave reads.
+// the row blocks the next step's forward reads (tt.ends.wrap_blocks), else its first; what that
+// forward acquires of it.
 static int prefetch_wrap(Pipeline *p, int l, int room, int *n, FgError *err) {
-    const unsigned char *reads = p->tt.wrap_blocks;
+    const unsigned char *reads = p->tt.ends.wrap_blocks;
     int rc = FG_OK;
     *n = 0;
     for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc && *n < room; b++)
-        if (reads ? reads[b] : b == 0) rc = p->src.prefetch(&p->src, l, b, LAYER_WEIGHTS, err), ++*n;
+        if (reads ? reads[b] : b == 0) rc = p->src.prefetch(&p->src, l, b, p->tt.ends.forward_parts, err), ++*n;
     return rc;
 }
 
@@ -56,20 +56,25 @@ int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir
         rc = p->src.prefetch(&p->src, l, next_block, parts, err);
         depth--;
     }
-    // At the wave's end the next wave's first layers (a wave that wraps: tt.wraps), so that it
-    // does not start by waiting for a read.
-    int next = wave_next_param(p, l, dir), wrapped = 0;
+    // At the wave's end the next wave's first layers, so that it does not start by waiting for
+    // a read (tt.ends): a forward from the stage's first layer, or a backward from its last (a
+    // layer in row blocks from its block 0).
+    int next = wave_next_param(p, l, dir), walk = dir, beyond = 0;  // beyond: in the next wave
     for (int k = 0, n = 1; !rc && k < depth; k += n) {
-        if (next < 0 && !wrapped && p->tt.wraps[dir > 0]) {
-            next = layers_first_param(p), wrapped = 1;
+        n = 1;
+        if (next < 0 && !beyond && p->tt.ends.wraps[dir > 0]) {
+            next = layers_first_param(p), walk = 1, beyond = 1;
             rc = prefetch_wrap(p, next, depth - k, &n, err);
+        } else if (next < 0 && !beyond && dir > 0 && p->tt.ends.turns) {
+            next = layers_next_param(p, p->stage.last, -1), walk = -1, beyond = 1;
+            if (next >= 0) rc = p->src.prefetch(&p->src, next, 0, p->upd.layer[next].backward_parts, err);
         } else if (next < 0) {
             break;
         } else {
-            rc = p->src.prefetch(&p->src, next, 0, wrapped ? LAYER_WEIGHTS : parts, err);
-            n = 1;
+            unsigned next_parts = walk > 0 ? p->tt.ends.forward_parts : p->upd.layer[next].backward_parts;
+            rc = p->src.prefetch(&p->src, next, 0, beyond ? next_parts : parts, err);
         }
-        next = wave_next_param(p, next, wrapped ? 1 : dir);
+        next = wave_next_param(p, next, walk);
     }
     // A large layer (the token table) read only when the wave comes within read_ahead of it
     // would stall the wave for its whole read: it goes in as soon as a large slot is free, once

@@ -26,7 +26,7 @@ int ops_gather_microbatch(const Pipeline *p, long step, int mb, const size_t *or
 }
 
 int ops_mark_wrap_blocks(Pipeline *p, long step, FgError *err) {
-    unsigned char *reads = p->tt.wrap_blocks;
+    unsigned char *reads = p->tt.ends.wrap_blocks;
     if (!reads) return FG_OK;
     const int l = layers_first_param(p), blocks = layer_blocks(&p->model->layers[l]);
     memset(reads, 0, (size_t)blocks);

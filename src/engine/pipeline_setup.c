@@ -84,7 +84,7 @@ static void alloc_buffers(Pipeline *p) {
     p->work.host_x = fg_alloc_floats(p->work.x_stride);  // stage 0's inputs as gathered
     p->work.host_labels = fg_alloc_bytes(labels * sizeof(Label));
     const int wrap_blocks = source_wrap_blocks(p);
-    if (wrap_blocks) p->tt.wrap_blocks = fg_alloc_bytes((size_t)wrap_blocks);
+    if (wrap_blocks) p->tt.ends.wrap_blocks = fg_alloc_bytes((size_t)wrap_blocks);
     // Activity perturbation's per-row derivatives before a GPT's per-sample means: K x B x T.
     p->work.loss_d = fg_alloc_floats((size_t)FG_MAX(p->run.d_per_microbatch * p->model->tokens, 1));
     // A B op lags its F by at most the timetable's lag: that many steps' dz (and stashes) at once.
@@ -215,10 +215,17 @@ static void plan_stage(Pipeline *p) {
                 if (ops[i].kind == OP_BW && op_runs(&ops[i], k, p->first_step)) *first_c = k;
         }
     for (int ph = 0; ph < S->n_phases; ph++) exec_plan_build(S, ph, s, p->layer_major, &p->tt.plans[ph]);
-    int backward = 0;
+    int backward = 0, turns = 1;
     for (int ph = 0; ph < S->n_phases; ph++)
-        for (int g = 0; g < p->tt.plans[ph].n_groups; g++) backward |= p->tt.plans[ph].groups[g].kind == OP_B;
-    p->tt.wraps[0] = 1, p->tt.wraps[1] = !backward;
+        for (int g = 0; g < p->tt.plans[ph].n_groups; g++) {
+            const ExecPlan *e = &p->tt.plans[ph];
+            int next = g + 1;
+            while (next < e->n_groups && e->groups[next].kind == OP_U) next++;
+            backward |= e->groups[g].kind == OP_B;
+            if (e->groups[g].kind == OP_F) turns &= next < e->n_groups && e->groups[next].kind == OP_B;
+        }
+    p->tt.ends.wraps[0] = 1, p->tt.ends.wraps[1] = !backward, p->tt.ends.turns = backward && turns;
+    p->tt.ends.forward_parts = LAYER_WEIGHTS | (p->run.forms_estimate || p->need.ref ? 0 : LAYER_PARAMS_ONLY);
     p->tt.plan = &p->tt.plans[0];
     p->tt.measured = fg_alloc_bytes((size_t)2 * S->n_ops * sizeof(double));
 }
@@ -228,7 +235,7 @@ static void unplan_stage(Pipeline *p) {
     void *on_host[] = {p->pool.keeps, p->tt.taker_lag, p->tt.measured};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     p->pool.keeps = NULL, p->tt.taker_lag = NULL, p->tt.measured = NULL, p->tt.plan = NULL;
-    p->tt.old_versions = 0, p->tt.wraps[0] = p->tt.wraps[1] = 0;
+    p->tt.old_versions = 0, p->tt.ends.wraps[0] = p->tt.ends.wraps[1] = p->tt.ends.turns = 0;
     schedule_free(&p->tt.sched);
 }
 
@@ -395,7 +402,7 @@ int pipeline_free(Pipeline *p, FgError *err) {
                        p->pool.keeps, p->tt.taker_lag, p->scalars, p->not_finite_read,
                        p->upd.pending.coeff, p->upd.layer, p->tt.measured, p->host_layer[0],
                        p->host_layer[1], p->host_layer[2], p->host_layer[3],
-                       p->saved.lane_labels, w->rows_state, p->tt.wrap_blocks};
+                       p->saved.lane_labels, w->rows_state, p->tt.ends.wrap_blocks};
     for (size_t i = 0; i < sizeof on_host / sizeof on_host[0]; i++) fg_free(on_host[i]);
     free(w->lanes);
     cv_scale_free(&p->upd.cv);

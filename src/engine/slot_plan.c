@@ -54,6 +54,23 @@ static int stored(const SlotPlan *sp, const Model *m, int l) {
     return m->layers[l].param_count && l != sp->twin;
 }
 
+// The tiny layers among the small ones (at most 1/TINY_RATIO of the largest small layer) and
+// the bytes of a slot that holds any of them in both stores.
+enum { TINY_RATIO = 16 };
+
+static void plan_tiny(const Model *m, int first, int last, SlotPlan *sp) {
+    size_t weights = 0, step = 0;
+    for (int l = first; l < last; l++) {
+        if (!stored(sp, m, l) || slot_floats(sp, m, l) > sp->small / TINY_RATIO) continue;
+        sp->tiny = FG_MAX(sp->tiny, slot_floats(sp, m, l));
+        weights = FG_MAX(weights, weights_bytes(sp, m, l));
+        if (!m->layers[l].frozen)
+            step = FG_MAX(step, (size_t)sp->n_step * page_round(slot_floats(sp, m, l) * sizeof(float)));
+        sp->tiny_layers++;
+    }
+    sp->tiny_bytes = weights + step;
+}
+
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
     *param_layers = 0;
     size_t weights = 0, trained = 0;
@@ -93,6 +110,7 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         }
     }
     sp->small_bytes = small_weights + small_step;
+    plan_tiny(m, first, last, sp);
 }
 
 // Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
@@ -230,6 +248,19 @@ static int small_slots_left(const SlotPlan *sp, double room, int n_large) {
     return (int)FG_MIN((room - n_large * (double)sp->large_bytes) / small, (double)sp->small_layers);
 }
 
+// Tiny slots for as many tiny layers as come between the small layers the small slots read
+// ahead (one more computing, one written back), their bytes taken from the small slots; none
+// when that would leave fewer small slots than overlap them (the tiny layers take small ones).
+static void plan_tiny_slots(SlotPlan *sp, double room) {
+    const int others = sp->small_layers - sp->tiny_layers;
+    if (!sp->tiny_layers || others < 1) return;
+    int n_tiny = FG_MIN(sp->tiny_layers, (sp->n_small + 1) * sp->tiny_layers / others + 2);
+    double left = room - sp->n_slots * (double)sp->large_bytes - n_tiny * (double)sp->tiny_bytes;
+    int n_small = (int)FG_MIN(left / (double)sp->small_bytes, (double)others);
+    if (n_small < overlap_slots(sp)) return;
+    sp->n_small = n_small, sp->n_tiny = n_tiny;
+}
+
 int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first, int last,
                    int stage, double work_bytes, double runtime, int spill, SlotPlan *sp,
                    FgError *err) {
@@ -263,23 +294,34 @@ int slot_plan_make(const Backend *be, const Config *c, const Model *m, int first
     int overlap = overlap_slots(sp);
     if (n_large == 2 && (n_small < overlap || sp->large_layers == 1) && small_slots_left(sp, room, 1) >= overlap)
         n_large = 1, n_small = small_slots_left(sp, room, 1);
-    if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = 0;
-    else sp->n_slots = n_large, sp->n_small = n_small;
+    if (n_large == 2 && n_small <= sp->n_slots - 2) sp->small = sp->tiny = 0;
+    else sp->n_slots = n_large, sp->n_small = n_small, plan_tiny_slots(sp, room);
     return FG_OK;
 }
 
 size_t slot_plan_memory_bytes(const SlotPlan *sp, int n_bufs) {
     size_t per_buf = (size_t)sp->n_slots * page_round(sp->largest * sizeof(float)) +
-                     (size_t)sp->n_small * page_round(sp->small * sizeof(float));
+                     (size_t)sp->n_small * page_round(sp->small * sizeof(float)) +
+                     (size_t)sp->n_tiny * page_round(sp->tiny * sizeof(float));
     return (size_t)n_bufs * per_buf;
 }
 
+SlotClasses slot_plan_classes(const SlotPlan *sp) {
+    return (SlotClasses){.n = {sp->n_slots, sp->n_small, sp->n_tiny}, .count = {0, sp->small, sp->tiny}};
+}
+
+int slot_plan_total(const SlotPlan *sp) { return sp->n_slots + sp->n_small + sp->n_tiny; }
+
 const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size) {
+    char tiny[96] = "";
     note[0] = 0;
+    if (sp->n_tiny)
+        snprintf(tiny, sizeof tiny, ", %d of %.1f MB for those of at most %zu", sp->n_tiny,
+                 sp->tiny_bytes / 1e6, sp->tiny);
     if (sp->n_small)
         snprintf(note, size, " (%d of %.0f MB, %d of %.1f MB for the layers of at most %zu "
-                 "parameters)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
-                 sp->small_bytes / 1e6, sp->small);
+                 "parameters%s)", sp->n_slots, sp->large_bytes / 1e6, sp->n_small,
+                 sp->small_bytes / 1e6, sp->small, tiny);
     return note;
 }
 

@@ -2,7 +2,9 @@
 // sets a large slot's size, and the budget beside the stage's work and the process's runtime
 // how many fit. Where the largest layers dwarf the others (a GPT's token table beside its
 // blocks' matrices), the rest of the budget goes to small slots for the layers of at most half
-// the largest: many more of those fit, so the small layers are read far ahead.
+// the largest: many more of those fit, so the small layers are read far ahead. The tiny layers
+// among them (norms, LoRA adapters: at most 1/16 of the largest small one) get tiny slots of
+// their own, so that they do not take a small slot each and cut the read-ahead short.
 #ifndef FGPIPE_SLOT_PLAN_H
 #define FGPIPE_SLOT_PLAN_H
 
@@ -10,6 +12,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "layer_stream.h"
 #include "model.h"
 
 typedef struct {
@@ -24,7 +27,9 @@ typedef struct {
     int large_layers;         // layers that take a large slot (the tied copies kept once: one)
     int twin;                 // tied_last when the store keeps the tied copies once, else -1
     int n_weights, n_step;    // buffers per trained layer in the weights store and the step store
-    int n_slots, n_small;
+    size_t tiny, tiny_bytes;  // floats of the largest tiny layer (0: none), a tiny slot's bytes
+    int tiny_layers;          // small layers that fit a tiny slot
+    int n_slots, n_small, n_tiny;
     size_t lane_weights;      // floats of a device's copy of a layer's weights part (its
     size_t lane_step;         // buffers packed; a frozen layer's params alone) and step part
     int device_lanes;         // a device's copies of the layer it computes on (device_lanes.h):
@@ -87,5 +92,9 @@ void slot_plan_step_bytes(const Config *c, const Model *m, int first, int last, 
 
 // " (2 of A MB, N of B MB ...)" when the plan has small slots, else "".
 const char *slot_plan_note(const SlotPlan *sp, char *note, size_t size);
+
+// The plan's slots as a stream takes them (large, small, tiny), and how many in all.
+SlotClasses slot_plan_classes(const SlotPlan *sp);
+int slot_plan_total(const SlotPlan *sp);
 
 #endif

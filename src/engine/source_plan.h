@@ -23,7 +23,7 @@ void source_nominal_costs(const Config *c, double n, int K, double *cost, int st
 // run_plan's estimate in p->run (fg+bp on one stage keeps none: no bubble to fill).
 void source_streamed_in_flight(Pipeline *p, const Schedule *S, int stage);
 // The row blocks of the stage's first layer whose reads ahead into the next step follow that
-// step's ids (Pipeline tt.wrap_blocks): those of a frozen table streamed on stage 0 of a text,
+// step's ids (Pipeline tt.ends.wrap_blocks): those of a frozen table streamed on stage 0 of a text,
 // whose forward reads the blocks of its ids alone; 0: the read-ahead starts at block 0.
 int source_wrap_blocks(const Pipeline *p);
 

@@ -473,7 +473,7 @@ static void say_streams(const Streamed *st, const Transport *t, const SlotPlan *
                  st->share.node->size, st->share.node->node,
                  st->io ? "this rank reads and writes them" : "its I/O rank reads and writes them");
     fprintf(stderr, "fgpipe: stage %d streams its layers from %s/%s.h5 through %d slots%s%s%s%s%s%s\n",
-            t->stage, st->cfg->layout.weights_dir, st->name, sp->n_slots + sp->n_small,
+            t->stage, st->cfg->layout.weights_dir, st->name, slot_plan_total(sp),
             slot_plan_note(sp, small, sizeof small), bf16_note(st, first, last, b16, sizeof b16),
             sp->twin >= 0 ? ", the tied copies kept once" : "", shared, note[0] ? ": " : "", note);
 }
@@ -518,7 +518,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     int rc = slot_plan_make(be, c, m, first, last, t->stage, work_bytes, runtime_bytes, spill, &sp, err);
     if (rc) return rc;
     size_t largest = sp.largest;
-    int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = sp.n_slots + sp.n_small;
+    int n_weights = sp.n_weights, n_step = sp.n_step, n_slots = slot_plan_total(&sp);
     Streamed *st = calloc(1, sizeof *st);
     st->be = be, st->cfg = c, st->m = m, st->need = need, st->twin = sp.twin, st->lock = -1;
     st->plan = layer_plan_build(m);
@@ -549,10 +549,10 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     }
     LayerStreamSpec spec = {.dir = c->layout.weights_dir, .name = st->name, .model = m, .first = first,
                             .last = last, .n_bufs = n_weights, .aux_bytes = sizeof(StoreRecord),
-                            .fill_weights = 1, .seed = c->training.seed, .n_slots = sp.n_slots,
+                            .fill_weights = 1, .seed = c->training.seed, .slots = slot_plan_classes(&sp),
                             .staged = 1,
                             .frozen = STORE_FROZEN_READ_ONLY, .tied_once = sp.twin >= 0,
-                            .n_small_slots = sp.n_small, .small_count = sp.small, .later_bufs = n_step,
+                            .later_bufs = n_step,
                             .slot16 = st->bf16.slot16,
                             .later_bytes = !spill ? 0.0 : (double)(sp.tied[0] + sp.tied[1]) * sizeof(float) *
                                                           (st->shared ? st->share.node->size : 1)};

@@ -53,7 +53,7 @@ struct LayerStream {
     void *ctx;
     int n_slots;            // layers resident at most (large and small slots)
     size_t slot_bytes;      // bytes of a large slot (the largest layer's)
-    size_t small_slot_bytes;  // bytes of a small slot (0: none)
+    size_t small_slot_bytes;  // bytes of a slot of the next class (0: none)
     long version;           // the store's consistent version when the stream was opened
     char note[384];         // "" or why I/O goes through the page cache (no O_DIRECT)
 
@@ -96,6 +96,16 @@ struct LayerStream {
     int (*publish)(LayerStream *s, FgError *err);
 };
 
+// A stream's slots by size (slot_plan.h decides them): n[0] slots of its largest unit (a layer,
+// or a row block), then for each k >= 1, n[k] slots for the units of at most count[k] floats a
+// buffer (count descending; n[k] 0: none). A unit takes the smallest slot it fits, so the small
+// layers cycle through their own slots and read far ahead in little memory.
+enum { SLOT_CLASSES = 3 };
+typedef struct {
+    int n[SLOT_CLASSES];
+    size_t count[SLOT_CLASSES];
+} SlotClasses;
+
 // What a stage asks for when it goes out of core: a store of its layers [first, last) with
 // n_bufs buffers per layer, made new or reopened, and a stream over it with n_slots slots.
 // Where a store keeps the model's frozen layers (freeze, a LoRA base): like the others; read-only
@@ -121,9 +131,7 @@ typedef struct {
                                // it only at publish: a run refused before leaves the old whole
     int reopen;                // 1: open the existing store instead of making a new one,
     long version;              //    at this version (-1: its consistent version)
-    int n_slots;               // slots of the largest layer
-    int n_small_slots;         // and slots for layers of at most small_count floats
-    size_t small_count;
+    SlotClasses slots;
     const unsigned char *slot16;  // per model layer (NULL: none): 1 when its slot holds its
                                // BF16 values as on flash, never widened (a frozen layer kept in
                                // BF16 whose only reads are BF16 GEMMs: slot_plan.h)
