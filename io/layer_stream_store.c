@@ -294,6 +294,14 @@ static int ls_prefetch_when_idle(LayerStream *s, int layer, int block, int bufs,
     return rc;
 }
 
+static int ls_in_slot(LayerStream *s, int layer, int block) {
+    Ctx *c = s->ctx;
+    pthread_mutex_lock(&c->mu);
+    int in = resident(c, layer, block) >= 0;
+    pthread_mutex_unlock(&c->mu);
+    return in;
+}
+
 // A layer in row blocks starts with its first.
 static int ls_prefetch(LayerStream *s, int layer, FgError *err) {
     return ls_prefetch_block(s, layer, 0, 0, err);
@@ -557,7 +565,7 @@ int layer_stream_store_open_in(LayerStream *s, LayerStore *store, const SlotClas
     snprintf(s->note, sizeof s->note, "%s", layer_store_note(store));
     s->prefetch = ls_prefetch, s->acquire = ls_acquire, s->release = ls_release;
     s->prefetch_block = ls_prefetch_block, s->acquire_block = ls_acquire_block;
-    s->prefetch_when_idle = ls_prefetch_when_idle;
+    s->prefetch_when_idle = ls_prefetch_when_idle, s->in_slot = ls_in_slot;
     s->release_block = ls_release_block;
     s->write_aux = ls_write_aux, s->read_aux = ls_read_aux, s->flush = ls_flush, s->close = ls_close;
     s->publish = ls_publish;

@@ -543,6 +543,9 @@ static void test_stream_keeps_named(void **state) {
     for (int i = 0; i < 2; i++)  // layers 0 and 2 resident, 0 the least recently used
         if (ls.acquire(&ls, 2 * i, &v, &err) || ls.release(&ls, 2 * i, 0, &err)) fail_msg("%s", err.msg);
     if (ls.prefetch(&ls, 0, &err) || ls.prefetch(&ls, 4, &err) || ls.flush(&ls, &err)) fail_msg("%s", err.msg);
+    // Both slots read ahead: a third layer finds none, and says so (a read-ahead stops there).
+    if (ls.prefetch(&ls, 2, &err)) fail_msg("%s", err.msg);
+    assert_true(ls.in_slot(&ls, 0, 0) && ls.in_slot(&ls, 4, 0) && !ls.in_slot(&ls, 2, 0));
     LayerStreamStats before, after;
     ls.stats(&ls, &before);
     if (ls.acquire(&ls, 0, &v, &err) || ls.release(&ls, 0, 0, &err)) fail_msg("%s", err.msg);

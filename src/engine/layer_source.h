@@ -93,6 +93,10 @@ struct LayerSource {
     int (*prefetch)(LayerSource *s, int layer, int block, unsigned parts, FgError *err);
     // The same when no read is queued or running, else nothing (streamed only).
     int (*prefetch_when_idle)(LayerSource *s, int layer, int block, unsigned parts, FgError *err);
+    // Whether the layer's block has its slots (resident or being read); always, where nothing
+    // streams. A read-ahead stops at the first that has not, so that reads go in the wave's
+    // order: a later layer's read never delays an earlier one's.
+    int (*in_slot)(LayerSource *s, int layer, int block, unsigned parts);
     // The layer's buffers for `parts` (the others stay NULL); pinned until release.
     int (*acquire)(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out, FgError *err);
     // Unpins the parts acquire pinned; dirty: those whose buffers were written.

@@ -33,15 +33,23 @@ static int wave_next_param(const Pipeline *p, int l, int dir) {
     return dir < 0 && next < p->stage.backward_first ? -1 : next;
 }
 
+// Reads block b of layer l ahead; *stop: it found no slot, so the read-ahead ends here (reads
+// in the wave's order).
+static int prefetch_in_order(Pipeline *p, int l, int b, unsigned parts, int *stop, FgError *err) {
+    int rc = p->src.prefetch(&p->src, l, b, parts, err);
+    *stop = rc || !p->src.in_slot(&p->src, l, b, parts);
+    return rc;
+}
+
 // The stage's first layer l read ahead by a wave that wraps, up to `room` reads (*n: how many):
 // the row blocks the next step's forward reads (tt.ends.wrap_blocks), else its first; what that
 // forward acquires of it.
-static int prefetch_wrap(Pipeline *p, int l, int room, int *n, FgError *err) {
+static int prefetch_wrap(Pipeline *p, int l, int room, int *n, int *stop, FgError *err) {
     const unsigned char *reads = p->tt.ends.wrap_blocks;
     int rc = FG_OK;
-    *n = 0;
-    for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !rc && *n < room; b++)
-        if (reads ? reads[b] : b == 0) rc = p->src.prefetch(&p->src, l, b, p->tt.ends.forward_parts, err), ++*n;
+    *n = 0, *stop = 0;
+    for (int b = 0; b < layer_blocks(&p->model->layers[l]) && !*stop && *n < room; b++)
+        if (reads ? reads[b] : b == 0) rc = prefetch_in_order(p, l, b, p->tt.ends.forward_parts, stop, err), ++*n;
     return rc;
 }
 
@@ -59,20 +67,20 @@ int layers_acquire_block_then(Pipeline *p, int l, int b, int next_block, int dir
     // At the wave's end the next wave's first layers, so that it does not start by waiting for
     // a read (tt.ends): a forward from the stage's first layer, or a backward from its last (a
     // layer in row blocks from its block 0).
-    int next = wave_next_param(p, l, dir), walk = dir, beyond = 0;  // beyond: in the next wave
-    for (int k = 0, n = 1; !rc && k < depth; k += n) {
+    int next = wave_next_param(p, l, dir), walk = dir, beyond = 0, stop = 0;  // beyond: in the next wave
+    for (int k = 0, n = 1; !rc && !stop && k < depth; k += n) {
         n = 1;
         if (next < 0 && !beyond && p->tt.ends.wraps[dir > 0]) {
             next = layers_first_param(p), walk = 1, beyond = 1;
-            rc = prefetch_wrap(p, next, depth - k, &n, err);
+            rc = prefetch_wrap(p, next, depth - k, &n, &stop, err);
         } else if (next < 0 && !beyond && dir > 0 && p->tt.ends.turns) {
             next = layers_next_param(p, p->stage.last, -1), walk = -1, beyond = 1;
-            if (next >= 0) rc = p->src.prefetch(&p->src, next, 0, p->upd.layer[next].backward_parts, err);
+            if (next >= 0) rc = prefetch_in_order(p, next, 0, p->upd.layer[next].backward_parts, &stop, err);
         } else if (next < 0) {
             break;
         } else {
             unsigned next_parts = walk > 0 ? p->tt.ends.forward_parts : p->upd.layer[next].backward_parts;
-            rc = p->src.prefetch(&p->src, next, 0, beyond ? next_parts : parts, err);
+            rc = prefetch_in_order(p, next, 0, beyond ? next_parts : parts, &stop, err);
         }
         next = wave_next_param(p, next, walk);
     }

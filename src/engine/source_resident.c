@@ -53,6 +53,11 @@ static int resident_prefetch(LayerSource *s, int layer, int block, unsigned part
     return FG_OK;
 }
 
+static int resident_in_slot(LayerSource *s, int layer, int block, unsigned parts) {
+    (void)s, (void)layer, (void)block, (void)parts;
+    return 1;
+}
+
 static float *view(float *buf, size_t off) { return buf ? buf + off : NULL; }
 
 static int resident_acquire(LayerSource *s, int layer, int block, unsigned parts, LayerSlot *out,
@@ -160,7 +165,7 @@ int layer_source_resident(const Backend *be, const Config *c, const Model *m, in
     for (int j = 0; j < need.prev; j++) r->prev[j] = backend_alloc_floats(be, r->n);
     if (need.weights16) make_copy16(r, first, last);
     *out = (LayerSource){.ctx = r, .streamed = 0, .stage_grad = r->grad,
-                         .prefetch = resident_prefetch, .acquire = resident_acquire,
+                         .prefetch = resident_prefetch, .in_slot = resident_in_slot, .acquire = resident_acquire,
                          .release = resident_release, .refresh16 = resident_refresh16,
                          .begin_version = resident_begin_version,
                          .age_weights = resident_age_weights,

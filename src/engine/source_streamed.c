@@ -109,6 +109,13 @@ static int streamed_prefetch(LayerSource *s, int layer, int block, unsigned part
     return prefetch_parts(s->ctx, layer, block, parts, 0, err);
 }
 
+static int streamed_in_slot(LayerSource *s, int layer, int block, unsigned parts) {
+    Streamed *st = s->ctx;
+    if (!st->io) return 1;
+    if ((parts & LAYER_WEIGHTS) && !st->weights.in_slot(&st->weights, stored(st, layer), block)) return 0;
+    return !steps_of(st, layer, parts) || st->step.in_slot(&st->step, layer, block);
+}
+
 static int streamed_prefetch_when_idle(LayerSource *s, int layer, int block, unsigned parts,
                                        FgError *err) {
     return prefetch_parts(s->ctx, layer, block, parts, 1, err);
@@ -527,7 +534,7 @@ int layer_source_streamed(const Backend *be, const Config *c, const Model *m, in
     st->grad_buf = need.keep_grad ? 0 : -1;
     st->prev_buf = need.keep_grad;  // then need.prev versions
     *out = (LayerSource){.ctx = st, .streamed = 1, .prefetch = streamed_prefetch,
-                         .prefetch_when_idle = streamed_prefetch_when_idle,
+                         .prefetch_when_idle = streamed_prefetch_when_idle, .in_slot = streamed_in_slot,
                          .acquire = streamed_acquire, .release = streamed_release,
                          .refresh16 = streamed_refresh16,
                          .begin_version = streamed_begin_version, .flush = streamed_flush,

@@ -78,6 +78,8 @@ struct LayerStream {
     // prefetch_block when no read is queued or running (else nothing): a read far ahead that
     // would delay the reads the wave needs sooner waits until the disk has nothing else to do.
     int (*prefetch_when_idle)(LayerStream *s, int layer, int block, int bufs, FgError *err);
+    // Whether the block has a slot: resident, or being read (a prefetch found it one).
+    int (*in_slot)(LayerStream *s, int layer, int block);
     int (*release_block)(LayerStream *s, int layer, int block, int dirty, FgError *err);
     // The auxiliary record of a version (e.g. the scalars of the pending forward-gradient
     // update), written before the first layer of that version; read_aux returns the one of
