@@ -54,22 +54,33 @@ static int stored(const SlotPlan *sp, const Model *m, int l) {
     return m->layers[l].param_count && l != sp->twin;
 }
 
-// The tiny layers among the small ones (at most 1/TINY_RATIO of the largest small layer) and
-// the bytes of a slot that holds any of them in both stores.
-enum { TINY_RATIO = 16 };
+// The layers of at most `bound` floats a slot: the largest one's floats, how many, and the
+// bytes of a slot that holds any of them whole in each store: a frozen one its parameters alone
+// (an 8B base's gate and up in BF16, 235 MB, where trained layers' 3 buffers of its size would
+// take 705), a trained one all its buffers.
+typedef struct {
+    size_t floats, bytes;
+    int layers;
+} ClassSize;
 
-static void plan_tiny(const Model *m, int first, int last, SlotPlan *sp) {
+static ClassSize class_size(const SlotPlan *sp, const Model *m, int first, int last, size_t bound) {
+    ClassSize c = {0};
     size_t weights = 0, step = 0;
     for (int l = first; l < last; l++) {
-        if (!stored(sp, m, l) || slot_floats(sp, m, l) > sp->small / TINY_RATIO) continue;
-        sp->tiny = FG_MAX(sp->tiny, slot_floats(sp, m, l));
+        if (!stored(sp, m, l) || slot_floats(sp, m, l) > bound) continue;
+        c.floats = FG_MAX(c.floats, slot_floats(sp, m, l));
         weights = FG_MAX(weights, weights_bytes(sp, m, l));
         if (!m->layers[l].frozen)
             step = FG_MAX(step, (size_t)sp->n_step * page_round(slot_floats(sp, m, l) * sizeof(float)));
-        sp->tiny_layers++;
+        c.layers++;
     }
-    sp->tiny_bytes = weights + step;
+    c.bytes = weights + step;
+    return c;
 }
+
+// The small layers are those of at most half the largest; the tiny ones among them those of at
+// most 1/TINY_RATIO of the largest small one.
+enum { TINY_RATIO = 16 };
 
 static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *param_layers) {
     *param_layers = 0;
@@ -93,24 +104,11 @@ static void plan_layers(const Model *m, int first, int last, SlotPlan *sp, int *
         sp->tied[1] = m->layers[m->tied_last].param_count;
     sp->large_bytes = weights + (size_t)sp->n_step * page_round(trained * sizeof(float));
     sp->lane_step = (size_t)sp->n_step * trained;
-    // A small slot holds any small layer whole in each store: a frozen one its parameters
-    // alone (an 8B base's gate and up in BF16, 235 MB, where trained layers' 3 buffers of its
-    // size would take 705), a trained one all its buffers.
-    size_t small_weights = 0, small_step = 0;
-    for (int l = first; l < last; l++) {
-        if (!stored(sp, m, l)) continue;
-        if (slot_floats(sp, m, l) > sp->largest / 2) {
-            sp->large_layers++;
-        } else {
-            sp->small = FG_MAX(sp->small, slot_floats(sp, m, l));
-            small_weights = FG_MAX(small_weights, weights_bytes(sp, m, l));
-            if (!m->layers[l].frozen)
-                small_step = FG_MAX(small_step, (size_t)sp->n_step * page_round(slot_floats(sp, m, l) * sizeof(float)));
-            sp->small_layers++;
-        }
-    }
-    sp->small_bytes = small_weights + small_step;
-    plan_tiny(m, first, last, sp);
+    ClassSize small = class_size(sp, m, first, last, sp->largest / 2);
+    sp->small = small.floats, sp->small_bytes = small.bytes, sp->small_layers = small.layers;
+    sp->large_layers = *param_layers - small.layers;
+    ClassSize tiny = class_size(sp, m, first, last, sp->small / TINY_RATIO);
+    sp->tiny = tiny.floats, sp->tiny_bytes = tiny.bytes, sp->tiny_layers = tiny.layers;
 }
 
 // Small slots that overlap the small layers' I/O with compute (one computed, one read ahead,
