@@ -242,7 +242,8 @@ int pipeline_evaluate(Pipeline *p, const Dataset *ds, const volatile sig_atomic_
     // The passes are forward waves back to back: each reads on into the next one's first layers
     // (a table in row blocks from its block 0), never into a training wave.
     const WaveEnds training = p->tt.ends;
-    p->tt.ends = (WaveEnds){.wraps = {1, 1}, .forward_parts = LAYER_WEIGHTS | (p->need.ref ? 0 : LAYER_PARAMS_ONLY)};
+    p->tt.ends = (WaveEnds){.wraps = {1, 1},
+                            .forward_parts = LAYER_WEIGHTS | (p->need.ref ? 0 : LAYER_PARAMS_ONLY)};
     take_buffers(&r);
     for (; w < r.chunks && !rc && !mine; w += (size_t)r.windows, pass++)
         rc = run_pass(&r, pass, w, (int)FG_MIN((size_t)r.windows, r.chunks - w), &up, &mine, err);
